@@ -1,0 +1,219 @@
+"""Completion text ⇄ assistant message: the one parser used by profiling, training and evaluation.
+
+Formats read (what real models emit):
+- Hermes/Qwen: `<tool_call>{"name": …, "arguments": {…} | "<json>"}</tool_call>`, one or many,
+  with free text before/between them (kept as `content`);
+- a bare JSON object or list of objects with `name` + `arguments` (or `parameters`), also
+  `{"type": "function", "function": {…}}` and OpenAI message shapes `{"role": "assistant",
+  "tool_calls": […]}`, optionally in one ```json fenced block;
+- `<think>…</think>` blocks, dropped from the action (a lone leading `…</think>` too, for chat
+  templates that open the think block in the prompt).
+
+Anything else that looks like a call but is not one is an *invalid* action (reward 0, counted,
+with the reason): a permissive parser is a reward leak (DESIGN.md). In particular the action must
+be cleanly terminated: after the last `</tool_call>` only whitespace and end-of-turn markers.
+Model text is hostile: `parse_completion` never raises.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pivotrl.records import FunctionCall, Message, ToolCall, message_text, parse_arguments
+
+# Past this many characters a completion is not an action but a runaway generation.
+MAX_COMPLETION_CHARS = 65_536
+END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end|>", "<|eom_id|>", "</s>",
+               "<|end_of_text|>", "<eos>", "<end_of_turn>")
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+_FENCE = re.compile(r"\A```(?:json|JSON)?\s*\n?(.*?)\n?```\Z", re.S)
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    message: Message | None  # the assistant message, None when invalid
+    valid: bool
+    reason: str = ""  # why it is invalid ("" when valid)
+
+
+class _Invalid(Exception):
+    pass
+
+
+def _strip_end(text: str) -> str:
+    """Drop trailing whitespace and end-of-turn markers (any number, in any order)."""
+    while True:
+        stripped = text.rstrip()
+        for marker in END_MARKERS:
+            if stripped.endswith(marker):
+                stripped = stripped[: -len(marker)]
+                break
+        else:
+            return stripped
+        text = stripped
+
+
+def _drop_think(text: str) -> str:
+    close = text.find(_THINK_CLOSE)
+    open_ = text.find(_THINK_OPEN)
+    if close != -1 and (open_ == -1 or close < open_):
+        text = text[close + len(_THINK_CLOSE):]  # the template opened <think> in the prompt
+    while True:
+        open_ = text.find(_THINK_OPEN)
+        if open_ == -1:
+            break
+        close = text.find(_THINK_CLOSE, open_)
+        if close == -1:
+            raise _Invalid("unterminated <think> block")
+        text = text[:open_] + text[close + len(_THINK_CLOSE):]
+    if _THINK_CLOSE in text:
+        raise _Invalid("stray </think>")
+    return text
+
+
+def _call_from_obj(obj: Any) -> tuple[str, dict[str, Any]]:
+    """(name, arguments) of one call object, in any of the accepted shapes."""
+    if not isinstance(obj, dict):
+        raise _Invalid(f"tool call is a JSON {type(obj).__name__}, not an object")
+    if isinstance(obj.get("function"), dict):  # {"type": "function", "function": {...}}
+        obj = obj["function"]
+    name = obj.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise _Invalid("tool call without a name")
+    if "arguments" in obj:
+        args = obj["arguments"]
+    else:
+        args = obj.get("parameters", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except (ValueError, RecursionError) as exc:
+            raise _Invalid(f"arguments of {name!r} are not valid JSON: {exc}") from None
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise _Invalid(f"arguments of {name!r} are a JSON {type(args).__name__}, not an object")
+    return name.strip(), args
+
+
+def _load_json(body: str, what: str) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise _Invalid(f"{what} is not valid JSON: {exc}") from None
+
+
+def _calls_from_value(value: Any) -> list[tuple[str, dict[str, Any]]]:
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise _Invalid("empty list of tool calls")
+    return [_call_from_obj(item) for item in items]
+
+
+def _parse_tagged(text: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    content: list[str] = []
+    calls: list[tuple[str, dict[str, Any]]] = []
+    pos = 0
+    while True:
+        open_ = text.find(_OPEN, pos)
+        if open_ == -1:
+            break
+        between = text[pos:open_]
+        if _CLOSE in between:
+            raise _Invalid("</tool_call> without <tool_call>")
+        content.append(between)
+        close = text.find(_CLOSE, open_)
+        if close == -1:
+            raise _Invalid("unclosed <tool_call>")
+        body = text[open_ + len(_OPEN):close].strip()
+        if _OPEN in body:
+            raise _Invalid("nested <tool_call>")
+        calls.extend(_calls_from_value(_load_json(body, "<tool_call> block")))
+        pos = close + len(_CLOSE)
+    if text[pos:].strip():
+        raise _Invalid("text after the last </tool_call>")
+    return "".join(content).strip(), calls
+
+
+def _parse_bare(text: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """Whole text is JSON (maybe fenced): calls, an OpenAI message, or just a JSON answer."""
+    if _CLOSE in text:
+        raise _Invalid("</tool_call> without <tool_call>")
+    body = text
+    fenced = _FENCE.match(text)
+    if fenced:
+        body = fenced.group(1).strip()
+    if not body or body[0] not in "[{":
+        return text, []
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return text, []  # prose that starts with a brace: a message
+    if isinstance(value, dict) and value.get("role") == "assistant":
+        raw_calls = value.get("tool_calls") or []
+        content = value.get("content")
+        content = content.strip() if isinstance(content, str) else ""
+        return content, _calls_from_value(raw_calls) if raw_calls else []
+    looks_like_call = (isinstance(value, dict) and ("name" in value or "function" in value)) or (
+        isinstance(value, list) and value and all(isinstance(v, dict) and ("name" in v or "function" in v)
+                                                  for v in value))
+    if looks_like_call:
+        return "", _calls_from_value(value)
+    return text, []  # a JSON answer sent as a message
+
+
+def parse_completion(text: str, max_chars: int = MAX_COMPLETION_CHARS) -> ParsedAction:
+    """Completion text → assistant message (tool-call arguments as JSON strings, ids call_0…)."""
+    try:
+        if not isinstance(text, str):
+            raise _Invalid(f"completion is {type(text).__name__}, not text")
+        if len(text) > max_chars:
+            raise _Invalid(f"completion too long ({len(text)} > {max_chars} characters)")
+        body = _strip_end(_drop_think(_strip_end(text))).strip()
+        if not body:
+            raise _Invalid("empty completion")
+        if _OPEN in body:
+            content, calls = _parse_tagged(body)
+        else:
+            content, calls = _parse_bare(body)
+        if not calls and not content:
+            raise _Invalid("empty completion")
+        tool_calls = [
+            ToolCall.model_construct(id=f"call_{i}", type="function", function=FunctionCall.model_construct(
+                name=name, arguments=json.dumps(args, ensure_ascii=False)))
+            for i, (name, args) in enumerate(calls)
+        ]
+        message = Message.model_construct(role="assistant", content=content or None,
+                                          tool_calls=tool_calls or None)
+        return ParsedAction(message, True)
+    except _Invalid as exc:
+        return ParsedAction(None, False, str(exc))
+    except Exception as exc:  # noqa: BLE001 - hostile text must never crash a run
+        return ParsedAction(None, False, f"unparseable completion: {type(exc).__name__}")
+
+
+def render_action(message: Message) -> str:
+    """Canonical Hermes text of an assistant message: content, then one block per call."""
+    parts = []
+    text = message_text(message).strip()
+    if text:
+        parts.append(text)
+    for call in message.tool_calls or []:
+        args = parse_arguments(call.function.arguments)
+        body = json.dumps({"name": call.function.name, "arguments": args}, ensure_ascii=False)
+        parts.append(f"{_OPEN}\n{body}\n{_CLOSE}")
+    return "\n".join(parts)
+
+
+def score_completion(verifier, turn, text: str):
+    """Parse, then score; an unparseable completion scores 0 with the parser's reason."""
+    from pivotrl.verifiers.base import Score
+
+    parsed = parse_completion(text)
+    if not parsed.valid:
+        return Score(0.0, False, parsed.reason)
+    return verifier.score(turn, parsed.message)

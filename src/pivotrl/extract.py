@@ -1,0 +1,149 @@
+"""Step 1 of PivotRL: every assistant message of every trajectory becomes a candidate Turn.
+
+A Turn is (the full context before the assistant message, that message as the expected action),
+with the trajectory's tools, domain and metadata. The file is streamed: one trajectory in memory
+at a time, so a 100k-trajectory file costs what one trajectory costs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from rich.table import Table
+
+from pivotrl.records import (AtomicWriter, Reject, Trajectory, Turn, message_text, read_records,
+                             rejects_path)
+
+
+class ExtractOptions(BaseModel):
+    keep_reasoning: bool = Field(
+        False, description="Keep `reasoning_content` of earlier assistant turns in the context. "
+        "Off by default, as Qwen3 chat templates drop earlier turns' reasoning.")
+    skip_content_regex: str | None = Field(
+        None, description="Skip turns whose expected text content matches this regex "
+        "(e.g. canned apologies); the trajectory's later turns are still extracted.")
+    only_tool_calls: bool = Field(
+        False, description="Keep only turns whose expected action calls a tool.")
+    min_context_messages: int = Field(
+        1, description="Skip turns with fewer context messages (1: a turn needs at least a prompt).")
+    eval_fraction: float = Field(
+        0.0, ge=0.0, lt=1.0, description="Fraction of trajectories held out for evaluation, split "
+        "by trajectory id (never by row: turns of one trajectory share context, DESIGN.md).")
+    seed: int = Field(0, description="Seed of the train/eval split.")
+
+
+def is_eval(trajectory_id: str, fraction: float, seed: int) -> bool:
+    """Stable, seeded split by id: the same id lands on the same side on every machine."""
+    if fraction <= 0:
+        return False
+    digest = hashlib.sha256(f"{seed}:{trajectory_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+
+
+def extract_turns(traj: Trajectory, opts: ExtractOptions) -> tuple[list[Turn], Counter]:
+    """The turns of one trajectory, and a count of turns skipped by reason."""
+    skip_re = re.compile(opts.skip_content_regex) if opts.skip_content_regex else None
+    turns: list[Turn] = []
+    skipped: Counter = Counter()
+    context = []
+    ordinal = 0
+    for i, msg in enumerate(traj.messages):
+        if msg.role == "assistant":
+            keep, reason = True, ""
+            if opts.only_tool_calls and not msg.tool_calls:
+                keep, reason = False, "not a tool call"
+            elif skip_re and skip_re.search(message_text(msg)):
+                keep, reason = False, "content matched skip regex"
+            elif len(context) < opts.min_context_messages:
+                keep, reason = False, "context too short"
+            if keep:
+                turns.append(Turn(
+                    id=f"{traj.id}/{ordinal}", trajectory_id=traj.id, turn=ordinal,
+                    domain=traj.domain, tools=traj.tools, context=list(context),
+                    expected=msg, metadata={**traj.metadata, "message_index": i}))
+            else:
+                skipped[reason] += 1
+            ordinal += 1
+            if not opts.keep_reasoning and msg.reasoning_content is not None:
+                msg = msg.model_copy(update={"reasoning_content": None})
+        context.append(msg)
+    return turns, skipped
+
+
+@dataclass
+class ExtractSummary:
+    read: int = 0
+    trajectories: int = 0
+    turns_train: int = 0
+    turns_eval: int = 0
+    trajectories_eval: int = 0
+    rejects: Counter = field(default_factory=Counter)
+    skipped: Counter = field(default_factory=Counter)
+    per_domain: Counter = field(default_factory=Counter)
+    rejects_file: str = ""
+
+    def table(self) -> Table:
+        t = Table(title="pivotrl extract", show_header=False)
+        t.add_row("lines read", str(self.read))
+        t.add_row("trajectories", f"{self.trajectories} ({self.trajectories_eval} held out for eval)")
+        t.add_row("turns written", f"{self.turns_train} train, {self.turns_eval} eval")
+        for domain, n in sorted(self.per_domain.items()):
+            t.add_row(f"  turns in {domain}", str(n))
+        for reason, n in self.skipped.most_common():
+            t.add_row(f"  skipped: {reason}", str(n))
+        t.add_row("rejected lines", f"{sum(self.rejects.values())} → {self.rejects_file}")
+        for reason, n in self.rejects.most_common(10):
+            t.add_row(f"  {reason[:70]}", str(n))
+        return t
+
+
+def reject_kind(reason: str) -> str:
+    """Group reasons for the summary: drop the specifics after the first colon or quote."""
+    return re.split(r"[:'\"]", reason, maxsplit=1)[0].strip()
+
+
+def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None = None, *,
+                 eval_out: str | Path | None = None, strict: bool = False,
+                 progress=None) -> ExtractSummary:
+    """Stream `path` → turns in `out` (and `eval_out` for held-out trajectories), bad lines to
+    `<out stem>.rejects.jsonl`. All outputs are written atomically."""
+    opts = opts or ExtractOptions()
+    out = Path(out)
+    if opts.eval_fraction > 0 and eval_out is None:
+        eval_out = out.with_name(out.name.replace(".jsonl", "") + ".eval.jsonl")
+    summary = ExtractSummary(rejects_file=str(rejects_path(out)))
+    with AtomicWriter(out) as train_w, AtomicWriter(rejects_path(out)) as reject_w:
+        eval_w = AtomicWriter(eval_out) if eval_out else None
+        try:
+            for lineno, rec in read_records(path, Trajectory, strict=strict):
+                summary.read += 1
+                if isinstance(rec, Reject):
+                    summary.rejects[reject_kind(rec.reason)] += 1
+                    reject_w.write(rec.to_json())
+                    continue
+                summary.trajectories += 1
+                turns, skipped = extract_turns(rec, opts)
+                summary.skipped.update(skipped)
+                held_out = eval_w is not None and is_eval(rec.id, opts.eval_fraction, opts.seed)
+                summary.trajectories_eval += held_out
+                for turn in turns:
+                    (eval_w if held_out else train_w).write(turn)
+                    summary.per_domain[turn.domain or "(none)"] += 1
+                if held_out:
+                    summary.turns_eval += len(turns)
+                else:
+                    summary.turns_train += len(turns)
+                if progress is not None:
+                    progress(lineno)
+        except BaseException as exc:
+            if eval_w is not None:
+                eval_w.__exit__(type(exc), exc, None)
+            raise
+        if eval_w is not None:
+            eval_w.__exit__(None, None, None)
+    return summary

@@ -1,0 +1,105 @@
+"""The built-in testbed worlds: registry, task ids and splits, task records, `describe_testbed`.
+
+Each world lives in its own module (`toolshop`, `terminal`) and exposes the same few names:
+`NAME`, `TOOLS` (OpenAI tool schemas), `SYSTEM_PROMPT`, `KINDS` (task kinds), `generate(task_id,
+rng) -> dict(user, world_config, goal, task)` and a World class registered with `register_world`.
+
+A task is a Trajectory record holding only the system prompt and the user request; its metadata
+carries everything an executor needs (DESIGN.md): `world`, `world_config` (the initial state),
+`goal` (what success means), `task_id`, `split`, and `task` (the parameters the user stated in
+words: what an expert may read, never the hidden state).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import random
+from typing import Any
+
+from pivotrl.records import Message, Trajectory
+
+WORLD_MODULES = {"toolshop": "pivotrl.testbed.toolshop", "terminal": "pivotrl.testbed.terminal"}
+# One task in five is held out for evaluation, decided by a hash of its id (never by row).
+EVAL_PERCENT = 20
+
+
+def world_module(name: str):
+    if name not in WORLD_MODULES:
+        raise KeyError(f"unknown testbed world {name!r}; known: {', '.join(WORLD_MODULES)}")
+    return importlib.import_module(WORLD_MODULES[name])
+
+
+def stable_int(*parts: Any) -> int:
+    """A seed from any values, identical across processes (Python's hash() is salted)."""
+    text = "|".join(str(p) for p in parts)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+def split_of(task_id: str) -> str:
+    return "eval" if stable_int("split", task_id) % 100 < EVAL_PERCENT else "train"
+
+
+def task_ids(world: str, split: str, n: int, start: int = 0) -> list[str]:
+    """The first `n` task ids of `split`, enumerating `<world>-<i>` from i = start."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    out, i = [], start
+    while len(out) < n:
+        tid = f"{world}-{i}"
+        if split_of(tid) == split:
+            out.append(tid)
+        i += 1
+    return out
+
+
+def compact(obj: Any) -> str:
+    """Observations are compact JSON: fewer tokens for the tiny model."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def make_task(world: str, task_id: str) -> Trajectory:
+    """The task record of one task id (deterministic: the id seeds everything)."""
+    mod = world_module(world)
+    spec = mod.generate(task_id, random.Random(stable_int(world, task_id)))
+    return Trajectory(
+        id=task_id,
+        domain=world,
+        tools=mod.TOOLS,
+        messages=[Message(role="system", content=mod.SYSTEM_PROMPT),
+                  Message(role="user", content=spec["user"])],
+        metadata={"world": world, "world_config": spec["world_config"], "goal": spec["goal"],
+                  "task_id": task_id, "split": split_of(task_id), "task": spec["task"]},
+    )
+
+
+def make_tasks(world: str, split: str, n: int, start: int = 0) -> list[Trajectory]:
+    return [make_task(world, tid) for tid in task_ids(world, split, n, start)]
+
+
+def describe_testbed(n_sample: int = 200) -> dict[str, Any]:
+    """Counts and tools of the built-in testbed (for the README and `testbed build`'s summary)."""
+    from pivotrl.testbed import ood
+
+    worlds = {}
+    for name in WORLD_MODULES:
+        mod = world_module(name)
+        tasks = [make_task(name, f"{name}-{i}") for i in range(n_sample)]
+        kinds: dict[str, int] = {}
+        for t in tasks:
+            kinds[t.metadata["task"]["kind"]] = kinds.get(t.metadata["task"]["kind"], 0) + 1
+        worlds[name] = {
+            "tools": [t["function"]["name"] for t in mod.TOOLS],
+            "n_tools": len(mod.TOOLS),
+            "kinds": sorted(kinds),
+            "calls_per_task": dict(sorted(mod.CALLS_PER_KIND.items())),
+            "eval_fraction": sum(t.metadata["split"] == "eval" for t in tasks) / len(tasks),
+            "distinct_user_texts": len({t.messages[1].content for t in tasks}) / len(tasks),
+        }
+    return {"worlds": worlds, "ood": {f: {"example": ood.generate(f, "train", 1, seed=0)[0].prompt}
+                                      for f in ood.FAMILIES}}
+
+
+# Importing the world modules registers them (after the helpers above exist: they import them).
+from pivotrl.testbed import terminal, toolshop  # noqa: E402,F401

@@ -1,0 +1,52 @@
+"""The verifier protocol and registry: score(turn, action) -> Score."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pivotrl.records import Message, Turn
+
+
+@dataclass(frozen=True)
+class Score:
+    reward: float  # in [0, 1]
+    valid: bool  # False when the action could not be parsed/used at all (counted separately)
+    reason: str = ""
+
+
+class Verifier(Protocol):
+    name: str
+
+    def score(self, turn: Turn, action: Message | None) -> Score:
+        """`action` is the parsed candidate assistant message, or None when parsing failed."""
+
+    def score_batch(self, turns: Sequence[Turn], actions: Sequence[Message | None]) -> list[Score]:
+        ...
+
+
+VerifierFactory = Callable[..., Verifier]
+_REGISTRY: dict[str, VerifierFactory] = {}
+
+
+def register(name: str) -> Callable[[VerifierFactory], VerifierFactory]:
+    def deco(factory: VerifierFactory) -> VerifierFactory:
+        _REGISTRY[name] = factory
+        return factory
+    return deco
+
+
+def get_verifier(name: str, **config: Any) -> Verifier:
+    """Build a registered verifier; `config` are its documented options (YAML keys)."""
+    import pivotrl.verifiers  # noqa: F401  (importing the package registers the built-ins)
+
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown verifier {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name](**config)
+
+
+def available() -> list[str]:
+    import pivotrl.verifiers  # noqa: F401
+
+    return sorted(_REGISTRY)

@@ -1,0 +1,63 @@
+"""`exact`: normalised string match of the whole action (the paper's ablation baseline).
+
+A call turn matches when the candidate makes the same calls, in the same order, with the same
+canonical JSON arguments (sorted keys, no whitespace: key order and spacing are not "text").
+A message turn matches when the texts are equal after case folding and whitespace collapsing.
+Nothing else is forgiven: 5 vs 5.0, an omitted default or a reworded message all score 0.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pivotrl.records import Message, Turn, message_text, parse_arguments
+from pivotrl.verifiers.base import Score, register
+
+
+class ExactConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    case_sensitive: bool = Field(
+        False, description="Compare message text case-sensitively (default False: the paper's "
+                           "baseline normalises case and whitespace).")
+
+
+def _canonical_calls(message: Message) -> list[tuple[str, str]]:
+    return [(c.function.name, json.dumps(parse_arguments(c.function.arguments), sort_keys=True,
+                                          separators=(",", ":"), ensure_ascii=False))
+            for c in message.tool_calls or []]
+
+
+def _norm_text(text: str, case_sensitive: bool) -> str:
+    text = " ".join(text.split())
+    return text if case_sensitive else text.casefold()
+
+
+@register("exact")
+class ExactVerifier:
+    name = "exact"
+
+    def __init__(self, **config):
+        self.config = ExactConfig(**config)
+
+    def score(self, turn: Turn, action: Message | None) -> Score:
+        if action is None:
+            return Score(0.0, False, "unparseable action")
+        try:
+            cand = _canonical_calls(action)
+        except (ValueError, TypeError, RecursionError) as exc:
+            return Score(0.0, False, f"candidate arguments are not a JSON object: {exc}")
+        expected = _canonical_calls(turn.expected)
+        if expected or cand:
+            if cand == expected:
+                return Score(1.0, True, "")
+            return Score(0.0, True, "tool calls differ")
+        cs = self.config.case_sensitive
+        if _norm_text(message_text(action), cs) == _norm_text(message_text(turn.expected), cs):
+            return Score(1.0, True, "")
+        return Score(0.0, True, "message text differs")
+
+    def score_batch(self, turns: Sequence[Turn], actions: Sequence[Message | None]) -> list[Score]:
+        return [self.score(t, a) for t, a in zip(turns, actions, strict=True)]

@@ -1,0 +1,71 @@
+"""The protocol every executable environment implements: the testbed worlds, BFCL's backends.
+
+The `state` verifier, the episode runner and end-to-end RL only speak this protocol, so a new
+environment plugs in by implementing four methods and registering a factory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pivotrl.records import Turn
+
+
+class World(Protocol):
+    """One live copy of an environment. Each instance owns its state: never share between samples."""
+
+    name: str
+
+    def reset(self, config: dict[str, Any]) -> None:
+        """Start from a task's initial configuration (`Trajectory.metadata["world_config"]`)."""
+
+    def execute(self, name: str, arguments: dict[str, Any]) -> str:
+        """Run one tool call and return the observation the agent sees (a string; errors are
+        observations too, never exceptions)."""
+
+    def snapshot(self) -> Any:
+        """A JSON-able, comparable picture of the state (two worlds are equal iff snapshots are)."""
+
+    def success(self, goal: dict[str, Any], final_message: str | None) -> bool:
+        """Whether the task's goal is met now (`Trajectory.metadata["goal"]`)."""
+
+
+WorldFactory = Callable[[], World]
+_REGISTRY: dict[str, WorldFactory] = {}
+
+
+def register_world(name: str, factory: WorldFactory) -> None:
+    _REGISTRY[name] = factory
+
+
+def make_world(name: str) -> World:
+    if name not in _REGISTRY:
+        _load_builtin_worlds()
+    try:
+        return _REGISTRY[name]()
+    except KeyError:
+        raise KeyError(f"unknown world {name!r}; known: {', '.join(sorted(_REGISTRY)) or 'none'}")
+
+
+def _load_builtin_worlds() -> None:
+    # Importing the modules registers their worlds; optional ones may be missing.
+    import importlib
+
+    for module in ("pivotrl.testbed.worlds", "pivotrl.data.bfcl_world"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
+
+
+def world_at_turn(turn: Turn) -> World:
+    """A fresh world in the state the expert saw at `turn`: reset to the task's config, then
+    replay every tool call of the context in order (the observations are recomputed, so the
+    world must be deterministic)."""
+    world = make_world(turn.metadata.get("world") or turn.domain or "")
+    world.reset(turn.metadata.get("world_config", {}))
+    for msg in turn.context:
+        for call in msg.tool_calls or []:
+            world.execute(call.function.name, call.args())
+    return world

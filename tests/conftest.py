@@ -1,0 +1,44 @@
+"""Shared fixtures. Torch runs on one thread: with 2 cores shared, 2-thread torch slowed 10-19×."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["OMP_NUM_THREADS"] = "1"
+
+import json  # noqa: E402
+import random  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+def sample_texts(n: int = 200, seed: int = 0) -> list[str]:
+    """A small built-in corpus: tool-call-like chat text, shell commands, arithmetic, ASCII."""
+    rng = random.Random(seed)
+    names = ["get_order", "cancel_order", "find_customer", "list_products", "refund", "ls", "cat"]
+    out = []
+    for i in range(n):
+        name = rng.choice(names)
+        args = {"order_id": f"O-{rng.randint(1, 999)}", "reason": rng.choice(["late", "broken"])}
+        out.append(
+            "<|im_start|>user\nPlease help with order %s<|im_end|>\n<|im_start|>assistant\n"
+            "<tool_call>\n%s\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n"
+            '{"status": "ok", "total": %d}\n</tool_response><|im_end|>\n'
+            % (args["order_id"], json.dumps({"name": name, "arguments": args}), rng.randint(1, 500)))
+        a, b = rng.randint(0, 99), rng.randint(0, 99)
+        out.append(f"What is {a} + {b}? {a + b}. Reverse 'abc{i}': '{str(i)[::-1]}cba'. "
+                   f"cat notes/file{i}.txt | grep -c todo > out.txt")
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A tokenizer (trained on `sample_texts`) + a random tiny Llama, saved in HF format."""
+    import torch
+
+    from pivotrl.testbed.tiny import TinyModelConfig, build_model, build_tokenizer, save_tiny
+
+    torch.set_num_threads(1)
+    tokenizer = build_tokenizer(sample_texts(), vocab_size=512)
+    model = build_model(tokenizer, TinyModelConfig(max_positions=2048))
+    return save_tiny(model, tokenizer, tmp_path_factory.mktemp("tiny_model"))

@@ -1,0 +1,83 @@
+import json
+
+from typer.testing import CliRunner
+
+from pivotrl.cli import app
+from pivotrl.extract import ExtractOptions, extract_file, extract_turns, is_eval
+from pivotrl.records import Trajectory, Turn, iter_valid
+
+EXAMPLE = "examples/trajectories.jsonl"
+
+
+def load_example():
+    return [Trajectory.model_validate_json(l) for l in open(EXAMPLE)]
+
+
+def test_every_assistant_message_becomes_a_turn_with_full_context():
+    traj = load_example()[0]
+    turns, skipped = extract_turns(traj, ExtractOptions())
+    assert [t.id for t in turns] == ["weather-0/0", "weather-0/1"]
+    first, second = turns
+    assert [m.role for m in first.context] == ["system", "user"]
+    assert first.expected.tool_calls[0].function.name == "get_weather"
+    assert [m.role for m in second.context] == ["system", "user", "assistant", "tool"]
+    assert second.expected.content.startswith("It is")
+    assert first.tools == traj.tools and first.metadata["source"] == "example"
+    assert not skipped
+
+
+def test_earlier_reasoning_dropped_by_default_and_kept_on_request():
+    traj = load_example()[0]
+    dropped, _ = extract_turns(traj, ExtractOptions())
+    kept, _ = extract_turns(traj, ExtractOptions(keep_reasoning=True))
+    assert dropped[1].context[2].reasoning_content is None
+    assert kept[1].context[2].reasoning_content == "I should call the tool."
+    # The expected action itself keeps its own reasoning either way.
+    assert dropped[0].expected.reasoning_content == "I should call the tool."
+
+
+def test_skip_rules():
+    traj = load_example()[0]
+    only_calls, skipped = extract_turns(traj, ExtractOptions(only_tool_calls=True))
+    assert [t.turn for t in only_calls] == [0] and skipped["not a tool call"] == 1
+    by_regex, skipped = extract_turns(traj, ExtractOptions(skip_content_regex=r"°C"))
+    assert [t.turn for t in by_regex] == [0] and skipped["content matched skip regex"] == 1
+
+
+def test_split_is_by_trajectory_seeded_and_complete(tmp_path):
+    src = tmp_path / "many.jsonl"
+    base = json.loads(open(EXAMPLE).readline())
+    with open(src, "w") as fh:
+        for i in range(200):
+            fh.write(json.dumps({**base, "id": f"t{i}"}) + "\n")
+    out, ev = tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
+    s = extract_file(src, out, ExtractOptions(eval_fraction=0.25, seed=3), eval_out=ev)
+    train_ids = {t.trajectory_id for t in iter_valid(out, Turn)}
+    eval_ids = {t.trajectory_id for t in iter_valid(ev, Turn)}
+    assert not train_ids & eval_ids
+    assert len(train_ids | eval_ids) == 200
+    assert 30 <= len(eval_ids) <= 70
+    assert s.turns_train + s.turns_eval == 400
+    assert eval_ids == {f"t{i}" for i in range(200) if is_eval(f"t{i}", 0.25, 3)}
+    assert eval_ids != {f"t{i}" for i in range(200) if is_eval(f"t{i}", 0.25, 4)}
+
+
+def test_cli_extract_writes_rejects_next_to_output_with_line_numbers(tmp_path):
+    src = tmp_path / "in.jsonl"
+    good = open(EXAMPLE).readline().strip()
+    src.write_text("\n".join([good, "{oops", good.replace('"tool"', '"robot"'), good]) + "\n")
+    out = tmp_path / "turns.jsonl"
+    result = CliRunner().invoke(app, ["extract", str(src), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rejects = [json.loads(l) for l in (tmp_path / "turns.rejects.jsonl").read_text().splitlines()]
+    assert [r["line"] for r in rejects] == [2, 3]
+    assert "not JSON" in rejects[0]["reason"] and "robot" in rejects[1]["reason"]
+    assert len(out.read_text().splitlines()) == 4
+    strict = CliRunner().invoke(app, ["extract", str(src), "--out", str(out), "--strict"])
+    assert strict.exit_code == 1
+
+
+def test_cli_missing_input_is_a_clear_error(tmp_path):
+    result = CliRunner().invoke(app, ["extract", str(tmp_path / "nope.jsonl"), "--out",
+                                      str(tmp_path / "o.jsonl")])
+    assert result.exit_code == 2 and "no such" in result.output and "nope.jsonl" in result.output

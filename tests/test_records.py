@@ -1,0 +1,120 @@
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pivotrl.records import (AppendWriter, Reject, RecordError, Trajectory, done_ids, read_records,
+                             rejects_path, repair_tail, write_atomic)
+
+GOOD = {"id": "t1", "tools": [], "messages": [
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "tool_calls": [{"id": "a", "type": "function",
+                                          "function": {"name": "f", "arguments": {"x": 1}}}]},
+    {"role": "tool", "tool_call_id": "a", "content": "ok"},
+    {"role": "assistant", "content": "done"}]}
+
+
+def write_lines(path, lines):
+    path.write_text("".join((l if isinstance(l, str) else json.dumps(l)) + "\n" for l in lines))
+    return path
+
+
+def bad(**changes):
+    rec = json.loads(json.dumps(GOOD))
+    for key, value in changes.items():
+        if key == "messages":
+            rec["messages"] = value
+        else:
+            rec[key] = value
+    return rec
+
+
+CASES = [
+    ("{not json", "not JSON", ""),
+    ('["a list"]', "expected a JSON object", ""),
+    ({"id": "x"}, "missing field 'messages'", "messages"),
+    (bad(messages=[{"role": "robot", "content": "x"}]), "unknown role 'robot'", "messages.0.role"),
+    (bad(messages=[{"role": "user", "content": "q"}, {"role": "tool", "tool_call_id": "zz",
+                                                     "content": "r"}]),
+     "matches no earlier tool call", "messages[1].tool_call_id"),
+    (bad(messages=[{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": [
+        {"id": "a", "function": {"name": "f", "arguments": "{bad json"}}]}]),
+     "invalid JSON", "messages[1].tool_calls[0].function.arguments"),
+    (bad(messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "  "}]),
+     "neither content nor tool_calls", "messages[1]"),
+    (bad(messages=[]), "no messages", "messages"),
+]
+
+
+@pytest.mark.parametrize("line,reason,field", CASES)
+def test_each_bad_line_is_rejected_with_file_line_field_and_reason(tmp_path, line, reason, field):
+    path = write_lines(tmp_path / "in.jsonl", [GOOD, line, GOOD])
+    results = list(read_records(path, Trajectory))
+    assert [lineno for lineno, _ in results] == [1, 2, 3]
+    assert isinstance(results[0][1], Trajectory) and isinstance(results[2][1], Trajectory)
+    rej = results[1][1]
+    assert isinstance(rej, Reject)
+    assert rej.line == 2 and rej.file == str(path)
+    assert reason in rej.reason
+    assert rej.field == field
+    with pytest.raises(RecordError, match=r"in\.jsonl:2"):
+        list(read_records(path, Trajectory, strict=True))
+
+
+def test_arguments_as_string_or_object_and_unknown_fields_kept(tmp_path):
+    rec = bad()
+    rec["custom"] = {"keep": True}
+    rec["messages"][1]["tool_calls"][0]["function"]["arguments"] = '{"x": 2}'
+    rec["messages"][0]["lang"] = "en"
+    path = write_lines(tmp_path / "in.jsonl", [rec, GOOD])
+    (_, a), (_, b) = read_records(path, Trajectory)
+    assert a.messages[1].tool_calls[0].args() == {"x": 2}
+    assert b.messages[1].tool_calls[0].args() == {"x": 1}
+    out = tmp_path / "out.jsonl"
+    write_atomic(out, [a])
+    again = json.loads(out.read_text())
+    assert again["custom"] == {"keep": True} and again["messages"][0]["lang"] == "en"
+
+
+def test_atomic_write_leaves_old_file_when_interrupted(tmp_path):
+    out = tmp_path / "out.jsonl"
+    write_atomic(out, [{"id": "old"}])
+
+    def records():
+        yield {"id": "new"}
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(out, records())
+    assert out.read_text() == '{"id": "old"}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]
+
+
+def test_append_writer_survives_kill_and_repairs_torn_tail(tmp_path):
+    out = tmp_path / "out.jsonl"
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(os.getcwd() + '/src')!r})
+        from pivotrl.records import AppendWriter
+        w = AppendWriter({str(out)!r})
+        for i in range(3):
+            w.write({{"id": str(i)}})
+        w._fh.write('{{"id": "torn"')   # a record half written when the process dies
+        w._fh.flush()
+        os._exit(9)
+    """)
+    subprocess.run([sys.executable, "-c", script], check=False)
+    assert out.read_text().endswith('{"id": "torn"')
+    assert done_ids(out) == {"0", "1", "2"}
+    with AppendWriter(out) as w:
+        w.write({"id": "3"})
+    assert [json.loads(l)["id"] for l in out.read_text().splitlines()] == ["0", "1", "2", "3"]
+    assert repair_tail(out) == 4
+
+
+def test_rejects_path_sits_next_to_output(tmp_path):
+    assert rejects_path(tmp_path / "turns.jsonl") == tmp_path / "turns.rejects.jsonl"
+    assert "reject" in rejects_path("x/out").name
