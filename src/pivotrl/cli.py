@@ -94,15 +94,60 @@ def select() -> None:
 
 
 @app.command()
-def train() -> None:
-    """GRPO on pivots (TRL GRPOTrainer)."""
-    not_ready("train", 6)
+def train(
+    config: Path = typer.Option(..., "--config", help="Run YAML (pivotrl.train.config.GRPORunConfig)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in output_dir."),
+    max_steps: Optional[int] = typer.Option(None, help="Override max_steps."),
+    output_dir: Optional[Path] = typer.Option(None, help="Override output_dir."),
+    learning_rate: Optional[float] = typer.Option(None, help="Override learning_rate."),
+    pivot_set: Optional[str] = typer.Option(None, help="Override pivot_set: pivots | all | random."),
+    verifier: Optional[str] = typer.Option(None, help="Override the verifier name."),
+    seed: Optional[int] = typer.Option(None, help="Override seed."),
+) -> None:
+    """GRPO on pivots (TRL GRPOTrainer); works under `accelerate launch` too."""
+    from pivotrl.train.config import GRPORunConfig
+    from pivotrl.train.grpo import train as run_grpo
+
+    cfg = GRPORunConfig.from_yaml(config, resume=resume or None, max_steps=max_steps,
+                                  output_dir=output_dir, learning_rate=learning_rate,
+                                  pivot_set=pivot_set, verifier=verifier, seed=seed)
+    summary = run_grpo(cfg)
+    _print_train_summary("train", summary)
+
+
+def _print_train_summary(verb: str, summary: dict) -> None:
+    import os
+
+    if os.environ.get("RANK", "0") != "0":  # one summary under accelerate launch
+        return
+    from rich.table import Table
+
+    table = Table(title=f"pivotrl {verb}")
+    table.add_column("field")
+    table.add_column("value")
+    for key, value in summary.items():
+        if key == "dropped":
+            value = f"{len(value)}" + (f" (first: {value[0][0]}: {value[0][1]})" if value else "")
+        table.add_row(key, str(value))
+    console.print(table)
 
 
 @app.command()
-def sft() -> None:
-    """The SFT baseline on the same trajectories (TRL SFTTrainer)."""
-    not_ready("sft", 6)
+def sft(
+    config: Path = typer.Option(..., "--config", help="Run YAML (pivotrl.train.config.SFTRunConfig)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in output_dir."),
+    max_steps: Optional[int] = typer.Option(None, help="Override max_steps."),
+    output_dir: Optional[Path] = typer.Option(None, help="Override output_dir."),
+    learning_rate: Optional[float] = typer.Option(None, help="Override learning_rate."),
+    seed: Optional[int] = typer.Option(None, help="Override seed."),
+) -> None:
+    """The SFT baseline on the same trajectories (TRL SFTTrainer, loss on assistant turns only)."""
+    from pivotrl.train.config import SFTRunConfig
+    from pivotrl.train.sft import train_sft
+
+    cfg = SFTRunConfig.from_yaml(config, resume=resume or None, max_steps=max_steps,
+                                 output_dir=output_dir, learning_rate=learning_rate, seed=seed)
+    _print_train_summary("sft", train_sft(cfg))
 
 
 @app.command()

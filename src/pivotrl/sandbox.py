@@ -227,11 +227,33 @@ def run_in_sandbox(command: str, workdir: Path | str,
     return _run(["bash", "-c", command], Path(workdir), limits or SandboxLimits())
 
 
+def _traversable(path: Path) -> bool:
+    """Whether any user may walk down to `path` (bwrap, running under a throwaway uid, must)."""
+    return all(os.stat(p).st_mode & 0o001 for p in path.parents)
+
+
 def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
-    skeleton = _skeleton_root()
     workdir = workdir.resolve()
     if not workdir.is_dir():
         raise FileNotFoundError(f"sandbox workdir {workdir} is not a directory")
+    if os.geteuid() == 0 and not _traversable(workdir):
+        # e.g. under a 0700 directory: run on a staged copy, then put the result back
+        stage = copy_workspace(workdir)
+        try:
+            return _run(cmd, stage, limits)
+        finally:
+            for entry in list(workdir.iterdir()):
+                if entry.is_dir() and not entry.is_symlink():
+                    remove_workspace(entry)
+                else:
+                    entry.unlink()
+            shutil.copytree(stage, workdir, symlinks=True, dirs_exist_ok=True,
+                            copy_function=_copy_file)
+            st = os.stat(stage)
+            os.chmod(workdir, st.st_mode & 0o7777)
+            os.utime(workdir, ns=(st.st_atime_ns, st.st_mtime_ns))
+            remove_workspace(stage)
+    skeleton = _skeleton_root()
     as_root = os.geteuid() == 0
     owner = workdir.stat()
     popen_kw: dict = {}
@@ -362,10 +384,21 @@ def copy_workspace(src: Path | str | None) -> Path:
     dst = Path(tempfile.mkdtemp(prefix="pivotrl-ws-"))
     os.chmod(dst, 0o755)
     if src is not None:
-        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
+        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, copy_function=_copy_file)
         st = os.stat(src)
         os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
     return dst
+
+
+def _copy_file(src: str, dst: str) -> None:
+    # Commands can leave fifos/sockets behind: fifos are recreated, other special files skipped.
+    import stat as S
+
+    mode = os.lstat(src).st_mode
+    if S.S_ISFIFO(mode):
+        os.mkfifo(dst, S.S_IMODE(mode))
+    elif S.S_ISREG(mode):
+        shutil.copy2(src, dst)
 
 
 def remove_workspace(path: Path | str) -> None:

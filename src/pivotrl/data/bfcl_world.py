@@ -30,7 +30,7 @@ import re
 from typing import Any
 
 from pivotrl.data.bfcl import (backend_class, call_string, forget_instances, fresh_model_name,
-                               is_long_context)
+                               is_long_context, parse_call)
 from pivotrl.world import register_world
 
 # BFCL refuses these names before evaluating a call (multi_turn_utils.execute_multi_turn_func_call).
@@ -89,15 +89,20 @@ def stringify(result: Any) -> str:
     return str(result)
 
 
-def execute_on(instances: dict[str, Any], name: str, arguments: dict[str, Any]) -> str:
-    """One call on live instances, with BFCL's lookup and BFCL's observation strings."""
-    if name in FORBIDDEN:
-        return f"Error during execution: Function call {name} is not allowed."
+def method_table(instances: dict[str, Any]) -> dict[str, Any]:
+    """Public method name → bound method, later classes winning (BFCL's mapping)."""
     methods: dict[str, Any] = {}
     for instance in instances.values():
         for method_name, method in inspect.getmembers(instance, predicate=inspect.ismethod):
             if not method_name.startswith("_"):
                 methods[method_name] = method
+    return methods
+
+
+def execute_on(methods: dict[str, Any], name: str, arguments: dict[str, Any]) -> str:
+    """One call on live instances (`method_table`), with BFCL's observation strings."""
+    if name in FORBIDDEN:
+        return f"Error during execution: Function call {name} is not allowed."
     if not isinstance(arguments, dict):
         return f"Error during execution: arguments must be an object, got {type(arguments).__name__}"
     try:
@@ -136,12 +141,14 @@ class BfclWorld:
     def __init__(self) -> None:
         self.config: dict[str, Any] = {}
         self.instances: dict[str, Any] = {}
+        self.methods: dict[str, Any] = {}
         self.turns: list[list[tuple[str | None, str]]] = []  # per turn: (call text, observation)
         self._turns_marked = False
 
     def reset(self, config: dict[str, Any]) -> None:
         self.config = copy.deepcopy(config)
         self.instances = build_instances(self.config)
+        self.methods = method_table(self.instances)
         self.turns = []
         self._turns_marked = False
 
@@ -153,16 +160,10 @@ class BfclWorld:
     def execute(self, name: str, arguments: dict[str, Any]) -> str:
         if not self.turns:
             self.turns.append([])
-        observation = execute_on(self.instances, name, arguments)
-        methods = self._methods()
-        text = _safe_call(name, arguments) if name in methods and name not in FORBIDDEN else None
-        self.turns[-1].append((text, observation))
+        observation = execute_on(self.methods, name, arguments)
+        ok = isinstance(name, str) and name in self.methods and name not in FORBIDDEN
+        self.turns[-1].append((_safe_call(name, arguments) if ok else None, observation))
         return observation
-
-    def _methods(self) -> set[str]:
-        return {n for inst in self.instances.values()
-                for n, _ in inspect.getmembers(inst, predicate=inspect.ismethod)
-                if not n.startswith("_")}
 
     def snapshot(self) -> dict[str, Any]:
         return {name: {k: jsonable(v) for k, v in vars(inst).items() if not k.startswith("_")}
@@ -202,8 +203,6 @@ class BfclWorld:
         expected = BfclWorld()
         expected.reset(self.config)
         expected_results: list[str] = []
-        from pivotrl.data.bfcl import parse_call
-
         for turn in ground_truth:
             for call in turn:
                 name, args = parse_call(call, self.config.get("involved_classes", []))

@@ -137,12 +137,12 @@ def wrap_tokenizer(tok):
     from transformers import PreTrainedTokenizerFast
 
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=IM_END, pad_token=PAD,
-                                   bos_token=None, unk_token=None)
+                                   bos_token=None, unk_token=None,
+                                   padding_side="left")  # generation pads on the left
     fast.add_special_tokens({"additional_special_tokens": [IM_START]})
     fast.add_tokens([AddedToken(m, special=False, normalized=False) for m in MARKER_TOKENS])
     fast.chat_template = CHAT_TEMPLATE
     fast.model_max_length = 4096
-    fast.padding_side = "left"  # generation pads on the left
     return fast
 
 

@@ -1,0 +1,113 @@
+"""The `openai` backend: any OpenAI-compatible server (`vllm serve`, SGLang, `pivotrl serve`).
+
+It uses `/v1/completions` with the prompt text, since prompts are already templated (a chat
+endpoint would template them a second time, perhaps differently from training). One request per
+prompt with `n` samples, many requests in flight (a thread pool over one keep-alive client),
+retries with exponential backoff on connection errors, timeouts, 429 and 5xx.
+
+Token counts: `usage.prompt_tokens` is the prompt's; `usage.completion_tokens` is the total over
+the n choices, split evenly among them (the API gives no per-choice count), so totals are exact.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pivotrl.sampling.base import Completion, SamplerError, SamplingParams, prompt_seeds
+
+RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+
+
+class OpenAISampler:
+    """model: the served model name (None: the first one the server lists at /v1/models).
+    base_url: up to and including `/v1`. concurrency: requests in flight. max_retries: tries after
+    the first one; backoff: first wait in seconds, doubled each retry (capped at 30 s)."""
+
+    name = "openai"
+
+    def __init__(self, model: str | None = None, base_url: str = "http://127.0.0.1:8000/v1",
+                 api_key: str | None = None, concurrency: int = 16, timeout: float = 300.0,
+                 max_retries: int = 5, backoff: float = 0.5, batch_size: int | None = None):
+        import httpx
+
+        del batch_size  # the server batches; concurrency is the knob here
+        self.base_url = base_url.rstrip("/")
+        self.concurrency = max(1, int(concurrency))
+        self.max_retries = max(0, int(max_retries))
+        self.backoff = backoff
+        key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        self.client = httpx.Client(
+            timeout=timeout, headers={"Authorization": f"Bearer {key}"},
+            limits=httpx.Limits(max_connections=self.concurrency,
+                                max_keepalive_connections=self.concurrency))
+        self.model = model or self._first_model()
+
+    # ------------------------------------------------------------ HTTP with retries
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        import httpx
+
+        url = f"{self.base_url}{path}"
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            try:
+                resp = self.client.request(method, url, json=body)
+            except httpx.TransportError as exc:  # refused, reset, timed out
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if resp.status_code < 300:
+                    try:
+                        return resp.json()
+                    except ValueError:
+                        raise SamplerError(f"{url} answered with non-JSON: {resp.text[:200]!r}") from None
+                if resp.status_code not in RETRY_STATUS:
+                    raise SamplerError(f"{url} answered HTTP {resp.status_code}: {resp.text[:500]}")
+                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
+            if attempt < self.max_retries:
+                wait = min(30.0, self.backoff * 2 ** attempt)
+                time.sleep(wait * (0.5 + random.random() / 2))  # jitter: retries do not stampede
+        raise SamplerError(f"OpenAI-compatible server at {self.base_url} is unreachable or failing "
+                           f"({self.max_retries + 1} tries; last error: {last}). Is it running? "
+                           "Check --base-url.")
+
+    def _first_model(self) -> str:
+        data = self._request("GET", "/models").get("data") or []
+        if not data or not isinstance(data[0], dict) or "id" not in data[0]:
+            raise SamplerError(f"{self.base_url}/models lists no model; pass the model name")
+        return str(data[0]["id"])
+
+    # ------------------------------------------------------------ sampling
+
+    def _one(self, prompt: str, n: int, params: SamplingParams, seed: int | None) -> list[Completion]:
+        body: dict[str, Any] = {"model": self.model, "prompt": prompt, "n": n,
+                                "max_tokens": params.max_new_tokens,
+                                "temperature": params.temperature, "top_p": params.top_p}
+        if seed is not None:
+            body["seed"] = seed
+        data = self._request("POST", "/completions", body)
+        choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
+        if len(choices) != n:
+            raise SamplerError(f"{self.base_url}/completions returned {len(choices)} choices, "
+                               f"asked for {n}")
+        usage = data.get("usage") or {}
+        total = int(usage.get("completion_tokens") or 0)
+        share = [total // n + (1 if j < total % n else 0) for j in range(n)]
+        return [Completion(str(c.get("text") or ""), int(usage.get("prompt_tokens") or 0), share[j],
+                           str(c.get("finish_reason") or "length"))
+                for j, c in enumerate(choices)]
+
+    def sample(self, prompts: list[str], n: int, params: SamplingParams,
+               seeds: list[int] | None = None) -> list[list[Completion]]:
+        seeds_ = prompt_seeds(params, len(prompts), seeds)
+        if len(prompts) <= 1 or self.concurrency == 1:
+            return [self._one(p, n, params, s) for p, s in zip(prompts, seeds_)]
+        with ThreadPoolExecutor(min(self.concurrency, len(prompts))) as pool:
+            return list(pool.map(lambda ps: self._one(ps[0], n, params, ps[1]),
+                                 zip(prompts, seeds_)))
+
+    def close(self) -> None:
+        self.client.close()

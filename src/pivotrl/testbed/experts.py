@@ -1,0 +1,352 @@
+"""Expert policies for the testbed worlds, and the expert (and weaker "base") trajectories.
+
+The expert reads only what an agent sees: the parameters the user stated in words
+(`metadata["task"]`) and the observations of its own earlier calls. It never looks at the hidden
+state (customer ids, order ids, file names): it has to look them up, like the agent.
+
+At every step it picks at random among FUNCTIONALLY EQUIVALENT forms of the right action:
+argument order, optional arguments spelled out with their default or omitted, values the world
+accepts either way (case of emails, statuses, reasons, names; `qty` 2 or "2"), equivalent shell
+commands (`grep -c x f` / `grep x f | wc -l`, `head -n 3 f` / `head -3 f` …). Equivalent forms
+give identical observations and states (tests check this), so exact-match reward is unfair and a
+functional verifier is needed, as with real SFT data.
+
+The weaker expert (`ExpertConfig(noise=…, habit=…)`) is what the tiny base model is pretrained
+on: it has habits of its own (prefers one form), sometimes calls with a wrong id or file name
+and then recovers, sometimes stops early or writes a malformed call. Its trajectories are
+recorded with `metadata["success"]`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from pivotrl.records import FunctionCall, Message, ToolCall, Trajectory
+from pivotrl.testbed.worlds import make_tasks, stable_int
+from pivotrl.world import make_world
+
+MAX_TURNS = 8  # every task needs at most 6 turns; the weak expert may waste two
+
+
+class ExpertConfig(BaseModel):
+    noise: float = Field(0.0, description="Probability of a mistake at each turn (0 = the expert; "
+                         "0.3 gives the tiny base partial skill, issue 4).")
+    habit: float = Field(0.0, description="Probability of using its habitual (last-listed) form "
+                         "instead of a uniformly random one: the base's own style.")
+    mistakes: dict[str, float] = Field(
+        default_factory=lambda: {"wrong_id": 0.6, "stop_early": 0.25, "malformed": 0.15},
+        description="Relative weights of the mistake kinds of the weak expert.")
+
+
+WEAK = ExpertConfig(noise=0.3, habit=0.7)
+
+
+class Chooser:
+    """Random choice among equivalent forms, with an optional habit (the last-listed form)."""
+
+    def __init__(self, rng: random.Random, habit: float = 0.0):
+        self.rng, self.habit = rng, habit
+
+    def pick(self, options: list[Any], weights: list[float] | None = None) -> Any:
+        if self.habit and self.rng.random() < self.habit:
+            return options[-1]
+        return self.rng.choices(options, weights=weights)[0]
+
+    def order(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        pairs = list(pairs)
+        if not (self.habit and self.rng.random() < self.habit):
+            self.rng.shuffle(pairs)
+        return dict(pairs)
+
+
+# An expert step is ("call", tool name, arguments) or ("say", text).
+Step = tuple[str, Any, Any]
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        return None
+
+
+def _qty(ch: Chooser, key: str, q: int, optional: bool) -> list[tuple[str, Any]]:
+    if optional and q == 1 and ch.pick([True, False]):
+        return []  # omitted: the schema default is 1
+    return [(key, ch.pick([q, str(q)], weights=[0.85, 0.15]))]
+
+
+def toolshop_step(task: dict[str, Any], obs: list[str], ch: Chooser) -> Step:
+    kind, k = task["kind"], len(obs)
+    seen = [_json(o) for o in obs]
+    if any(isinstance(s, dict) and "error" in s for s in seen):
+        return ("say", "Sorry, I could not complete that.")
+    email = task["email"]
+    if k == 0:
+        return ("call", "find_customer", {"email": ch.pick(sorted({email, email.lower()}))})
+    cid = seen[0]["customer_id"]
+    if kind == "move":
+        if k == 1:
+            city = task["city"]
+            return ("call", "update_address",
+                    ch.order([("customer_id", cid), ("city", ch.pick([city, city.title()]))]))
+        c = seen[1]["city"].title()
+        return ("say", ch.pick([f"Your city is now {c}.", f"Done, I updated your city to {c}."]))
+    if kind == "count":
+        if k == 1:
+            return ("call", "list_orders", ch.order(
+                [("customer_id", cid), ("status", ch.pick(["shipped", "Shipped", "SHIPPED"]))]))
+        n = len(seen[1])
+        return ("say", ch.pick([f"You have {n} shipped orders.", f"{n} of your orders have shipped."]))
+    if kind == "buy":
+        return _buy(task, seen, k - 1, cid, ch, prefix="")
+    # cancel / return / change / swap: find the one order in the needed status first
+    if k == 1:
+        pairs = [("customer_id", cid)] + ([("status", "any")] if ch.pick([True, False]) else [])
+        return ("call", "list_orders", ch.order(pairs))
+    status = "delivered" if kind == "return" else "pending"
+    oid = next(o["order_id"] for o in seen[1] if o["status"] == status)
+    if kind in ("cancel", "swap"):
+        if k == 2:
+            r = task["reason"]
+            pairs = [("order_id", oid)]
+            if r != "changed_mind" or ch.pick([True, False]):
+                pairs.append(("reason", ch.pick([r, r.upper()], weights=[0.8, 0.2])))
+            return ("call", "cancel_order", ch.order(pairs))
+        if kind == "cancel":
+            return ("say", ch.pick([f"Your order {oid} is cancelled.",
+                                    f"Done: order {oid} has been cancelled."]))
+        return _buy(task, seen, k - 3, cid, ch, prefix=f"Order {oid} is cancelled. ")
+    if k == 2:
+        return ("call", "get_order", {"order_id": oid})
+    pid = next(i["product_id"] for i in seen[2]["items"] if i["name"] == task["product"])
+    q, p = task["qty"], task["product"]
+    if k == 3:
+        tool = "return_item" if kind == "return" else "change_qty"
+        return ("call", tool, ch.order([("order_id", oid), ("product_id", pid)]
+                                       + _qty(ch, "qty", q, optional=kind == "return")))
+    if kind == "return":
+        refund = seen[3]["refund"]
+        return ("say", ch.pick([f"I returned {q} {p} from order {oid}. Refund: {refund}.",
+                                f"Done, {q} {p} returned from {oid}, refund {refund}."]))
+    return ("say", ch.pick([f"Done: {p} in order {oid} is now {q}.",
+                            f"Order {oid} now has {q} {p}."]))
+
+
+def _buy(task, seen, j, cid, ch: Chooser, prefix: str) -> Step:
+    p, q = task["product"], task["qty"]
+    if j == 0:
+        return ("call", "find_product", {"name": ch.pick([p, p.capitalize()])})
+    pid = seen[-1]["product_id"] if j == 1 else seen[-2]["product_id"]
+    if j == 1:
+        return ("call", "place_order", ch.order([("customer_id", cid), ("product_id", pid)]
+                                                + _qty(ch, "qty", q, optional=True)))
+    new = seen[-1]["order_id"]
+    return ("say", prefix + ch.pick([f"Order {new} is placed for {q} {p}.",
+                                     f"Done: your order {new} is placed."]))
+
+
+def _ls(ch: Chooser) -> Step:
+    return ("call", "run", {"command": ch.pick(["ls", "ls -1", "ls .", "ls -A"])})
+
+
+def _file(listing: str, ext: str) -> str:
+    return next(n for n in listing.split() if n.endswith("." + ext))
+
+
+def terminal_step(task: dict[str, Any], obs: list[str], ch: Chooser) -> Step:
+    kind, k = task["kind"], len(obs)
+    if any(o.rstrip().endswith("]") and "[exit" in o for o in obs):
+        return ("say", "Sorry, a command failed.")
+    run = lambda cmd: ("call", "run", {"command": cmd})  # noqa: E731
+    if kind == "copy":
+        w, out = task["word"], task["out"]
+        if k == 0:
+            return run(ch.pick([f"grep -l {w} *", f"grep -l '{w}' *",
+                                f"grep --files-with-matches {w} *"]))
+        f = obs[0].strip()
+        if k == 1:
+            return run(ch.pick([f"cp {f} {out}", f"cat {f} > {out}", f"cp ./{f} {out}",
+                                f"cp {f} ./{out}"]))
+        return ("say", ch.pick([f"Copied {f} to {out}.", f"Done: {out} is a copy of {f}."]))
+    if k == 0:
+        return _ls(ch)
+    ext = {"count": "log", "move": "log", "head": "csv", "lines": "csv", "sort": "txt",
+           "config": "ini"}[kind]
+    f = _file(obs[0], ext)
+    if kind == "count":
+        lv = task["level"]
+        if k == 1:
+            return run(ch.pick([f"grep -c {lv} {f}", f"grep {lv} {f} | wc -l",
+                                f"grep -c '{lv}' {f}", f"cat {f} | grep -c {lv}"]))
+        n = obs[1].strip()
+        return ("say", ch.pick([f"There are {n} {lv} lines.", f"{n} lines contain {lv}."]))
+    if kind == "lines":
+        if k == 1:
+            return run(ch.pick([f"wc -l < {f}", f"cat {f} | wc -l", f"grep -c '' {f}"]))
+        n = obs[1].strip()
+        return ("say", ch.pick([f"The csv file has {n} lines.", f"{f} has {n} lines."]))
+    if kind == "config":
+        key = task["key"]
+        if k == 1:
+            return run(ch.pick([f"grep {key} {f}", f"grep '{key}' {f}", f"grep -e {key} {f}"]))
+        value = obs[1].strip().split("=", 1)[-1]
+        return ("say", ch.pick([f"The {key} is {value}.", f"{key} is set to {value}."]))
+    if kind == "head":
+        n, out = task["n"], task["out"]
+        if k == 1:
+            return run(ch.pick([f"head -n {n} {f} > {out}", f"head -{n} {f} > {out}",
+                                f"cat {f} | head -n {n} > {out}", f"head --lines={n} {f} > {out}"]))
+        return ("say", ch.pick([f"Saved the first {n} lines to {out}.", f"Done, see {out}."]))
+    if kind == "sort":
+        out = task["out"]
+        if k == 1:
+            return run(ch.pick([f"sort -u {f} > {out}", f"sort {f} | uniq > {out}",
+                                f"cat {f} | sort -u > {out}", f"sort -u -o {out} {f}"]))
+        return ("say", ch.pick([f"Wrote the sorted names to {out}.", f"Done, see {out}."]))
+    # move
+    d = task["dir"]
+    if k == 1:
+        return run(ch.pick([f"mkdir {d}", f"mkdir -p {d}", f"mkdir ./{d}"]))
+    if k == 2:
+        return run(ch.pick([f"mv {f} {d}/", f"mv {f} {d}", f"mv ./{f} {d}/"]))
+    return ("say", ch.pick([f"Moved {f} into {d}.", f"Done: {f} is now in {d}/."]))
+
+
+STEPS = {"toolshop": toolshop_step, "terminal": terminal_step}
+
+
+def step_message(step: Step, call_index: int) -> Message:
+    """An expert step as an assistant message (arguments a JSON string in the chosen order)."""
+    if step[0] == "say":
+        return Message(role="assistant", content=step[1])
+    return Message(role="assistant", tool_calls=[ToolCall(
+        id=f"call_{call_index}", function=FunctionCall(name=step[1], arguments=json.dumps(step[2])))])
+
+
+def observations(context: list[Message]) -> list[str]:
+    return [m.content if isinstance(m.content, str) else "" for m in context if m.role == "tool"]
+
+
+def expert_message(world: str, task: dict[str, Any], context: list[Message], seed: int,
+                   habit: float = 0.0) -> Message:
+    """The expert's next action after `context` (deterministic in seed, task text and step)."""
+    obs = observations(context)
+    user = next((m.content for m in context if m.role == "user"), "")
+    ch = Chooser(random.Random(stable_int("expert", seed, user, len(obs))), habit)
+    n_calls = sum(len(m.tool_calls or []) for m in context)
+    return step_message(STEPS[world](task, obs, ch), n_calls)
+
+
+# ---------------------------------------------------------------- trajectories
+
+
+def run_expert(task: Trajectory, seed: int, config: ExpertConfig | None = None) -> Trajectory:
+    """Play one task with the (possibly weak) expert in a live world; return the trajectory."""
+    cfg = config or ExpertConfig()
+    name = task.metadata["world"]
+    world = make_world(name)
+    world.reset(task.metadata["world_config"])
+    params = task.metadata["task"]
+    rng = random.Random(stable_int("noise", seed, task.id))
+    messages = list(task.messages)
+    plan_context = list(task.messages)  # what the expert plans from: its good steps only
+    final = None
+    n_calls = 0
+    for _ in range(MAX_TURNS):
+        msg = expert_message(name, params, plan_context, seed, cfg.habit)
+        mistake = _mistake(rng, cfg) if cfg.noise else None
+        if mistake == "stop_early" or (mistake == "malformed" and msg.tool_calls):
+            final = _stop_early(name, rng) if mistake == "stop_early" else None
+            bad = _malformed(msg) if mistake == "malformed" else final
+            messages.append(Message(role="assistant", content=bad))
+            break
+        wrong = _wrong_id(name, msg, rng, n_calls) if mistake == "wrong_id" else None
+        if wrong is not None:
+            obs = world.execute(wrong.tool_calls[0].function.name, wrong.tool_calls[0].args())
+            messages += [wrong, Message(role="tool", tool_call_id=wrong.tool_calls[0].id, content=obs)]
+            n_calls += 1
+            continue  # the expert reads the error and retries with the right call next turn
+        msg = _renumber(msg, n_calls)
+        messages.append(msg)
+        plan_context.append(msg)
+        if not msg.tool_calls:
+            final = msg.content
+            break
+        for call in msg.tool_calls:
+            obs = world.execute(call.function.name, call.args())
+            tool_msg = Message(role="tool", tool_call_id=call.id, content=obs)
+            messages.append(tool_msg)
+            plan_context.append(tool_msg)
+            n_calls += 1
+    ok = world.success(task.metadata["goal"], final if isinstance(final, str) else None)
+    tag = f"w{seed}" if cfg.noise or cfg.habit else f"{seed}"
+    return Trajectory(id=f"{task.id}.{tag}", messages=messages, tools=task.tools, domain=name,
+                      metadata={**task.metadata, "expert_seed": seed, "success": ok,
+                                "expert": "weak" if cfg.noise or cfg.habit else "expert"})
+
+
+def _mistake(rng: random.Random, cfg: ExpertConfig) -> str | None:
+    if rng.random() >= cfg.noise:
+        return None
+    kinds = sorted(cfg.mistakes)
+    return rng.choices(kinds, weights=[cfg.mistakes[k] for k in kinds])[0]
+
+
+def _renumber(msg: Message, start: int) -> Message:
+    if not msg.tool_calls:
+        return msg
+    calls = [c.model_copy(update={"id": f"call_{start + i}"}) for i, c in enumerate(msg.tool_calls)]
+    return msg.model_copy(update={"tool_calls": calls})
+
+
+def _wrong_id(world: str, msg: Message, rng: random.Random, index: int) -> Message | None:
+    """The right tool with a wrong identifier (a skipped or misread lookup); None if no id."""
+    if not msg.tool_calls:
+        return None
+    call = msg.tool_calls[0]
+    args = dict(call.args())
+    before = dict(args)
+    if world == "terminal":
+        from pivotrl.testbed.terminal import BASES
+
+        words = args["command"].split()
+        for i, w in enumerate(words):
+            if "." in w and not w.startswith("-"):
+                words[i] = f"{rng.choice(BASES)}.{w.rsplit('.', 1)[1]}"
+                break
+        args["command"] = " ".join(words)
+    else:
+        for key in ("order_id", "customer_id", "product_id"):
+            if key in args:
+                args[key] = f"{key[0]}{rng.randrange(10, 100)}"
+                break
+        else:
+            for key in ("email", "name", "city"):
+                if key in args:
+                    args[key] = "x" + str(args[key])
+                    break
+    if args == before:
+        return None
+    return Message(role="assistant", tool_calls=[ToolCall(
+        id=f"call_{index}", function=FunctionCall(name=call.function.name, arguments=json.dumps(args)))])
+
+
+def _stop_early(world: str, rng: random.Random) -> str:
+    return rng.choice(["Done.", "All set.", "I have taken care of it."])
+
+
+def _malformed(msg: Message) -> str:
+    call = msg.tool_calls[0]
+    body = json.dumps({"name": call.function.name, "arguments": call.args()})
+    return "<tool_call>\n" + body[: max(8, len(body) // 2)]  # cut off: no closing tag
+
+
+def generate_trajectories(world: str, split: str, n: int, seed: int = 0,
+                          config: ExpertConfig | None = None, start: int = 0) -> list[Trajectory]:
+    """Expert (or, with `config`, weaker) trajectories of the first `n` tasks of `split`."""
+    return [run_expert(task, seed, config) for task in make_tasks(world, split, n, start)]

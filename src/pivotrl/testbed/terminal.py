@@ -1,0 +1,187 @@
+"""`terminal`: a small file tree and one tool, `run(command)`, executed in the bubblewrap sandbox.
+
+Every workspace holds one file of each kind (`.log`, `.csv`, `.txt`, `.ini`) under a random
+name, so the agent must look (`ls`, `grep -l`) before it acts: later commands depend on earlier
+output. Tasks take 2–3 commands and end with a message; success is the resulting file tree
+(exactly the goal tree) plus, for questions, the number or value in the final message.
+
+Commands run ONLY through `pivotrl.sandbox.run_in_sandbox`, on this world's own workspace copy.
+The observation is the command's output (stdout then stderr, capped), with `[exit N]` appended
+when the command failed: deterministic, because workspaces start with frozen timestamps.
+"""
+
+from __future__ import annotations
+
+import random
+import weakref
+from pathlib import Path
+from typing import Any
+
+from pivotrl import sandbox
+from pivotrl.world import register_world
+
+NAME = "terminal"
+SYSTEM_PROMPT = ("You are a shell assistant. Use the run tool to run bash commands in the "
+                 "user's directory. When done, reply to the user.")
+TOOLS = [{"type": "function", "function": {
+    "name": "run", "description": "Run a bash command in the working directory.",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
+                   "required": ["command"]}}}]
+KINDS = ["count", "head", "copy", "sort", "move", "config", "lines"]
+CALLS_PER_KIND = {"count": 2, "head": 2, "copy": 2, "sort": 2, "move": 3, "config": 2, "lines": 2}
+MAX_OBSERVATION_CHARS = 800
+LIMITS = sandbox.SandboxLimits(timeout_s=5.0, max_output_bytes=16384)
+
+BASES = ["app", "data", "main", "notes", "server", "info", "jobs", "list", "users", "web"]
+LEVELS = ["ERROR", "WARN", "INFO"]
+EVENTS = ["disk full", "db down", "started", "slow query", "user login", "retry", "timeout"]
+PEOPLE = ["ann", "bob", "cat", "dan", "eve", "fay", "gus", "hal"]
+MARKERS = ["zebra", "mango", "comet", "tulip", "ember", "otter"]
+KEYS = {"port": lambda r: str(r.randrange(1000, 9999)), "host": lambda r: r.choice(["alpha", "beta", "gamma"]),
+        "user": lambda r: r.choice(PEOPLE), "mode": lambda r: r.choice(["fast", "safe", "debug"])}
+DIRS = ["old", "archive", "backup", "logs"]
+
+
+class TerminalWorld:
+    name = NAME
+
+    def __init__(self) -> None:
+        self.workdir: Path | None = None
+        self._cleanup = None
+
+    def reset(self, config: dict[str, Any]) -> None:
+        self._drop()
+        self.workdir = sandbox.copy_workspace(None)
+        sandbox.materialize_workspace(config.get("files", {}), self.workdir)
+        # The temp dir goes with the world object, however the caller forgets it.
+        self._cleanup = weakref.finalize(self, sandbox.remove_workspace, str(self.workdir))
+
+    def _drop(self) -> None:
+        if self._cleanup is not None:
+            self._cleanup()
+        self._cleanup, self.workdir = None, None
+
+    def close(self) -> None:
+        self._drop()
+
+    def execute(self, name: str, arguments: dict[str, Any]) -> str:
+        if self.workdir is None:
+            return "error: world not reset"
+        if name != "run":
+            return f"error: unknown tool {name}"
+        command = arguments.get("command") if isinstance(arguments, dict) else None
+        if not isinstance(command, str) or not command.strip():
+            return "error: command must be a non-empty string"
+        if set(arguments) - {"command"}:
+            return f"error: unknown argument {sorted(set(arguments) - {'command'})[0]}"
+        res = sandbox.run_in_sandbox(command, self.workdir, LIMITS)
+        return observation(res)
+
+    def snapshot(self) -> dict[str, str]:
+        return sandbox.snapshot_dir(self.workdir) if self.workdir is not None else {}
+
+    def success(self, goal: dict[str, Any], final_message: str | None) -> bool:
+        from pivotrl.testbed.toolshop import mentions
+
+        if final_message is None or self.snapshot() != goal["files"]:
+            return False
+        return all(mentions(final_message, m) for m in goal.get("mention", []))
+
+
+def observation(res: sandbox.SandboxResult) -> str:
+    text = res.stdout + res.stderr
+    if len(text) > MAX_OBSERVATION_CHARS:
+        text = text[:MAX_OBSERVATION_CHARS] + "\n[output cut]"
+    if res.timed_out:
+        text += "\n[timed out]"
+    elif res.exit_code != 0:
+        text += f"\n[exit {res.exit_code}]"
+    return text.strip("\n") or "(no output)"
+
+
+register_world(NAME, TerminalWorld)
+
+
+# ---------------------------------------------------------------- task generation
+
+_TEMPLATES = {
+    "count": ["How many {level} lines are in the log file?",
+              "Count the lines with {level} in the .log file.",
+              "Tell me how many lines of the log contain {level}."],
+    "head": ["Save the first {n} lines of the csv file to {out}.",
+             "Write the top {n} lines of the .csv file into {out}.",
+             "Put the first {n} lines of the csv into a file named {out}."],
+    "copy": ["One file mentions {word}. Copy it to {out}.",
+             "Find the file that contains the word {word} and copy it to {out}.",
+             "Copy the file with {word} in it to {out}."],
+    "sort": ["Write the names from the .txt file, sorted and without duplicates, to {out}.",
+             "Sort the txt file, drop repeated names, and save it as {out}.",
+             "Save the unique names of the text file in sorted order to {out}."],
+    "move": ["Make a folder named {dir} and move the log file into it.",
+             "Move the .log file into a new directory {dir}.",
+             "Create the directory {dir} and put the log file there."],
+    "config": ["What is the {key} in the ini file?",
+               "Which {key} is set in the .ini config?",
+               "Tell me the value of {key} in the config file."],
+    "lines": ["How many lines does the csv file have?",
+              "Count the lines of the .csv file.",
+              "Tell me the number of lines in the csv."],
+}
+OUTS = ["out.txt", "top.txt", "res.txt", "found.txt", "names.txt"]
+
+
+def generate(task_id: str, rng: random.Random) -> dict[str, Any]:
+    kind = KINDS[rng.randrange(len(KINDS))]
+    bases = rng.sample(BASES, 4)
+    names = {ext: f"{b}.{ext}" for ext, b in zip(("log", "csv", "txt", "ini"), bases)}
+    log = [f"{rng.choice(LEVELS)} {rng.choice(EVENTS)}" for _ in range(rng.randrange(4, 9))]
+    csv = ["id,name,qty"] + [f"{i},{rng.choice(PEOPLE)},{rng.randrange(1, 20)}"
+                             for i in range(1, rng.randrange(4, 8))]
+    txt = [rng.choice(PEOPLE) for _ in range(rng.randrange(5, 9))]
+    keys = rng.sample(sorted(KEYS), 3)
+    ini = [f"{k}={KEYS[k](rng)}" for k in keys]
+    lines = {"log": log, "csv": csv, "txt": txt, "ini": ini}
+    task: dict[str, Any] = {"kind": kind}
+    if kind == "copy":
+        task["word"] = rng.choice(MARKERS)
+        ext = rng.choice(sorted(lines))
+        lines[ext].insert(rng.randrange(len(lines[ext]) + 1), f"note {task['word']}")
+    if kind == "count":  # at least one hit: `grep -c` exits 1 on none, `grep | wc -l` does not
+        task["level"] = rng.choice(LEVELS)
+        if not any(task["level"] in ln for ln in log):
+            log[rng.randrange(len(log))] = f"{task['level']} {rng.choice(EVENTS)}"
+    files = {names[e]: "\n".join(ls) + "\n" for e, ls in lines.items()}
+    goal_files = dict(files)
+    mention: list[str] = []
+    if kind == "count":
+        mention.append(str(sum(task["level"] in ln for ln in log)))
+    elif kind == "head":
+        task.update(n=rng.randrange(2, 4), out=rng.choice(OUTS))
+        goal_files[task["out"]] = "".join(ln + "\n" for ln in csv[: task["n"]])
+    elif kind == "copy":
+        task["out"] = rng.choice(OUTS)
+        goal_files[task["out"]] = files[names[ext]]
+    elif kind == "sort":
+        task["out"] = rng.choice(OUTS)
+        goal_files[task["out"]] = "".join(n + "\n" for n in sorted(set(txt)))
+    elif kind == "move":
+        task["dir"] = rng.choice(DIRS)
+        content = goal_files.pop(names["log"])
+        goal_files[f"{task['dir']}/"] = None
+        goal_files[f"{task['dir']}/{names['log']}"] = content
+    elif kind == "config":
+        task["key"] = rng.choice(keys)
+        mention.append(ini[keys.index(task["key"])].split("=", 1)[1])
+    elif kind == "lines":
+        mention.append(str(len(csv)))
+    user = rng.choice(_TEMPLATES[kind]).format(**task)
+    return {"user": user, "world_config": {"files": files},
+            "goal": {"files": _as_snapshot(goal_files), "mention": mention}, "task": task}
+
+
+def _as_snapshot(files: dict[str, str | None]) -> dict[str, str]:
+    """The goal tree in `snapshot_dir`'s format (directories end in "/" and read "<dir>")."""
+    out = {}
+    for rel, content in files.items():
+        out[rel] = "<dir>" if content is None else content
+    return dict(sorted(out.items()))

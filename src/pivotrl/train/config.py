@@ -1,0 +1,214 @@
+"""Run configurations for `pivotrl train` (GRPO on pivots) and `pivotrl sft` (the SFT baseline).
+
+One YAML file per run; every field says where its default comes from. "paper" is PivotRL
+(arXiv 2603.21383) and its published τ² recipe; "TRL" is the TRL 1.16 default; "ours" is a choice
+made here, with the reason. CLI overrides (`--max-steps`, …) are applied on top of the YAML.
+
+How the schedule counts (DESIGN.md: "count steps and schedule by pivots, not by rows"): the train
+set holds ONE row per pivot. One optimizer step consumes
+`pivots_per_step = per_device_train_batch_size * num_processes * gradient_accumulation_steps
+/ num_generations` pivots (each with its G completions). `num_epochs` passes over the pivot set
+therefore take `ceil(num_epochs * n_pivots / pivots_per_step)` optimizer steps, and that number
+is handed to TRL as `max_steps` (TRL never derives the schedule from a row count).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    # A misspelt YAML key must be an error, not a silently ignored setting.
+    model_config = ConfigDict(extra="forbid")
+
+
+class LoraOptions(_Strict):
+    enabled: bool = Field(False, description="Train LoRA adapters through PEFT instead of all weights "
+                          "(ours: off, the paper trains full weights).")
+    r: int = Field(16, description="LoRA rank (PEFT's common starting point).")
+    alpha: int = Field(32, description="LoRA alpha (2×r, the usual PEFT recipe).")
+    dropout: float = Field(0.05, description="LoRA dropout (PEFT examples).")
+    target_modules: list[str] | str = Field("all-linear", description="Modules that get adapters "
+                                            "(PEFT's 'all-linear' covers attention and MLP).")
+
+    def peft_config(self, task_type: str = "CAUSAL_LM"):
+        if not self.enabled:
+            return None
+        from peft import LoraConfig
+
+        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
+                          target_modules=self.target_modules, task_type=task_type)
+
+
+class ReprofileOptions(_Strict):
+    enabled: bool = Field(False, description="Re-profile the pivots during training and drop those the "
+                          "policy has mastered (the profiling issue's hook; ours: off, the paper profiles once).")
+    threshold: float = Field(0.9, description="Batch reward mean that triggers a re-profile (select.ReprofileHook).")
+    every_n_steps: int = Field(50, description="Least number of optimizer steps between two re-profiles.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Further ReprofileHook keyword "
+                                    "arguments (k, verifier, …), passed through.")
+
+
+class _RunCommon(_Strict):
+    model: str = Field(..., description="Policy to start from: a local HF directory or hub id (for PivotRL "
+                       "the same π0 that profiled the turns).")
+    output_dir: Path = Field(..., description="Where checkpoints, the final model + tokenizer and metrics.jsonl go.")
+    learning_rate: float = Field(1e-6, description="Peak learning rate (paper: 1e-6 for 30B-scale models; the "
+                                 "testbed configs set their own, ~1e-4 for 1M-parameter models).")
+    lr_scheduler_type: str = Field("constant_with_warmup", description="transformers scheduler name (ours: "
+                                   "constant after warmup, as in the paper's RL recipe; 'cosine' for decay).")
+    warmup_steps: int = Field(0, description="Linear warmup in optimizer steps (TRL: 0).")
+    weight_decay: float = Field(0.0, description="AdamW weight decay (TRL: 0).")
+    max_grad_norm: float = Field(1.0, description="Gradient clipping norm (TRL: 1.0).")
+    per_device_train_batch_size: int = Field(16, description="Sequences per device per micro-step "
+                                             "(GRPO: completions, ours: one group of G=16; SFT: trajectories).")
+    gradient_accumulation_steps: int = Field(1, description="Micro-steps per optimizer step (TRL: 1).")
+    max_steps: int | None = Field(None, description="Optimizer steps; when set it wins over num_epochs.")
+    num_epochs: float = Field(1.0, description="Passes over the data (GRPO: over PIVOTS, see module doc).")
+    save_steps: int = Field(50, description="Checkpoint every N optimizer steps (ours).")
+    save_total_limit: int | None = Field(None, description="Keep at most N checkpoints (None: all; TRL).")
+    resume: bool = Field(False, description="Continue from the last checkpoint-* in output_dir (--resume).")
+    report_to: Literal["none", "tensorboard", "wandb"] = Field("none", description="Experiment tracker "
+                                                              "(ours: none; metrics.jsonl is always written).")
+    logging_steps: int = Field(1, description="Log (and append to metrics.jsonl) every N steps (ours: every step).")
+    seed: int = Field(0, description="Seed of sampling, shuffling and init (ours).")
+    precision: Literal["auto", "bf16", "fp32"] = Field("auto", description="auto: bf16 on GPUs that support it, "
+                                                      "fp32 on CPU (bf16 autocast on CPU is ~16× slower, DESIGN.md).")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations (TRL: True; ours: False, "
+                                         "2× slower on small models — turn on for big ones).")
+    lora: LoraOptions = Field(default_factory=LoraOptions, description="PEFT LoRA options.")
+    trl_overrides: dict[str, Any] = Field(default_factory=dict, description="Any further TRL config fields, "
+                                          "passed through verbatim (e.g. deepspeed, fsdp, top_p).")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any):
+        """Load a YAML run file; relative paths are taken relative to the YAML's folder."""
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: a run config must be a YAML mapping")
+        for key in cls._path_fields():
+            if data.get(key) and not Path(str(data[key])).is_absolute():
+                candidate = path.parent / str(data[key])
+                # "model" may be a hub id: resolve only when the relative path exists
+                if key != "model" or candidate.exists():
+                    data[key] = str(candidate)
+        # CLI overrides come last; their paths are relative to the working directory, as usual.
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            return cls.model_validate(data)
+        except Exception as exc:
+            raise ValueError(f"{path}: {exc}") from None
+
+    @classmethod
+    def _path_fields(cls) -> tuple[str, ...]:
+        return ("model", "output_dir")
+
+    def bf16(self) -> bool:
+        if self.precision == "fp32":
+            return False
+        if self.precision == "bf16":
+            return True
+        import torch
+
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+class GRPORunConfig(_RunCommon):
+    pivots: Path = Field(..., description="Pivots JSONL (Turn/Profile records, the output of `pivotrl select`).")
+    turns: Path | None = Field(None, description="All candidate turns (profile or turns JSONL); needed for "
+                               "pivot_set all|random.")
+    pivot_set: Literal["pivots", "all", "random"] = Field("pivots", description="Ablation switch: the selected "
+                                                         "pivots (paper), every turn (no filter), or as many "
+                                                         "random turns as there are pivots.")
+    verifier: str = Field("toolcall", description="Verifier that rewards a completion against the expert "
+                          "action (paper: functional; 'exact' is the string-match ablation).")
+    verifier_config: dict[str, Any] = Field(default_factory=dict, description="Verifier options (YAML keys).")
+    invalid_action_penalty: float = Field(0.0, description="Reward of an unparseable completion (DESIGN.md: "
+                                          "0, never more than a wrong action; use <0 to punish format errors).")
+    num_generations: int = Field(16, description="G completions per pivot (paper τ² recipe: 16).")
+    temperature: float = Field(1.0, description="Sampling temperature of rollouts (TRL: 1.0).")
+    top_p: float = Field(1.0, description="Nucleus sampling of rollouts (TRL: 1.0).")
+    max_prompt_length: int | None = Field(None, description="Pivots whose prompt is longer (tokens) are "
+                                          "dropped and counted (TRL 1.16 has no prompt truncation; cutting a "
+                                          "chat prompt would break it).")
+    max_completion_length: int = Field(256, description="Tokens per completion (one action; ours).")
+    epsilon: float = Field(0.2, description="Lower clip ε (paper/DAPO clip-higher recipe: 0.2).")
+    epsilon_high: float = Field(0.28, description="Upper clip ε_high (paper/DAPO clip-higher: 0.28).")
+    beta: float = Field(0.0, description="KL coefficient to the reference model (paper: 0, no KL).")
+    loss_type: str = Field("dapo", description="Token-level loss normalised over all tokens of the batch "
+                           "(paper: token-level; TRL 1.16 calls it 'dapo').")
+    scale_rewards: Literal["group", "batch", "none"] = Field("group", description="Advantage normalisation "
+                                                             "(paper: group-normalised, GRPO).")
+    num_iterations: int = Field(1, description="Optimizer passes per generated batch (TRL μ: 1, on-policy).")
+    use_vllm: bool = Field(False, description="Generate with vLLM (GPU only; `pip install pivotrl[vllm]`).")
+    vllm_mode: Literal["colocate", "server"] = Field("colocate", description="vLLM in the training processes "
+                                                     "(colocate) or a separate `trl vllm-serve` (server); TRL.")
+    vllm_gpu_memory_utilization: float = Field(0.3, description="GPU memory share of colocated vLLM (TRL: 0.3).")
+    reprofile: ReprofileOptions = Field(default_factory=ReprofileOptions, description="Re-profiling hook.")
+
+    @classmethod
+    def _path_fields(cls) -> tuple[str, ...]:
+        return ("model", "output_dir", "pivots", "turns")
+
+    def pivots_per_step(self, num_processes: int = 1) -> float:
+        return self.per_device_train_batch_size * num_processes * self.gradient_accumulation_steps / self.num_generations
+
+    def total_steps(self, n_pivots: int, num_processes: int = 1) -> int:
+        """Optimizer steps of the run: max_steps, else epochs over the pivots (one row per pivot)."""
+        if self.max_steps is not None:
+            return self.max_steps
+        return max(1, math.ceil(self.num_epochs * n_pivots / self.pivots_per_step(num_processes)))
+
+
+class SFTRunConfig(_RunCommon):
+    data: Path = Field(..., description="Trajectory JSONL: the SAME trajectories the pivots were extracted from.")
+    learning_rate: float = Field(1e-5, description="Peak learning rate (ours for real models, SFT's usual "
+                                 "range; the testbed config sets its own).")
+    lr_scheduler_type: str = Field("cosine", description="transformers scheduler name (ours: cosine, the "
+                                   "usual SFT schedule).")
+    warmup_steps: int = Field(0, description="Linear warmup in optimizer steps (TRL: 0).")
+    per_device_train_batch_size: int = Field(8, description="Trajectories per device per micro-step (TRL: 8).")
+    max_length: int | None = Field(4096, description="Tokens per trajectory; longer ones are dropped and "
+                                   "counted (cutting would leave half an action in the loss; ours).")
+    assistant_only_loss: bool = Field(True, description="Loss on assistant tokens only (paper's SFT "
+                                      "baseline; needs {% generation %} in the chat template).")
+
+    @classmethod
+    def _path_fields(cls) -> tuple[str, ...]:
+        return ("model", "output_dir", "data")
+
+    def total_steps(self, n_rows: int, num_processes: int = 1) -> int:
+        if self.max_steps is not None:
+            return self.max_steps
+        per_step = self.per_device_train_batch_size * num_processes * self.gradient_accumulation_steps
+        return max(1, math.ceil(self.num_epochs * n_rows / per_step))
+
+
+def trl_common_kwargs(cfg: _RunCommon, total_steps: int) -> dict[str, Any]:
+    """The TrainingArguments both trainers share, from a run config."""
+    import torch
+
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(cfg.output_dir), learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler_type, warmup_steps=cfg.warmup_steps,
+        weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm,
+        per_device_train_batch_size=cfg.per_device_train_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps, max_steps=total_steps,
+        save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=cfg.save_total_limit,
+        logging_steps=cfg.logging_steps, report_to=[] if cfg.report_to == "none" else [cfg.report_to],
+        seed=cfg.seed, bf16=cfg.bf16(), gradient_checkpointing=cfg.gradient_checkpointing,
+        use_cpu=not torch.cuda.is_available(), disable_tqdm=True,
+        # A dataset swapped by the re-profiling hook must not be fast-forwarded on resume.
+        ignore_data_skip=True,
+    )
+    kwargs.update(cfg.trl_overrides)
+    return kwargs

@@ -1,0 +1,190 @@
+"""`pivotrl train`: TRL GRPOTrainer on pivot states (one-turn rollouts, verifier reward).
+
+Prompts are pre-rendered to plain text with `chat.prompt_text` (the model's own chat template,
+with the pivot's own tools). TRL 1.16 renders conversational prompts with ONE trainer-wide tool
+list (`GRPOTrainer(tools=...)`, which it also executes); pivots from different trajectories carry
+different tool schemas, so per-row rendering has to happen here. It is also exactly the text
+profiling and evaluation prompt with, so the policy sees the same prompt in every stage.
+
+The same code runs on one CPU, under `accelerate launch` (DDP, DeepSpeed ZeRO, FSDP) and with vLLM
+generation on GPUs: all of that is TRL's, switched by the run config and the accelerate config.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoTokenizer, TrainerCallback
+from transformers.trainer_utils import get_last_checkpoint
+
+from pivotrl.chat import prompt_text
+from pivotrl.records import Turn, iter_valid
+from pivotrl.train.config import GRPORunConfig, trl_common_kwargs
+from pivotrl.train.rewards import MetricsJSONL, PivotGRPOTrainer, PivotReward
+
+_TURN_FIELDS = set(Turn.model_fields)
+
+
+def turn_json(turn: Turn) -> str:
+    """The Turn part of a Turn/Profile record as a JSON string column (profile samples dropped)."""
+    data = turn.model_dump(mode="json", exclude_none=True)
+    return json.dumps({k: v for k, v in data.items() if k in _TURN_FIELDS}, ensure_ascii=False)
+
+
+def load_pivot_set(cfg: GRPORunConfig) -> list[Turn]:
+    """The training states for the configured ablation arm (pivots | all | random)."""
+    pivots = list(iter_valid(cfg.pivots, Turn))
+    if cfg.pivot_set == "pivots":
+        return pivots
+    if cfg.turns is None:
+        raise ValueError(f"pivot_set={cfg.pivot_set!r} needs `turns:` (all candidate turns) in the run config")
+    every = list(iter_valid(cfg.turns, Turn))
+    if cfg.pivot_set == "all":
+        return every
+    # random: as many turns as there are pivots, so the arms get the same number of states
+    return random.Random(cfg.seed).sample(every, min(len(pivots), len(every)))
+
+
+@dataclass
+class PromptSet:
+    rows: list[dict[str, str]]
+    dropped: list[tuple[str, str]] = field(default_factory=list)  # (turn id, reason)
+
+
+def build_prompts(turns: list[Turn], tokenizer: Any, max_prompt_length: int | None = None) -> PromptSet:
+    """One row per pivot: {"prompt": text, "turn": Turn JSON, "id"}. Over-long prompts are dropped
+    and reported (TRL 1.16 would feed them whole; cutting a chat prompt corrupts it)."""
+    out = PromptSet(rows=[])
+    for turn in turns:
+        try:
+            text = prompt_text(tokenizer, turn.context, turn.tools)
+        except Exception as exc:  # noqa: BLE001 - a template error names the turn, never kills the run
+            out.dropped.append((turn.id, f"chat template failed: {type(exc).__name__}: {exc}"))
+            continue
+        if max_prompt_length is not None:
+            n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+            if n > max_prompt_length:
+                out.dropped.append((turn.id, f"prompt has {n} tokens > max_prompt_length {max_prompt_length}"))
+                continue
+        out.rows.append({"prompt": text, "turn": turn_json(turn), "id": turn.id})
+    return out
+
+
+def grpo_config(cfg: GRPORunConfig, total_steps: int):
+    from trl import GRPOConfig
+
+    kwargs = trl_common_kwargs(cfg, total_steps)
+    kwargs.update(
+        num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
+        temperature=cfg.temperature, top_p=cfg.top_p, epsilon=cfg.epsilon,
+        epsilon_high=cfg.epsilon_high, beta=cfg.beta, loss_type=cfg.loss_type,
+        scale_rewards=cfg.scale_rewards, num_iterations=cfg.num_iterations,
+        use_vllm=cfg.use_vllm, vllm_mode=cfg.vllm_mode,
+        vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, log_completions=False,
+    )
+    for key in ("top_p", "temperature"):  # trl_overrides win
+        kwargs[key] = cfg.trl_overrides.get(key, kwargs[key])
+    return GRPOConfig(**kwargs)
+
+
+class ReprofileCallback(TrainerCallback):
+    """Stops the current phase (after a checkpoint) when the re-profiling hook wants to run; the
+    phase loop in `train` then re-profiles and continues from that checkpoint on the new pivots.
+    (A TRL dataloader cannot swap its dataset mid-run; a checkpoint boundary is the clean seam.)"""
+
+    def __init__(self, hook):
+        self.hook = hook
+        self.triggered = False
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        reward = (logs or {}).get("reward")
+        if reward is not None and state.global_step < state.max_steps and self.hook.should_run(reward):
+            self.triggered = True
+            control.should_save = True
+            control.should_training_stop = True
+
+
+def build_trainer(cfg: GRPORunConfig, turns: list[Turn], *, total_steps: int | None = None,
+                  reward_funcs=None, callbacks: list | None = None, tokenizer=None):
+    """A PivotGRPOTrainer over `turns`. `reward_funcs` replaces the verifier reward (tests)."""
+    from accelerate import PartialState
+    from datasets import Dataset
+
+    tokenizer = tokenizer or AutoTokenizer.from_pretrained(cfg.model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    prompts = build_prompts(turns, tokenizer, cfg.max_prompt_length)
+    if not prompts.rows:
+        raise ValueError(f"no trainable pivots ({len(turns)} read, {len(prompts.dropped)} dropped: "
+                         f"{prompts.dropped[:3]})")
+    steps = total_steps or cfg.total_steps(len(prompts.rows), PartialState().num_processes)
+    reward = reward_funcs or [PivotReward(cfg.verifier, cfg.verifier_config, cfg.invalid_action_penalty)]
+    trainer = PivotGRPOTrainer(
+        model=cfg.model, reward_funcs=reward, args=grpo_config(cfg, steps),
+        train_dataset=Dataset.from_list(prompts.rows), processing_class=tokenizer,
+        peft_config=cfg.lora.peft_config(),
+    )
+    trainer.add_callback(MetricsJSONL(Path(cfg.output_dir) / "metrics.jsonl", trainer=trainer))
+    for cb in callbacks or []:
+        trainer.add_callback(cb)
+    trainer.pivot_dropped = prompts.dropped
+    return trainer
+
+
+def save_final(trainer, tokenizer, output_dir: Path) -> None:
+    """Final weights + tokenizer in output_dir (LoRA: merged weights there, adapter in adapter/)."""
+    model = trainer.model
+    if hasattr(model, "merge_and_unload"):
+        trainer.save_model(str(output_dir / "adapter"))
+        if trainer.accelerator.is_main_process:
+            merged = trainer.accelerator.unwrap_model(model).merge_and_unload()
+            merged.save_pretrained(output_dir)
+    else:
+        trainer.save_model(str(output_dir))
+    if trainer.accelerator.is_main_process:
+        tokenizer.save_pretrained(output_dir)
+
+
+def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
+    """Run (or resume) GRPO on the configured pivot set. Returns a summary dict."""
+    from accelerate import PartialState
+
+    output_dir = Path(cfg.output_dir)
+    turns = load_pivot_set(cfg)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    n_rows = len(build_prompts(turns, tokenizer, cfg.max_prompt_length).rows)
+    total = cfg.total_steps(max(n_rows, 1), PartialState().num_processes)
+    hook = None
+    if cfg.reprofile.enabled:
+        from pivotrl.select import ReprofileHook
+
+        hook = ReprofileHook(threshold=cfg.reprofile.threshold, every_n_steps=cfg.reprofile.every_n_steps,
+                             **cfg.reprofile.options)
+    resume = get_last_checkpoint(str(output_dir)) if cfg.resume and output_dir.is_dir() else None
+    if cfg.resume and resume is None:
+        raise FileNotFoundError(f"--resume: no checkpoint-* folder in {output_dir}")
+    reprofiles = 0
+    while True:
+        callback = ReprofileCallback(hook) if hook else None
+        trainer = build_trainer(cfg, turns, total_steps=total, reward_funcs=reward_funcs,
+                                callbacks=[callback] if callback else None, tokenizer=tokenizer)
+        trainer.train(resume_from_checkpoint=resume)
+        if not (callback and callback.triggered):
+            break
+        # Re-profile with the current policy, continue from the checkpoint just written.
+        turns = hook.run(trainer.model, tokenizer, turns)
+        reprofiles += 1
+        resume = get_last_checkpoint(str(output_dir))
+        if not turns:
+            break
+    save_final(trainer, tokenizer, output_dir)
+    return {"steps": trainer.state.global_step, "pivots": len(turns), "rows": n_rows,
+            "dropped": trainer.pivot_dropped, "rollout_turns": trainer.rollout_turns,
+            "reprofiles": reprofiles, "output_dir": str(output_dir),
+            "metrics": str(output_dir / "metrics.jsonl")}

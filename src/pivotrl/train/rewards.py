@@ -1,0 +1,147 @@
+"""The GRPO reward (parse → verify against the pivot's expert action) and the per-step metrics
+PivotRL needs that TRL does not log.
+
+Each dataset row carries its Turn as a JSON string column `turn` (Arrow would merge differently
+keyed argument dicts, DESIGN.md); TRL repeats it for each of the G completions and hands it to the
+reward function as a keyword argument.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+
+from pivotrl.actions import score_completion
+from pivotrl.records import Turn
+from pivotrl.verifiers.base import Score, get_verifier
+
+
+class PivotReward:
+    """TRL reward function: one float per completion. Unparseable → `invalid_action_penalty`.
+
+    It logs `invalid_rate` through TRL's `log_metric` (averaged over processes by TRL)."""
+
+    def __init__(self, verifier: str = "toolcall", verifier_config: dict[str, Any] | None = None,
+                 invalid_action_penalty: float = 0.0):
+        self.verifier = get_verifier(verifier, **(verifier_config or {}))
+        self.invalid_action_penalty = invalid_action_penalty
+        self.__name__ = f"pivot_{verifier}"  # TRL names the reward metric after the function
+        self._turns: dict[str, Turn] = {}  # each Turn arrives G times: parse it once
+
+    def _turn(self, raw: str) -> Turn:
+        turn = self._turns.get(raw)
+        if turn is None:
+            if len(self._turns) > 4096:
+                self._turns.clear()
+            turn = self._turns[raw] = Turn.model_validate_json(raw)
+        return turn
+
+    def score(self, turn: Turn, completion: str) -> Score:
+        try:
+            return score_completion(self.verifier, turn, completion)
+        except Exception as exc:  # noqa: BLE001 - a verifier bug on hostile text must not kill a run
+            return Score(0.0, False, f"verifier error: {type(exc).__name__}: {exc}")
+
+    def __call__(self, prompts: list[Any], completions: list[Any], turn: list[str], log_metric=None,
+                 **_: Any) -> list[float]:
+        rewards, invalid = [], 0
+        for raw, completion in zip(turn, completions, strict=True):
+            if not isinstance(completion, str):  # conversational completion: [{"role", "content"}]
+                completion = completion[-1].get("content") or "" if completion else ""
+            score = self.score(self._turn(raw), completion)
+            if not score.valid:
+                invalid += 1
+                rewards.append(float(self.invalid_action_penalty))
+            else:
+                rewards.append(float(score.reward))
+        if log_metric is not None and completions:
+            log_metric("invalid_rate", invalid / len(completions))
+        return rewards
+
+
+def group_stats(rewards: torch.Tensor, group_size: int) -> dict[str, float]:
+    """Per-group reward statistics of a flat reward vector laid out group after group (TRL's order).
+
+    The GRPO signal at a state scales with the reward's std there (paper Thm 3.2), so the mean of
+    the per-group std is the "learning signal" a step had; zero-std groups teach nothing."""
+    if rewards.numel() == 0 or rewards.numel() % group_size:
+        return {}
+    groups = rewards.float().view(-1, group_size)
+    std = groups.std(dim=1, unbiased=False) if group_size > 1 else torch.zeros(groups.shape[0])
+    return {"group_std_mean": std.mean().item(), "frac_zero_std": (std < 1e-6).float().mean().item()}
+
+
+class PivotGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer plus the metrics PivotRL reports: per-group reward std, fraction of zero-std
+    groups, and rollout turns spent (one completion = one model turn), counted over all processes."""
+
+    rollout_turns: int = 0
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        # After TRL's gather: every process holds the whole generation batch, groups contiguous.
+        mode = "train" if self.model.training else "eval"
+        rewards = torch.nansum(rewards_per_func * self.reward_weights.to(rewards_per_func.device), dim=1)
+        group = self.num_generations if mode == "train" else self.num_generations_eval
+        for key, value in group_stats(rewards.cpu(), group).items():
+            self._metrics[mode][key].append(value)
+        if mode == "train":
+            self.rollout_turns += int(rewards_per_func.shape[0])
+            self._metrics[mode]["rollout_turns"] = [float(self.rollout_turns)]  # a counter, not averaged
+        return rewards_per_func
+
+
+METRIC_KEYS = {  # metrics.jsonl key ← TRL log key
+    "reward_mean": "reward", "reward_std": "reward_std", "frac_zero_std": "frac_zero_std",
+    "frac_reward_zero_std": "frac_reward_zero_std", "group_std_mean": "group_std_mean",
+    "invalid_rate": "invalid_rate", "rollout_turns": "rollout_turns", "loss": "loss",
+    "learning_rate": "learning_rate", "grad_norm": "grad_norm", "step_time": "step_time",
+    "completion_length": "completions/mean_length", "entropy": "entropy", "kl": "kl",
+}
+
+
+class MetricsJSONL(TrainerCallback):
+    """Appends one JSON line per log event to `path` on the main process: {step, reward_mean, …}.
+
+    On resume, lines past the checkpoint's step are dropped first (they belong to the lost run), and
+    the trainer's rollout-turn counter is restored from the checkpoint's log history."""
+
+    def __init__(self, path: str | Path, keys: dict[str, str] | None = None, trainer=None):
+        self.path = Path(path)
+        self.keys = keys or METRIC_KEYS
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.trainer is not None and hasattr(self.trainer, "rollout_turns"):
+            seen = [e["rollout_turns"] for e in state.log_history if "rollout_turns" in e]
+            self.trainer.rollout_turns = int(max(seen)) if seen else 0
+        if state.is_world_process_zero and self.path.exists():
+            kept = []
+            for line in self.path.read_text().splitlines():
+                try:
+                    if json.loads(line).get("step", 0) <= state.global_step:
+                        kept.append(line)
+                except ValueError:
+                    pass  # a torn last line of a killed run
+            self.path.write_text("".join(k + "\n" for k in kept))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        row: dict[str, Any] = {"step": state.global_step}
+        for out_key, log_key in self.keys.items():
+            value = logs.get(log_key)
+            if isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)):
+                row[out_key] = value
+        if len(row) == 1:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()

@@ -1,0 +1,318 @@
+"""`shell`: terminal actions are equal when running them does the same thing.
+
+The action of a terminal turn is one or more shell commands: tool calls to a shell tool (name in
+`tool_names`, command in one of `arg_names`), or, when the message has no tool calls, the fenced
+```bash / ```sh / ```shell / ```console blocks of its content (console blocks lose their `$ `
+prompts). Expert and candidate each run on their own fresh copy of the turn's workspace in the
+bubblewrap sandbox (`pivotrl.sandbox`), and score 1 when, command by command, the exit codes and
+the normalised stdouts are equal and the resulting file trees (`snapshot_dir`) are equal.
+
+- The workspace: `turn.metadata["workspace"]` (or `metadata["world_config"]["workspace"]`), a
+  dict {relative path: content} (a path ending in "/" is a directory), with every timestamp set
+  to 2024-01-01, then the shell commands of the context replayed in order so the state is the one
+  the expert saw. It is prepared once per turn and copied per sample.
+- stdout is compared after dropping trailing whitespace per line and trailing blank lines;
+  with `collapse_whitespace` (default) runs of spaces/tabs inside a line count as one space
+  (`wc -l` pads differently on some systems, column layouts differ); with
+  `order_insensitive_lines` lines are compared as a sorted list. stderr is not compared
+  (messages differ between tools that fail the same way) unless `compare_stderr`.
+- A candidate that times out or passes the output cap scores 0; so does every candidate of a
+  turn whose expert command does (the turn cannot be verified: reason says so).
+- Call vs message: a command where the expert answered with a message, or a message where the
+  expert ran a command, scores 0. Message vs message, and turns whose expert called non-shell
+  tools, are scored by the `toolcall` verifier (its message rule: similarity or judge).
+- The expert's outcome is cached per turn (id + content hash): K samples cost one expert run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pivotrl.records import Message, Turn, message_text
+from pivotrl.sandbox import (SandboxLimits, copy_workspace, freeze_mtimes,
+                             materialize_workspace, remove_workspace, require_sandbox,
+                             run_in_sandbox, snapshot_dir, workspace_copy)
+from pivotrl.verifiers.base import Score, get_verifier, register
+
+DEFAULT_TOOL_NAMES = ["run", "bash", "shell", "execute", "terminal", "run_command",
+                      "execute_command", "run_shell_command", "exec", "sh"]
+DEFAULT_ARG_NAMES = ["command", "cmd", "script", "commands", "code"]
+_FENCE = re.compile(r"```[ \t]*(bash|sh|shell|console|zsh)[ \t]*\n(.*?)```", re.S | re.I)
+
+
+class ShellConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tool_names: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_TOOL_NAMES),
+        description="Tool names that run a shell command (common names in agent datasets).")
+    arg_names: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_ARG_NAMES),
+        description="Argument names holding the command; the first present one is used.")
+    fenced_blocks: bool = Field(
+        True, description="Read ```bash/sh/shell/console blocks as commands when a message has "
+                          "no tool calls (agents that answer in markdown).")
+    collapse_whitespace: bool = Field(
+        True, description="Runs of spaces/tabs in a stdout line compare as one space.")
+    order_insensitive_lines: bool = Field(
+        False, description="Compare stdout as a sorted list of lines (for tasks where order "
+                           "is not part of the answer, e.g. `find` output).")
+    compare_exit_code: bool = Field(True, description="Exit codes must be equal.")
+    compare_files: bool = Field(True, description="Resulting file trees must be equal.")
+    compare_stderr: bool = Field(False, description="Normalised stderr must be equal too.")
+    replay_context: bool = Field(
+        True, description="Replay the context's shell commands on the workspace before the turn.")
+    timeout_s: float = Field(5.0, description="Wall clock per command (SandboxLimits default).")
+    memory_mb: int = Field(256, description="Address space per process (SandboxLimits).")
+    max_processes: int = Field(64, description="Process limit in the sandbox (SandboxLimits).")
+    max_output_bytes: int = Field(65536, description="stdout+stderr cap (SandboxLimits).")
+    cpu_s: int = Field(5, description="CPU seconds per process (SandboxLimits).")
+    message_rule: str = Field(
+        "similarity", description="Rule for message turns, passed to the toolcall verifier.")
+    message_threshold: float = Field(
+        0.8, description="Similarity threshold for message turns (toolcall's default).")
+    cache_turns: int = Field(
+        256, description="Turns whose prepared workspace and expert outcome are kept (LRU).")
+    workers: int = Field(
+        4, description="Threads in score_batch (sandbox runs are subprocesses: threads overlap "
+                       "their waits).")
+
+    def limits(self) -> SandboxLimits:
+        return SandboxLimits(timeout_s=self.timeout_s, memory_mb=self.memory_mb,
+                             max_processes=self.max_processes,
+                             max_output_bytes=self.max_output_bytes, cpu_s=self.cpu_s)
+
+
+@dataclass
+class Action:
+    kind: str  # "commands" | "message" | "other" | "invalid"
+    commands: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+def extract_action(message: Message, cfg: ShellConfig) -> Action:
+    """What a message does: shell commands, a plain message, other tool calls, or invalid."""
+    calls = message.tool_calls or []
+    if calls:
+        names = set(cfg.tool_names)
+        if any(c.function.name not in names for c in calls):
+            return Action("other")
+        commands = []
+        for c in calls:
+            try:
+                args = c.args()
+            except (ValueError, TypeError) as exc:
+                return Action("invalid", reason=f"arguments of {c.function.name!r}: {exc}")
+            cmd = next((args[a] for a in cfg.arg_names if a in args), None)
+            if isinstance(cmd, list) and cmd and all(isinstance(x, str) for x in cmd):
+                cmd = shlex.join(cmd)
+            if not isinstance(cmd, str) or not cmd.strip():
+                return Action("invalid", reason=f"{c.function.name!r} call without a command "
+                                                f"(one of {', '.join(cfg.arg_names)})")
+            commands.append(cmd)
+        return Action("commands", commands)
+    if cfg.fenced_blocks:
+        blocks = [_block(lang, body) for lang, body in _FENCE.findall(message_text(message))]
+        blocks = [b for b in blocks if b.strip()]
+        if blocks:
+            return Action("commands", blocks)
+    return Action("message")
+
+
+def _block(lang: str, body: str) -> str:
+    if lang.lower() != "console":
+        return body
+    lines = [ln[2:] for ln in body.splitlines() if ln.startswith("$ ")]
+    return "\n".join(lines)
+
+
+def normalize_output(text: str, collapse: bool, sort_lines: bool) -> str:
+    lines = [(" ".join(ln.split()) if collapse else ln.rstrip()) for ln in text.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    if sort_lines:
+        lines.sort()
+    return "\n".join(lines)
+
+
+def workspace_files(turn: Turn) -> dict[str, Any]:
+    ws = turn.metadata.get("workspace")
+    if ws is None:
+        ws = (turn.metadata.get("world_config") or {}).get("workspace")
+    if ws is None:
+        return {}
+    if not isinstance(ws, dict):
+        raise ValueError(f"turn {turn.id}: metadata workspace must be a dict path -> content")
+    return ws
+
+
+@dataclass
+class Outcome:
+    steps: list[tuple[int, str, str]]  # (exit code, normalised stdout, normalised stderr)
+    files: dict[str, str]
+    problem: str = ""  # "timed out" / "output over the cap" on the failing command
+
+
+@register("shell")
+class ShellVerifier:
+    name = "shell"
+
+    def __init__(self, **config):
+        self.config = ShellConfig(**config)
+        self._limits = self.config.limits()
+        self._lock = threading.Lock()
+        self._turn_locks: dict[str, threading.Lock] = {}
+        self._cache: OrderedDict[str, tuple[Path, Outcome | None]] = OrderedDict()
+        self._fallback = None
+
+    # ------------------------------------------------------------ scoring
+
+    def score(self, turn: Turn, action: Message | None) -> Score:
+        if action is None:
+            return Score(0.0, False, "unparseable action")
+        exp = extract_action(turn.expected, self.config)
+        cand = extract_action(action, self.config)
+        if cand.kind == "invalid":
+            return Score(0.0, False, cand.reason)
+        if exp.kind == "invalid":
+            return Score(0.0, True, f"expert action unusable: {exp.reason}")
+        if exp.kind == "commands" and cand.kind != "commands":
+            what = "a message" if cand.kind == "message" else "a non-shell tool"
+            return Score(0.0, True, f"{what} where the expert ran a command")
+        if cand.kind == "commands" and exp.kind != "commands":
+            what = "a message" if exp.kind == "message" else "a non-shell tool"
+            return Score(0.0, True, f"ran a command where the expert sent {what}")
+        if exp.kind != "commands":  # message vs message, or non-shell tools
+            return self._toolcall().score(turn, action)
+        if len(cand.commands) != len(exp.commands):
+            return Score(0.0, True, f"{len(cand.commands)} commands where the expert ran "
+                                    f"{len(exp.commands)}")
+        try:
+            base, expert = self._prepared(turn, exp.commands)
+        except ValueError as exc:
+            return Score(0.0, False, f"bad workspace: {exc}")
+        if expert.problem:
+            return Score(0.0, True, f"expert command {expert.problem}: turn cannot be verified")
+        got = self._execute(base, cand.commands)
+        if got.problem:
+            return Score(0.0, True, f"candidate command {got.problem}")
+        diff = self._compare(expert, got)
+        return Score(0.0 if diff else 1.0, True, diff)
+
+    def score_batch(self, turns: Sequence[Turn], actions: Sequence[Message | None]) -> list[Score]:
+        if len(turns) != len(actions):
+            raise ValueError(f"{len(turns)} turns but {len(actions)} actions")
+        if self.config.workers <= 1 or len(turns) <= 1:
+            return [self.score(t, a) for t, a in zip(turns, actions)]
+        with ThreadPoolExecutor(self.config.workers) as pool:
+            return list(pool.map(self.score, turns, actions))
+
+    def _toolcall(self):
+        if self._fallback is None:
+            self._fallback = get_verifier("toolcall", message_rule=self.config.message_rule,
+                                          message_threshold=self.config.message_threshold)
+        return self._fallback
+
+    # ------------------------------------------------------------ execution
+
+    def _compare(self, exp: Outcome, got: Outcome) -> str:
+        for i, ((ec, eo, ee), (cc, co, ce)) in enumerate(zip(exp.steps, got.steps)):
+            at = f" (command {i + 1})" if len(exp.steps) > 1 else ""
+            if self.config.compare_exit_code and ec != cc:
+                return f"exit code {cc} != expert's {ec}{at}"
+            if eo != co:
+                return f"stdout differs{at}"
+            if self.config.compare_stderr and ee != ce:
+                return f"stderr differs{at}"
+        if self.config.compare_files and exp.files != got.files:
+            changed = sorted(set(exp.files.items()) ^ set(got.files.items()))
+            return f"files differ: {', '.join(sorted({k for k, _ in changed})[:5])}"
+        return ""
+
+    def _execute(self, base: Path, commands: list[str]) -> Outcome:
+        with workspace_copy(base) as wd:
+            return self._run_commands(wd, commands)
+
+    def _run_commands(self, wd: Path, commands: list[str]) -> Outcome:
+        cfg = self.config
+        steps = []
+        for cmd in commands:
+            res = run_in_sandbox(cmd, wd, self._limits)
+            if res.timed_out:
+                return Outcome(steps, {}, f"timed out after {cfg.timeout_s}s")
+            if res.truncated:
+                return Outcome(steps, {}, f"output over the cap ({cfg.max_output_bytes} bytes)")
+            steps.append((res.exit_code,
+                          normalize_output(res.stdout, cfg.collapse_whitespace,
+                                           cfg.order_insensitive_lines),
+                          normalize_output(res.stderr, cfg.collapse_whitespace, False)))
+        return Outcome(steps, snapshot_dir(wd) if cfg.compare_files else {})
+
+    def _prepared(self, turn: Turn, expert_commands: list[str]) -> tuple[Path, Outcome]:
+        """(workspace as the expert saw it, expert outcome), built once per turn."""
+        key = _turn_key(turn)
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]  # type: ignore[return-value]
+            turn_lock = self._turn_locks.setdefault(key, threading.Lock())
+        with turn_lock:
+            with self._lock:
+                if key in self._cache:
+                    return self._cache[key]  # type: ignore[return-value]
+            require_sandbox()
+            base = copy_workspace(None)
+            try:
+                materialize_workspace(workspace_files(turn), base)
+                if self.config.replay_context:
+                    for msg in turn.context:
+                        if msg.role != "assistant":
+                            continue
+                        act = extract_action(msg, self.config)
+                        for cmd in act.commands if act.kind == "commands" else []:
+                            run_in_sandbox(cmd, base, self._limits)
+                    freeze_mtimes(base)
+                expert = self._execute(base, expert_commands)
+            except BaseException:
+                remove_workspace(base)
+                raise
+            with self._lock:
+                self._cache[key] = (base, expert)
+                self._turn_locks.pop(key, None)
+                while len(self._cache) > max(1, self.config.cache_turns):
+                    _, (old, _) = self._cache.popitem(last=False)
+                    remove_workspace(old)
+            return base, expert
+
+    def close(self) -> None:
+        """Remove the prepared workspaces (also done when the verifier is garbage-collected)."""
+        with self._lock:
+            for base, _ in self._cache.values():
+                remove_workspace(base)
+            self._cache.clear()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: best effort
+            pass
+
+
+def _turn_key(turn: Turn) -> str:
+    body = json.dumps([turn.metadata.get("workspace"),
+                       (turn.metadata.get("world_config") or {}).get("workspace"),
+                       [m.model_dump(mode="json", exclude_none=True) for m in turn.context],
+                       turn.expected.model_dump(mode="json", exclude_none=True)],
+                      sort_keys=True, default=str)
+    return f"{turn.id}#{hashlib.sha256(body.encode()).hexdigest()[:16]}"

@@ -1,0 +1,161 @@
+"""`state`: execution-based equivalence for tools that can be executed (any `World`).
+
+The candidate earns 1 when executing its calls leaves the world in the same state and shows the
+agent the same observations as executing the expert's calls:
+- two fresh worlds, each built by `world_at_turn(turn)` (reset to the task's config + the
+  context's calls replayed); every sample gets its own world, never shared;
+- expert calls run on one, candidate calls on the other, in the order given;
+- equal iff `snapshot()`s are equal AND the observations are equal as a multiset (parallel calls
+  in another order read the same; a call that changes state shows in the snapshot anyway).
+  Observations are compared as parsed JSON when they parse (key order, spacing), else as text
+  with trailing whitespace dropped.
+- call vs message: 0; message vs message: the `toolcall` verifier's message rule.
+- an unknown world, or a world that fails while being rebuilt: Score(0, valid=False, reason);
+  a world that raises on the candidate's call (the protocol says it should not): 0, with reason.
+- the expert's outcome is cached per turn (id + content hash), K samples cost one expert run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pivotrl.records import Message, Turn
+from pivotrl.verifiers.base import Score, get_verifier, register
+from pivotrl.world import world_at_turn
+
+
+class StateConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    compare_observations: bool = Field(
+        True, description="Observations must be equal too (not only the final state): a read "
+                          "call changes nothing, its observation is its effect.")
+    ordered_observations: bool = Field(
+        False, description="Compare observations as a sequence instead of a multiset.")
+    message_rule: str = Field(
+        "similarity", description="Rule for message turns, passed to the toolcall verifier.")
+    message_threshold: float = Field(
+        0.8, description="Similarity threshold for message turns (toolcall's default).")
+    max_calls: int = Field(
+        16, description="A candidate with more calls than this scores 0 (runaway output).")
+    cache_turns: int = Field(4096, description="Turns whose expert outcome is kept (LRU).")
+
+
+def canonical_observation(obs: Any) -> str:
+    """Observations as comparable text: JSON re-serialised with sorted keys when it parses."""
+    text = obs if isinstance(obs, str) else json.dumps(obs, sort_keys=True, default=str)
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return "\n".join(line.rstrip() for line in text.strip().splitlines())
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def _canonical_snapshot(snap: Any) -> str:
+    return json.dumps(snap, sort_keys=True, default=str, separators=(",", ":"))
+
+
+@register("state")
+class StateVerifier:
+    name = "state"
+
+    def __init__(self, **config):
+        self.config = StateConfig(**config)
+        self._cache: OrderedDict[str, tuple[str, list[str]] | str] = OrderedDict()
+        self._lock = threading.Lock()
+        self._fallback = None
+
+    def score(self, turn: Turn, action: Message | None) -> Score:
+        if action is None:
+            return Score(0.0, False, "unparseable action")
+        exp_calls, cand_calls = turn.expected.tool_calls or [], action.tool_calls or []
+        if exp_calls and not cand_calls:
+            return Score(0.0, True, "a message where the expert called a tool")
+        if cand_calls and not exp_calls:
+            return Score(0.0, True, "a tool call where the expert sent a message")
+        if not exp_calls:
+            return self._toolcall().score(turn, action)
+        if len(cand_calls) > self.config.max_calls:
+            return Score(0.0, True, f"{len(cand_calls)} calls (max {self.config.max_calls})")
+        try:
+            cand_args = [(c.function.name, c.args()) for c in cand_calls]
+        except (ValueError, TypeError) as exc:
+            return Score(0.0, False, f"candidate arguments are not a JSON object: {exc}")
+        expert = self._expert(turn)
+        if isinstance(expert, str):
+            return Score(0.0, False, expert)
+        try:
+            world = world_at_turn(turn)
+        except Exception as exc:  # noqa: BLE001  (any world failure is a verdict, not a crash)
+            return Score(0.0, False, f"world could not be rebuilt: {type(exc).__name__}: {exc}")
+        try:
+            got = self._run(world, cand_args)
+        except Exception as exc:  # noqa: BLE001
+            return Score(0.0, True, f"world raised on the candidate's call: "
+                                    f"{type(exc).__name__}: {exc}")
+        return self._compare(expert, got)
+
+    def score_batch(self, turns: Sequence[Turn], actions: Sequence[Message | None]) -> list[Score]:
+        if len(turns) != len(actions):
+            raise ValueError(f"{len(turns)} turns but {len(actions)} actions")
+        return [self.score(t, a) for t, a in zip(turns, actions)]
+
+    # ------------------------------------------------------------ helpers
+
+    def _run(self, world, calls: list[tuple[str, dict[str, Any]]]) -> tuple[str, list[str]]:
+        observations = [canonical_observation(world.execute(name, args)) for name, args in calls]
+        if not self.config.ordered_observations:
+            observations.sort()
+        return _canonical_snapshot(world.snapshot()), observations
+
+    def _compare(self, expert: tuple[str, list[str]], got: tuple[str, list[str]]) -> Score:
+        if got[0] != expert[0]:
+            return Score(0.0, True, "resulting state differs from the expert's")
+        if self.config.compare_observations and got[1] != expert[1]:
+            return Score(0.0, True, "observations differ from the expert's")
+        return Score(1.0, True, "")
+
+    def _expert(self, turn: Turn) -> tuple[str, list[str]] | str:
+        """The expert's (snapshot, observations), or a reason string when it cannot be had."""
+        key = _turn_key(turn)
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        outcome: tuple[str, list[str]] | str
+        try:
+            world = world_at_turn(turn)
+        except Exception as exc:  # noqa: BLE001  (unknown world, bad config, failed replay)
+            outcome = f"world could not be rebuilt: {type(exc).__name__}: {exc}"
+        else:
+            try:
+                calls = [(c.function.name, c.args()) for c in turn.expected.tool_calls or []]
+                outcome = self._run(world, calls)
+            except Exception as exc:  # noqa: BLE001
+                outcome = f"world failed on the expert's action: {type(exc).__name__}: {exc}"
+        with self._lock:
+            self._cache[key] = outcome
+            while len(self._cache) > max(1, self.config.cache_turns):
+                self._cache.popitem(last=False)
+        return outcome
+
+    def _toolcall(self):
+        if self._fallback is None:
+            self._fallback = get_verifier("toolcall", message_rule=self.config.message_rule,
+                                          message_threshold=self.config.message_threshold)
+        return self._fallback
+
+
+def _turn_key(turn: Turn) -> str:
+    body = json.dumps([turn.domain, turn.metadata.get("world"),
+                       turn.metadata.get("world_config"),
+                       [m.model_dump(mode="json", exclude_none=True) for m in turn.context],
+                       turn.expected.model_dump(mode="json", exclude_none=True)],
+                      sort_keys=True, default=str)
+    return f"{turn.id}#{hashlib.sha256(body.encode()).hexdigest()[:16]}"

@@ -1,0 +1,58 @@
+import json
+
+from pivotrl.report import ci95, frontier, in_domain_at, ood_at, turns_to_reach, write_report
+
+
+def row(method, world, seed, lr, step, ind, ood, turns=0, kl=0.0):
+    return {"method": method, "world": world, "seed": seed, "lr": lr, "step": step,
+            "rollout_turns": turns, "kl_to_base": kl, "rank_corr": 0.9,
+            "in_domain": {"success": ind, "ci95": [0, 1], "episodes": 10, "turn_accuracy": ind},
+            "ood": {"arith": {"accuracy": ood, "ci95": [0, 1], "n": 10},
+                    "recall": {"accuracy": ood, "ci95": [0, 1], "n": 10}}}
+
+
+def test_frontier_and_matched_lookups():
+    pts = [{"in_domain": 0.2, "ood": 0.9}, {"in_domain": 0.5, "ood": 0.8},
+           {"in_domain": 0.4, "ood": 0.7}, {"in_domain": 0.9, "ood": 0.3}]
+    assert [p["in_domain"] for p in frontier(pts)] == [0.2, 0.5, 0.9]
+    assert ood_at(pts, 0.45) == 0.8 and ood_at(pts, 0.95) is None
+    assert in_domain_at(pts, 0.75) == 0.5
+    assert turns_to_reach([{"in_domain": 0.3, "rollout_turns": 10},
+                           {"in_domain": 0.6, "rollout_turns": 40}], 0.5) == 40
+
+
+def test_ci95_over_seeds():
+    assert ci95([0.5]) is None
+    lo, hi = ci95([0.4, 0.5, 0.6])
+    assert lo < 0.5 < hi and abs((hi - 0.5) - 4.303 * 0.1 / 3 ** 0.5) < 1e-9
+
+
+def test_report_shape_and_verdicts(tmp_path):
+    rows = []
+    for seed in (0, 1):
+        for w in ("toolshop", "terminal"):
+            rows.append(row("base", w, seed, 0.0, 0, 0.3, 0.95))
+            for step, (a, b) in enumerate([(0.5, 0.9), (0.7, 0.85)], start=1):
+                rows.append(row("pivotrl", w, seed, 1e-4, step * 10, a, b, turns=100 * step))
+                rows.append(row("sft", w, seed, 1e-4, step * 10, a + 0.05, b - 0.2))
+                rows.append(row("e2e_rl", w, seed, 1e-4, step * 10, a - 0.1, b, turns=1000 * step))
+                rows.append(row("pivotrl_exact", w, seed, 1e-4, step * 10, a - 0.2, b))
+    res = write_report(rows, tmp_path, seeds=[0, 1], headline_lr=1e-4, wall_seconds=12.0,
+                       theory={"grad_norm_vs_std_corr": 0.8, "points": [
+                           {"reward_std": 0.0, "grad_norm": 0.0}, {"reward_std": 0.5, "grad_norm": 1.0}]},
+                       pivot_stats={"toolshop": {"turns": 10, "all_fail": 2, "all_pass": 3,
+                                                 "mixed": 5, "kept": 5}}, config={})
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved == json.loads(json.dumps(res))
+    pv = saved["methods"]["pivotrl"]
+    assert set(pv["in_domain"]) == {"toolshop", "terminal"}
+    assert pv["in_domain"]["toolshop"]["success"] == 0.7 and pv["rollout_turns"] == 400
+    ck = pv["checkpoints"][-1]
+    assert {"step", "lr", "rollout_turns", "in_domain", "ood", "kl_to_base"} <= set(ck)
+    # e2e's best in-domain 0.6 is reached by PivotRL at 400 turns and by E2E at 4000.
+    assert saved["turns_to_match_e2e"] == {"target_in_domain": 0.6, "pivotrl": 400, "e2e_rl": 4000}
+    md = (tmp_path / "report.md").read_text()
+    assert "4× fewer rollout turns | ratio 10.0× | **met**" in md
+    assert "exact-match reward costs in-domain accuracy" in md
+    for png in ("frontier.png", "compute.png", "theory_grad_vs_std.png"):
+        assert (tmp_path / png).stat().st_size > 1000

@@ -1,0 +1,174 @@
+"""The bubblewrap sandbox: what a command can do, and above all what it cannot."""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from pivotrl import sandbox
+from pivotrl.sandbox import (SandboxLimits, SandboxUnavailable, copy_workspace, freeze_mtimes,
+                             materialize_workspace, run_in_sandbox, sandbox_available,
+                             snapshot_dir, workspace_copy)
+
+pytestmark = pytest.mark.skipif(not sandbox_available(), reason="bubblewrap not usable here")
+FAST = SandboxLimits(timeout_s=2.0, cpu_s=2)
+
+
+@pytest.fixture
+def ws(tmp_path):
+    wd = materialize_workspace({"a.txt": "x\ny\nx\n", "sub/b.txt": "hello\n", "empty/": None},
+                               tmp_path / "ws")
+    return wd
+
+
+def test_runs_in_workspace_and_writes_there(ws):
+    res = run_in_sandbox("pwd; cat a.txt | sort | uniq -c; echo new > c.txt; id -un", ws)
+    assert res.exit_code == 0 and not res.timed_out and not res.truncated
+    lines = res.stdout.split("\n")
+    assert lines[0] == "/work"
+    assert " ".join(lines[1].split()) == "2 x"
+    assert lines[-2] == "user"
+    assert (ws / "c.txt").read_text() == "new\n"
+    # files written inside belong to the caller again afterwards
+    assert (ws / "c.txt").stat().st_uid == os.getuid()
+
+
+def test_exit_code_and_stderr(ws):
+    res = run_in_sandbox("echo oops >&2; exit 3", ws)
+    assert res.exit_code == 3 and res.stderr == "oops\n" and res.stdout == ""
+
+
+def test_no_network(ws):
+    cmds = ["curl -sS -m 2 http://1.1.1.1/ >/dev/null",
+            "bash -c 'echo > /dev/tcp/1.1.1.1/80'",
+            "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 80), timeout=2)'",
+            "getent hosts pypi.org"]
+    for cmd in cmds:
+        res = run_in_sandbox(cmd, ws, FAST)
+        assert res.exit_code != 0, (cmd, res)
+
+
+def test_cannot_write_outside_workspace(ws, tmp_path):
+    before = Path("/etc/passwd").read_bytes()
+    res = run_in_sandbox("echo x > /etc/passwd; touch /root/x; touch /usr/x; mkdir /evil; "
+                         "touch /bin/evil; echo done", ws, FAST)
+    assert "done" in res.stdout
+    assert res.stderr.count("Read-only file system") >= 3
+    assert Path("/etc/passwd").read_bytes() == before
+    assert not Path("/root/x").exists() and not Path("/usr/x").exists()
+    assert not Path("/evil").exists() and not Path("/usr/bin/evil").exists()
+
+
+def test_host_files_are_invisible(ws, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET")
+    res = run_in_sandbox(f"cat {secret}; cat /root/.bashrc; ls /home; cat /etc/shadow; "
+                         f"grep -r TOP-SECRET / 2>/dev/null | head -1", ws, FAST)
+    assert "TOP-SECRET" not in res.stdout
+    assert "No such file" in res.stderr
+
+
+def test_symlink_out_of_workspace_is_harmless(ws):
+    """A planted symlink must not make snapshot/chown touch the host file it points to."""
+    before = os.stat("/etc/passwd")
+    res = run_in_sandbox("ln -s /etc/passwd link; mkfifo fifo", ws, FAST)
+    assert res.exit_code == 0
+    after = os.stat("/etc/passwd")
+    assert (after.st_uid, after.st_gid) == (before.st_uid, before.st_gid)
+    snap = snapshot_dir(ws)
+    assert snap["link"] == "<symlink> /etc/passwd" and snap["fifo"] == "<special>"
+
+
+def test_fork_bomb_is_bounded(ws):
+    t0 = time.monotonic()
+    res = run_in_sandbox(":(){ :|:& };:; wait", ws, FAST)
+    assert time.monotonic() - t0 < 10
+    assert res.exit_code != 0 or res.timed_out or "Resource temporarily unavailable" in res.stderr
+    # the sandbox's processes are gone: nothing of the bomb survives on the host
+    time.sleep(0.2)
+    assert _processes_named("bash", min_uid=200_000) == 0
+
+
+def _processes_named(name: str, min_uid: int) -> int:
+    n = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid >= min_uid and \
+                        Path(entry.path, "comm").read_text().strip() == name:
+                    n += 1
+            except OSError:
+                pass
+    return n
+
+
+def test_timeout_kills(ws):
+    t0 = time.monotonic()
+    res = run_in_sandbox("sleep 100", ws, SandboxLimits(timeout_s=1.0))
+    assert res.timed_out and res.exit_code == -1
+    assert time.monotonic() - t0 < 5
+
+
+def test_background_process_dies_with_sandbox(ws):
+    t0 = time.monotonic()
+    res = run_in_sandbox("(sleep 100 > /dev/null 2>&1 &) ; echo started", ws, FAST)
+    assert res.stdout == "started\n" and time.monotonic() - t0 < 3
+
+
+def test_huge_output_is_capped(ws):
+    limits = SandboxLimits(timeout_s=3.0, max_output_bytes=1000)
+    res = run_in_sandbox("yes", ws, limits)
+    assert res.truncated and len(res.stdout.encode()) <= 1000
+    res = run_in_sandbox("seq 1 10", ws, limits)
+    assert not res.truncated and res.stdout.split() == [str(i) for i in range(1, 11)]
+
+
+def test_memory_and_file_size_limits(ws):
+    res = run_in_sandbox("python3 -c 'x = bytearray(2 * 10**9)'", ws, FAST)
+    assert res.exit_code != 0 and "MemoryError" in res.stderr
+    res = run_in_sandbox("head -c 20000000 /dev/zero > big", ws,
+                         SandboxLimits(timeout_s=3.0, max_file_mb=1))
+    assert res.exit_code != 0 and (ws / "big").stat().st_size <= 1024 * 1024
+
+
+def test_nul_byte_command_does_not_crash(ws):
+    res = run_in_sandbox("echo a\x00b", ws)
+    assert res.exit_code != 0
+
+
+def test_copy_and_snapshot(ws):
+    with workspace_copy(ws) as copy:
+        run_in_sandbox("echo changed > a.txt; rm -r empty; chmod +x sub/b.txt", copy)
+        snap = snapshot_dir(copy)
+        assert snap["a.txt"] == "changed\n" and "empty/" not in snap
+        assert snap["sub/b.txt"] == "[+x] hello\n"
+    assert not copy.exists()
+    assert snapshot_dir(ws) == {"a.txt": "x\ny\nx\n", "empty/": "<dir>", "sub/": "<dir>",
+                                "sub/b.txt": "hello\n"}
+    (ws / "big.bin").write_bytes(b"\xff" * 10)
+    assert snapshot_dir(ws)["big.bin"].startswith("sha256:")
+
+
+def test_listing_is_reproducible_across_copies(ws):
+    """`ls -la` in two copies made at different times prints the same (timestamps frozen)."""
+    outs = []
+    for _ in range(2):
+        d = copy_workspace(ws)
+        freeze_mtimes(d)
+        outs.append(run_in_sandbox("ls -la; ls -la sub", d).stdout)
+        sandbox.remove_workspace(d)
+    assert outs[0] == outs[1] and "Jan  1  2024" in outs[0]
+
+
+def test_workspace_paths_cannot_escape(tmp_path):
+    for bad in ("../x", "/etc/x", "a/../../x"):
+        with pytest.raises(ValueError):
+            materialize_workspace({bad: "x"}, tmp_path / "w")
+
+
+def test_missing_bwrap_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(sandbox, "_available", None)
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    with pytest.raises(SandboxUnavailable, match="apt-get install -y bubblewrap"):
+        run_in_sandbox("true", tmp_path)
