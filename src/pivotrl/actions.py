@@ -44,10 +44,36 @@ class _Invalid(Exception):
     pass
 
 
+def _defaults(cls) -> dict[str, Any] | None:
+    fields = cls.model_fields
+    if any(f.default_factory is not None for f in fields.values()):
+        return None
+    return {name: f.default for name, f in fields.items()}
+
+
+_DEFAULTS = {cls: _defaults(cls) for cls in (Message, ToolCall, FunctionCall)}
+
+
+def _construct(cls, **values):
+    """`cls.model_construct(**values)` without its per-call overhead (half the parse time):
+    the values are already valid, built by this module."""
+    defaults = _DEFAULTS[cls]
+    if defaults is None:
+        return cls.model_construct(**values)
+    obj = cls.__new__(cls)
+    object.__setattr__(obj, "__dict__", {**defaults, **values})
+    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
+    object.__setattr__(obj, "__pydantic_extra__", {})
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
+
+
 def _strip_end(text: str) -> str:
     """Drop trailing whitespace and end-of-turn markers (any number, in any order)."""
     while True:
         stripped = text.rstrip()
+        if not stripped.endswith(">"):  # every marker ends with ">": the common fast path
+            return stripped
         for marker in END_MARKERS:
             if stripped.endswith(marker):
                 stripped = stripped[: -len(marker)]
@@ -114,6 +140,18 @@ def _calls_from_value(value: Any) -> list[tuple[str, dict[str, Any]]]:
     return [_call_from_obj(item) for item in items]
 
 
+def _extend_block(text: str, open_: int, close: int, first_error: Exception) -> tuple[Any, int]:
+    for _ in range(8):  # bounded: hostile text with many closing tags stays cheap
+        close = text.find(_CLOSE, close + len(_CLOSE))
+        if close == -1:
+            break
+        try:
+            return json.loads(text[open_ + len(_OPEN):close].strip()), close
+        except (ValueError, RecursionError):
+            continue
+    raise _Invalid(f"<tool_call> block is not valid JSON: {first_error}")
+
+
 def _parse_tagged(text: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     content: list[str] = []
     calls: list[tuple[str, dict[str, Any]]] = []
@@ -130,9 +168,12 @@ def _parse_tagged(text: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
         if close == -1:
             raise _Invalid("unclosed <tool_call>")
         body = text[open_ + len(_OPEN):close].strip()
-        if _OPEN in body:
-            raise _Invalid("nested <tool_call>")
-        calls.extend(_calls_from_value(_load_json(body, "<tool_call> block")))
+        try:
+            value = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            # A JSON string may itself contain "</tool_call>": try the next closing tag.
+            value, close = _extend_block(text, open_, close, exc)
+        calls.extend(_calls_from_value(value))
         pos = close + len(_CLOSE)
     if text[pos:].strip():
         raise _Invalid("text after the last </tool_call>")
@@ -182,18 +223,39 @@ def parse_completion(text: str, max_chars: int = MAX_COMPLETION_CHARS) -> Parsed
             content, calls = _parse_bare(body)
         if not calls and not content:
             raise _Invalid("empty completion")
-        tool_calls = [
-            ToolCall.model_construct(id=f"call_{i}", type="function", function=FunctionCall.model_construct(
-                name=name, arguments=json.dumps(args, ensure_ascii=False)))
-            for i, (name, args) in enumerate(calls)
-        ]
-        message = Message.model_construct(role="assistant", content=content or None,
-                                          tool_calls=tool_calls or None)
+        tool_calls = []
+        for i, (name, args) in enumerate(calls):
+            arguments = json.dumps(args, ensure_ascii=False)
+            _remember(arguments, args)
+            tool_calls.append(_construct(ToolCall, id=f"call_{i}", type="function", function=_construct(
+                FunctionCall, name=name, arguments=arguments)))
+        message = _construct(Message, role="assistant", content=content or None,
+                             tool_calls=tool_calls or None)
         return ParsedAction(message, True)
     except _Invalid as exc:
         return ParsedAction(None, False, str(exc))
     except Exception as exc:  # noqa: BLE001 - hostile text must never crash a run
         return ParsedAction(None, False, f"unparseable completion: {type(exc).__name__}")
+
+
+_ARGS_CACHE: dict[str, dict[str, Any]] = {}
+
+
+def _remember(arguments: str, args: dict[str, Any]) -> None:
+    if len(_ARGS_CACHE) >= 16384:
+        _ARGS_CACHE.clear()
+    _ARGS_CACHE[arguments] = args
+
+
+def call_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any]:
+    """A tool call's arguments as a dict; parsed once when `parse_completion` just produced
+    the string (verifiers read them K times a turn). Treat the result as read-only.
+    Raises ValueError when they are not a JSON object."""
+    if isinstance(arguments, str):
+        hit = _ARGS_CACHE.get(arguments)
+        if hit is not None:
+            return hit
+    return parse_arguments(arguments)
 
 
 def render_action(message: Message) -> str:
@@ -205,6 +267,7 @@ def render_action(message: Message) -> str:
     for call in message.tool_calls or []:
         args = parse_arguments(call.function.arguments)
         body = json.dumps({"name": call.function.name, "arguments": args}, ensure_ascii=False)
+        body = body.replace("<", "\\u003c")  # "<" only occurs inside JSON strings: tags stay unambiguous
         parts.append(f"{_OPEN}\n{body}\n{_CLOSE}")
     return "\n".join(parts)
 

@@ -78,19 +78,155 @@ def verify(cases: Path = typer.Argument(..., help="Verify cases JSONL (Turn + ca
            config: Optional[Path] = typer.Option(None, help="YAML verifier config."),
            out: Optional[Path] = typer.Option(None, help="Output JSONL (default: stdout).")) -> None:
     """Score every case; one {"id","reward","valid","reason"} line per input line, in order."""
-    not_ready("verify", 3)
+    from rich.table import Table
+
+    from pivotrl.verify import load_config, verify_file
+
+    if not cases.exists():
+        console.print(f"[red]{cases}: no such file[/red]")
+        raise typer.Exit(1)
+    try:
+        options = load_config(config, verifier)
+        summary = verify_file(cases, verifier, options, out)
+    except (KeyError, ValueError, TypeError) as exc:  # unknown verifier, bad config
+        console.print(f"[red]pivotrl verify: {exc}[/red]")
+        raise typer.Exit(1) from None
+    table = Table(title=f"verify ({verifier})")
+    for col in ("lines", "bad lines", "valid", "mean reward"):
+        table.add_column(col, justify="right")
+    table.add_row(str(summary.lines), str(summary.bad_lines), str(summary.valid),
+                  f"{summary.mean_reward:.3f}")
+    console.print(table)
+    for reason, n in summary.reasons.most_common(8):
+        console.print(f"  {n:6d}  {reason}")
 
 
 @app.command()
-def profile() -> None:
-    """Sample K actions per turn with the reference policy and score them."""
-    not_ready("profile", 5)
+def profile(
+    turns: Path = typer.Argument(..., help="Turns JSONL (from pivotrl extract)."),
+    shard_files: Optional[list[Path]] = typer.Argument(None, help="With --merge: shard outputs to join."),
+    out: Path = typer.Option(..., "--out", help="Profile JSONL (appended; rerun the same command to resume)."),
+    model: Optional[str] = typer.Option(None, help="HF model dir: templates the prompts; hf/vllm load it."),
+    k: Optional[int] = typer.Option(None, "--k", help="Samples per turn [8]."),
+    verifier: Optional[str] = typer.Option(None, help="Verifier name [toolcall]."),
+    verifier_config: Optional[Path] = typer.Option(None, help="YAML of the verifier's options."),
+    seed: Optional[int] = typer.Option(None, help="Base seed [0]; turn t uses derive(seed, t.id)."),
+    backend: str = typer.Option("hf", help="Sampler: hf | vllm | openai."),
+    base_url: str = typer.Option("http://127.0.0.1:8000/v1", help="openai backend: server URL (…/v1)."),
+    served_model_name: Optional[str] = typer.Option(None, help="openai backend: model name [asks the server]."),
+    batch_size: int = typer.Option(64, help="hf backend: sequences per generate call."),
+    concurrency: int = typer.Option(16, help="openai backend: requests in flight."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Tokens per sample [256]."),
+    temperature: Optional[float] = typer.Option(None, help="Sampling temperature [1.0]."),
+    top_p: Optional[float] = typer.Option(None, help="Nucleus mass [1.0]."),
+    shard: Optional[str] = typer.Option(None, help="I/N: only turns with hash(id) mod N == I."),
+    merge: bool = typer.Option(False, help="Join SHARD_FILES into --out, checking every turn of TURNS "
+                               "appears exactly once."),
+    config: Optional[Path] = typer.Option(None, help="YAML of profile options (configs/profile.yaml)."),
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+) -> None:
+    """Sample K actions per turn with the reference policy and score them.
+
+    Shards: run `pivotrl profile TURNS --shard I/N --out p.I.jsonl …` for I in 0..N-1 (in parallel),
+    then `pivotrl profile TURNS --merge --out profile.jsonl p.0.jsonl … p.N-1.jsonl`."""
+    import yaml
+    from rich.table import Table
+
+    from pivotrl import profile as prof
+
+    if merge:
+        if not shard_files:
+            console.print("[red]--merge needs the shard files after TURNS[/red]")
+            raise typer.Exit(2)
+        try:
+            doc = prof.merge_profiles(turns, shard_files, out)
+        except prof.MergeError as exc:
+            console.print(f"[red]{exc}[/red]")
+            raise typer.Exit(1)
+        console.print(f"merged {len(shard_files)} shards → {out}: {doc['outcomes']}")
+        return
+    if shard_files:
+        console.print("[red]extra arguments are only for --merge[/red]")
+        raise typer.Exit(2)
+    if model is None:
+        console.print("[red]--model is required (the model dir; its tokenizer builds the prompts)[/red]")
+        raise typer.Exit(2)
+    opts = yaml.safe_load(config.read_text()) if config else {}
+    opts = {key: val for key, val in (opts or {}).items() if key in prof.ProfileConfig.model_fields}
+    given = {"k": k, "verifier": verifier, "seed": seed, "max_new_tokens": max_new_tokens,
+             "temperature": temperature, "top_p": top_p, "shard": shard}
+    opts.update({key: val for key, val in given.items() if val is not None})
+    if verifier_config is not None:
+        opts["verifier_config"] = yaml.safe_load(verifier_config.read_text()) or {}
+    cfg = prof.ProfileConfig(**opts)
+    prof.parse_shard(cfg.shard)
+
+    from pivotrl.sampling import SamplerError, get_sampler
+    from pivotrl.verifiers import get_verifier
+
+    ver = get_verifier(cfg.verifier, **cfg.verifier_config)
+    try:
+        if backend == "openai":
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(model)
+            sampler = get_sampler("openai", served_model_name, base_url=base_url,
+                                  concurrency=concurrency)
+        else:
+            sampler = get_sampler(backend, model, **({"batch_size": batch_size} if backend == "hf" else {}))
+            tokenizer = sampler.tokenizer
+        doc = prof.profile_file(turns, out, sampler, ver, tokenizer, cfg, model_name=model,
+                                progress=progress, console=console)
+    except SamplerError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1)
+    except KeyboardInterrupt:
+        console.print(f"[yellow]stopped; {out} keeps every finished turn — rerun the same command "
+                      "to resume[/yellow]")
+        raise typer.Exit(130)
+    run, oc = doc["runs"][-1], doc["outcomes"]
+    table = Table(title=f"pivotrl profile → {out}")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    for key in ("turns_selected", "turns_done_before", "turns_profiled", "rollout_turns",
+                "generated_tokens", "invalid_samples", "truncated_samples", "rejected_lines",
+                "samples_per_second"):
+        table.add_row(key.replace("_", " "), str(run[key]))
+    for key in ("all_fail", "mixed", "all_pass"):
+        table.add_row(f"turns {key.replace('_', '-')}", str(oc[key]))
+    console.print(table)
 
 
 @app.command()
-def select() -> None:
-    """Keep the pivots: mixed outcomes, not too easy."""
-    not_ready("select", 5)
+def select(
+    profile_file: Path = typer.Argument(..., metavar="PROFILE", help="Profile JSONL (pivotrl profile)."),
+    out: Path = typer.Option(..., "--out", help="Pivots JSONL (Profile records, input order)."),
+    lambda_diff: float = typer.Option(0.75, help="Keep turns with success rate < λ_diff."),
+    min_std: float = typer.Option(0.0, help="Keep turns with outcome std > this (paper: 0)."),
+    budget: Optional[int] = typer.Option(None, help="At most N turns; the easiest are dropped first."),
+    strategy: str = typer.Option("pivots", help="pivots | all | random (ablation baselines)."),
+    seed: int = typer.Option(0, help="Seed of --strategy random."),
+    success_threshold: float = typer.Option(0.5, help="Reward ≥ this counts as a success."),
+    plot: bool = typer.Option(True, help="Write PIVOTS.hist.png."),
+) -> None:
+    """Keep the pivots: mixed outcomes, not too easy (writes PIVOTS.stats.json and a histogram)."""
+    from rich.table import Table
+
+    from pivotrl.select import SelectConfig, select_file
+
+    cfg = SelectConfig(lambda_diff=lambda_diff, min_std=min_std, budget=budget, strategy=strategy,
+                       seed=seed, success_threshold=success_threshold)
+    stats = select_file(profile_file, out, cfg, plot_png=plot)
+    table = Table(title=f"pivotrl select ({strategy}) → {out}")
+    table.add_column("")
+    table.add_column("turns", justify="right")
+    for key in ("turns", "all_fail", "all_pass", "mixed", "mixed_but_too_easy", "kept"):
+        table.add_row(key.replace("_", " "), str(stats[key]))
+    for dom, d in stats["per_domain"].items():
+        table.add_row(f"kept in {dom}", f"{d['kept']}/{d['turns']} ({d['kept_fraction']:.0%})")
+    console.print(table)
+    if stats["rejected_lines"]:
+        console.print(f"[yellow]{stats['rejected_lines']} bad lines skipped (see rejects file)[/yellow]")
 
 
 @app.command()
@@ -151,45 +287,173 @@ def sft(
 
 
 @app.command()
-def evaluate() -> None:
-    """In-domain episode success and OOD accuracy of a checkpoint."""
-    not_ready("evaluate", 4)
+def evaluate(
+    model: Path = typer.Option(..., "--model", help="Checkpoint dir (HF format: model + tokenizer)."),
+    testbed: Path = typer.Option(..., "--testbed", help="Dir written by `pivotrl testbed build`."),
+    out: Path = typer.Option(..., "--out", help="RESULT.json (a RESULT.md table is written next to it)."),
+    episodes: int = typer.Option(100, "--episodes", help="Eval episodes per world (0 = all)."),
+    turn_trajectories: int = typer.Option(50, "--turn-trajectories",
+                                          help="Eval trajectories per world scored turn by turn (0 = none)."),
+    ood_per_family: int = typer.Option(100, "--ood", help="OOD eval tasks per family (0 = all)."),
+    temperature: float = typer.Option(0.0, help="0 = greedy; > 0 samples with --seed."),
+    seed: int = typer.Option(0, help="Sampling seed (temperature > 0)."),
+) -> None:
+    """In-domain episode success and OOD accuracy of a checkpoint, with 95% intervals."""
+    from rich.table import Table
+
+    from pivotrl.evaluate import EvalConfig, evaluate_checkpoint, write_result
+
+    for path, what in ((model, "--model"), (testbed, "--testbed")):
+        if not path.is_dir():
+            console.print(f"[red]{what} {path}: not a directory[/red]")
+            raise typer.Exit(2)
+    cfg = EvalConfig(episodes=episodes, turn_trajectories=turn_trajectories,
+                     ood_per_family=ood_per_family, temperature=temperature, seed=seed)
+    with console.status("evaluating") as status:
+        result = evaluate_checkpoint(model, testbed, cfg, progress=lambda m: status.update(m))
+    json_path, md_path = write_result(result, out)
+    table = Table(title=f"{model}")
+    for col in ("task", "score %", "95% CI", "n", "turn acc %"):
+        table.add_column(col)
+    for world, v in result["in_domain"].items():
+        ta = f"{100 * v['turn_accuracy']:.1f}" if "turn_accuracy" in v else "–"
+        table.add_row(world, f"{100 * v['success']:.1f}",
+                      f"{100 * v['ci95'][0]:.1f}–{100 * v['ci95'][1]:.1f}", str(v["episodes"]), ta)
+    for family, v in result["ood"].items():
+        table.add_row(f"ood/{family}", f"{100 * v['accuracy']:.1f}",
+                      f"{100 * v['ci95'][0]:.1f}–{100 * v['ci95'][1]:.1f}", str(v["n"]), "")
+    Console().print(table)
+    console.print(f"wrote {json_path} and {md_path} ({result['seconds']} s)")
 
 
 @app.command()
-def demo() -> None:
+def demo(out: Path = typer.Option(Path("pivotrl_demo"), help="Output folder (cache + report)."),
+         full: bool = typer.Option(False, help="More seeds, learning rates and steps (slower)."),
+         testbed: Optional[Path] = typer.Option(None, help="Testbed folder (default OUT/testbed)."),
+         workers: Optional[int] = typer.Option(None, help="Training jobs in parallel.")) -> None:
     """The whole method and its baselines on the built-in testbed, with a report."""
-    not_ready("demo", 7)
+    from pivotrl.demo import DemoConfig, run_demo
+
+    cfg = DemoConfig().full() if full else DemoConfig()
+    if workers:
+        cfg = cfg.model_copy(update={"workers": workers})
+    run_demo(out, cfg, testbed=testbed)
+    console.print(f"report: {out / 'report.md'}  results: {out / 'results.json'}")
 
 
 @app.command()
-def export() -> None:
+def export(turns: Path = typer.Argument(..., help="Turns or pivots JSONL."),
+           format: str = typer.Option(..., "--format", help="nemo-gym (JSONL rows) or verl (parquet)."),
+           out: Path = typer.Option(..., "--out", help="Output file."),
+           ability: str = typer.Option("agent", help="verl `ability` column.")) -> None:
     """Write Turns/pivots as NeMo-Gym rows or verl parquet."""
-    not_ready("export", 2)
+    from pivotrl.export import FORMATS, export_file
+    from pivotrl.records import rejects_path
+
+    if format not in FORMATS:
+        console.print(f"[red]unknown --format {format!r}; use one of: {', '.join(FORMATS)}[/red]")
+        raise typer.Exit(2)
+    if not turns.is_file():
+        console.print(f"[red]{turns}: no such file[/red]")
+        raise typer.Exit(2)
+    summary = export_file(turns, out, format, ability=ability)
+    console.print(summary.table(f"export {format} → {out}"))
+    if summary.rejects:
+        console.print(f"rejected lines: {rejects_path(out)}")
+    if summary.written == 0:
+        raise typer.Exit(1)
 
 
 @import_app.command("nemo-gym")
-def import_nemo_gym() -> None:
+def import_nemo_gym(rows: Path = typer.Argument(..., help="NeMo-Gym rows JSONL."),
+                    out: Path = typer.Option(..., "--out", help="Turns JSONL to write.")) -> None:
     """NeMo-Gym pivot rows back to Turns."""
-    not_ready("import nemo-gym", 2)
+    from pivotrl.export import import_nemo_gym as run_import
+    from pivotrl.records import rejects_path
+
+    if not rows.is_file():
+        console.print(f"[red]{rows}: no such file[/red]")
+        raise typer.Exit(2)
+    summary = run_import(rows, out)
+    console.print(summary.table(f"import nemo-gym → {out}"))
+    if summary.rejects:
+        console.print(f"rejected lines: {rejects_path(out)}")
+    if summary.written == 0:
+        raise typer.Exit(1)
 
 
 @data_app.command("bfcl")
-def data_bfcl() -> None:
-    """BFCL multi-turn ground truth as Trajectory records."""
-    not_ready("data bfcl", 2)
+def data_bfcl(out: Path = typer.Option(..., "--out", help="Trajectory JSONL to write."),
+              categories: Optional[list[str]] = typer.Option(
+                  None, "--categories", help="base, miss_func, miss_param, long_context (repeat; default all)."
+              )) -> None:
+    """BFCL multi-turn ground truth as Trajectory records (expert calls + real backend outputs)."""
+    from rich.progress import Progress
+
+    from pivotrl.data.bfcl import CATEGORIES, load_category, write_bfcl
+
+    chosen = [c for item in (categories or list(CATEGORIES)) for c in item.split(",") if c]
+    unknown = [c for c in chosen if c not in CATEGORIES]
+    if unknown:
+        console.print(f"[red]unknown categories {unknown}; known: {', '.join(CATEGORIES)}[/red]")
+        raise typer.Exit(2)
+    total = sum(len(load_category(c)) for c in chosen)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("BFCL tasks", total=total)
+        summary = write_bfcl(out, chosen, on_task=lambda _: progress.advance(task))
+    console.print(summary.table())
+    console.print(f"wrote {out}")
 
 
 @testbed_app.command("build")
-def testbed_build() -> None:
-    """Build the testbed: worlds' data, OOD tasks and the tiny base model."""
-    not_ready("testbed build", 4)
+def testbed_build(
+    out: Path = typer.Option(..., "--out", help="Output dir (base/, <world>/, ood/, build.json)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Testbed YAML (default: built-in "
+                                          "defaults, the same as configs/testbed.yaml)."),
+    quick: bool = typer.Option(False, "--quick", help="A much smaller build (tests, smoke runs)."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even if a build with this config exists."),
+) -> None:
+    """Build the testbed: worlds' data, OOD tasks and the tiny base model (cached)."""
+    from pivotrl.testbed.build import build_testbed, load_config
+
+    try:
+        cfg = load_config(config)
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2)
+    if quick:
+        cfg = cfg.quick()
+    with Progress(TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task("testbed", total=None)
+        info = build_testbed(out, cfg, force=force,
+                             progress=lambda m: bar.update(task, description=m))
+    if info.get("cached"):
+        console.print(f"{out}: already built with this config (build.json hash "
+                      f"{info['config_hash']}); nothing to do (--force rebuilds)")
+    base = info["base"]
+    for world, v in base["in_domain"].items():
+        console.print(f"base {world}: episode success {v['success']:.2f} "
+                      f"[{v['ci95'][0]:.2f}, {v['ci95'][1]:.2f}] over {v['episodes']}, "
+                      f"turn accuracy {v.get('turn_accuracy', float('nan')):.2f}")
+    for family, v in base["ood"].items():
+        console.print(f"base ood/{family}: accuracy {v['accuracy']:.2f} over {v['n']}")
+    console.print(f"{info['parameters']:,} parameters; build {info['build_seconds']} s -> {out}")
 
 
 @app.command()
-def serve() -> None:
-    """An OpenAI-compatible endpoint around a local HF model."""
-    not_ready("serve", 5)
+def serve(
+    model: str = typer.Option(..., help="HF model dir (or name) to serve."),
+    host: str = typer.Option("127.0.0.1", help="Interface to bind (loopback by default)."),
+    port: int = typer.Option(8000, help="TCP port."),
+    batch_size: int = typer.Option(64, help="Sequences per generate call."),
+    served_model_name: Optional[str] = typer.Option(None, help="Name in /v1/models [the --model value]."),
+) -> None:
+    """An OpenAI-compatible endpoint around a local HF model (/v1/models, /v1/completions,
+    /v1/chat/completions), e.g. for `pivotrl profile --backend openai` or a judge on a CPU."""
+    from pivotrl.serve import serve as run_server
+
+    console.print(f"serving {model} at http://{host}:{port}/v1")
+    run_server(model, host=host, port=port, batch_size=batch_size, served_name=served_model_name)
 
 
 if __name__ == "__main__":

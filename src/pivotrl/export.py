@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from pivotrl.records import (Message, Record, Reject, Trajectory, Turn, check_trajectory,
                              message_text, read_records, rejects_path, write_atomic)
 
@@ -53,6 +55,21 @@ class ExportSummary:
 
     def reasons(self) -> Counter:
         return Counter(r.reason.split(":")[0] for r in self.rejects)
+
+    def table(self, title: str):
+        from rich.table import Table
+
+        table = Table(title=title)
+        table.add_column("")
+        table.add_column("count", justify="right")
+        table.add_row("lines read", str(self.read))
+        table.add_row("records written", str(self.written))
+        table.add_row("lines rejected", str(len(self.rejects)))
+        for reason, n in self.reasons().most_common():
+            table.add_row(f"  {reason}", str(n))
+        for domain, n in sorted(self.by_domain.items()):
+            table.add_row(f"domain {domain}", str(n))
+        return table
 
 
 # ---------------------------------------------------------------- checks
@@ -167,9 +184,10 @@ def turn_to_nemo_gym(turn: Turn) -> dict[str, Any]:
     }
 
 
-def items_to_messages(items: list[Any], where: str) -> list[Message]:
+def items_to_messages(items: list[Any], where: str, infer_names: bool = True) -> list[Message]:
     """Responses input items back to chat messages (reasoning, text and calls that follow each
-    other form one assistant message)."""
+    other form one assistant message). Tool results get the called function's name unless
+    `infer_names` is off (our own rows record the names that were there)."""
     messages: list[Message] = []
     names: dict[str, str] = {}
     current: dict[str, Any] | None = None  # the assistant message being assembled
@@ -203,7 +221,8 @@ def items_to_messages(items: list[Any], where: str) -> list[Message]:
             flush()
             call_id = str(item.get("call_id", ""))
             output = item.get("output", "")
-            messages.append(Message(role="tool", tool_call_id=call_id, name=names.get(call_id),
+            messages.append(Message(role="tool", tool_call_id=call_id,
+                                    name=names.get(call_id) if infer_names else None,
                                     content=output if isinstance(output, str) else json.dumps(output)))
         elif kind == "message":
             role = item.get("role")
@@ -240,12 +259,14 @@ def nemo_gym_to_turn(row: dict[str, Any]) -> Turn:
     action = row.get("expected_action")
     if not isinstance(action, dict) or not isinstance(action.get("output"), list):
         raise ValueError("expected_action.output: missing or not a list")
-    context = items_to_messages(items, "responses_create_params.input")
+    meta = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
+    ours = "turn_metadata" in meta  # written by turn_to_nemo_gym: extras are recorded
+    context = items_to_messages(items, "responses_create_params.input", infer_names=not ours)
     expected = items_to_messages(action["output"], "expected_action.output")
     if len(expected) != 1 or expected[0].role != "assistant":
         raise ValueError("expected_action.output: must form exactly one assistant message")
-    meta = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
-    for i, extra in (meta.get("message_extra") or {}).items():
+    message_extra = meta.get("message_extra")
+    for i, extra in (message_extra.items() if isinstance(message_extra, dict) else ()):
         if str(i).isdigit() and int(i) < len(context) and isinstance(extra, dict):
             context[int(i)] = Message.model_validate({**context[int(i)].model_dump(exclude_none=True), **extra})
     if isinstance(meta.get("expected_extra"), dict):
@@ -260,7 +281,7 @@ def nemo_gym_to_turn(row: dict[str, Any]) -> Turn:
     trajectory_id = str(meta.get("trajectory_id") or row_id.rsplit("/", 1)[0])
     turn_index = meta.get("turn", len(context))
     return Turn.model_validate({
-        **(meta.get("turn_extra") or {}),
+        **(meta["turn_extra"] if isinstance(meta.get("turn_extra"), dict) else {}),
         "id": row_id, "trajectory_id": trajectory_id,
         "turn": turn_index if isinstance(turn_index, int) else len(context),
         "domain": meta.get("domain"), "tools": [tool_from_responses(t) for t in tools],
@@ -384,6 +405,19 @@ class NemoGymRow(Record):
     expected_action: dict[str, Any]
 
 
+def row_to_turn(row: dict[str, Any]) -> Turn | tuple[str, str]:
+    """A row as a valid Turn, or (field, reason) saying why not; never raises on bad data."""
+    try:
+        turn = nemo_gym_to_turn(row)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        return ".".join(str(p) for p in err["loc"]), err["msg"]
+    except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
+        field_name, _, reason = str(exc).partition(": ")
+        return (field_name, reason) if reason else ("", field_name)
+    return check_turn(turn) or turn
+
+
 def import_nemo_gym(rows: str | Path, out: str | Path) -> ExportSummary:
     """NeMo-Gym rows JSONL → Turns JSONL (bad rows to the rejects file)."""
     rows, out = Path(rows), Path(out)
@@ -392,22 +426,15 @@ def import_nemo_gym(rows: str | Path, out: str | Path) -> ExportSummary:
     def turns() -> Iterator[Turn]:
         for lineno, rec in read_records(rows, NemoGymRow):
             summary.read += 1
-            if isinstance(rec, Reject):
-                summary.rejects.append(rec)
-                continue
-            try:
-                turn = nemo_gym_to_turn(rec.model_dump())
-                problem = check_turn(turn)
-                if problem:
-                    raise ValueError(f"{problem[0]}: {problem[1]}")
-            except (ValueError, TypeError) as exc:
-                field_name, _, reason = str(exc).partition(": ")
-                summary.rejects.append(Reject(str(rows), lineno, reason or str(exc),
-                                              field_name if reason else "",
+            result = rec if isinstance(rec, Reject) else row_to_turn(rec.model_dump())
+            if isinstance(result, Turn):
+                summary.by_domain[result.domain or "-"] += 1
+                yield result
+            elif isinstance(result, Reject):
+                summary.rejects.append(result)
+            else:
+                summary.rejects.append(Reject(str(rows), lineno, result[1], result[0],
                                               json.dumps(rec.model_dump())[:2000]))
-                continue
-            summary.by_domain[turn.domain or "-"] += 1
-            yield turn
 
     summary.written = write_atomic(out, turns())
     _write_rejects(out, summary.rejects)

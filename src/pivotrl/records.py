@@ -239,6 +239,10 @@ class AtomicWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, self._tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.",
                                          suffix=".tmp")
+        # mkstemp makes the file 0600; give it the permissions a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self._tmp, 0o666 & ~umask)
         self._fh = os.fdopen(fd, "w", encoding="utf-8")
         self.count = 0
 

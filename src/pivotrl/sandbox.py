@@ -3,16 +3,25 @@
 What a command inside `run_in_sandbox` sees and may do:
 - `/work` is a bind of the caller's `workdir` (writable; the cwd). Pass a copy (`workspace_copy`)
   when the original must stay untouched.
-- `/` is a read-only skeleton; `/usr` (and `/bin`, `/lib*` where they are real directories) are
-  read-only binds of the host's; `/etc` holds a handful of files (its own passwd/group/hosts plus
-  the loader cache and `alternatives`); `/tmp` is a fresh tmpfs; `/proc` and `/dev` are new and
-  minimal. Nothing else of the host exists: not /root, /home, /work of the host, sockets or keys.
-- every namespace is unshared (`--unshare-all`): no network but a private loopback, own pids.
-- no capabilities: when we are root, bwrap runs under a throwaway uid (root would keep all
-  capabilities in the sandbox, and the kernel does not enforce RLIMIT_NPROC for root).
+- `/` is a read-only skeleton with every mount point in place (so `/` never changes and
+  `ls -la` prints the same in every run); `/usr` (and `/bin`, `/lib*` where they are real
+  directories) are read-only binds of the host's; `/etc` holds a handful of files (its own
+  passwd/group/hosts plus copies of the loader cache and `alternatives`); `/tmp` is a fresh
+  tmpfs; `/proc` and `/dev` are new and minimal. Nothing else of the host exists: not /root,
+  /home, the host's /work, sockets or keys. The command runs as uid 1000 ("user"), HOME=/tmp.
+- every namespace is unshared (`--unshare-all`): no network but a private loopback, own pids;
+  nested user namespaces are disabled.
+- no capabilities: when we are root, bwrap runs under a throwaway uid via `setpriv` (as root it
+  would keep all capabilities in the sandbox, and the kernel does not enforce RLIMIT_NPROC for
+  root); the workspace is chowned to that uid for the run and back afterwards (lchown: a planted
+  symlink never redirects it). A workspace under a directory that uid cannot enter (0700) is
+  run on a staged copy and copied back.
 - rlimits via `prlimit`: address space, processes, CPU seconds, file size, open files, no cores;
   a wall-clock timeout that kills the whole sandbox; stdout+stderr capped (the run is killed when
   the cap is passed, `truncated=True`).
+- limits of the limits: RLIMIT_FSIZE bounds each file, not the number of files a command writes
+  before the timeout; timestamps of files a command writes are real (two runs minutes apart
+  differ in `ls -l` of new files).
 There is no fallback: without a working bwrap, `SandboxUnavailable` is raised.
 """
 
@@ -38,8 +47,12 @@ INSTALL_HINT = ("install bubblewrap: `apt-get install -y bubblewrap` (Debian/Ubu
                 "non-root users also need unprivileged user namespaces "
                 "(`sysctl kernel.unprivileged_userns_clone=1`)")
 FIXED_MTIME = 1_704_067_200  # 2024-01-01 UTC: workspaces start with equal timestamps
+MAX_COMMAND_BYTES = 65536  # below Linux's 128 KiB limit on one exec argument
 SANDBOX_UID = 1000  # uid/gid the command sees (named "user" in the sandbox's /etc/passwd)
 PATH_IN_SANDBOX = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Where workspace copies go (default: the temp dir). A tmpfs such as /dev/shm halves the copy
+# cost, but a command may then fill RAM (RLIMIT_FSIZE bounds each file, not their number).
+WORKSPACE_DIR_ENV = "PIVOTRL_WORKSPACE_DIR"
 _HOST_UID_BASE = 200_000  # root mode: throwaway host uids are drawn from [BASE, BASE + SPAN)
 _HOST_UID_SPAN = 100_000
 
@@ -86,7 +99,7 @@ def sandbox_available() -> bool:
 
 
 def _probe() -> bool:
-    if shutil.which("bwrap") is None or shutil.which("prlimit") is None:
+    if any(shutil.which(b) is None for b in _needed_binaries()):
         return False
     try:
         with workspace_copy(None) as wd:
@@ -96,9 +109,14 @@ def _probe() -> bool:
         return False
 
 
+def _needed_binaries() -> list[str]:
+    # prlimit and setpriv come with util-linux
+    return ["bwrap", "prlimit"] + (["setpriv"] if os.geteuid() == 0 else [])
+
+
 def require_sandbox() -> None:
     if not sandbox_available():
-        missing = [b for b in ("bwrap", "prlimit") if shutil.which(b) is None]
+        missing = [b for b in _needed_binaries() if shutil.which(b) is None]
         what = f"missing {', '.join(missing)}" if missing else "bwrap could not start a sandbox"
         raise SandboxUnavailable(f"shell actions need the bubblewrap sandbox ({what}); "
                                  f"{INSTALL_HINT}")
@@ -121,7 +139,10 @@ def _skeleton_root() -> Path:
     with _skeleton_lock:
         if _skeleton is not None and _skeleton.is_dir():
             return _skeleton
-        root = Path(tempfile.gettempdir()) / f"pivotrl-sandbox-root-{os.getuid()}-v1"
+        # the name changes with the host files copied in, so a stale skeleton is never used
+        stamp = hashlib.sha256(repr([(n, _stamp(Path("/etc") / n)) for n in _ETC_FILES])
+                               .encode()).hexdigest()[:12]
+        root = Path(tempfile.gettempdir()) / f"pivotrl-sandbox-root-{os.getuid()}-v2-{stamp}"
         if not root.is_dir():  # built aside and renamed into place: it exists only when complete
             tmp = Path(tempfile.mkdtemp(prefix=".pivotrl-skel-", dir=root.parent))
             _build_skeleton(tmp)
@@ -131,6 +152,14 @@ def _skeleton_root() -> Path:
                 shutil.rmtree(tmp, ignore_errors=True)
         _skeleton = root
         return root
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    try:
+        st = path.stat()
+        return st.st_mtime_ns, st.st_size
+    except OSError:
+        return 0, 0
 
 
 def _build_skeleton(root: Path) -> None:
@@ -150,14 +179,15 @@ def _build_skeleton(root: Path) -> None:
     (etc / "group").write_text(f"root:x:0:\nuser:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
     (etc / "hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
     (etc / "hostname").write_text("sandbox\n")
-    for name in _ETC_FILES:
+    for name in _ETC_FILES:  # copied, not bound: a mount per file costs more than the copy
         host = Path("/etc") / name
         if host.is_symlink():
             os.symlink(os.readlink(host), etc / name)
         elif host.is_dir():
-            (etc / name).mkdir(mode=0o755)
+            shutil.copytree(host, etc / name, symlinks=True, copy_function=_copy_file)
         elif host.is_file():
-            (etc / name).touch(mode=0o644)
+            shutil.copy2(host, etc / name)
+            os.chmod(etc / name, 0o644)
     for p in [root, *root.rglob("*")]:
         os.utime(p, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
 
@@ -173,10 +203,6 @@ def _bwrap_argv(skeleton: Path, limits: SandboxLimits, nproc: int, workfd: int) 
         host = Path("/") / d
         if host.is_dir() and not host.is_symlink():
             argv += ["--ro-bind", str(host), f"/{d}"]
-    for name in _ETC_FILES:
-        host = Path("/etc") / name
-        if host.exists() and not host.is_symlink():
-            argv += ["--ro-bind", str(host), f"/etc/{name}"]
     argv += ["--proc", "/proc", "--dev", "/dev",
              "--size", str(limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp",
              "--bind-fd", str(workfd), "/work", "--chdir", "/work", "--",
@@ -222,14 +248,34 @@ def run_in_sandbox(command: str, workdir: Path | str,
                    limits: SandboxLimits | None = None) -> SandboxResult:
     """Run `bash -c command` in the sandbox with `workdir` mounted (writable) at /work."""
     require_sandbox()
-    if "\x00" in command:  # cannot be passed through exec; a command that cannot run fails
+    # Commands exec cannot take fail like a command that cannot run (model text is hostile).
+    if "\x00" in command:
         return SandboxResult(126, "", "command contains a NUL byte", False, False)
+    try:
+        size = len(command.encode("utf-8"))
+    except UnicodeEncodeError:
+        return SandboxResult(126, "", "command is not valid UTF-8", False, False)
+    if size > MAX_COMMAND_BYTES:
+        return SandboxResult(126, "", f"command longer than {MAX_COMMAND_BYTES} bytes", False,
+                             False)
     return _run(["bash", "-c", command], Path(workdir), limits or SandboxLimits())
 
 
 def _traversable(path: Path) -> bool:
     """Whether any user may walk down to `path` (bwrap, running under a throwaway uid, must)."""
     return all(os.stat(p).st_mode & 0o001 for p in path.parents)
+
+
+def _replace_contents(dst: Path, src: Path) -> None:
+    for entry in list(dst.iterdir()):
+        if entry.is_dir() and not entry.is_symlink():
+            remove_workspace(entry)
+        else:
+            entry.unlink()
+    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, copy_function=_copy_file)
+    st = os.stat(src)
+    os.chmod(dst, st.st_mode & 0o7777)
+    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
@@ -242,37 +288,33 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
         try:
             return _run(cmd, stage, limits)
         finally:
-            for entry in list(workdir.iterdir()):
-                if entry.is_dir() and not entry.is_symlink():
-                    remove_workspace(entry)
-                else:
-                    entry.unlink()
-            shutil.copytree(stage, workdir, symlinks=True, dirs_exist_ok=True,
-                            copy_function=_copy_file)
-            st = os.stat(stage)
-            os.chmod(workdir, st.st_mode & 0o7777)
-            os.utime(workdir, ns=(st.st_atime_ns, st.st_mtime_ns))
-            remove_workspace(stage)
+            try:
+                _replace_contents(workdir, stage)
+            finally:
+                remove_workspace(stage)
     skeleton = _skeleton_root()
     as_root = os.geteuid() == 0
     owner = workdir.stat()
-    popen_kw: dict = {}
+    prefix: list[str] = []
     if as_root:
         uid = _host_uid()
         nproc = limits.max_processes + 4  # outer bwrap, its pid 1, prlimit/bash
-        popen_kw = {"user": uid, "group": uid, "extra_groups": []}
+        # setpriv, not Popen(user=...): the latter forbids vfork, and forking a process that
+        # holds torch costs ~70 ms; setpriv costs one small exec
+        prefix = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
         _chown_tree(workdir, uid, uid)
     else:
         nproc = _user_process_count(os.getuid()) + limits.max_processes + 4
     workfd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        argv = _bwrap_argv(skeleton, limits, nproc, workfd) + cmd
+        argv = prefix + _bwrap_argv(skeleton, limits, nproc, workfd) + cmd
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, pass_fds=(workfd,),
-                                    start_new_session=True, cwd="/", **popen_kw)
+                                    start_new_session=True, cwd="/")
         except FileNotFoundError as exc:
-            raise SandboxUnavailable(f"bwrap not found ({exc}); {INSTALL_HINT}") from exc
+            raise SandboxUnavailable(f"{exc.filename or 'bwrap'} not found; {INSTALL_HINT}") \
+                from exc
         os.close(workfd)
         workfd = -1
         out, err, timed_out, truncated = _collect(proc, limits)
@@ -287,13 +329,13 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
     elif code < 0:
         code = 128 - code
     stderr = err.decode("utf-8", "replace")
-    if code == 1 and stderr.startswith("bwrap:"):  # bwrap itself failed, not the command
+    if code == 1 and stderr.startswith(("bwrap:", "setpriv:")):  # the sandbox failed to start
         raise SandboxUnavailable(f"bwrap failed: {stderr.strip()}; {INSTALL_HINT}")
     return SandboxResult(code, out.decode("utf-8", "replace"), stderr, timed_out, truncated)
 
 
 def _collect(proc: subprocess.Popen, limits: SandboxLimits) -> tuple[bytes, bytes, bool, bool]:
-    """Read both pipes until EOF, the deadline, or the output cap; kill the sandbox on the last two."""
+    """Read both pipes until EOF, the deadline or the output cap (then kill the sandbox)."""
     deadline = time.monotonic() + limits.timeout_s
     bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     total, timed_out, truncated = 0, False, False
@@ -379,9 +421,10 @@ def freeze_mtimes(path: Path | str, when: int = FIXED_MTIME) -> None:
 
 
 def copy_workspace(src: Path | str | None) -> Path:
-    """A fresh temp directory holding a copy of `src` (symlinks copied as links, times kept);
-    an empty one when `src` is None. The caller removes it (or use `workspace_copy`)."""
-    dst = Path(tempfile.mkdtemp(prefix="pivotrl-ws-"))
+    """A fresh temp directory (under $PIVOTRL_WORKSPACE_DIR if set) holding a copy of `src`
+    (symlinks copied as links, fifos recreated, times kept); an empty one when `src` is None.
+    The caller removes it (`remove_workspace`), or use `workspace_copy`."""
+    dst = Path(tempfile.mkdtemp(prefix="pivotrl-ws-", dir=os.environ.get(WORKSPACE_DIR_ENV)))
     os.chmod(dst, 0o755)
     if src is not None:
         shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, copy_function=_copy_file)

@@ -40,7 +40,6 @@ import importlib
 import inspect
 import json
 import os
-import re
 import sys
 import time
 import types
@@ -94,6 +93,8 @@ def install_model_config_stub(underscore_to_dot: bool = False) -> None:
         return
     from dataclasses import dataclass as _dataclass
 
+    flag = underscore_to_dot  # a class body cannot read a name it assigns from the closure
+
     @_dataclass
     class ModelConfig:  # same fields as BFCL's
         model_name: str = "stub"
@@ -105,7 +106,7 @@ def install_model_config_stub(underscore_to_dot: bool = False) -> None:
         input_price: float | None = None
         output_price: float | None = None
         is_fc_model: bool = True
-        underscore_to_dot: bool = underscore_to_dot
+        underscore_to_dot: bool = flag
 
     class _AnyModel(dict):
         def __missing__(self, key: str) -> ModelConfig:
@@ -355,6 +356,19 @@ class BfclSummary:
         self.user_turns[category] += sum(m.role == "user" for m in traj.messages)
         self.assistant_turns[category] += sum(m.role == "assistant" for m in traj.messages)
         self.tool_calls[category] += sum(len(m.tool_calls or []) for m in traj.messages)
+
+    def table(self):
+        from rich.table import Table
+
+        table = Table(title=f"BFCL multi-turn → trajectories ({self.seconds:.1f} s)")
+        for col in ("category", "trajectories", "user turns", "assistant turns", "tool calls"):
+            table.add_column(col, justify="right" if col != "category" else "left")
+        rows = [(c, self.trajectories[c], self.user_turns[c], self.assistant_turns[c],
+                 self.tool_calls[c]) for c in self.trajectories]
+        for row in rows:
+            table.add_row(*map(str, row))
+        table.add_row("total", *(str(sum(r[i] for r in rows)) for i in range(1, 5)))
+        return table
 
 
 def iter_trajectories(categories: tuple[str, ...] | list[str] = CATEGORIES,

@@ -101,6 +101,8 @@ def method_table(instances: dict[str, Any]) -> dict[str, Any]:
 
 def execute_on(methods: dict[str, Any], name: str, arguments: dict[str, Any]) -> str:
     """One call on live instances (`method_table`), with BFCL's observation strings."""
+    if not isinstance(name, str):
+        return f"Error during execution: function name must be a string, got {type(name).__name__}"
     if name in FORBIDDEN:
         return f"Error during execution: Function call {name} is not allowed."
     if not isinstance(arguments, dict):

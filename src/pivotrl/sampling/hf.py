@@ -61,13 +61,14 @@ class HFSampler:
     max(1, batch_size // n) prompts × n samples. device: "cuda"/"cpu"/None (cuda when available).
     dtype: torch dtype name; default bfloat16 on GPU, float32 on CPU (bf16 on CPU is ~16× slower).
     stop_token_ids: end tokens (default: the tokenizer's eos + the model's generation_config eos).
+    share_prefix: prefill each prompt once for its n samples (see `_shared_prefill`).
     """
 
     name = "hf"
 
     def __init__(self, model: Any, tokenizer: Any = None, batch_size: int = 64,
                  device: str | None = None, dtype: str | None = None,
-                 stop_token_ids: list[int] | None = None):
+                 stop_token_ids: list[int] | None = None, share_prefix: bool = True):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -86,6 +87,7 @@ class HFSampler:
             device = str(next(model.parameters()).device)
         self.model, self.tokenizer, self.device = model, tokenizer, device
         self.batch_size = max(1, int(batch_size))
+        self.share_prefix = share_prefix
         if stop_token_ids is None:
             stop_token_ids = []
             if tokenizer.eos_token_id is not None:
@@ -127,6 +129,28 @@ class HFSampler:
                 self.model.train()
         return results
 
+    def _shared_prefill(self, input_ids, attention, n: int):
+        """Run the prompts (all but their last token) once and copy the KV cache n times: the n
+        samples of a prompt share its prefill instead of recomputing it (k=8: ~8× less prefill).
+        Position ids as generate computes them for left padding. None if the model won't."""
+        import torch
+
+        if not self.share_prefix:
+            return None
+        att = attention[:, :-1]
+        pos = (att.cumsum(-1) - 1).masked_fill_(att == 0, 1)
+        try:
+            out = self.model(input_ids=input_ids[:, :-1], attention_mask=att, position_ids=pos,
+                             use_cache=True)
+            cache = out.past_key_values
+            cache.batch_repeat_interleave(n)
+        except (AttributeError, TypeError, NotImplementedError, RuntimeError):
+            self.share_prefix = False  # e.g. a model without a repeatable cache: plain path
+            return None
+        del out
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+        return cache
+
     def _generate(self, batch_ids: list[list[int]], seeds: list[int | None], n: int,
                   params: SamplingParams) -> list[list[Completion]]:
         import torch
@@ -139,8 +163,10 @@ class HFSampler:
             if x:
                 input_ids[r, width - len(x):] = torch.tensor(x, dtype=torch.long)
                 attention[r, width - len(x):] = 1
-        input_ids = input_ids.repeat_interleave(n, dim=0).to(self.device)
-        attention = attention.repeat_interleave(n, dim=0).to(self.device)
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        cache = self._shared_prefill(input_ids, attention, n) if n > 1 and width > 1 else None
+        input_ids = input_ids.repeat_interleave(n, dim=0)
+        attention = attention.repeat_interleave(n, dim=0)
         steps = params.max_new_tokens
         uniforms = torch.empty((len(batch_ids) * n, steps), dtype=torch.float32)
         for r, seed in enumerate(seeds):
@@ -151,8 +177,9 @@ class HFSampler:
         proc = _PerRowSampler(uniforms.to(self.device), params.temperature, params.top_p)
         config = GenerationConfig(max_new_tokens=steps, do_sample=False, num_beams=1,
                                   eos_token_id=self.stop_token_ids, pad_token_id=self.pad_token_id)
+        extra = {"past_key_values": cache} if cache is not None else {}
         out = self.model.generate(input_ids=input_ids, attention_mask=attention,
-                                  generation_config=config,
+                                  generation_config=config, **extra,
                                   logits_processor=LogitsProcessorList([proc]))
         gen = out[:, width:].tolist()
         stops = set(self.stop_token_ids)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -239,7 +240,12 @@ def expert_message(world: str, task: dict[str, Any], context: list[Message], see
     user = next((m.content for m in context if m.role == "user"), "")
     ch = Chooser(random.Random(stable_int("expert", seed, user, len(obs))), habit)
     n_calls = sum(len(m.tool_calls or []) for m in context)
-    return step_message(STEPS[world](task, obs, ch), n_calls)
+    try:
+        step = STEPS[world](task, obs, ch)
+    except (KeyError, IndexError, TypeError, StopIteration, AttributeError):
+        # A context the expert did not make (a model's states): observations it cannot use.
+        step = ("say", "Sorry, I could not complete that.")
+    return step_message(step, n_calls)
 
 
 # ---------------------------------------------------------------- trajectories
@@ -316,8 +322,9 @@ def _wrong_id(world: str, msg: Message, rng: random.Random, index: int) -> Messa
 
         words = args["command"].split()
         for i, w in enumerate(words):
-            if "." in w and not w.startswith("-"):
-                words[i] = f"{rng.choice(BASES)}.{w.rsplit('.', 1)[1]}"
+            if re.fullmatch(r"(\./)?\w+\.\w+", w):  # a file name: misremember its base
+                base, ext = w.removeprefix("./").rsplit(".", 1)
+                words[i] = f"{rng.choice([b for b in BASES if b != base])}.{ext}"
                 break
         args["command"] = " ".join(words)
     else:

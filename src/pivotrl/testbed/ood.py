@@ -38,6 +38,7 @@ class OODTask:
     prompt: str
     answer: str
     split: str
+    key: str = ""  # the canonical problem ("add 3 4"): the unit of the train/eval split
 
     @property
     def messages(self) -> list[Message]:
@@ -91,7 +92,7 @@ def generate(family: str, split: str, n: int, seed: int = 0) -> list[OODTask]:
             raise ValueError(f"family {family!r} has too few distinct {split} problems for n={n}")
         seen.add(key)
         prompt = rng.choice(_PROMPTS[family]).format(**fields)
-        out.append(OODTask(f"{family}-{seed}-{i - 1}", family, prompt, answer, split))
+        out.append(OODTask(f"{family}-{seed}-{i - 1}", family, prompt, answer, split, key))
     return out
 
 
@@ -134,7 +135,8 @@ def load_ood(path: str | Path) -> list[OODTask]:
                 continue
             try:
                 d = json.loads(line)
-                tasks.append(OODTask(d["id"], d["family"], d["prompt"], d["answer"], d["split"]))
+                tasks.append(OODTask(d["id"], d["family"], d["prompt"], d["answer"], d["split"],
+                                     d.get("key", "")))
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise ValueError(f"{path}:{lineno}: not an OOD task record ({exc})") from exc
     return tasks

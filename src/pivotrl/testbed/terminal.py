@@ -52,7 +52,8 @@ class TerminalWorld:
     def reset(self, config: dict[str, Any]) -> None:
         self._drop()
         self.workdir = sandbox.copy_workspace(None)
-        sandbox.materialize_workspace(config.get("files", {}), self.workdir)
+        files = config.get("workspace", config.get("files", {}))  # {path: content}
+        sandbox.materialize_workspace(files, self.workdir)
         # The temp dir goes with the world object, however the caller forgets it.
         self._cleanup = weakref.finalize(self, sandbox.remove_workspace, str(self.workdir))
 
@@ -89,7 +90,7 @@ class TerminalWorld:
 
 
 def observation(res: sandbox.SandboxResult) -> str:
-    text = res.stdout + res.stderr
+    text = (res.stdout + res.stderr).rstrip("\n")
     if len(text) > MAX_OBSERVATION_CHARS:
         text = text[:MAX_OBSERVATION_CHARS] + "\n[output cut]"
     if res.timed_out:
@@ -175,7 +176,7 @@ def generate(task_id: str, rng: random.Random) -> dict[str, Any]:
     elif kind == "lines":
         mention.append(str(len(csv)))
     user = rng.choice(_TEMPLATES[kind]).format(**task)
-    return {"user": user, "world_config": {"files": files},
+    return {"user": user, "world_config": {"workspace": files},
             "goal": {"files": _as_snapshot(goal_files), "mention": mention}, "task": task}
 
 

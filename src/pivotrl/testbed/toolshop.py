@@ -314,7 +314,7 @@ def generate(task_id: str, rng: random.Random) -> dict[str, Any]:
     target = next((o for o in oids if orders[o]["customer"] == me
                    and orders[o]["status"] == need.get(kind)), None)
     email = customers[me]["email"]
-    shown = email if rng.random() < 0.7 else email.capitalize()  # users type emails either way
+    shown = email if rng.random() < 0.5 else email.capitalize()  # users type emails either way
     task: dict[str, Any] = {"kind": kind, "email": shown}
     calls: list[tuple[str, dict[str, Any]]] = []
     mention: list[str] = []

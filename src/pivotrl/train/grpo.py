@@ -13,6 +13,7 @@ generation on GPUs: all of that is TRL's, switched by the run config and the acc
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,13 @@ from pivotrl.train.config import GRPORunConfig, trl_common_kwargs
 from pivotrl.train.rewards import MetricsJSONL, PivotGRPOTrainer, PivotReward
 
 _TURN_FIELDS = set(Turn.model_fields)
+
+
+def world_size() -> int:
+    """Processes of this run, read from the launcher's environment. (Building an accelerate
+    PartialState here would fix its device before TRL asks for CPU, and on a CPU machine leave every
+    process thinking it is alone.)"""
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def turn_json(turn: Turn) -> str:
@@ -111,7 +119,6 @@ class ReprofileCallback(TrainerCallback):
 def build_trainer(cfg: GRPORunConfig, turns: list[Turn], *, total_steps: int | None = None,
                   reward_funcs=None, callbacks: list | None = None, tokenizer=None):
     """A PivotGRPOTrainer over `turns`. `reward_funcs` replaces the verifier reward (tests)."""
-    from accelerate import PartialState
     from datasets import Dataset
 
     tokenizer = tokenizer or AutoTokenizer.from_pretrained(cfg.model)
@@ -121,7 +128,7 @@ def build_trainer(cfg: GRPORunConfig, turns: list[Turn], *, total_steps: int | N
     if not prompts.rows:
         raise ValueError(f"no trainable pivots ({len(turns)} read, {len(prompts.dropped)} dropped: "
                          f"{prompts.dropped[:3]})")
-    steps = total_steps or cfg.total_steps(len(prompts.rows), PartialState().num_processes)
+    steps = total_steps or cfg.total_steps(len(prompts.rows), world_size())
     reward = reward_funcs or [PivotReward(cfg.verifier, cfg.verifier_config, cfg.invalid_action_penalty)]
     trainer = PivotGRPOTrainer(
         model=cfg.model, reward_funcs=reward, args=grpo_config(cfg, steps),
@@ -151,15 +158,13 @@ def save_final(trainer, tokenizer, output_dir: Path) -> None:
 
 def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     """Run (or resume) GRPO on the configured pivot set. Returns a summary dict."""
-    from accelerate import PartialState
-
     output_dir = Path(cfg.output_dir)
     turns = load_pivot_set(cfg)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     n_rows = len(build_prompts(turns, tokenizer, cfg.max_prompt_length).rows)
-    total = cfg.total_steps(max(n_rows, 1), PartialState().num_processes)
+    total = cfg.total_steps(max(n_rows, 1), world_size())
     hook = None
     if cfg.reprofile.enabled:
         from pivotrl.select import ReprofileHook

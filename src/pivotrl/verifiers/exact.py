@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pivotrl.records import Message, Turn, message_text, parse_arguments
+from pivotrl.actions import call_arguments
+from pivotrl.records import Message, Turn, message_text
 from pivotrl.verifiers.base import Score, register
 
 
@@ -25,7 +26,7 @@ class ExactConfig(BaseModel):
 
 
 def _canonical_calls(message: Message) -> list[tuple[str, str]]:
-    return [(c.function.name, json.dumps(parse_arguments(c.function.arguments), sort_keys=True,
+    return [(c.function.name, json.dumps(call_arguments(c.function.arguments), sort_keys=True,
                                           separators=(",", ":"), ensure_ascii=False))
             for c in message.tool_calls or []]
 

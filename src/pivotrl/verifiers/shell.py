@@ -7,7 +7,8 @@ prompts). Expert and candidate each run on their own fresh copy of the turn's wo
 bubblewrap sandbox (`pivotrl.sandbox`), and score 1 when, command by command, the exit codes and
 the normalised stdouts are equal and the resulting file trees (`snapshot_dir`) are equal.
 
-- The workspace: `turn.metadata["workspace"]` (or `metadata["world_config"]["workspace"]`), a
+- The workspace: `turn.metadata["workspace"]` (or `metadata["world_config"]["workspace"]` /
+  `["files"]`, the terminal world's config), a
   dict {relative path: content} (a path ending in "/" is a directory), with every timestamp set
   to 2024-01-01, then the shell commands of the context replayed in order so the state is the one
   the expert saw. It is prepared once per turn and copied per sample.
@@ -148,8 +149,9 @@ def normalize_output(text: str, collapse: bool, sort_lines: bool) -> str:
 
 def workspace_files(turn: Turn) -> dict[str, Any]:
     ws = turn.metadata.get("workspace")
-    if ws is None:
-        ws = (turn.metadata.get("world_config") or {}).get("workspace")
+    world_config = turn.metadata.get("world_config") or {}
+    if ws is None and isinstance(world_config, dict):
+        ws = world_config.get("workspace", world_config.get("files"))
     if ws is None:
         return {}
     if not isinstance(ws, dict):
@@ -173,7 +175,9 @@ class ShellVerifier:
         self._limits = self.config.limits()
         self._lock = threading.Lock()
         self._turn_locks: dict[str, threading.Lock] = {}
-        self._cache: OrderedDict[str, tuple[Path, Outcome | None]] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[Path, Outcome]] = OrderedDict()
+        self._users: dict[Path, int] = {}  # workspaces being copied right now
+        self._evicted: set[Path] = set()  # evicted while in use: removed on last release
         self._fallback = None
 
     # ------------------------------------------------------------ scoring
@@ -202,9 +206,13 @@ class ShellVerifier:
             base, expert = self._prepared(turn, exp.commands)
         except ValueError as exc:
             return Score(0.0, False, f"bad workspace: {exc}")
-        if expert.problem:
-            return Score(0.0, True, f"expert command {expert.problem}: turn cannot be verified")
-        got = self._execute(base, cand.commands)
+        try:
+            if expert.problem:
+                return Score(0.0, True, f"expert command {expert.problem}: turn cannot be "
+                                        f"verified")
+            got = self._execute(base, cand.commands)
+        finally:
+            self._release(base)
         if got.problem:
             return Score(0.0, True, f"candidate command {got.problem}")
         diff = self._compare(expert, got)
@@ -259,18 +267,38 @@ class ShellVerifier:
                           normalize_output(res.stderr, cfg.collapse_whitespace, False)))
         return Outcome(steps, snapshot_dir(wd) if cfg.compare_files else {})
 
+    def _acquire(self, key: str) -> tuple[Path, Outcome] | None:
+        # call with self._lock held; an entry in use is not deleted when evicted (see _release)
+        if key not in self._cache:
+            return None
+        self._cache.move_to_end(key)
+        base, expert = self._cache[key]
+        self._users[base] = self._users.get(base, 0) + 1
+        return base, expert  # type: ignore[return-value]
+
+    def _release(self, base: Path) -> None:
+        with self._lock:
+            self._users[base] -= 1
+            if self._users[base] == 0:
+                del self._users[base]
+                if base in self._evicted:
+                    self._evicted.discard(base)
+                    remove_workspace(base)
+
     def _prepared(self, turn: Turn, expert_commands: list[str]) -> tuple[Path, Outcome]:
-        """(workspace as the expert saw it, expert outcome), built once per turn."""
+        """(workspace as the expert saw it, expert outcome), built once per turn; the caller
+        must `_release(base)` when done with the workspace."""
         key = _turn_key(turn)
         with self._lock:
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                return self._cache[key]  # type: ignore[return-value]
+            hit = self._acquire(key)
+            if hit is not None:
+                return hit
             turn_lock = self._turn_locks.setdefault(key, threading.Lock())
         with turn_lock:
             with self._lock:
-                if key in self._cache:
-                    return self._cache[key]  # type: ignore[return-value]
+                hit = self._acquire(key)
+                if hit is not None:
+                    return hit
             require_sandbox()
             base = copy_workspace(None)
             try:
@@ -292,15 +320,21 @@ class ShellVerifier:
                 self._turn_locks.pop(key, None)
                 while len(self._cache) > max(1, self.config.cache_turns):
                     _, (old, _) = self._cache.popitem(last=False)
-                    remove_workspace(old)
-            return base, expert
+                    if self._users.get(old):
+                        self._evicted.add(old)
+                    else:
+                        remove_workspace(old)
+                return self._acquire(key)  # type: ignore[return-value]
 
     def close(self) -> None:
         """Remove the prepared workspaces (also done when the verifier is garbage-collected)."""
         with self._lock:
             for base, _ in self._cache.values():
                 remove_workspace(base)
+            for base in self._evicted:
+                remove_workspace(base)
             self._cache.clear()
+            self._evicted.clear()
 
     def __del__(self):
         try:
@@ -310,8 +344,7 @@ class ShellVerifier:
 
 
 def _turn_key(turn: Turn) -> str:
-    body = json.dumps([turn.metadata.get("workspace"),
-                       (turn.metadata.get("world_config") or {}).get("workspace"),
+    body = json.dumps([turn.metadata.get("workspace"), turn.metadata.get("world_config"),
                        [m.model_dump(mode="json", exclude_none=True) for m in turn.context],
                        turn.expected.model_dump(mode="json", exclude_none=True)],
                       sort_keys=True, default=str)

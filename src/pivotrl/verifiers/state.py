@@ -47,18 +47,36 @@ class StateConfig(BaseModel):
     cache_turns: int = Field(4096, description="Turns whose expert outcome is kept (LRU).")
 
 
+def _numbers_by_value(obj: Any) -> Any:
+    """3.0 -> 3 everywhere (a world that stored 3.0 holds what `==` calls the same value)."""
+    if isinstance(obj, float) and obj.is_integer() and abs(obj) < 2**53:
+        return int(obj)
+    if isinstance(obj, dict):
+        return {str(k): _numbers_by_value(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_numbers_by_value(v) for v in obj]
+    return obj
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(_numbers_by_value(value), sort_keys=True, ensure_ascii=False,
+                      separators=(",", ":"), default=str)
+
+
 def canonical_observation(obs: Any) -> str:
-    """Observations as comparable text: JSON re-serialised with sorted keys when it parses."""
-    text = obs if isinstance(obs, str) else json.dumps(obs, sort_keys=True, default=str)
+    """Observations as comparable text: JSON re-serialised (sorted keys, numbers by value) when
+    it parses, else the text with trailing whitespace dropped."""
+    if not isinstance(obs, str):
+        return _dumps(obs)
     try:
-        value = json.loads(text)
+        value = json.loads(obs)
     except (ValueError, RecursionError):
-        return "\n".join(line.rstrip() for line in text.strip().splitlines())
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return "\n".join(line.rstrip() for line in obs.strip().splitlines())
+    return _dumps(value)
 
 
 def _canonical_snapshot(snap: Any) -> str:
-    return json.dumps(snap, sort_keys=True, default=str, separators=(",", ":"))
+    return _dumps(snap)
 
 
 @register("state")

@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pivotrl.actions import call_arguments
 from pivotrl.records import Message, Turn, message_text
 from pivotrl.verifiers.base import Score, get_verifier, register
 
@@ -63,6 +64,7 @@ _FREE_NAME = re.compile(
     r"review|bio|caption|keyword|keywords|topic|details|memo|caption|statement)$", re.I)
 _ID_FORMATS = {"email", "uri", "url", "uuid", "date", "date-time", "time", "hostname", "ipv4",
                "ipv6", "uri-reference", "iri"}
+_ID_DESC = re.compile(r"\b(?:ID|IDs|UUID|identifier|IATA|ISO|file ?name|path|URL|e-?mail address)\b")
 _ID_VALUE = re.compile(r"[\d_/@#:\\]|\.\w")
 _DEFAULT_IN_DESC = re.compile(
     r"\bdefaults?(?:\s+value)?(?:\s+(?:is|to|of|will be))?\s*[:=]?\s*"
@@ -135,13 +137,16 @@ def _param(name: str, schema: Any, from_desc: bool) -> ParamSpec:
     kind = _kind(schema)
     enum = schema.get("enum") if isinstance(schema.get("enum"), list) else None
     string_class = None
-    if enum is not None or schema.get("format") in _ID_FORMATS or _ID_NAME.search(name):
+    desc = schema.get("description") if isinstance(schema.get("description"), str) else ""
+    if (enum is not None or schema.get("format") in _ID_FORMATS or _ID_NAME.search(name)
+            or _ID_DESC.search(desc[:200])):
         string_class = "exact"
     elif _FREE_NAME.search(name):
         string_class = "free"
     default = schema.get("default", MISSING)
     if isinstance(default, str) and kind in ("boolean", "integer", "number"):
-        default = _coerce_default(default, kind, None)  # BFCL-style "false" for a boolean
+        coerced = _coerce_default(default, kind, None)  # BFCL-style "false" for a boolean
+        default = default if coerced is MISSING else coerced
     if default is MISSING and from_desc and isinstance(schema.get("description"), str):
         m = _DEFAULT_IN_DESC.search(schema["description"])
         if m:
@@ -155,35 +160,57 @@ def _param(name: str, schema: Any, from_desc: bool) -> ParamSpec:
     return ParamSpec(kind, string_class, default, items, props, required)
 
 
+def _fn_spec(tool: Any, from_desc: bool) -> tuple[str, FnSpec] | None:
+    if not isinstance(tool, dict):
+        return None
+    fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    name = fn.get("name")
+    if not isinstance(name, str):
+        return None
+    params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {}
+    spec = _param("", {**params, "type": "object"}, from_desc)
+    return name, FnSpec(spec.props if spec.props is not None else {}, spec.required)
+
+
 def build_index(tools: list, from_desc: bool = True) -> dict[str, FnSpec]:
     """Function name → FnSpec for OpenAI tool schemas (or bare {name, parameters} docs)."""
-    index = {}
-    for tool in tools or []:
-        if not isinstance(tool, dict):
-            continue
-        fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
-        name = fn.get("name")
-        if not isinstance(name, str):
-            continue
-        params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {}
-        spec = _param("", {**params, "type": "object"}, from_desc)
-        index[name] = FnSpec(spec.props if spec.props is not None else {}, spec.required)
-    return index
+    return dict(x for x in (_fn_spec(t, from_desc) for t in tools or []) if x is not None)
 
 
-_INDEX_CACHE: dict[tuple[int, bool], tuple[list, dict[str, FnSpec]]] = {}
+class _LazyIndex:
+    """Specs built on first use, one function at a time: a turn offers many tools but its
+    calls use one or two, and every turn of a profile run has its own copy of the tools."""
+    __slots__ = ("tools", "from_desc", "specs")
+
+    def __init__(self, tools: list, from_desc: bool):
+        self.tools, self.from_desc, self.specs = tools, from_desc, {}
+
+    def get(self, name: str) -> FnSpec | None:
+        if name in self.specs:
+            return self.specs[name]
+        spec = None
+        for tool in self.tools or []:
+            fn = tool.get("function", tool) if isinstance(tool, dict) else None
+            if isinstance(fn, dict) and fn.get("name") == name:
+                built = _fn_spec(tool, self.from_desc)
+                spec = built[1] if built else None
+                break
+        self.specs[name] = spec
+        return spec
 
 
-def schema_index(tools: list, from_desc: bool = True) -> dict[str, FnSpec]:
-    """`build_index`, cached by the identity of the tools list (turns are scored K times)."""
+_INDEX_CACHE: dict[tuple[int, bool], _LazyIndex] = {}
+
+
+def schema_index(tools: list, from_desc: bool = True) -> _LazyIndex:
+    """A lazy name → FnSpec index, cached by the identity of the tools list (K samples)."""
     key = (id(tools), from_desc)
     hit = _INDEX_CACHE.get(key)
-    if hit is not None and hit[0] is tools:
-        return hit[1]
-    index = build_index(tools, from_desc)
+    if hit is not None and hit.tools is tools:
+        return hit
     if len(_INDEX_CACHE) > 4096:
         _INDEX_CACHE.clear()
-    _INDEX_CACHE[key] = (tools, index)  # holding `tools` keeps its id from being reused
+    index = _INDEX_CACHE[key] = _LazyIndex(tools, from_desc)  # holds `tools`: its id stays unique
     return index
 
 
@@ -235,6 +262,7 @@ class ToolcallConfig(BaseModel):
         default_factory=dict, description="Config of the 'judge' verifier for message_rule='judge'.")
 
 
+_SCALARS = (str, int, float, bool)
 _PUNCT = re.compile(r"[\s,./\-_*^]+")
 _WORD = re.compile(r"\w+")
 _REFUSAL = re.compile(
@@ -282,6 +310,9 @@ class _Compare:
         self.cfg = cfg
 
     def value(self, spec: ParamSpec | None, name: str, exp: Any, cand: Any) -> str:
+        te = type(exp)
+        if te is type(cand) and te in _SCALARS and exp == cand:
+            return ""  # the common case, before any rule
         kind = spec.kind if spec is not None else "any"
         if exp is None or cand is None:
             return "" if exp is cand else f"{name}: {cand!r} != {exp!r}"
@@ -359,18 +390,17 @@ class _Compare:
         return ""
 
 
-def _calls(message: Message) -> list[tuple[str, dict]]:
-    out = []
+def _calls(message: Message) -> tuple[list[tuple[str, dict, str | None]], int]:
+    """(name, arguments, arguments text) of each call, and the size of the arguments text."""
+    out, size = [], 0
     for call in message.tool_calls or []:
-        args = call.function.arguments
-        if isinstance(args, str):
-            args = json.loads(args) if args.strip() else {}
-        if args is None:
-            args = {}
-        if not isinstance(args, dict):
-            raise ValueError(f"arguments of {call.function.name!r} are not a JSON object")
-        out.append((call.function.name, args))
-    return out
+        raw = call.function.arguments
+        if isinstance(raw, str):
+            size += len(raw)
+        else:
+            raw = None
+        out.append((call.function.name, call_arguments(call.function.arguments), raw))
+    return out, size
 
 
 def _perfect_matching(ok: list[list[bool]]) -> int:
@@ -397,14 +427,16 @@ class ToolcallVerifier:
     def __init__(self, **config):
         self.config = ToolcallConfig(**config)
         self._cmp = _Compare(self.config)
-        self._expected_cache: dict[int, tuple[Message, list[tuple[str, dict]]]] = {}
+        self._expected_cache: dict[int, tuple[Message, list[tuple[str, dict, str]]]] = {}
         self._judge = None
 
-    def _expected(self, turn: Turn) -> list[tuple[str, dict]]:
+    def _expected(self, turn: Turn) -> list[tuple[str, dict, str]]:
         hit = self._expected_cache.get(id(turn.expected))
         if hit is not None and hit[0] is turn.expected:
             return hit[1]
-        calls = _calls(turn.expected)
+        # The arguments text as parse_completion writes it: an identical candidate is equal
+        # without any comparison (the usual case once the policy is good).
+        calls = [(n, a, json.dumps(a, ensure_ascii=False)) for n, a, _ in _calls(turn.expected)[0]]
         if len(self._expected_cache) > 4096:
             self._expected_cache.clear()
         self._expected_cache[id(turn.expected)] = (turn.expected, calls)
@@ -414,10 +446,12 @@ class ToolcallVerifier:
         if action is None:
             return Score(0.0, False, "unparseable action")
         try:
-            cand = _calls(action)
+            cand, size = _calls(action)
         except (ValueError, TypeError, RecursionError) as exc:
             return Score(0.0, False, f"malformed candidate call: {exc}")
-        size = len(message_text(action)) + sum(len(json.dumps(a)) for _, a in cand)
+        if size == 0 and cand:  # arguments given as objects: measure them once
+            size = sum(len(json.dumps(a)) for _, a, _ in cand)
+        size += len(message_text(action))
         if size > self.config.max_action_chars:
             return Score(0.0, False, f"action too long ({size} characters)")
         expected = self._expected(turn)
@@ -430,8 +464,8 @@ class ToolcallVerifier:
         index = schema_index(turn.tools, self.config.defaults_from_description)
         if len(cand) != len(expected) and not self.config.partial_credit:
             return Score(0.0, True, f"{len(cand)} calls where the expert made {len(expected)}")
-        diffs = [[self._pair(index.get(en), en, ea, cn, ca) for cn, ca in cand]
-                 for en, ea in expected]
+        diffs = [["" if cn == en and cr == er else self._pair(index.get(en), en, ea, cn, ca)
+                  for cn, ca, cr in cand] for en, ea, er in expected]
         if len(expected) == 1 and len(cand) == 1:
             return Score(0.0 if diffs[0][0] else 1.0, True, diffs[0][0])
         matched = _perfect_matching([[not d for d in row] for row in diffs])

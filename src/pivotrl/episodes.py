@@ -1,0 +1,298 @@
+"""The episode runner: a policy talks to a world turn by turn, judged end to end.
+
+Each turn the policy returns raw completion text; it is parsed with the same parser as profiling
+and training (`actions.parse_completion`) and the tool calls are executed in the world, one tool
+message per call. An assistant message without tool calls ends the episode (its text is the
+final message the goal may check). Two rules, chosen to match what a deployed harness does:
+- an *invalid* action (unparseable completion) is recorded as an assistant message holding the
+  raw text and ENDS the episode as a failure: the policy met the consequence of its own output;
+- reaching `max_turns` without a final message is a failure too.
+
+`run_episodes` steps all episodes in lockstep so a model policy generates one batch per turn.
+Every model turn is counted: `model_turns` is the compute unit "rollout turns" of the paper.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pivotrl.actions import parse_completion, render_action
+from pivotrl.records import Message, Trajectory, Turn, message_text
+from pivotrl.world import make_world
+
+MAX_TURNS = 8  # every testbed task needs at most 6 turns (DESIGN: episodes ≤ 8 turns)
+
+
+class Policy(Protocol):
+    def act(self, context: list[Message], tools: list[dict[str, Any]]) -> str:
+        """Raw completion text for the next assistant turn (may also offer `act_batch`)."""
+
+
+def act_batch(policy: Any, contexts: Sequence[list[Message]],
+              tools: Sequence[list[dict[str, Any]]]) -> list[str]:
+    if hasattr(policy, "act_batch"):
+        return list(policy.act_batch(list(contexts), list(tools)))
+    return [policy.act(c, t) for c, t in zip(contexts, tools)]
+
+
+# ---------------------------------------------------------------- policies
+
+
+class ScriptedPolicy:
+    """The testbed expert as a policy: reads the user request and its observations, answers with
+    the canonical Hermes text of its action (deterministic given the seed)."""
+
+    def __init__(self, tasks: Sequence[Trajectory], seed: int = 0, habit: float = 0.0):
+        # Tasks are recognised by their user text; two tasks with the same text have the same
+        # stated parameters, so the expert acts the same on both.
+        self.by_text = {_user_text(t.messages): (t.metadata["world"], t.metadata["task"])
+                        for t in tasks}
+        self.seed, self.habit = seed, habit
+
+    def act(self, context: list[Message], tools: list[dict[str, Any]]) -> str:
+        from pivotrl.testbed.experts import expert_message
+
+        key = _user_text(context)
+        if key not in self.by_text:
+            return "I cannot help with that."
+        world, task = self.by_text[key]
+        return render_action(expert_message(world, task, context, self.seed, self.habit))
+
+
+class RandomPolicy:
+    """A random tool with random arguments (strings drawn partly from words seen so far), or a
+    short message now and then: the near-zero floor of every metric."""
+
+    COMMANDS = ["ls", "pwd", "cat *", "wc -l *", "echo hi > out.txt", "rm -f *.log", "head -2 *"]
+
+    def __init__(self, seed: int = 0, p_message: float = 0.15):
+        self.rng, self.p_message = random.Random(seed), p_message
+
+    def act(self, context: list[Message], tools: list[dict[str, Any]]) -> str:
+        import json
+        import re
+
+        if not tools or self.rng.random() < self.p_message:
+            return self.rng.choice(["Done.", "OK.", "Sorry, I cannot do that."])
+        fn = self.rng.choice(tools)["function"]
+        words = re.findall(r"[\w@.]+", " ".join(message_text(m) for m in context)) or ["x"]
+        args = {}
+        for key, prop in fn.get("parameters", {}).get("properties", {}).items():
+            if key == "command":
+                args[key] = self.rng.choice(self.COMMANDS)
+            elif "enum" in prop:
+                args[key] = self.rng.choice(prop["enum"])
+            elif prop.get("type") == "integer":
+                args[key] = self.rng.randrange(1, 5)
+            else:
+                args[key] = self.rng.choice(words)
+        return "<tool_call>\n" + json.dumps({"name": fn["name"], "arguments": args}) + "\n</tool_call>"
+
+
+class ModelPolicy:
+    """Any Hugging Face causal LM + tokenizer: prompts built with `chat.prompt_text` (the model's
+    own chat template, tools included), generation batched over episodes with left padding.
+    temperature 0 is greedy. A prompt longer than the model's window yields an empty (invalid)
+    completion rather than a silently truncated context."""
+
+    def __init__(self, model: Any, tokenizer: Any, max_new_tokens: int = 96,
+                 temperature: float = 0.0, seed: int = 0, batch_size: int = 32):
+        self.model, self.tokenizer = model, tokenizer
+        self.max_new_tokens, self.temperature = max_new_tokens, temperature
+        self.seed, self.batch_size, self.calls = seed, batch_size, 0
+        self.generated_tokens = 0
+
+    def act(self, context: list[Message], tools: list[dict[str, Any]]) -> str:
+        return self.act_batch([context], [tools])[0]
+
+    def act_batch(self, contexts: list[list[Message]], tools: list[list[dict[str, Any]]]) -> list[str]:
+        from pivotrl.chat import prompt_text
+
+        prompts = [prompt_text(self.tokenizer, c, t) for c, t in zip(contexts, tools)]
+        out: list[str] = []
+        for i in range(0, len(prompts), self.batch_size):
+            out += self._generate(prompts[i:i + self.batch_size])
+        return out
+
+    def _generate(self, prompts: list[str]) -> list[str]:
+        import torch
+
+        tok = self.tokenizer
+        ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        window = getattr(self.model.config, "max_position_embeddings", None) or 10**9
+        fits = [len(x) + self.max_new_tokens <= window for x in ids]
+        todo = [x for x, ok in zip(ids, fits) if ok]
+        texts: list[str] = []
+        if todo:
+            pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+            width = max(len(x) for x in todo)
+            input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in todo])
+            mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in todo])
+            torch.manual_seed(self.seed * 1_000_003 + self.calls)
+            self.calls += 1
+            sample = self.temperature > 0
+            kwargs = {"do_sample": sample, "pad_token_id": pad}
+            if sample:
+                kwargs.update(temperature=self.temperature, top_k=0, top_p=1.0)
+            with torch.no_grad():
+                gen = self.model.generate(input_ids=input_ids.to(self.model.device),
+                                          attention_mask=mask.to(self.model.device),
+                                          max_new_tokens=self.max_new_tokens, **kwargs)
+            new = gen[:, width:].tolist()
+            for row in new:
+                if tok.eos_token_id in row:
+                    row = row[: row.index(tok.eos_token_id)]
+                row = [t for t in row if t != pad]
+                self.generated_tokens += len(row)
+                texts.append(tok.decode(row, skip_special_tokens=True))
+        it = iter(texts)
+        return [next(it) if ok else "" for ok in fits]
+
+
+# ---------------------------------------------------------------- episodes
+
+
+@dataclass
+class EpisodeResult:
+    trajectory: Trajectory
+    success: bool
+    model_turns: int  # completions the policy generated (the "rollout turns" unit)
+    invalid_actions: int
+    final_message: str | None = None
+    turn_correct: list[bool] | None = None  # filled by callers that score turns
+
+
+@dataclass
+class _Episode:
+    task: Trajectory
+    world: Any
+    messages: list[Message]
+    turns: int = 0
+    invalid: int = 0
+    calls: int = 0
+    final: str | None = None
+    done: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def _user_text(messages: Sequence[Message]) -> str:
+    return next((message_text(m) for m in messages if m.role == "user"), "")
+
+
+def opening(messages: Sequence[Message]) -> list[Message]:
+    """The messages an episode starts from: everything before the first assistant message, so a
+    whole expert trajectory can be passed as a task (its own actions are not replayed)."""
+    first = next((i for i, m in enumerate(messages) if m.role == "assistant"), len(messages))
+    return list(messages[:first])
+
+
+def run_episodes(world_name: str, tasks: Sequence[Trajectory], policy: Any,
+                 max_turns: int = MAX_TURNS) -> list[EpisodeResult]:
+    """Play every task to the end with `policy`, all episodes in lockstep (one batch per turn).
+
+    `tasks` are task records (system + user messages, `metadata["world_config"]` and `["goal"]`)
+    or whole trajectories of tasks (only their opening is used)."""
+    episodes = []
+    for task in tasks:
+        world = make_world(world_name)
+        world.reset(task.metadata.get("world_config", {}))
+        episodes.append(_Episode(task, world, opening(task.messages)))
+    while True:
+        active = [e for e in episodes if not e.done]
+        if not active:
+            break
+        texts = act_batch(policy, [e.messages for e in active], [e.task.tools for e in active])
+        for ep, text in zip(active, texts):
+            _step(ep, text, max_turns)
+    results = []
+    for ep in episodes:
+        try:
+            ok = bool(ep.world.success(ep.task.metadata.get("goal", {}), ep.final))
+        except Exception as exc:  # noqa: BLE001 - a goal check must not take the run down
+            ok, ep.notes = False, ep.notes + [f"success check failed: {exc}"]
+        if hasattr(ep.world, "close"):
+            ep.world.close()
+        meta = {**ep.task.metadata, "success": ok, "model_turns": ep.turns,
+                "invalid_actions": ep.invalid}
+        if ep.notes:
+            meta["notes"] = ep.notes
+        traj = Trajectory(id=f"{ep.task.id}.episode", messages=ep.messages, tools=ep.task.tools,
+                          domain=ep.task.domain or world_name, metadata=meta)
+        results.append(EpisodeResult(traj, ok, ep.turns, ep.invalid, ep.final))
+    return results
+
+
+def _step(ep: _Episode, text: str, max_turns: int) -> None:
+    ep.turns += 1
+    text = text if isinstance(text, str) else ""
+    parsed = parse_completion(text)
+    if not parsed.valid:
+        ep.invalid += 1
+        ep.notes.append(f"turn {ep.turns}: invalid action: {parsed.reason}")
+        ep.messages.append(Message(role="assistant", content=text if text.strip() else "(empty)"))
+        ep.done = True
+        return
+    msg = parsed.message
+    calls = []
+    for call in msg.tool_calls or []:
+        calls.append(call.model_copy(update={"id": f"call_{ep.calls}"}))
+        ep.calls += 1
+    msg = Message(role="assistant", content=msg.content, tool_calls=calls or None)
+    ep.messages.append(msg)
+    if not calls:
+        ep.final, ep.done = message_text(msg), True
+        return
+    for call in calls:
+        try:
+            obs = ep.world.execute(call.function.name, call.args())
+        except Exception as exc:  # noqa: BLE001 - worlds should not raise; if one does, it is data
+            obs = f"error: {type(exc).__name__}: {exc}"
+        ep.messages.append(Message(role="tool", tool_call_id=call.id, content=str(obs)))
+    if ep.turns >= max_turns:
+        ep.done = True
+        ep.notes.append(f"turn limit {max_turns} reached")
+
+
+def success_rate(results: Sequence[EpisodeResult]) -> float:
+    return sum(r.success for r in results) / len(results) if results else 0.0
+
+
+# ---------------------------------------------------------------- turn accuracy
+
+
+@dataclass
+class TurnAccuracy:
+    accuracy: float  # mean verifier reward over turns (binary verifiers: fraction correct)
+    n: int
+    invalid: int  # completions that could not be parsed (scored 0)
+    rewards: list[float]
+    completions: list[str]
+
+
+def turn_accuracy(policy: Any, turns: Sequence[Turn], verifier: Any,
+                  score: Callable | None = None) -> TurnAccuracy:
+    """Per-turn accuracy of `policy` on expert states: for each Turn (context from an expert
+    trajectory), one action from the policy, scored against the expert's by `verifier`."""
+    texts = act_batch(policy, [t.context for t in turns], [t.tools for t in turns])
+    rewards, invalid = [], 0
+    for turn, text in zip(turns, texts):
+        parsed = parse_completion(text)
+        if not parsed.valid:
+            invalid += 1
+            rewards.append(0.0)
+            continue
+        s = score(turn, parsed.message) if score else verifier.score(turn, parsed.message)
+        rewards.append(float(s.reward) if s.valid else 0.0)
+    acc = sum(rewards) / len(rewards) if rewards else 0.0
+    return TurnAccuracy(acc, len(rewards), invalid, rewards, texts)
+
+
+def expert_turns(trajectories: Sequence[Trajectory]) -> list[Turn]:
+    """Every assistant turn of the trajectories as a Turn, exactly as `pivotrl extract` makes them."""
+    from pivotrl.extract import ExtractOptions, extract_turns
+
+    opts = ExtractOptions()
+    return [t for traj in trajectories for t in extract_turns(traj, opts)[0]]

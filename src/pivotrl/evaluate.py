@@ -1,0 +1,309 @@
+"""Evaluate a checkpoint on the built-in testbed: in-domain episodes, per-turn accuracy, OOD.
+
+For any HF checkpoint dir (base, SFT, PivotRL, E2E RL) and a testbed dir from `pivotrl testbed
+build`, `evaluate_checkpoint` measures
+- in-domain, per world: episode success on the eval tasks (`episodes.run_episodes` with a
+  `ModelPolicy`: same chat template and action parser as training; greedy decoding by default,
+  or sampling at `temperature` with a fixed seed), and per-turn accuracy on the expert's states
+  of the same eval trajectories (one action per state, scored by the world's verifier:
+  `toolcall` for toolshop, `shell` for terminal);
+- OOD, per family: exact-match accuracy of a greedy answer on the OOD eval tasks;
+each rate with a 95% Wilson score interval. The JSON shape is a contract (DESIGN.md):
+`{"in_domain": {world: {"success", "ci95", "episodes", "turn_accuracy", ...}},
+  "ood": {family: {"accuracy", "ci95", "n"}}}`, and `write_result` puts a markdown table next to it.
+
+`ood_logprob_stats` measures how far a checkpoint moved from the base on OOD text (mean per-token
+KL and the rank correlation of the base's top-k next tokens): the demo's Theorem 3.3 check.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from pivotrl.records import Trajectory, iter_valid, write_atomic
+
+DEFAULT_VERIFIERS = {"toolshop": "toolcall", "terminal": "shell"}
+
+
+class EvalConfig(BaseModel):
+    """What `pivotrl evaluate` measures. Defaults keep a CPU evaluation of the tiny model to
+    about a minute."""
+
+    episodes: int = Field(100, description="Eval tasks (episodes) per world; 0 = all in eval.jsonl.")
+    turn_trajectories: int = Field(50, description="Eval trajectories per world whose expert "
+                                                   "states are scored for turn accuracy; 0 = none.")
+    ood_per_family: int = Field(100, description="OOD eval tasks per family; 0 = all.")
+    max_turns: int = Field(8, description="Episode turn limit (testbed tasks need at most 6).")
+    max_new_tokens: int = Field(96, description="Completion cap per turn (a testbed action is "
+                                                "< 60 tokens with the testbed tokenizer).")
+    temperature: float = Field(0.0, description="0 = greedy (the default: deterministic); > 0 "
+                                                "samples with `seed` fixed.")
+    seed: int = Field(0, description="Sampling seed (used only when temperature > 0).")
+    batch_size: int = Field(32, description="Prompts per generate() call.")
+    verifiers: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_VERIFIERS),
+                                      description="Verifier per world for turn accuracy.")
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def wilson(successes: float, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion (well-behaved at 0, 1 and small n)."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = min(1.0, max(0.0, successes / n))
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def _rate(k: float, n: int) -> tuple[float, list[float]]:
+    lo, hi = wilson(k, n)
+    value = k / n if n else 0.0
+    return value, [min(lo, value), max(hi, value)]
+
+
+# ---------------------------------------------------------------- in-domain
+
+
+def load_trajectories(path: Path, limit: int = 0) -> list[Trajectory]:
+    out = []
+    for traj in iter_valid(path, Trajectory):
+        out.append(traj)
+        if limit and len(out) >= limit:
+            break
+    return out
+
+
+def task_of(traj: Trajectory) -> Trajectory:
+    """The task an episode starts from: the trajectory's messages before its first assistant turn."""
+    head = []
+    for m in traj.messages:
+        if m.role == "assistant":
+            break
+        head.append(m)
+    return traj.model_copy(update={"messages": head})
+
+
+def evaluate_world(model, tokenizer, world: str, trajectories: Sequence[Trajectory],
+                   cfg: EvalConfig) -> dict[str, Any]:
+    from pivotrl.episodes import ModelPolicy, expert_turns, run_episodes, turn_accuracy
+
+    policy = ModelPolicy(model, tokenizer, max_new_tokens=cfg.max_new_tokens,
+                         temperature=cfg.temperature, seed=cfg.seed, batch_size=cfg.batch_size)
+    tasks = [task_of(t) for t in (trajectories[:cfg.episodes] if cfg.episodes else trajectories)]
+    results = run_episodes(world, tasks, policy, max_turns=cfg.max_turns)
+    k = sum(r.success for r in results)
+    success, ci = _rate(k, len(results))
+    out: dict[str, Any] = {
+        "success": success, "ci95": ci, "episodes": len(results),
+        "model_turns": sum(r.model_turns for r in results),
+        "invalid_actions": sum(r.invalid_actions for r in results),
+    }
+    if cfg.turn_trajectories:
+        from pivotrl.verifiers import get_verifier
+
+        turns = expert_turns(list(trajectories[:cfg.turn_trajectories]))
+        verifier = get_verifier(cfg.verifiers.get(world, "toolcall"))
+        acc = turn_accuracy(policy, turns, verifier)
+        out["turn_accuracy"] = acc.accuracy
+        out["turn_ci95"] = list(wilson(sum(acc.rewards), acc.n))
+        out["turns"] = acc.n
+        out["turn_invalid"] = acc.invalid
+    return out
+
+
+# ---------------------------------------------------------------- OOD
+
+
+def ood_answers(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 16,
+                batch_size: int = 64) -> list[str]:
+    """Greedy answers to single-turn user prompts (no tools), with the model's chat template."""
+    from pivotrl.episodes import ModelPolicy
+    from pivotrl.records import Message
+
+    policy = ModelPolicy(model, tokenizer, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    return policy.act_batch([[Message(role="user", content=p)] for p in prompts],
+                            [[] for _ in prompts])
+
+
+def evaluate_ood(model, tokenizer, tasks: Sequence[Any], batch_size: int = 64) -> dict[str, Any]:
+    from pivotrl.testbed import ood
+
+    max_new = max(8, max(len(tokenizer(t.answer)["input_ids"]) for t in tasks) + 4) if tasks else 8
+    answers = ood_answers(model, tokenizer, [t.prompt for t in tasks], max_new, batch_size)
+    by_family: dict[str, list[bool]] = {}
+    for task, answer in zip(tasks, answers):
+        by_family.setdefault(task.family, []).append(ood.check(task.family, answer, task.answer))
+    out = {}
+    for family, hits in by_family.items():
+        acc, ci = _rate(sum(hits), len(hits))
+        out[family] = {"accuracy": acc, "ci95": ci, "n": len(hits)}
+    return out
+
+
+def load_ood_eval(testbed: Path, per_family: int = 0) -> list[Any]:
+    from pivotrl.testbed.ood import load_ood
+
+    tasks, counts = [], {}
+    for t in load_ood(testbed / "ood" / "eval.jsonl"):
+        counts[t.family] = counts.get(t.family, 0) + 1
+        if not per_family or counts[t.family] <= per_family:
+            tasks.append(t)
+    return tasks
+
+
+# ---------------------------------------------------------------- whole checkpoint
+
+
+def testbed_worlds(testbed: Path) -> list[str]:
+    return sorted(p.parent.name for p in testbed.glob("*/eval.jsonl") if p.parent.name != "ood")
+
+
+def evaluate_model(model, tokenizer, testbed: str | Path, cfg: EvalConfig | None = None,
+                   progress=None) -> dict[str, Any]:
+    """The contract JSON for an in-memory model (used by `build` for the base, and the demo)."""
+    cfg = cfg or EvalConfig()
+    testbed = Path(testbed)
+    start = time.time()
+    result: dict[str, Any] = {"in_domain": {}, "ood": {}}
+    for world in testbed_worlds(testbed):
+        if progress:
+            progress(f"episodes: {world}")
+        n = max(cfg.episodes, cfg.turn_trajectories) if cfg.episodes and cfg.turn_trajectories else 0
+        trajs = load_trajectories(testbed / world / "eval.jsonl", n)
+        result["in_domain"][world] = evaluate_world(model, tokenizer, world, trajs, cfg)
+    if (testbed / "ood" / "eval.jsonl").exists():
+        if progress:
+            progress("OOD tasks")
+        result["ood"] = evaluate_ood(model, tokenizer, load_ood_eval(testbed, cfg.ood_per_family),
+                                     cfg.batch_size * 2)
+    result["config"] = cfg.model_dump()
+    result["seconds"] = round(time.time() - start, 1)
+    return result
+
+
+def evaluate_checkpoint(model_dir: str | Path, testbed: str | Path, cfg: EvalConfig | None = None,
+                        progress=None) -> dict[str, Any]:
+    from pivotrl.testbed.tiny import load_tiny
+
+    model, tokenizer = load_tiny(model_dir)
+    result = evaluate_model(model, tokenizer, testbed, cfg, progress)
+    result["model"] = str(model_dir)
+    return result
+
+
+def summary(result: dict[str, Any]) -> dict[str, float]:
+    """Mean in-domain success over worlds and mean OOD accuracy over families."""
+    ind = [v["success"] for v in result.get("in_domain", {}).values()]
+    ood = [v["accuracy"] for v in result.get("ood", {}).values()]
+    return {"in_domain": sum(ind) / len(ind) if ind else 0.0, "ood": sum(ood) / len(ood) if ood else 0.0}
+
+
+def markdown(result: dict[str, Any], title: str = "Evaluation") -> str:
+    def pct(x: float) -> str:
+        return f"{100 * x:.1f}"
+
+    lines = [f"# {title}", ""]
+    if result.get("model"):
+        lines += [f"Model: `{result['model']}`", ""]
+    lines += ["## In-domain (eval tasks)", "",
+              "| world | episode success % | 95% CI | episodes | turn accuracy % | turns |",
+              "|---|---|---|---|---|---|"]
+    for world, v in result.get("in_domain", {}).items():
+        ta = pct(v["turn_accuracy"]) if "turn_accuracy" in v else "–"
+        lines.append(f"| {world} | {pct(v['success'])} | {pct(v['ci95'][0])}–{pct(v['ci95'][1])} "
+                     f"| {v['episodes']} | {ta} | {v.get('turns', '–')} |")
+    lines += ["", "## Out-of-domain", "", "| family | accuracy % | 95% CI | n |", "|---|---|---|---|"]
+    for family, v in result.get("ood", {}).items():
+        lines.append(f"| {family} | {pct(v['accuracy'])} | {pct(v['ci95'][0])}–{pct(v['ci95'][1])} "
+                     f"| {v['n']} |")
+    s = summary(result)
+    lines += ["", f"Mean in-domain success {pct(s['in_domain'])}%, mean OOD accuracy {pct(s['ood'])}%.",
+              "Intervals: 95% Wilson score intervals over episodes / tasks.", ""]
+    return "\n".join(lines)
+
+
+def write_result(result: dict[str, Any], out: str | Path) -> tuple[Path, Path]:
+    """RESULT.json (atomically) and RESULT.md next to it."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(out)
+    md = out.with_suffix(".md")
+    md.write_text(markdown(result), encoding="utf-8")
+    return out, md
+
+
+# ---------------------------------------------------------------- distance to the base (Thm 3.3)
+
+
+def ood_logprob_stats(model, ref_model, tokenizer, prompts: Sequence[str], top_k: int = 10,
+                      batch_size: int = 32) -> dict[str, float]:
+    """How far `model` moved from `ref_model` on OOD text.
+
+    `prompts` are full texts (an OOD eval prompt with its answer, rendered with the chat
+    template). Returns `kl`: mean over positions of KL(model ‖ ref) between next-token
+    distributions, and `rank_corr`: mean over positions of the Spearman correlation between the
+    two models' log-probabilities of the ref's top-k next tokens (Thm 3.3: a functional reward
+    reshapes mass within the acceptable set and keeps the order of the rest; 1.0 = order kept).
+    """
+    import torch
+
+    kls, corrs, n_pos = 0.0, 0.0, 0
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    for i in range(0, len(prompts), batch_size):
+        ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts[i:i + batch_size]]
+        ids = [x for x in ids if len(x) >= 2]
+        if not ids:
+            continue
+        width = max(len(x) for x in ids)
+        input_ids = torch.tensor([x + [pad] * (width - len(x)) for x in ids])
+        mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids])
+        with torch.no_grad():
+            lp = torch.log_softmax(model(input_ids=input_ids, attention_mask=mask).logits.float(), -1)
+            lq = torch.log_softmax(ref_model(input_ids=input_ids, attention_mask=mask).logits.float(), -1)
+        sel = mask.bool()
+        lp, lq = lp[sel], lq[sel]  # (positions, vocab)
+        vocab = min(lp.shape[-1], lq.shape[-1])
+        lp, lq = lp[:, :vocab], lq[:, :vocab]
+        kls += (lp.exp() * (lp - lq)).sum(-1).clamp_min(0).sum().item()
+        top = lq.topk(min(top_k, vocab), dim=-1).indices
+        corrs += _spearman_rows(lp.gather(-1, top), lq.gather(-1, top)).sum().item()
+        n_pos += lp.shape[0]
+    if not n_pos:
+        return {"kl": 0.0, "rank_corr": 1.0, "positions": 0}
+    return {"kl": kls / n_pos, "rank_corr": corrs / n_pos, "positions": n_pos}
+
+
+def _spearman_rows(a, b):
+    """Row-wise Spearman correlation (ties broken by position; fine for continuous log-probs)."""
+    import torch
+
+    def ranks(x):
+        return x.argsort(-1).argsort(-1).float()
+
+    ra, rb = ranks(a), ranks(b)
+    ra, rb = ra - ra.mean(-1, keepdim=True), rb - rb.mean(-1, keepdim=True)
+    denom = (ra.norm(dim=-1) * rb.norm(dim=-1)).clamp_min(1e-12)
+    return (ra * rb).sum(-1) / denom
+
+
+def ood_texts(tokenizer, tasks: Sequence[Any]) -> list[str]:
+    """OOD eval prompts with their answers as chat text (the input `ood_logprob_stats` wants)."""
+    from pivotrl.chat import template_messages
+    from pivotrl.records import Message
+
+    return [tokenizer.apply_chat_template(
+        template_messages([Message(role="user", content=t.prompt),
+                           Message(role="assistant", content=t.answer)]), tokenize=False)
+        for t in tasks]

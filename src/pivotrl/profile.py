@@ -1,0 +1,443 @@
+"""Profiling (PivotRL step 2): K samples per turn from the frozen reference policy, each parsed and
+scored by a verifier, summarised as a Profile record (DESIGN.md): reward mean and std.
+
+A run streams the Turn file, appends one Profile per line with a flush per record, and can be
+killed at any moment: the same command resumes, skipping the ids already written (a torn last
+line is repaired first). Samples are reproducible and independent of how the run was cut: turn
+t's seed is derived from (--seed, t.id), and each backend derives sample j's seed from that
+(pivotrl.sampling.hf explains what holds for batching). So a resumed run equals an uninterrupted
+one, and shards (`--shard I/N`, by a stable hash of the id) merged equal an unsharded run.
+
+Costs are counted: rollout turns (= samples generated, one model call each) and generated tokens,
+in PROFILE.stats.json (one entry per run, and their totals).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from pivotrl.actions import parse_completion
+from pivotrl.chat import prompt_text
+from pivotrl.records import (AppendWriter, Profile, Reject, Sample, Turn, done_ids, read_records,
+                             rejects_path, write_atomic)
+from pivotrl.sampling.base import Completion, SamplingParams, derive_seed
+from pivotrl.verifiers.base import Score
+
+SUCCESS_THRESHOLD = 0.5  # a shaped reward counts as a success from here (DESIGN.md pitfall)
+
+
+class ProfileConfig(BaseModel):
+    """Options of a profiling run (CLI flags and configs/profile.yaml keys)."""
+
+    k: int = Field(8, ge=1, description="Samples per turn (the issue's default; the paper profiles "
+                   "each candidate with K samples of π0).")
+    verifier: str = Field("toolcall", description="Verifier name (pivotrl.verifiers registry).")
+    verifier_config: dict[str, Any] = Field(default_factory=dict,
+                                            description="The verifier's options (its YAML keys).")
+    seed: int = Field(0, description="Base seed; turn t samples with seed derive(seed, t.id).")
+    max_new_tokens: int = Field(256, ge=1, description="Tokens per sample (SamplingParams).")
+    temperature: float = Field(1.0, ge=0.0, description="1.0: sample π0 itself (SamplingParams).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass (1.0 = off).")
+    chunk_turns: int = Field(64, ge=1, description="Turns per sampler call; the sampler sorts them "
+                             "by length into batches, so larger chunks pad less (records of a "
+                             "chunk are written when it is done).")
+    shard: str | None = Field(None, description="'I/N': profile only turns with "
+                              "hash(id) mod N == I (0-based).")
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                              top_p=self.top_p, seed=self.seed)
+
+
+# ---------------------------------------------------------------- seeds and shards
+
+
+def turn_seed(seed: int, turn_id: str) -> int:
+    return derive_seed("profile", seed, turn_id)
+
+
+def parse_shard(spec: str | None) -> tuple[int, int] | None:
+    if spec is None:
+        return None
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard must be I/N (e.g. 0/4), got {spec!r}") from None
+    if n < 1 or not 0 <= i < n:
+        raise ValueError(f"--shard {spec!r}: need 0 ≤ I < N")
+    return i, n
+
+
+def shard_of(turn_id: str, n: int) -> int:
+    """Stable across runs and machines (not Python's salted hash)."""
+    return derive_seed("shard", turn_id) % n
+
+
+# ---------------------------------------------------------------- pure pieces
+
+
+def score_samples(verifier, turns: Sequence[Turn], completions: Sequence[Sequence[Completion]]
+                  ) -> list[list[Sample]]:
+    """Parse and score every completion. Unparseable → reward 0, valid False, the parser's reason.
+    Valid actions go to the verifier in one `score_batch` call (judges batch their requests)."""
+    parsed = [[parse_completion(c.text) for c in comps] for comps in completions]
+    where, b_turns, b_actions = [], [], []
+    for i, row in enumerate(parsed):
+        for j, p in enumerate(row):
+            if p.valid:
+                where.append((i, j))
+                b_turns.append(turns[i])
+                b_actions.append(p.message)
+    scores = _score_batch(verifier, b_turns, b_actions)
+    by_pos = dict(zip(where, scores))
+    out = []
+    for i, comps in enumerate(completions):
+        row = []
+        for j, c in enumerate(comps):
+            s = by_pos.get((i, j)) or Score(0.0, False, parsed[i][j].reason)
+            reward = float(s.reward) if math.isfinite(float(s.reward)) else 0.0
+            row.append(Sample(completion=c.text, reward=min(1.0, max(0.0, reward)),
+                              valid=bool(s.valid), reason=s.reason, finish_reason=c.finish_reason,
+                              tokens=c.completion_tokens))
+        out.append(row)
+    return out
+
+
+def _score_batch(verifier, turns: list[Turn], actions: list) -> list[Score]:
+    if not turns:
+        return []
+    batch = getattr(verifier, "score_batch", None)
+    if batch is not None:
+        try:
+            scores = list(batch(turns, actions))
+            if len(scores) == len(turns):
+                return scores
+        except Exception:  # noqa: BLE001 - fall back to one by one, to isolate the bad sample
+            pass
+    out = []
+    for t, a in zip(turns, actions):
+        try:
+            out.append(verifier.score(t, a))
+        except Exception as exc:  # noqa: BLE001 - model text is hostile; a crash loses the run
+            out.append(Score(0.0, False, f"verifier error: {type(exc).__name__}: {exc}"[:300]))
+    return out
+
+
+def make_profile(turn: Turn, samples: list[Sample]) -> Profile:
+    """The Profile record: reward mean and *population* std over the K samples."""
+    rewards = [s.reward for s in samples]
+    mean = statistics.fmean(rewards) if rewards else 0.0
+    std = statistics.pstdev(rewards) if len(rewards) > 1 else 0.0
+    data = turn.model_dump(mode="json", exclude_none=True)
+    data.update(k=len(samples), samples=[s.model_dump(mode="json") for s in samples],
+                reward_mean=mean, reward_std=std)
+    return Profile.model_validate(data)
+
+
+def outcome(rewards: Iterable[float], threshold: float = SUCCESS_THRESHOLD) -> str:
+    """all_fail / all_pass / mixed on the BINARY outcome (reward ≥ threshold is a success)."""
+    wins = [r >= threshold for r in rewards]
+    if not wins:
+        return "empty"
+    return "all_pass" if all(wins) else "all_fail" if not any(wins) else "mixed"
+
+
+# ---------------------------------------------------------------- the run
+
+
+class RunStats(BaseModel):
+    """What one run did and spent (PROFILE.stats.json keeps one per run, plus their sum)."""
+
+    turns_selected: int = Field(0, description="Valid turns of this shard (or the whole file).")
+    turns_done_before: int = Field(0, description="Already in the output when the run started.")
+    turns_profiled: int = Field(0, description="Profiles written by this run.")
+    rollout_turns: int = Field(0, description="Samples generated (one model turn each).")
+    generated_tokens: int = Field(0, description="Completion tokens generated.")
+    prompt_tokens: int = Field(0, description="Prompt tokens read (once per turn).")
+    invalid_samples: int = Field(0, description="Unparseable or unusable samples (reward 0).")
+    truncated_samples: int = Field(0, description="Samples cut at max_new_tokens.")
+    rejected_lines: int = Field(0, description="Bad lines of the Turn file (see the rejects file).")
+    wall_seconds: float = 0.0
+    samples_per_second: float = 0.0
+
+
+def _chunks(items: Iterable[Turn], size: int) -> Iterator[list[Turn]]:
+    chunk: list[Turn] = []
+    for it in items:
+        chunk.append(it)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def read_turns(path: str | Path) -> tuple[list[tuple[int, Turn]], list[Reject]]:
+    """Valid turns with their line numbers; bad lines and repeated ids become Rejects."""
+    turns, rejects, first = [], [], {}
+    for lineno, rec in read_records(path, Turn):
+        if isinstance(rec, Reject):
+            rejects.append(rec)
+        elif rec.id in first:
+            rejects.append(Reject(str(path), lineno, f"duplicate id {rec.id!r} (first on line "
+                                  f"{first[rec.id]})", "id"))
+        else:
+            first[rec.id] = lineno
+            turns.append((lineno, rec))
+    return turns, rejects
+
+
+def profile_stream(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: ProfileConfig,
+                   stats: RunStats | None = None) -> Iterator[Profile]:
+    """Profiles of `turns` in order (the library core; `profile_file` adds files and resume)."""
+    params = cfg.sampling()
+    stats = stats if stats is not None else RunStats()
+    for chunk in _chunks(turns, cfg.chunk_turns):
+        prompts = [prompt_text(tokenizer, t.context, t.tools) for t in chunk]
+        seeds = [turn_seed(cfg.seed, t.id) for t in chunk]
+        completions = sampler.sample(prompts, cfg.k, params, seeds=seeds)
+        samples = score_samples(verifier, chunk, completions)
+        for turn, comps, row in zip(chunk, completions, samples):
+            stats.rollout_turns += len(comps)
+            stats.generated_tokens += sum(c.completion_tokens for c in comps)
+            stats.prompt_tokens += comps[0].prompt_tokens if comps else 0
+            stats.invalid_samples += sum(not s.valid for s in row)
+            stats.truncated_samples += sum(c.finish_reason == "length" for c in comps)
+            stats.turns_profiled += 1
+            yield make_profile(turn, row)
+
+
+def stats_path(out: str | Path) -> Path:
+    """`profile.jsonl` → `profile.stats.json`, next to the output."""
+    out = Path(out)
+    stem = out.name[: -len(".jsonl")] if out.name.endswith(".jsonl") else out.name
+    return out.with_name(f"{stem}.stats.json")
+
+
+def _identity(cfg: ProfileConfig, model: str, backend: str) -> dict[str, Any]:
+    """Settings that must not change between a run and its resume (else samples would mix)."""
+    return {"model": model, "backend": backend, "k": cfg.k, "seed": cfg.seed,
+            "verifier": cfg.verifier, "verifier_config": cfg.verifier_config,
+            "max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature,
+            "top_p": cfg.top_p, "shard": cfg.shard}
+
+
+def summarize_output(path: str | Path, threshold: float = SUCCESS_THRESHOLD) -> dict[str, Any]:
+    """Outcome counts over a whole Profile file (binary outcome, as select uses)."""
+    counts: Counter[str] = Counter()
+    n = samples = invalid = 0
+    path = Path(path)
+    if path.exists():
+        with path.open(encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                rec = json.loads(line)
+                rewards = [s["reward"] for s in rec.get("samples", [])]
+                counts[outcome(rewards, threshold)] += 1
+                n += 1
+                samples += len(rewards)
+                invalid += sum(not s.get("valid", True) for s in rec.get("samples", []))
+    return {"turns": n, "samples": samples, "invalid_samples": invalid,
+            "all_fail": counts["all_fail"], "all_pass": counts["all_pass"], "mixed": counts["mixed"],
+            "success_threshold": threshold}
+
+
+def profile_file(turns_path: str | Path, out_path: str | Path, sampler, verifier, tokenizer,
+                 cfg: ProfileConfig, *, model_name: str = "", progress: bool = True,
+                 console=None) -> dict[str, Any]:
+    """Profile a Turn file into an append-only Profile file (resumable); returns the stats dict
+    also written to PROFILE.stats.json."""
+    t0 = time.perf_counter()
+    shard = parse_shard(cfg.shard)
+    out_path, spath = Path(out_path), stats_path(out_path)
+    identity = _identity(cfg, model_name, getattr(sampler, "name", "?"))
+    previous = json.loads(spath.read_text()) if spath.exists() else None
+    if previous and Path(out_path).exists():
+        changed = {k: (previous["settings"].get(k), v) for k, v in identity.items()
+                   if previous["settings"].get(k) != v}
+        if changed:
+            raise ValueError(f"{out_path} was written with other settings {changed} "
+                             "(old, new); resume with the same command or write a new --out")
+    turns, rejects = read_turns(turns_path)
+    if rejects:
+        write_atomic(rejects_path(out_path), [r.to_json() for r in rejects])
+    if shard is not None:
+        turns = [(ln, t) for ln, t in turns if shard_of(t.id, shard[1]) == shard[0]]
+    done = done_ids(out_path)
+    todo = [t for _, t in turns if t.id not in done]
+    stats = RunStats(turns_selected=len(turns), turns_done_before=len(turns) - len(todo),
+                     rejected_lines=len(rejects))
+    runs = (previous or {}).get("runs", []) if Path(out_path).exists() else []
+
+    def save(final: bool) -> dict[str, Any]:
+        # Saved after every chunk too, so a kill -9 loses at most one chunk's cost accounting.
+        stats.wall_seconds = round(time.perf_counter() - t0, 3)
+        stats.samples_per_second = round(stats.rollout_turns / max(stats.wall_seconds, 1e-9), 3)
+        all_runs = runs + [stats.model_dump()]
+        keys = ("turns_profiled", "rollout_turns", "generated_tokens", "prompt_tokens",
+                "invalid_samples", "truncated_samples", "wall_seconds")
+        doc = {"settings": identity, "turns_file": str(turns_path),
+               "totals": {k: sum(r.get(k, 0) for r in all_runs) for k in keys},
+               "outcomes": summarize_output(out_path) if final else None, "runs": all_runs}
+        spath.parent.mkdir(parents=True, exist_ok=True)
+        tmp = spath.with_name(spath.name + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=2))
+        tmp.replace(spath)
+        return doc
+
+    bar = _progress(console) if progress else None
+    save(final=False)
+    try:
+        with AppendWriter(out_path) as writer:
+            if bar is not None:
+                bar.start()
+                task = bar.add_task("profiling", total=len(turns), completed=len(turns) - len(todo),
+                                    rate="")
+            for i, rec in enumerate(profile_stream(todo, sampler, verifier, tokenizer, cfg, stats)):
+                writer.write(rec)
+                if (i + 1) % cfg.chunk_turns == 0:
+                    save(final=False)
+                if bar is not None:
+                    rate = stats.rollout_turns / max(time.perf_counter() - t0, 1e-9)
+                    bar.update(task, advance=1, rate=f"{rate:,.1f} samples/s")
+    finally:
+        if bar is not None:
+            bar.stop()
+        doc = save(final=True)
+    return doc
+
+
+def _progress(console):
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("turns · {task.fields[rate]}"), TimeElapsedColumn(),
+                    TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False)
+
+
+# ---------------------------------------------------------------- shards
+
+
+class MergeError(ValueError):
+    pass
+
+
+def merge_profiles(turns_path: str | Path, shard_paths: Sequence[str | Path],
+                   out_path: str | Path) -> dict[str, Any]:
+    """Join shard outputs into one Profile file in TURNS order; every valid turn of TURNS must
+    appear exactly once across the shards (else MergeError, naming the ids, and nothing written)."""
+    turns, _ = read_turns(turns_path)
+    expected = [t.id for _, t in turns]
+    where: dict[str, list[tuple[int, int]]] = {}
+    for s, path in enumerate(shard_paths):
+        path = Path(path)
+        if not path.exists():
+            raise MergeError(f"shard file {path} does not exist")
+        with path.open("rb") as fh:
+            offset, lineno = 0, 0
+            for raw in fh:
+                lineno += 1
+                if raw.strip():
+                    try:
+                        rid = str(json.loads(raw)["id"])
+                    except (ValueError, KeyError, TypeError):
+                        raise MergeError(f"{path}:{lineno}: not a Profile record (torn or foreign "
+                                         "line; resume that shard to repair it)") from None
+                    where.setdefault(rid, []).append((s, offset))
+                offset += len(raw)
+    want = set(expected)
+    missing = [i for i in expected if i not in where]
+    doubled = {i: len(v) for i, v in where.items() if len(v) > 1}
+    unknown = [i for i in where if i not in want]
+    if missing or doubled or unknown:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} turn(s) missing: {', '.join(missing[:10])}")
+        if doubled:
+            parts.append(f"{len(doubled)} turn(s) doubled: " +
+                         ", ".join(f"{i} ×{c}" for i, c in list(doubled.items())[:10]))
+        if unknown:
+            parts.append(f"{len(unknown)} id(s) not in {turns_path}: {', '.join(unknown[:10])}")
+        raise MergeError("cannot merge: " + "; ".join(parts))
+    handles = [Path(p).open("rb") for p in shard_paths]
+    try:
+        def records() -> Iterator[dict[str, Any]]:
+            for tid in expected:
+                s, off = where[tid][0]
+                handles[s].seek(off)
+                yield json.loads(handles[s].readline())
+        write_atomic(out_path, records())
+    finally:
+        for h in handles:
+            h.close()
+    docs = [json.loads(stats_path(p).read_text()) for p in shard_paths if stats_path(p).exists()]
+    totals: Counter[str] = Counter()
+    for d in docs:
+        totals.update(d.get("totals", {}))
+    doc = {"merged_from": [str(p) for p in shard_paths], "turns_file": str(turns_path),
+           "totals": dict(totals), "outcomes": summarize_output(out_path),
+           "settings": docs[0]["settings"] if docs else {}, "runs": []}
+    stats_path(out_path).write_text(json.dumps(doc, indent=2))
+    return doc
+
+
+# ---------------------------------------------------------------- re-profiling
+
+
+def reprofile(pivots: Sequence[Turn], sampler, verifier, tokenizer, k: int = 8,
+              params: SamplingParams | None = None, seed: int = 0,
+              threshold: float = SUCCESS_THRESHOLD) -> tuple[list[Profile], dict[str, int]]:
+    """Re-profile pivots with the *current* policy (`sampler`) and drop those that became all-pass
+    (they no longer teach anything: zero variance). Returns (kept, refreshed Profiles; counts)."""
+    params = params or SamplingParams()
+    cfg = ProfileConfig(k=k, seed=seed, max_new_tokens=params.max_new_tokens,
+                        temperature=params.temperature, top_p=params.top_p)
+    kept, counts = [], Counter()
+    for prof in profile_stream(pivots, sampler, verifier, tokenizer, cfg):
+        result = outcome([s.reward for s in prof.samples], threshold)
+        counts[result] += 1
+        if result != "all_pass":
+            kept.append(prof)
+    return kept, {"before": len(pivots), "after": len(kept), **counts}
+
+
+class ReprofileHook:
+    """Call `should_run(batch_reward_mean)` once per training step; when it says so, `run(model,
+    tokenizer, pivots)` returns the pivots still worth training on. It fires when the batch reward
+    mean reaches `threshold`, at most once every `every_n_steps` steps."""
+
+    def __init__(self, verifier, threshold: float = 0.9, every_n_steps: int = 50, k: int = 8,
+                 params: SamplingParams | None = None, seed: int = 0, batch_size: int = 64):
+        self.verifier = verifier
+        self.threshold, self.every_n_steps, self.k = threshold, every_n_steps, k
+        self.params = params or SamplingParams()
+        self.seed, self.batch_size = seed, batch_size
+        self.step = 0
+        self.last_run: int | None = None
+        self.history: list[dict[str, int]] = []
+
+    def should_run(self, batch_reward_mean: float) -> bool:
+        self.step += 1
+        due = self.last_run is None or self.step - self.last_run >= self.every_n_steps
+        return bool(due and batch_reward_mean >= self.threshold)
+
+    def run(self, model, tokenizer, pivots: Sequence[Turn]) -> list[Profile]:
+        from pivotrl.sampling.hf import HFSampler
+
+        self.last_run = self.step
+        sampler = HFSampler(model, tokenizer=tokenizer, batch_size=self.batch_size)
+        kept, counts = reprofile(pivots, sampler, self.verifier, tokenizer, self.k, self.params,
+                                 seed=derive_seed(self.seed, self.step))
+        self.history.append({"step": self.step, **counts})
+        return kept

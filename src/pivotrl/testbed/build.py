@@ -1,0 +1,226 @@
+"""`pivotrl testbed build --out DIR`: the whole built-in testbed, built once and cached.
+
+Writes (DESIGN.md, contract):
+    DIR/<world>/train.jsonl, eval.jsonl   expert Trajectory records (train / eval tasks)
+    DIR/ood/train.jsonl, eval.jsonl       OOD tasks of every family
+    DIR/base/                             the tiny base model + tokenizer (HF format)
+    DIR/pretrain/<world>.jsonl            the weak expert's trajectories the base learned from
+    DIR/build.json                        config, its hash, build seconds, parameter count,
+                                          pretraining stats and the base's metrics
+
+The base is made the way the issue asks: a tokenizer trained on the testbed's (train) text, a
+random tiny Llama, then `pretrain` on a mixture of every OOD training task (so OOD accuracy is
+high) and a smaller share of the WEAK expert's trajectories on other train tasks (noisy: wrong
+ids, early stops, malformed calls; habitual forms = its own style), so in-domain skill is partial.
+Rerunning with the same config and complete outputs does nothing (the config hash in build.json).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field
+
+from pivotrl.evaluate import EvalConfig
+from pivotrl.records import write_atomic
+from pivotrl.testbed.pretrain import PretrainConfig
+from pivotrl.testbed.tiny import TinyModelConfig
+
+BUILD_VERSION = 1  # bump when the build's code changes what it writes
+
+
+class TestbedConfig(BaseModel):
+    """What `testbed build` makes. Defaults: configs/testbed.yaml (measured there)."""
+
+    worlds: list[str] = Field(default_factory=lambda: ["toolshop", "terminal"],
+                              description="Agentic worlds to include (pivotrl.testbed.worlds).")
+    expert_seed: int = Field(0, description="Seed of the expert's random choice among equivalent forms.")
+    n_train: int = Field(400, description="Expert trajectories per world on train tasks (SFT / pivots).")
+    n_eval: int = Field(100, description="Expert trajectories per world on eval tasks.")
+    ood_train: int = Field(600, description="OOD training tasks per family (the base learns them all).")
+    ood_eval: int = Field(100, description="OOD eval tasks per family.")
+    n_weak: int = Field(300, description="Weak-expert trajectories per world in the base's "
+                                         "pretraining mix (fewer → weaker in-domain base).")
+    weak_noise: float = Field(0.3, description="Weak expert's mistake rate per turn (experts.WEAK).")
+    weak_habit: float = Field(0.7, description="Weak expert's habit: its own preferred form (experts.WEAK).")
+    weak_seed: int = Field(1, description="Seed of the weak expert.")
+    weak_task_start: int = Field(100_000, description="First task index of the weak expert's tasks "
+                                                      "(disjoint from the expert's train tasks).")
+    vocab_size: int = Field(2048, description="Tokenizer vocabulary (the testbed text saturates ~2k).")
+    model: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Base model shape.")
+    pretrain: PretrainConfig = Field(default_factory=PretrainConfig, description="Base pretraining loop.")
+    eval: EvalConfig = Field(default_factory=lambda: EvalConfig(episodes=50, turn_trajectories=30),
+                             description="How the base is measured for build.json.")
+    workers: int = Field(4, description="Threads generating trajectories (terminal commands run "
+                                        "in a subprocess sandbox, so threads overlap them).")
+
+    def quick(self) -> "TestbedConfig":
+        """A much smaller build for tests (~1 minute): same pipeline, tiny sizes."""
+        return self.model_copy(update={
+            "n_train": 12, "n_eval": 8, "ood_train": 40, "ood_eval": 8, "n_weak": 12,
+            "vocab_size": 512,
+            "pretrain": self.pretrain.model_copy(update={"steps": 30, "warmup": 5}),
+            "eval": EvalConfig(episodes=4, turn_trajectories=2, ood_per_family=8),
+        })
+
+    def digest(self) -> str:
+        blob = json.dumps({"v": BUILD_VERSION, **self.model_dump()}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def load_config(path: str | Path | None) -> TestbedConfig:
+    if path is None:
+        return TestbedConfig()
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot read the testbed config: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: the testbed config must be a mapping")
+    try:
+        return TestbedConfig.model_validate(data)
+    except Exception as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+
+
+def expected_outputs(out: Path, cfg: TestbedConfig) -> list[Path]:
+    files = [out / "build.json", out / "base" / "config.json", out / "base" / "tokenizer.json",
+             out / "ood" / "train.jsonl", out / "ood" / "eval.jsonl"]
+    for w in cfg.worlds:
+        files += [out / w / "train.jsonl", out / w / "eval.jsonl"]
+    return files
+
+
+def is_built(out: str | Path, cfg: TestbedConfig) -> bool:
+    out = Path(out)
+    try:
+        info = json.loads((out / "build.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return info.get("config_hash") == cfg.digest() and all(p.exists() for p in expected_outputs(out, cfg))
+
+
+def _trajectories(world: str, split: str, n: int, seed: int, expert_cfg=None, start: int = 0,
+                  workers: int = 4):
+    from pivotrl.testbed.experts import run_expert
+    from pivotrl.testbed.worlds import make_tasks
+
+    tasks = make_tasks(world, split, n, start)
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        return list(pool.map(lambda t: run_expert(t, seed, expert_cfg), tasks))
+
+
+def pretrain_examples(weak: dict[str, list], ood_tasks: list) -> list[dict[str, Any]]:
+    """The base's mixture: every OOD training task as a one-turn chat + the weak trajectories."""
+    examples = [{"messages": [{"role": "user", "content": t.prompt},
+                              {"role": "assistant", "content": t.answer}], "tools": None}
+                for t in ood_tasks]
+    for trajs in weak.values():
+        examples += [{"messages": t.messages, "tools": t.tools} for t in trajs]
+    return examples
+
+
+def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, force: bool = False,
+                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Build everything under `out_dir` (see module doc); returns build.json's content."""
+    import torch
+
+    from pivotrl.chat import template_messages
+    from pivotrl.evaluate import evaluate_model
+    from pivotrl.testbed import ood
+    from pivotrl.testbed.experts import ExpertConfig
+    from pivotrl.testbed.pretrain import pretrain
+    from pivotrl.testbed.tiny import build_model, build_tokenizer, parameter_count, save_tiny
+
+    cfg = cfg or TestbedConfig()
+    out = Path(out_dir)
+    say = progress or (lambda msg: None)
+    if not force and is_built(out, cfg):
+        info = json.loads((out / "build.json").read_text(encoding="utf-8"))
+        return {**info, "cached": True}
+    start = time.time()
+    timings: dict[str, float] = {}
+
+    def lap(name: str, t0: float) -> float:
+        timings[name] = round(time.time() - t0, 1)
+        return time.time()
+
+    t0 = time.time()
+    say("expert trajectories")
+    expert, weak = {}, {}
+    weak_cfg = ExpertConfig(noise=cfg.weak_noise, habit=cfg.weak_habit)
+    for w in cfg.worlds:
+        for split, n in (("train", cfg.n_train), ("eval", cfg.n_eval)):
+            trajs = _trajectories(w, split, n, cfg.expert_seed, None, 0, cfg.workers)
+            write_atomic(out / w / f"{split}.jsonl", trajs)
+            expert[(w, split)] = trajs
+        say(f"weak trajectories: {w}")
+        weak[w] = _trajectories(w, "train", cfg.n_weak, cfg.weak_seed, weak_cfg,
+                                cfg.weak_task_start, cfg.workers)
+        write_atomic(out / "pretrain" / f"{w}.jsonl", weak[w])
+    ood_counts = ood.write_ood(out / "ood", cfg.ood_train, cfg.ood_eval, seed=0)
+    ood_train = ood.load_ood(out / "ood" / "train.jsonl")
+    t0 = lap("data", t0)
+
+    say("tokenizer")
+    seed_tok = build_tokenizer([], vocab_size=300)  # only to render texts with the template
+
+    def render(messages, tools):
+        return seed_tok.apply_chat_template(template_messages(messages), tools=tools or None,
+                                            tokenize=False)
+
+    texts = [render(t.messages, t.tools) for (w, split), ts in expert.items() if split == "train"
+             for t in ts]
+    texts += [render(t.messages, t.tools) for ts in weak.values() for t in ts]
+    texts += [render(task.messages + [_answer(task.answer)], None) for task in ood_train]
+    tokenizer = build_tokenizer(texts, vocab_size=cfg.vocab_size)
+    t0 = lap("tokenizer", t0)
+
+    say("pretraining the base")
+    torch.set_num_threads(cfg.pretrain.threads)
+    model = build_model(tokenizer, cfg.model)
+    examples = pretrain_examples(weak, ood_train)
+    last = [0.0]
+
+    def on_step(step: int, loss: float) -> None:
+        if time.time() - last[0] > 5 or step == cfg.pretrain.steps:
+            last[0] = time.time()
+            say(f"pretraining the base: step {step}/{cfg.pretrain.steps} loss {loss:.3f}")
+
+    stats = pretrain(model, tokenizer, examples, cfg.pretrain, on_step)
+    save_tiny(model, tokenizer, out / "base")
+    t0 = lap("pretrain", t0)
+
+    info: dict[str, Any] = {
+        "config": cfg.model_dump(), "config_hash": cfg.digest(),
+        "parameters": parameter_count(model), "vocab": len(tokenizer),
+        "counts": {**{f"{w}/{s}": len(v) for (w, s), v in expert.items()},
+                   **{f"pretrain/{w}": len(v) for w, v in weak.items()},
+                   **{f"ood/{k}": v for k, v in ood_counts.items()}},
+        "weak_success": {w: sum(t.metadata.get("success", False) for t in v) / max(1, len(v))
+                         for w, v in weak.items()},
+        "pretrain": stats,
+    }
+    say("measuring the base")
+    info["base"] = evaluate_model(model, tokenizer, out, cfg.eval, progress=lambda m: say(f"base: {m}"))
+    lap("evaluate", t0)
+    info["timings"] = timings
+    info["build_seconds"] = round(time.time() - start, 1)
+    tmp = out / "build.json.tmp"
+    tmp.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(out / "build.json")
+    return {**info, "cached": False}
+
+
+def _answer(text: str):
+    from pivotrl.records import Message
+
+    return Message(role="assistant", content=text)

@@ -1,0 +1,196 @@
+"""The end-to-end RL baseline: GRPO over whole multi-turn episodes, reward = the world's success.
+
+Why a plain loop and not TRL: TRL 1.16's multi-turn support (`GRPOTrainer(environment_factory=…)`
+/ `tools=`) runs tools itself inside `generate`: it parses tool calls with the tokenizer's own
+response schema, calls the environment's Python methods by name and appends their results in its
+own format. Our worlds are driven by the shared episode runner (`episodes.run_episodes`), whose
+rules (one parser for every stage, an invalid action ends the episode as a failure, a turn cap,
+success judged by the world) are the ones PivotRL is evaluated under; re-implementing them as a
+TRL environment would be a second, diverging harness. `rollout_func` could wrap the runner, but
+it is experimental in 1.16 and expects one prompt → one completion token sequence, while an
+episode is several model turns separated by tool output that must be masked out. So this is the
+loop below, on the same optimizer settings as `pivotrl train` (AdamW, lr, warmup then constant,
+grad clip, clip ε 0.2/0.28, group-normalised advantages, token-level "dapo" normalisation, no
+KL), one process, CleanRL style.
+
+The loss covers every token the model generated in the episode (all its turns); prompts, and so
+tool results, are never in the loss. Every model turn generated is counted (`rollout_turns`), the
+unit in which PivotRL's one-turn rollouts are counted too.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pivotrl.chat import prompt_text
+from pivotrl.episodes import EpisodeResult, run_episodes
+from pivotrl.records import Message, Trajectory, iter_valid
+from pivotrl.train.config import E2ERunConfig
+
+
+class RecordingPolicy:
+    """Samples each turn with the current model and keeps the exact token ids per episode.
+
+    Episodes are told apart by their message list: `run_episodes` hands the policy each episode's
+    own (growing) list, all of them on its first call, in task order."""
+
+    def __init__(self, model, tokenizer, max_new_tokens: int, temperature: float, seed: int):
+        self.model, self.tok = model, tokenizer
+        self.max_new_tokens, self.temperature, self.seed = max_new_tokens, temperature, seed
+        self.episode_of: dict[int, int] = {}
+        self.turns: list[list[tuple[list[int], list[int]]]] = []  # episode → [(prompt ids, completion ids)]
+        self.calls = 0
+
+    def act_batch(self, contexts: list[list[Message]], tools: list[list[dict[str, Any]]]) -> list[str]:
+        prompts = [self.tok(prompt_text(self.tok, c, t), add_special_tokens=False)["input_ids"]
+                   for c, t in zip(contexts, tools)]
+        completions = self._sample(prompts)
+        texts = []
+        for context, prompt, completion in zip(contexts, prompts, completions):
+            episode = self.episode_of.setdefault(id(context), len(self.episode_of))
+            if episode == len(self.turns):
+                self.turns.append([])
+            self.turns[episode].append((prompt, completion))
+            body = [t for t in completion if t != self.tok.eos_token_id]
+            texts.append(self.tok.decode(body, skip_special_tokens=True))
+        return texts
+
+    @torch.no_grad()
+    def _sample(self, prompts: list[list[int]]) -> list[list[int]]:
+        window = getattr(self.model.config, "max_position_embeddings", None) or 10**9
+        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
+        out: list[list[int]] = [[] for _ in prompts]  # too long for the window: empty = invalid action
+        todo = [i for i, p in enumerate(prompts) if len(p) + self.max_new_tokens <= window]
+        if not todo:
+            return out
+        width = max(len(prompts[i]) for i in todo)
+        ids = torch.tensor([[pad] * (width - len(prompts[i])) + prompts[i] for i in todo])
+        mask = torch.tensor([[0] * (width - len(prompts[i])) + [1] * len(prompts[i]) for i in todo])
+        torch.manual_seed(self.seed * 1_000_003 + self.calls)
+        self.calls += 1
+        gen = self.model.generate(input_ids=ids.to(self.model.device), attention_mask=mask.to(self.model.device),
+                                  max_new_tokens=self.max_new_tokens, do_sample=True,
+                                  temperature=self.temperature, top_k=0, top_p=1.0, pad_token_id=pad)
+        for i, row in zip(todo, gen[:, width:].tolist()):
+            if self.tok.eos_token_id in row:  # keep the end token: the model must learn to stop
+                row = row[: row.index(self.tok.eos_token_id) + 1]
+            out[i] = [t for t in row if t != pad or t == self.tok.eos_token_id]
+        return out
+
+
+def token_logps(model, batch: list[tuple[list[int], list[int]]], temperature: float) -> list[torch.Tensor]:
+    """Log-probabilities of each completion token given its prompt (logits / temperature, as TRL)."""
+    pad = 0
+    width = max(len(p) + len(c) for p, c in batch)
+    ids = torch.tensor([p + c + [pad] * (width - len(p) - len(c)) for p, c in batch], device=model.device)
+    mask = torch.tensor([[1] * (len(p) + len(c)) + [0] * (width - len(p) - len(c)) for p, c in batch],
+                        device=model.device)
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float() / temperature
+    logps = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    return [logps[i, len(p) - 1: len(p) + len(c) - 1] for i, (p, c) in enumerate(batch)]
+
+
+def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
+              reward_fn: Callable[[EpisodeResult], float] | None = None) -> dict[str, Any]:
+    """Run the baseline; writes metrics.jsonl (reward vs rollout turns) and the final model.
+    `reward_fn` replaces the world's success (0/1) as the episode reward (shaping experiments)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+    model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32)
+    tasks = tasks if tasks is not None else list(iter_valid(cfg.tasks, Trajectory))
+    if not tasks:
+        raise ValueError(f"{cfg.tasks}: no tasks")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    warmup = max(cfg.warmup_steps, 0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warmup + 1)))
+    metrics_path = out / "metrics.jsonl"
+    metrics_path.write_text("")
+    order: list[Trajectory] = []
+    rollout_turns, G = 0, cfg.num_generations
+
+    for step in range(1, cfg.max_steps + 1):
+        t0 = time.perf_counter()
+        # 1. Tasks for this step: a reshuffled pass over the task list, tasks_per_step at a time.
+        batch_tasks = []
+        while len(batch_tasks) < cfg.tasks_per_step:
+            if not order:
+                order = random.sample(tasks, len(tasks))
+            batch_tasks.append(order.pop())
+
+        # 2. G episodes per task with the current policy (sampling, no gradients).
+        model.eval()
+        policy = RecordingPolicy(model, tokenizer, cfg.max_completion_length, cfg.temperature,
+                                 seed=cfg.seed * 100_003 + step)
+        results = run_episodes(cfg.world, [t for t in batch_tasks for _ in range(G)], policy, cfg.max_turns)
+        if len(policy.turns) != len(results) or any(len(policy.turns[i]) != r.model_turns
+                                                    for i, r in enumerate(results)):
+            raise RuntimeError("episode runner and recording policy disagree on the turns played")
+        model_turns = sum(r.model_turns for r in results)
+        rollout_turns += model_turns
+
+        # 3. Group-normalised advantages: reward = success (0/1), one group = G episodes of a task.
+        rewards = torch.tensor([float(reward_fn(r) if reward_fn else r.success) for r in results]).view(-1, G)
+        std = rewards.std(dim=1, unbiased=False, keepdim=True)
+        advantages = ((rewards - rewards.mean(dim=1, keepdim=True)) / (std + 1e-4)).view(-1)
+
+        # 4. Token-level clipped policy gradient over every generated token of every episode.
+        samples = [(p, c, advantages[i].item()) for i, turns in enumerate(policy.turns) for p, c in turns if c]
+        total_tokens = max(1, sum(len(c) for _, c, _ in samples))  # "dapo": all tokens of the batch
+        learn = [s for s in samples if s[2] != 0.0]  # zero advantage: zero gradient, skip the forward
+        model.train()
+        old: list[torch.Tensor] = []
+        if cfg.num_iterations > 1:
+            with torch.no_grad():
+                for k in range(0, len(learn), cfg.micro_batch_size):
+                    old += token_logps(model, [(p, c) for p, c, _ in learn[k:k + cfg.micro_batch_size]],
+                                       cfg.temperature)
+        loss_sum, clipped, grad_norm = 0.0, 0, 0.0
+        for _ in range(cfg.num_iterations):
+            optimizer.zero_grad(set_to_none=True)
+            for k in range(0, len(learn), cfg.micro_batch_size):
+                micro = learn[k:k + cfg.micro_batch_size]
+                new = token_logps(model, [(p, c) for p, c, _ in micro], cfg.temperature)
+                loss = torch.zeros((), device=model.device)
+                for j, (lp, (_, _, adv)) in enumerate(zip(new, micro)):
+                    ratio = torch.exp(lp - (old[k + j] if old else lp.detach()))
+                    clipped_ratio = torch.clamp(ratio, 1 - cfg.epsilon, 1 + cfg.epsilon_high)
+                    loss = loss - torch.min(ratio * adv, clipped_ratio * adv).sum()
+                    clipped += int((ratio != clipped_ratio).sum())
+                (loss / total_tokens).backward()
+                loss_sum += loss.item() / total_tokens
+            if learn:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm))
+            optimizer.step()  # no gradients (all groups zero-std): a no-op that keeps the schedule
+            scheduler.step()
+
+        # 5. Log reward against rollout turns spent; checkpoint.
+        if step % cfg.logging_steps == 0 or step == cfg.max_steps:
+            row = {"step": step, "reward_mean": rewards.mean().item(), "reward_std": rewards.std(unbiased=False).item(),
+                   "group_std_mean": std.mean().item(), "frac_zero_std": (std < 1e-6).float().mean().item(),
+                   "invalid_rate": sum(r.invalid_actions for r in results) / max(1, model_turns),
+                   "rollout_turns": rollout_turns, "episode_turns_mean": model_turns / len(results),
+                   "loss": loss_sum / cfg.num_iterations, "grad_norm": grad_norm,
+                   "clip_ratio": clipped / total_tokens / cfg.num_iterations,
+                   "learning_rate": scheduler.get_last_lr()[0], "step_time": time.perf_counter() - t0}
+            with metrics_path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+        if step % cfg.save_steps == 0 and step != cfg.max_steps:
+            model.save_pretrained(out / f"checkpoint-{step}")
+            tokenizer.save_pretrained(out / f"checkpoint-{step}")
+
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return {"steps": cfg.max_steps, "tasks": len(tasks), "rollout_turns": rollout_turns,
+            "output_dir": str(out), "metrics": str(metrics_path)}

@@ -1,0 +1,120 @@
+"""`pivotrl sft`: the paper's baseline, TRL SFTTrainer on the SAME trajectories, loss on assistant
+turns only, rendered with the same chat template (and `chat.template_messages`) as PivotRL's
+prompts.
+
+The trajectories are tokenized here, not by TRL: `apply_chat_template(..., return_assistant_tokens
+_mask=True)` (the call TRL's `assistant_only_loss=True` makes, driven by the template's
+`{% generation %}` markers) on messages whose tool-call arguments are real dicts. Handing TRL a
+conversational `datasets` column instead would let Arrow merge every call's differently keyed
+argument dicts into one struct, filling missing keys with null (DESIGN.md), and the model would
+be trained on arguments the expert never sent. TRL gets `input_ids` + `labels` (-100 outside
+assistant turns) and does the rest: batching, schedule, checkpoints, DDP/DeepSpeed/FSDP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoTokenizer
+from transformers.trainer_utils import get_last_checkpoint
+
+from pivotrl.chat import template_messages
+from pivotrl.records import Reject, Trajectory, read_records, rejects_path
+from pivotrl.train.config import SFTRunConfig, trl_common_kwargs
+from pivotrl.train.grpo import save_final, world_size
+from pivotrl.train.rewards import MetricsJSONL
+
+SFT_METRIC_KEYS = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm",
+                   "mean_token_accuracy": "mean_token_accuracy", "entropy": "entropy",
+                   "num_tokens": "num_tokens"}
+
+
+@dataclass
+class SFTRows:
+    rows: list[dict[str, Any]]
+    dropped: list[tuple[str, str]] = field(default_factory=list)  # (trajectory id or file:line, reason)
+
+
+def tokenize_trajectory(tokenizer: Any, traj: Trajectory, assistant_only: bool = True) -> dict[str, Any]:
+    """{"input_ids", "labels"}: labels are -100 on every token the assistant did not write."""
+    out = tokenizer.apply_chat_template(template_messages(traj.messages), tools=traj.tools or None,
+                                        tokenize=True, return_dict=True,
+                                        return_assistant_tokens_mask=assistant_only)
+    ids = list(out["input_ids"])
+    if not assistant_only:
+        return {"input_ids": ids, "labels": ids}
+    mask = list(out["assistant_masks"])
+    if 1 not in mask:
+        raise ValueError("no assistant tokens in the mask: the chat template needs "
+                         "{% generation %}…{% endgeneration %} around assistant turns")
+    return {"input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, mask, strict=True)]}
+
+
+def build_rows(path: str | Path, tokenizer: Any, max_length: int | None = None,
+               assistant_only: bool = True) -> SFTRows:
+    out = SFTRows(rows=[])
+    for lineno, rec in read_records(path, Trajectory):
+        if isinstance(rec, Reject):
+            out.dropped.append((f"{rec.file}:{rec.line}", rec.reason))
+            continue
+        try:
+            row = tokenize_trajectory(tokenizer, rec, assistant_only)
+        except Exception as exc:  # noqa: BLE001 - one bad trajectory is reported, not fatal
+            out.dropped.append((rec.id, f"{type(exc).__name__}: {exc}"))
+            continue
+        if max_length is not None and len(row["input_ids"]) > max_length:
+            out.dropped.append((rec.id, f"{len(row['input_ids'])} tokens > max_length {max_length}"))
+            continue
+        out.rows.append(row)
+    return out
+
+
+def sft_config(cfg: SFTRunConfig, total_steps: int):
+    from trl import SFTConfig
+
+    kwargs = trl_common_kwargs(cfg, total_steps)
+    # Rows arrive tokenized with labels; TRL must neither truncate nor re-mask them.
+    kwargs.update(max_length=None, packing=False, assistant_only_loss=False, completion_only_loss=False)
+    return SFTConfig(**kwargs)
+
+
+def build_sft_trainer(cfg: SFTRunConfig, rows: list[dict[str, Any]], tokenizer, total_steps: int):
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    trainer = SFTTrainer(model=cfg.model, args=sft_config(cfg, total_steps),
+                         train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                         peft_config=cfg.lora.peft_config())
+    trainer.add_callback(MetricsJSONL(Path(cfg.output_dir) / "metrics.jsonl", keys=SFT_METRIC_KEYS))
+    return trainer
+
+
+def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
+    """Run (or resume) SFT on the configured trajectories. Returns a summary dict."""
+    output_dir = Path(cfg.output_dir)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    data = build_rows(cfg.data, tokenizer, cfg.max_length, cfg.assistant_only_loss)
+    if data.dropped and os.environ.get("RANK", "0") == "0":
+        output_dir.mkdir(parents=True, exist_ok=True)
+        with rejects_path(output_dir / "sft_data.jsonl").open("w") as f:
+            for where, reason in data.dropped:
+                f.write(json.dumps({"where": where, "reason": reason}) + "\n")
+    if not data.rows:
+        raise ValueError(f"{cfg.data}: no usable trajectories ({len(data.dropped)} dropped; first: "
+                         f"{data.dropped[:1]})")
+    total = cfg.total_steps(len(data.rows), world_size())
+    resume = get_last_checkpoint(str(output_dir)) if cfg.resume and output_dir.is_dir() else None
+    if cfg.resume and resume is None:
+        raise FileNotFoundError(f"--resume: no checkpoint-* folder in {output_dir}")
+    trainer = build_sft_trainer(cfg, data.rows, tokenizer, total)
+    result = trainer.train(resume_from_checkpoint=resume)
+    save_final(trainer, tokenizer, output_dir)
+    return {"steps": trainer.state.global_step, "trajectories": len(data.rows),
+            "dropped": data.dropped, "train_loss": round(result.training_loss, 4),
+            "output_dir": str(output_dir), "metrics": str(output_dir / "metrics.jsonl")}

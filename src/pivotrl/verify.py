@@ -1,0 +1,152 @@
+"""Score a file of verify cases (DESIGN.md contract behind `pivotrl verify`).
+
+A case is a Turn plus `"candidate"` (an assistant message) or `"completion"` (raw model text,
+parsed with `parse_completion`, exactly as profiling and training parse it); when both are
+present the candidate is scored. The output has one JSON object per input line, in input order:
+`{"id", "reward", "valid", "reason"}`. A bad line (not JSON, not a Turn, no candidate, …) still
+gets its line, with reward 0, valid false and a reason naming the line and field, so that output
+line i always answers input line i.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from pivotrl.actions import parse_completion
+from pivotrl.records import Message, Turn, _first_error
+from pivotrl.verifiers.base import get_verifier
+
+BATCH = 256  # cases per score_batch call (the judge verifier sends a batch concurrently)
+
+
+def load_config(path: str | Path | None, verifier_name: str) -> dict[str, Any]:
+    """Verifier options from YAML: a flat mapping of options, or one section per verifier name
+    (`toolcall: {...}`) from which the named verifier's section is taken."""
+    if path is None:
+        return {}
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a verifier config must be a YAML mapping, got {type(data).__name__}")
+    if isinstance(data.get(verifier_name), dict):
+        return dict(data[verifier_name])
+    return data
+
+
+@dataclass
+class VerifySummary:
+    lines: int = 0
+    bad_lines: int = 0
+    valid: int = 0
+    reward_sum: float = 0.0
+    reasons: Counter = field(default_factory=Counter)
+
+    @property
+    def mean_reward(self) -> float:
+        return self.reward_sum / self.lines if self.lines else 0.0
+
+
+def _case(lineno: int, line: str) -> tuple[str | None, Turn | None, Message | None, str]:
+    """(id, turn, action, problem) for one input line; problem != "" means a bad line."""
+    if not line.strip():
+        return None, None, None, f"line {lineno}: blank line"
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError) as exc:
+        return None, None, None, f"line {lineno}: not JSON: {exc}"
+    if not isinstance(obj, dict):
+        return None, None, None, f"line {lineno}: expected a JSON object, got {type(obj).__name__}"
+    case_id = obj.get("id") if isinstance(obj.get("id"), str) else None
+    try:
+        turn = Turn.model_validate(obj)
+    except ValidationError as exc:
+        loc, msg = _first_error(exc)
+        return case_id, None, None, f"line {lineno}: field {loc}: {msg}"
+    if "candidate" in obj:
+        raw = obj["candidate"]
+        if isinstance(raw, dict):
+            raw = {"role": "assistant", **raw}
+        try:
+            message = Message.model_validate(raw)
+        except ValidationError as exc:
+            loc, msg = _first_error(exc)
+            return case_id, turn, None, f"line {lineno}: field candidate.{loc}: {msg}"
+        if message.role != "assistant":
+            return case_id, turn, None, f"line {lineno}: field candidate.role: must be 'assistant'"
+        return case_id, turn, message, ""
+    if "completion" in obj:
+        if not isinstance(obj["completion"], str):
+            return case_id, turn, None, f"line {lineno}: field completion: must be a string"
+        parsed = parse_completion(obj["completion"])
+        return case_id, turn, parsed.message, parsed.reason  # an invalid parse is scored 0
+    return case_id, turn, None, f"line {lineno}: neither 'candidate' nor 'completion'"
+
+
+def verify_file(cases_path: str | Path, verifier_name: str, config: dict[str, Any] | None = None,
+                out_path: str | Path | None = None) -> VerifySummary:
+    """Score every line of `cases_path`; write results to `out_path` (stdout when None)."""
+    verifier = get_verifier(verifier_name, **(config or {}))
+    summary = VerifySummary()
+    out = open(out_path, "w", encoding="utf-8") if out_path is not None else sys.stdout
+    pending: list[tuple[str | None, Turn | None, Message | None, str]] = []
+
+    def flush() -> None:
+        todo = [i for i, (_, t, m, _) in enumerate(pending) if t is not None and m is not None]
+        try:
+            scores = verifier.score_batch([pending[i][1] for i in todo], [pending[i][2] for i in todo])
+        except Exception:  # noqa: BLE001 - one bad case must not sink the batch: score one by one
+            scores = []
+            for i in todo:
+                try:
+                    scores.append(verifier.score(pending[i][1], pending[i][2]))
+                except Exception as exc:  # noqa: BLE001
+                    scores.append(_error_score(exc))
+        by_index = dict(zip(todo, scores))
+        for i, (case_id, _, _, problem) in enumerate(pending):
+            if i in by_index:
+                s = by_index[i]
+                reward, valid, reason = float(s.reward), bool(s.valid), s.reason
+            else:
+                reward, valid, reason = 0.0, False, problem
+                summary.bad_lines += problem.startswith("line ")
+            summary.lines += 1
+            summary.valid += valid
+            summary.reward_sum += reward
+            if reason:
+                summary.reasons[_reason_kind(reason)] += 1
+            out.write(json.dumps({"id": case_id, "reward": reward, "valid": valid,
+                                  "reason": reason}, ensure_ascii=False) + "\n")
+        out.flush()
+        pending.clear()
+
+    try:
+        with open(cases_path, encoding="utf-8", errors="replace") as fh:
+            for lineno, line in enumerate(fh, start=1):
+                pending.append(_case(lineno, line))
+                if len(pending) >= BATCH:
+                    flush()
+        flush()
+    finally:
+        if out_path is not None:
+            out.close()
+    return summary
+
+
+def _error_score(exc: Exception):
+    from pivotrl.verifiers.base import Score
+
+    return Score(0.0, False, f"verifier error: {type(exc).__name__}: {exc}")
+
+
+def _reason_kind(reason: str) -> str:
+    """Group reasons for the summary table: drop line numbers and quoted values."""
+    if reason.startswith("line ") and ": " in reason:
+        reason = reason.split(": ", 1)[1]
+    return reason.split(":", 1)[0][:60]

@@ -1,0 +1,132 @@
+"""`pivotrl evaluate` on the quick testbed, Wilson intervals, and the distance-to-base statistics."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from pivotrl.evaluate import _spearman_rows, markdown, wilson
+
+
+@pytest.mark.parametrize("k,n,lo,hi", [
+    # 0/n and n/n: z²/(n+z²) closed forms; 81/263: Wikipedia's closed form, computed separately
+    (0, 10, 0.0, 0.27753279),
+    (10, 10, 0.72246721, 1.0),
+    (5, 10, 0.23659309, 0.76340691),
+    (81, 263, 0.25528852, 0.36620958),
+    (1, 1, 0.20654931, 1.0),
+])
+def test_wilson_matches_known_values(k, n, lo, hi):
+    got = wilson(k, n)
+    assert got[0] == pytest.approx(lo, abs=1e-6) and got[1] == pytest.approx(hi, abs=1e-6)
+
+
+def test_wilson_degenerate_n():
+    assert wilson(0, 0) == (0.0, 1.0)
+
+
+def test_spearman_rows():
+    import torch
+
+    a = torch.tensor([[1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0]])
+    b = torch.tensor([[10.0, 20.0, 30.0, 40.0], [4.0, 3.0, 2.0, 1.0]])
+    assert _spearman_rows(a, b).tolist() == pytest.approx([1.0, -1.0])
+
+
+@pytest.fixture(scope="module")
+def quick_testbed(tmp_path_factory):
+    from pivotrl.testbed.build import TestbedConfig, build_testbed
+
+    out = tmp_path_factory.mktemp("testbed")
+    info = build_testbed(out, TestbedConfig().quick())
+    return out, info
+
+
+def _check_shape(result):
+    assert set(result["in_domain"]) == {"toolshop", "terminal"}
+    for v in result["in_domain"].values():
+        assert 0 <= v["ci95"][0] <= v["success"] <= v["ci95"][1] <= 1
+        assert isinstance(v["episodes"], int) and v["episodes"] > 0
+        assert 0 <= v["turn_accuracy"] <= 1
+    assert len(result["ood"]) >= 3
+    for v in result["ood"].values():
+        assert 0 <= v["ci95"][0] <= v["accuracy"] <= v["ci95"][1] <= 1
+        assert isinstance(v["n"], int) and v["n"] > 0
+
+
+def test_build_writes_the_contract_layout_and_is_cached(quick_testbed):
+    from pivotrl.records import Trajectory, iter_valid
+    from pivotrl.testbed.build import TestbedConfig, build_testbed
+
+    out, info = quick_testbed
+    assert not info["cached"]
+    for world in ("toolshop", "terminal"):
+        for split in ("train", "eval"):
+            trajs = list(iter_valid(out / world / f"{split}.jsonl", Trajectory))
+            assert trajs and all(t.metadata["split"] == split for t in trajs)
+            assert all(t.metadata["success"] for t in trajs)  # expert trajectories
+    assert (out / "ood" / "train.jsonl").exists() and (out / "ood" / "eval.jsonl").exists()
+    assert (out / "base" / "config.json").exists() and (out / "base" / "tokenizer.json").exists()
+    build = json.loads((out / "build.json").read_text())
+    assert build["parameters"] > 0 and build["build_seconds"] > 0 and build["config_hash"]
+    _check_shape(build["base"])
+    before = (out / "build.json").stat().st_mtime_ns
+    again = build_testbed(out, TestbedConfig().quick())
+    assert again["cached"] and (out / "build.json").stat().st_mtime_ns == before
+    # another config is not a cache hit
+    other = TestbedConfig().quick().model_copy(update={"n_eval": 9})
+    from pivotrl.testbed.build import is_built
+    assert not is_built(out, other)
+
+
+def test_evaluate_cli_writes_contract_json_and_markdown(quick_testbed, tmp_path):
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+
+    out, _ = quick_testbed
+    result_path = tmp_path / "res" / "RESULT.json"
+    run = CliRunner().invoke(app, ["evaluate", "--model", str(out / "base"), "--testbed", str(out),
+                                   "--out", str(result_path), "--episodes", "3",
+                                   "--turn-trajectories", "1", "--ood", "4"])
+    assert run.exit_code == 0, run.output
+    result = json.loads(result_path.read_text())
+    _check_shape(result)
+    assert all(v["episodes"] == 3 for v in result["in_domain"].values())
+    assert all(v["n"] == 4 for v in result["ood"].values())
+    md = result_path.with_suffix(".md").read_text()
+    assert "| toolshop |" in md and "| add |" in md
+    assert markdown(result) == md
+
+
+def test_evaluate_cli_rejects_missing_dirs(tmp_path):
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+
+    run = CliRunner().invoke(app, ["evaluate", "--model", str(tmp_path / "nope"), "--testbed",
+                                   str(tmp_path), "--out", str(tmp_path / "r.json")])
+    assert run.exit_code == 2 and "not a directory" in run.output
+
+
+def test_ood_logprob_stats(tiny_model_dir):
+    import torch
+
+    from pivotrl.evaluate import ood_logprob_stats
+    from pivotrl.testbed.tiny import load_tiny
+
+    model, tok = load_tiny(tiny_model_dir)
+    texts = ["<|im_start|>user\nWhat is 3 + 4?<|im_end|>\n<|im_start|>assistant\n7<|im_end|>\n",
+             "<|im_start|>user\nReverse abc.<|im_end|>\n<|im_start|>assistant\ncba<|im_end|>\n"]
+    same = ood_logprob_stats(model, model, tok, texts)
+    assert same["kl"] == pytest.approx(0.0, abs=1e-6) and same["rank_corr"] == pytest.approx(1.0)
+    other, _ = load_tiny(tiny_model_dir)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    moved = ood_logprob_stats(other, model, tok, texts)
+    assert moved["kl"] > 0.01 and moved["rank_corr"] < 0.99
+    assert moved["positions"] == same["positions"] > 0
+    assert math.isfinite(moved["kl"])

@@ -1,0 +1,229 @@
+"""Turns ⇄ NeMo-Gym rows, Turns → verl parquet, and bad input going to rejects."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pivotrl.export import (export_file, import_nemo_gym, nemo_gym_to_turn, turn_to_nemo_gym)
+from pivotrl.records import Turn, iter_valid, rejects_path, write_atomic
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_order", "description": "Look up an order.",
+                                      "parameters": {"type": "object", "properties": {
+                                          "order_id": {"type": "string"}}, "required": ["order_id"]}}},
+    {"type": "function", "function": {"name": "refund", "description": "Refund an order.",
+                                      "parameters": {"type": "object", "properties": {
+                                          "order_id": {"type": "string"},
+                                          "amount": {"type": "number"}}}}},
+]
+
+
+def sample_turns() -> list[Turn]:
+    context = [
+        {"role": "system", "content": "You are a support agent."},
+        {"role": "user", "content": "Refund order O-7, half of it."},
+        {"role": "assistant", "reasoning_content": "Look it up first.",
+         "tool_calls": [{"id": "c1", "type": "function",
+                         "function": {"name": "get_order", "arguments": {"order_id": "O-7"}}}]},
+        {"role": "tool", "tool_call_id": "c1", "name": "get_order", "content": '{"total": 40}'},
+        {"role": "assistant", "content": "Two at once:",
+         "tool_calls": [{"id": "c2", "type": "function",
+                         "function": {"name": "get_order", "arguments": '{"order_id": "O-8"}'}},
+                        {"id": "c3", "type": "function",
+                         "function": {"name": "get_order", "arguments": '{"order_id": "O-9"}'}}]},
+        {"role": "tool", "tool_call_id": "c2", "content": "{}"},
+        {"role": "tool", "tool_call_id": "c3", "content": "{}"},
+        {"role": "user", "content": [{"type": "text", "text": "Go on."}], "lang": "en"},
+    ]
+    a = Turn.model_validate({
+        "id": "t1/8", "trajectory_id": "t1", "turn": 8, "domain": "shop", "tools": TOOLS,
+        "context": context,
+        "expected": {"role": "assistant", "tool_calls": [{"id": "c4", "type": "function", "function": {
+            "name": "refund", "arguments": '{"order_id": "O-7", "amount": 20.0}'}}]},
+        "metadata": {"world": "shop", "goal": {"refunded": ["O-7"]}},
+        # a Profile's fields ride along
+        "k": 4, "reward_mean": 0.5, "reward_std": 0.5,
+        "samples": [{"completion": "x", "reward": 1.0, "valid": True}]})
+    b = Turn.model_validate({
+        "id": "t2/1", "trajectory_id": "t2", "turn": 1, "tools": [],
+        "context": [{"role": "user", "content": "Hi"}],
+        "expected": {"role": "assistant", "content": "Hello! How can I help?",
+                     "reasoning_content": "greet"}})
+    return [a, b]
+
+
+def _semantic(turn: Turn) -> dict:
+    """Turn as data, with tool-call arguments parsed (JSON string and object are the same)."""
+    data = turn.model_dump(mode="json", exclude_none=True)
+    for msg in [*data["context"], data["expected"]]:
+        for call in msg.get("tool_calls", []):
+            args = call["function"]["arguments"]
+            call["function"]["arguments"] = json.loads(args) if isinstance(args, str) else args
+    return data
+
+
+def test_nemo_gym_row_shape():
+    row = turn_to_nemo_gym(sample_turns()[0])
+    params = row["responses_create_params"]
+    kinds = [item.get("type", "message:" + item.get("role", "?")) for item in params["input"]]
+    assert kinds == ["message:system", "message:user", "reasoning", "function_call",
+                     "function_call_output", "message:assistant", "function_call", "function_call",
+                     "function_call_output", "function_call_output", "message:user"]
+    call = params["input"][3]
+    assert call["call_id"] == "c1" and json.loads(call["arguments"]) == {"order_id": "O-7"}
+    assert params["input"][-1]["content"] == [{"type": "input_text", "text": "Go on."}]
+    assert params["tools"][0] == {"type": "function", "name": "get_order",
+                                  "description": "Look up an order.",
+                                  "parameters": TOOLS[0]["function"]["parameters"], "strict": False}
+    assert row["expected_action"]["type"] == "function_call"
+    assert row["expected_action"]["output"][0]["name"] == "refund"
+    assert row["id"] == "t1/8" and row["metadata"]["turn_metadata"]["world"] == "shop"
+    text = turn_to_nemo_gym(sample_turns()[1])["expected_action"]
+    assert text["type"] == "message" and text["output"][-1]["content"] == "Hello! How can I help?"
+
+
+def test_round_trip_turns_nemo_gym_turns(tmp_path):
+    turns = sample_turns()
+    src = tmp_path / "turns.jsonl"
+    write_atomic(src, turns)
+    rows = tmp_path / "rows.jsonl"
+    s1 = export_file(src, rows, "nemo-gym")
+    back = tmp_path / "back.jsonl"
+    s2 = import_nemo_gym(rows, back)
+    assert (s1.written, s2.written, s1.rejects, s2.rejects) == (2, 2, [], [])
+    got = list(iter_valid(back, Turn))
+    assert [_semantic(t) for t in got] == [_semantic(t) for t in turns]
+    assert got[0].model_extra["reward_mean"] == 0.5  # Profile fields survive
+    assert got[0].context[3].name == "get_order"
+
+
+def test_round_trip_bfcl_turns(tmp_path):
+    pytest.importorskip("bfcl_eval")
+    from pivotrl.data.bfcl import build_trajectory, load_category
+    from pivotrl.extract import ExtractOptions, extract_turns
+
+    turns = []
+    for category in ("miss_func", "long_context"):
+        entry, gt = load_category(category)[0]
+        turns += extract_turns(build_trajectory(entry, gt, category), ExtractOptions())[0]
+    back = [nemo_gym_to_turn(json.loads(json.dumps(turn_to_nemo_gym(t)))) for t in turns]
+    assert [_semantic(t) for t in back] == [_semantic(t) for t in turns]
+    # the miss_func user message that adds a function keeps its extra `tools`
+    assert any("tools" in (m.model_extra or {}) for t in back for m in t.context)
+
+
+def test_verl_parquet(tmp_path):
+    import pyarrow.parquet as pq
+    from datasets import load_dataset
+
+    turns = sample_turns()
+    src = tmp_path / "turns.jsonl"
+    write_atomic(src, turns)
+    out = tmp_path / "train.parquet"
+    summary = export_file(src, out, "verl", batch_rows=1)  # several row groups
+    assert summary.written == 2 and not rejects_path(out).exists()
+    table = pq.read_table(out)
+    assert table.column_names == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+    rows = table.to_pylist()
+    assert rows[0]["data_source"] == "shop" and rows[1]["data_source"] == "pivotrl"
+    assert [m["role"] for m in rows[0]["prompt"]] == [m.role for m in turns[0].context]
+    assert "<tool_call>" in rows[0]["prompt"][2]["content"]  # calls rendered as training parses them
+    assert rows[0]["reward_model"]["style"] == "rule"
+    truth = json.loads(rows[0]["reward_model"]["ground_truth"])
+    assert truth["tool_calls"][0]["function"]["name"] == "refund"
+    info = rows[0]["extra_info"]
+    assert (info["index"], info["id"], info["turn"]) == (0, "t1/8", 8)
+    assert json.loads(info["tools"]) == TOOLS
+    assert json.loads(info["metadata"])["goal"] == {"refunded": ["O-7"]}
+
+    ds = load_dataset("parquet", data_files=str(out), split="train")
+    assert len(ds) == 2
+    assert ds[1]["prompt"] == [{"role": "user", "content": "Hi"}]
+    assert json.loads(ds[1]["reward_model"]["ground_truth"])["content"] == "Hello! How can I help?"
+    assert ds[0]["extra_info"]["trajectory_id"] == "t1"
+
+
+def _bad_turns_file(tmp_path):
+    good = [t.model_dump(mode="json", exclude_none=True) for t in sample_turns()]
+    wrong_role = dict(good[1], expected={"role": "user", "content": "hi"})
+    bad_args = json.loads(json.dumps(good[0]))
+    bad_args["expected"]["tool_calls"][0]["function"]["arguments"] = "{not json"
+    lines = [json.dumps(good[0]), "this is not json", json.dumps({"id": "x"}),
+             json.dumps(wrong_role), json.dumps(bad_args), json.dumps(good[1])]
+    src = tmp_path / "turns.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    return src
+
+
+@pytest.mark.parametrize("fmt,name", [("nemo-gym", "rows.jsonl"), ("verl", "train.parquet")])
+def test_bad_turn_lines_go_to_rejects(tmp_path, fmt, name):
+    src = _bad_turns_file(tmp_path)
+    out = tmp_path / name
+    summary = export_file(src, out, fmt)
+    assert (summary.read, summary.written) == (6, 2)
+    rejects = [json.loads(line) for line in rejects_path(out).open()]
+    assert [r["line"] for r in rejects] == [2, 3, 4, 5]
+    assert "not JSON" in rejects[0]["reason"]
+    assert rejects[2]["field"] == "expected.role"
+    assert rejects[3]["field"].startswith("expected.tool_calls[0]")
+
+
+def test_bad_nemo_gym_rows_go_to_rejects(tmp_path):
+    good = turn_to_nemo_gym(sample_turns()[0])
+    unknown_item = json.loads(json.dumps(good))
+    unknown_item["responses_create_params"]["input"].append({"type": "web_search_call"})
+    two_messages = json.loads(json.dumps(good))
+    two_messages["expected_action"]["output"] = [{"role": "user", "content": "x"}]
+    no_name = json.loads(json.dumps(good))
+    del no_name["expected_action"]["output"][0]["name"]
+    lines = [json.dumps(good), "{", json.dumps({"expected_action": {}}), json.dumps(unknown_item),
+             json.dumps(two_messages), json.dumps(no_name), json.dumps([1, 2])]
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "turns.jsonl"
+    summary = import_nemo_gym(rows, out)
+    assert (summary.read, summary.written) == (7, 1)
+    rejects = [json.loads(line) for line in rejects_path(out).open()]
+    assert [r["line"] for r in rejects] == [2, 3, 4, 5, 6, 7]
+    assert "unsupported item type" in rejects[2]["reason"]
+    assert rejects[4]["field"] == "expected_action.output[0].name"
+
+
+def test_cli_export_and_import(tmp_path):
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+
+    src = _bad_turns_file(tmp_path)
+    runner = CliRunner()
+    rows = tmp_path / "rows.jsonl"
+    r = runner.invoke(app, ["export", str(src), "--format", "nemo-gym", "--out", str(rows)])
+    assert r.exit_code == 0 and r.exception is None, r.output
+    assert rejects_path(rows).exists()
+    r = runner.invoke(app, ["import", "nemo-gym", str(rows), "--out", str(tmp_path / "t.jsonl")])
+    assert r.exit_code == 0 and len(list(iter_valid(tmp_path / "t.jsonl", Turn))) == 2
+    r = runner.invoke(app, ["export", str(src), "--format", "csv", "--out", str(rows)])
+    assert r.exit_code == 2 and "unknown --format" in " ".join(r.output.split())
+    r = runner.invoke(app, ["export", str(tmp_path / "missing.jsonl"), "--format", "verl",
+                            "--out", str(tmp_path / "v.parquet")])
+    assert r.exit_code == 2 and "no such file" in " ".join(r.output.split())
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
+                           max_leaves=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.fixed_dictionaries({"responses_create_params": st.fixed_dictionaries(
+    {"input": st.lists(json_values, max_size=4)}), "expected_action": json_values}) | json_values,
+    min_size=1, max_size=5))
+def test_import_never_crashes_and_accounts_for_every_line(tmp_path, rows):
+    src = tmp_path / "fuzz.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = import_nemo_gym(src, tmp_path / "fuzz_out.jsonl")
+    assert summary.written + len(summary.rejects) == summary.read == len(rows)
