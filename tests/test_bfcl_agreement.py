@@ -8,7 +8,7 @@ wrong number/string/bool, upper case, respacing, BFCL's alternative answer, drop
 extra argument, stringified number, wrong function, reversed list, reordered / dropped /
 duplicated parallel calls) and judged by `ast_checker` (the truth) and by our verifiers.
 Print the table with `python3 tests/bfcl_support.py` (measured 2026-11-29: 24,692 cases; toolcall
-accuracy 0.957 / precision 0.994 / recall 0.890; exact 0.821 / 1.000 / 0.515).
+accuracy 0.954 / precision 0.994 / recall 0.881; exact 0.821 / 1.000 / 0.515).
 
 Where `toolcall` disagrees with BFCL on purpose (all chosen for agreement with *execution*):
 - An omitted optional argument equals its default (schema `default`, or "defaults to X" in the
@@ -17,9 +17,11 @@ Where `toolcall` disagrees with BFCL on purpose (all chosen for agreement with *
   the same thing either way. (~45 of our 51 false positives.)
 - Long free text (≥ 20 tokens) at ≥ 0.95 token similarity is accepted (the issue asks for a
   similarity on free text); BFCL compares normalised text exactly.
-- Enums and identifiers (ids, paths, file names, codes, …) are compared case-sensitively; BFCL
-  lower-cases every string. An executor rejects "MUSIC" for the enum value "Music", and file
-  systems and databases are case-sensitive. (Recall, not precision: ~440 false negatives.)
+- Enums and identifiers (ids, paths, file names, codes, …), and every short string of a
+  state-changing call (create_*, book_*, send_*, …), are compared case-sensitively; BFCL
+  lower-cases every string. An executor rejects "MUSIC" for the enum value "Music", file
+  systems and databases are case-sensitive, and a state checker sees the stored string.
+  (Recall, not precision: ~530 false negatives among the upper-case mutations.)
 - BFCL's alternative answers ("San Francisco, CA" or "San Francisco, California"; lists in
   either order) cannot be known from one expert call: those are false negatives by design.
 """
@@ -54,7 +56,7 @@ def test_enough_cases_with_both_verdicts(rows):
 def test_toolcall_agrees_with_ast_checker(results):
     tc = results["toolcall"]
     print({k: v for k, v in tc.items() if k != "disagreements"})
-    # Floors a little under what was measured (0.957 / 0.994 / 0.890).
+    # Floors a little under what was measured (0.954 / 0.994 / 0.881).
     assert tc["accuracy"] >= 0.94
     assert tc["precision"] >= 0.985
     assert tc["recall"] >= 0.87
@@ -78,7 +80,7 @@ def test_mutations_with_full_agreement(results, label):
 @pytest.mark.parametrize("label,floor", [("reordered_calls", 0.99), ("wrong_number", 0.99),
                                          ("wrong_string", 0.98), ("flip_bool", 0.98),
                                          ("drop_optional", 0.9), ("add_default", 0.95),
-                                         ("respace", 0.95), ("upper_case", 0.7)])
+                                         ("respace", 0.95), ("upper_case", 0.65)])
 def test_mutations_with_documented_disagreement(results, label, floor):
     acc, n = results["toolcall"]["by_label"][label]
     assert acc >= floor, (label, acc, n)

@@ -152,6 +152,28 @@ def test_free_text_similarity_threshold():
     assert reward(strict, turn, hermes(("search_flights", {**BASE, "note": typo}))) == 0.0
 
 
+def test_short_strings_fold_case_except_in_state_changing_calls():
+    verifier = get_verifier("toolcall")
+    read = call_turn(("get_weather", {"city": "New York, NY"}), tools=[])
+    assert reward(verifier, read, hermes(("get_weather", {"city": "new york ny"}))) == 1.0
+    write = call_turn(("update_address", {"city": "New York, NY"}), tools=[])
+    assert reward(verifier, write, hermes(("update_address", {"city": "new york ny"}))) == 0.0
+    loose = get_verifier("toolcall", strict_strings_in_writes=False)
+    assert reward(loose, write, hermes(("update_address", {"city": "new york ny"}))) == 1.0
+
+
+def test_dotted_name_called_with_underscores():
+    tools = [{"type": "function", "function": {"name": "math.factorial", "parameters": {
+        "type": "object", "properties": {"number": {"type": "integer"}}, "required": ["number"]}}}]
+    turn = call_turn(("math.factorial", {"number": 5}), tools=tools)
+    verifier = get_verifier("toolcall")
+    assert reward(verifier, turn, hermes(("math_factorial", {"number": 5}))) == 1.0
+    assert reward(verifier, turn, hermes(("math_factorial", {"number": 6}))) == 0.0
+    both = tools + [{"type": "function", "function": {"name": "math_factorial", "parameters": {}}}]
+    turn = call_turn(("math.factorial", {"number": 5}), tools=both)
+    assert reward(verifier, turn, hermes(("math_factorial", {"number": 5}))) == 0.0
+
+
 def test_unknown_function_schema_falls_back_to_values():
     turn = call_turn(("mystery", {"a": 1, "b": "x"}), tools=[])
     verifier = get_verifier("toolcall")
@@ -227,6 +249,10 @@ def test_message_rule_similarity_refusal_and_any():
     assert reward(verifier, refusal, "Here is your pizza order summary.") == 0.0
     assert reward(get_verifier("toolcall", message_rule="any"), turn, "Sure.") == 1.0
     assert reward(get_verifier("toolcall", refusal_match=False), refusal, "I cannot help.") == 0.0
+    for text in ["Unfortunately the provided functions don't support ordering food.",
+                 "None of the given functions can be used for this request.",
+                 "The tools available are not suitable for ordering a pizza."]:
+        assert reward(verifier, refusal, text) == 1.0, text
 
 
 # ---------------------------------------------------------------- exact
@@ -246,6 +272,15 @@ def test_exact_is_strict_but_canonical():
     assert reward(exact, turn, "done. booked!") == 1.0
     assert reward(exact, turn, "Done, booked!") == 0.0
     assert exact.score(turn, None).valid is False
+
+
+def test_broken_expert_arguments_are_a_clear_invalid_score():
+    turn = Turn(id="t/9", trajectory_id="t", turn=9, context=[], expected={
+        "role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f", "arguments": "{oops"}}]})
+    action = parse_completion(hermes(("f", {}))).message
+    for name in ("toolcall", "exact"):
+        s = get_verifier(name).score(turn, action)
+        assert (s.reward, s.valid) == (0.0, False) and "expert" in s.reason
 
 
 def test_score_batch_matches_score(toolcall):

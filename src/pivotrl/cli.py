@@ -107,18 +107,18 @@ def profile(
     shard_files: Optional[list[Path]] = typer.Argument(None, help="With --merge: shard outputs to join."),
     out: Path = typer.Option(..., "--out", help="Profile JSONL (appended; rerun the same command to resume)."),
     model: Optional[str] = typer.Option(None, help="HF model dir: templates the prompts; hf/vllm load it."),
-    k: Optional[int] = typer.Option(None, "--k", help="Samples per turn [8]."),
-    verifier: Optional[str] = typer.Option(None, help="Verifier name [toolcall]."),
+    k: Optional[int] = typer.Option(None, "--k", help="Samples per turn (default: 8)."),
+    verifier: Optional[str] = typer.Option(None, help="Verifier name (default: toolcall)."),
     verifier_config: Optional[Path] = typer.Option(None, help="YAML of the verifier's options."),
-    seed: Optional[int] = typer.Option(None, help="Base seed [0]; turn t uses derive(seed, t.id)."),
+    seed: Optional[int] = typer.Option(None, help="Base seed (default 0); turn t uses derive(seed, t.id)."),
     backend: str = typer.Option("hf", help="Sampler: hf | vllm | openai."),
     base_url: str = typer.Option("http://127.0.0.1:8000/v1", help="openai backend: server URL (…/v1)."),
-    served_model_name: Optional[str] = typer.Option(None, help="openai backend: model name [asks the server]."),
+    served_model_name: Optional[str] = typer.Option(None, help="openai backend: model name (default: asks the server)."),
     batch_size: int = typer.Option(64, help="hf backend: sequences per generate call."),
     concurrency: int = typer.Option(16, help="openai backend: requests in flight."),
-    max_new_tokens: Optional[int] = typer.Option(None, help="Tokens per sample [256]."),
-    temperature: Optional[float] = typer.Option(None, help="Sampling temperature [1.0]."),
-    top_p: Optional[float] = typer.Option(None, help="Nucleus mass [1.0]."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Tokens per sample (default: 256)."),
+    temperature: Optional[float] = typer.Option(None, help="Sampling temperature (default: 1.0)."),
+    top_p: Optional[float] = typer.Option(None, help="Nucleus mass (default: 1.0)."),
     shard: Optional[str] = typer.Option(None, help="I/N: only turns with hash(id) mod N == I."),
     merge: bool = typer.Option(False, help="Join SHARD_FILES into --out, checking every turn of TURNS "
                                "appears exactly once."),
@@ -151,6 +151,9 @@ def profile(
     if model is None:
         console.print("[red]--model is required (the model dir; its tokenizer builds the prompts)[/red]")
         raise typer.Exit(2)
+    if not turns.is_file():
+        console.print(f"[red]{turns}: no such file[/red]")
+        raise typer.Exit(2)
     opts = yaml.safe_load(config.read_text()) if config else {}
     opts = {key: val for key, val in (opts or {}).items() if key in prof.ProfileConfig.model_fields}
     given = {"k": k, "verifier": verifier, "seed": seed, "max_new_tokens": max_new_tokens,
@@ -158,8 +161,12 @@ def profile(
     opts.update({key: val for key, val in given.items() if val is not None})
     if verifier_config is not None:
         opts["verifier_config"] = yaml.safe_load(verifier_config.read_text()) or {}
-    cfg = prof.ProfileConfig(**opts)
-    prof.parse_shard(cfg.shard)
+    try:
+        cfg = prof.ProfileConfig(**opts)
+        prof.parse_shard(cfg.shard)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2)
 
     from pivotrl.sampling import SamplerError, get_sampler
     from pivotrl.verifiers import get_verifier
@@ -177,7 +184,7 @@ def profile(
             tokenizer = sampler.tokenizer
         doc = prof.profile_file(turns, out, sampler, ver, tokenizer, cfg, model_name=model,
                                 progress=progress, console=console)
-    except SamplerError as exc:
+    except (SamplerError, ValueError) as exc:  # unreachable server; resume with other settings
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(1)
     except KeyboardInterrupt:
@@ -214,8 +221,15 @@ def select(
 
     from pivotrl.select import SelectConfig, select_file
 
-    cfg = SelectConfig(lambda_diff=lambda_diff, min_std=min_std, budget=budget, strategy=strategy,
-                       seed=seed, success_threshold=success_threshold)
+    try:
+        cfg = SelectConfig(lambda_diff=lambda_diff, min_std=min_std, budget=budget,
+                           strategy=strategy, seed=seed, success_threshold=success_threshold)
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2)
+    if not profile_file.is_file():
+        console.print(f"[red]{profile_file}: no such file[/red]")
+        raise typer.Exit(2)
     stats = select_file(profile_file, out, cfg, plot_png=plot)
     table = Table(title=f"pivotrl select ({strategy}) → {out}")
     table.add_column("")
@@ -289,9 +303,12 @@ def sft(
 @app.command()
 def evaluate(
     model: Path = typer.Option(..., "--model", help="Checkpoint dir (HF format: model + tokenizer)."),
-    testbed: Path = typer.Option(..., "--testbed", help="Dir written by `pivotrl testbed build`."),
+    testbed: Optional[Path] = typer.Option(None, "--testbed", help="Dir written by `pivotrl testbed build`."),
     out: Path = typer.Option(..., "--out", help="RESULT.json (a RESULT.md table is written next to it)."),
-    episodes: int = typer.Option(100, "--episodes", help="Eval episodes per world (0 = all)."),
+    bfcl: Optional[Path] = typer.Option(None, "--bfcl", help="BFCL trajectories (`pivotrl data bfcl "
+                                        "--out F`): adds in_domain.bfcl_<category>, judged by "
+                                        "BFCL's multi_turn_checker."),
+    episodes: int = typer.Option(100, "--episodes", help="Eval episodes per world / BFCL category (0 = all)."),
     turn_trajectories: int = typer.Option(50, "--turn-trajectories",
                                           help="Eval trajectories per world scored turn by turn (0 = none)."),
     ood_per_family: int = typer.Option(100, "--ood", help="OOD eval tasks per family (0 = all)."),
@@ -303,14 +320,21 @@ def evaluate(
 
     from pivotrl.evaluate import EvalConfig, evaluate_checkpoint, write_result
 
+    if testbed is None and bfcl is None:
+        console.print("[red]give --testbed DIR, --bfcl FILE, or both[/red]")
+        raise typer.Exit(2)
     for path, what in ((model, "--model"), (testbed, "--testbed")):
-        if not path.is_dir():
+        if path is not None and not path.is_dir():
             console.print(f"[red]{what} {path}: not a directory[/red]")
             raise typer.Exit(2)
+    if bfcl is not None and not bfcl.is_file():
+        console.print(f"[red]--bfcl {bfcl}: not a file (write one with `pivotrl data bfcl --out F`)[/red]")
+        raise typer.Exit(2)
     cfg = EvalConfig(episodes=episodes, turn_trajectories=turn_trajectories,
                      ood_per_family=ood_per_family, temperature=temperature, seed=seed)
     with console.status("evaluating") as status:
-        result = evaluate_checkpoint(model, testbed, cfg, progress=lambda m: status.update(m))
+        result = evaluate_checkpoint(model, testbed, cfg, progress=lambda m: status.update(m),
+                                     bfcl=bfcl)
     json_path, md_path = write_result(result, out)
     table = Table(title=f"{model}")
     for col in ("task", "score %", "95% CI", "n", "turn acc %"):
@@ -446,7 +470,7 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind (loopback by default)."),
     port: int = typer.Option(8000, help="TCP port."),
     batch_size: int = typer.Option(64, help="Sequences per generate call."),
-    served_model_name: Optional[str] = typer.Option(None, help="Name in /v1/models [the --model value]."),
+    served_model_name: Optional[str] = typer.Option(None, help="Name in /v1/models (default: the --model value)."),
 ) -> None:
     """An OpenAI-compatible endpoint around a local HF model (/v1/models, /v1/completions,
     /v1/chat/completions), e.g. for `pivotrl profile --backend openai` or a judge on a CPU."""

@@ -2,11 +2,25 @@
 
 Each turn the policy returns raw completion text; it is parsed with the same parser as profiling
 and training (`actions.parse_completion`) and the tool calls are executed in the world, one tool
-message per call. An assistant message without tool calls ends the episode (its text is the
-final message the goal may check). Two rules, chosen to match what a deployed harness does:
+message per call. An assistant message without tool calls ends the *user turn* (its text is the
+final message the goal may check). Rules, chosen to match what a deployed harness does:
 - an *invalid* action (unparseable completion) is recorded as an assistant message holding the
-  raw text and ENDS the episode as a failure: the policy met the consequence of its own output;
-- reaching `max_turns` without a final message is a failure too.
+  raw text and ends the user turn, as BFCL's handler does ("Failed to decode the model response.
+  Proceed to next turn."): the policy meets the consequence of its own output. On a single-turn
+  task that ends the episode as a failure;
+- a task may carry several user turns: every user message of the task after its opening (a run
+  of user messages between assistant/tool messages is one user turn). When the agent ends a user
+  turn, the runner delivers the next one, calling the world's `begin_turn()` if it has one (BFCL
+  checks calls per user turn), and adds the tools that message carries in an extra `tools` field
+  (BFCL miss_func adds held-out functions mid-episode);
+- `max_steps_per_turn` (optional; BFCL: `MAXIMUM_STEP_LIMIT` = 20) force-quits the episode when
+  one user turn executes more tool steps than that, as BFCL does; `max_turns` caps the model
+  turns of the whole episode (0 = no cap);
+- an episode that stops before every user turn was delivered fails, whatever the world says
+  (BFCL fails a result with fewer turns than its ground truth); reaching `max_turns` without a
+  final message is a failure too.
+Success is `world.success(goal, final_message)` once the episode is over (for BFCL: its own
+`multi_turn_checker` over all user turns).
 
 `run_episodes` steps all episodes in lockstep so a model policy generates one batch per turn.
 Every model turn is counted: `model_turns` is the compute unit "rollout turns" of the paper.
@@ -14,6 +28,7 @@ Every model turn is counted: `model_turns` is the compute unit "rollout turns" o
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,24 +57,103 @@ def act_batch(policy: Any, contexts: Sequence[list[Message]],
 
 
 class ScriptedPolicy:
-    """The testbed expert as a policy: reads the user request and its observations, answers with
-    the canonical Hermes text of its action (deterministic given the seed)."""
+    """The expert as a policy: reads the user request and its observations, answers with the
+    canonical Hermes text of its action (deterministic given the seed).
+
+    Testbed tasks (`metadata["task"]`) are solved by the testbed expert. Any other trajectory
+    (BFCL, a user's SFT data) is *replayed*: in user turn u, after s assistant steps of that
+    turn, the policy answers the recorded s-th assistant message of turn u, so the runner
+    re-executes the recording in a live world (past the recording's end it closes the turn)."""
 
     def __init__(self, tasks: Sequence[Trajectory], seed: int = 0, habit: float = 0.0):
         # Tasks are recognised by their user text; two tasks with the same text have the same
         # stated parameters, so the expert acts the same on both.
-        self.by_text = {_user_text(t.messages): (t.metadata["world"], t.metadata["task"])
-                        for t in tasks}
+        self.by_text: dict[str, tuple[str, Any]] = {}
+        self.recorded: dict[str, list[Trajectory]] = {}
+        for t in tasks:
+            if "task" in t.metadata:
+                self.by_text[_user_text(t.messages)] = (t.metadata["world"], t.metadata["task"])
+            else:
+                self.recorded.setdefault(_user_text(t.messages), []).append(t)
         self.seed, self.habit = seed, habit
 
     def act(self, context: list[Message], tools: list[dict[str, Any]]) -> str:
         from pivotrl.testbed.experts import expert_message
 
         key = _user_text(context)
+        if key in self.recorded and key not in self.by_text:
+            return render_action(replay_message(self.recorded[key], context, tools))
         if key not in self.by_text:
             return "I cannot help with that."
         world, task = self.by_text[key]
         return render_action(expert_message(world, task, context, self.seed, self.habit))
+
+
+def _norm(m: Message) -> tuple:
+    calls = []
+    for c in m.tool_calls or []:
+        try:
+            calls.append((c.function.name, json.dumps(c.args(), sort_keys=True)))
+        except ValueError:
+            calls.append((c.function.name, str(c.function.arguments)))
+    return (m.role, message_text(m), tuple(calls))
+
+
+def _tool_names(tools: Sequence[dict[str, Any]]) -> set[str]:
+    return {t.get("function", t).get("name", "") for t in tools if isinstance(t, dict)}
+
+
+def replay_message(candidates: Sequence[Trajectory], context: list[Message],
+                   tools: Sequence[dict[str, Any]]) -> Message:
+    """The recorded expert's next message for `context` (see `ScriptedPolicy`).
+
+    Several recordings can open alike (BFCL's base and long_context tasks ask the same first
+    question); the one whose user turns, tool list and whole prefix agree most with the
+    context is replayed."""
+    opening_ctx, later_ctx = split_user_turns(context)
+    ctx_users = [[message_text(m) for m in turn if m.role == "user"]
+                 for turn in [opening_ctx] + later_ctx]
+    names = _tool_names(tools)
+    ctx_norm = [_norm(m) for m in context]
+
+    def fit(traj: Trajectory) -> tuple[int, int, int]:
+        opening_t, later_t = split_user_turns(traj.messages)
+        users = [[message_text(m) for m in turn if m.role == "user"]
+                 for turn in [opening_t] + later_t]
+        agree = int(users[:len(ctx_users)] == ctx_users)
+        seen = list(traj.tools) + [x for m in traj.messages[:len(context)] for x in _extra_tools(m)]
+        lead = 0
+        for a, b in zip(ctx_norm, traj.messages):
+            if a != _norm(b):
+                break
+            lead += 1
+        return agree, int(_tool_names(seen) == names), lead
+
+    best = max(candidates, key=fit)
+    turn = len(later_ctx)  # user turns delivered so far, minus the opening
+    last_user = max((i for i, m in enumerate(context) if m.role == "user"), default=0)
+    steps = sum(m.role == "assistant" for m in context[last_user:])
+    recorded = _assistant_turns(best.messages)
+    mine = recorded[turn] if turn < len(recorded) else []
+    if steps < len(mine):
+        m = mine[steps]
+        return Message(role="assistant", content=m.content, tool_calls=m.tool_calls)
+    if mine and not mine[-1].tool_calls:
+        return Message(role="assistant", content=mine[-1].content)
+    return Message(role="assistant", content="I have nothing more to do here.")
+
+
+def _assistant_turns(messages: Sequence[Message]) -> list[list[Message]]:
+    """Assistant messages per user turn (the opening is turn 0)."""
+    turns: list[list[Message]] = [[]]
+    prev = None
+    for m in messages:
+        if m.role == "assistant":
+            turns[-1].append(m)
+        elif m.role in ("user", "system") and prev in ("assistant", "tool"):
+            turns.append([])
+        prev = m.role
+    return turns
 
 
 class RandomPolicy:
@@ -95,8 +189,11 @@ class RandomPolicy:
 class ModelPolicy:
     """Any Hugging Face causal LM + tokenizer: prompts built with `chat.prompt_text` (the model's
     own chat template, tools included), generation batched over episodes with left padding.
-    temperature 0 is greedy. A prompt longer than the model's window yields an empty (invalid)
-    completion rather than a silently truncated context."""
+    temperature 0 is greedy. A prompt longer than the model's window (prompt + `max_new_tokens`
+    > `max_position_embeddings`; BFCL's tool docs alone exceed a tiny model's) yields an empty
+    completion: the runner counts it as an invalid action, and `overlong_prompts` counts it here,
+    rather than a silently truncated context or a crash. A context the chat template cannot
+    render is treated the same way (`prompt_errors`)."""
 
     def __init__(self, model: Any, tokenizer: Any, max_new_tokens: int = 96,
                  temperature: float = 0.0, seed: int = 0, batch_size: int = 32):
@@ -104,6 +201,8 @@ class ModelPolicy:
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
         self.seed, self.batch_size, self.calls = seed, batch_size, 0
         self.generated_tokens = 0
+        self.overlong_prompts = 0
+        self.prompt_errors = 0
 
     def act(self, context: list[Message], tools: list[dict[str, Any]]) -> str:
         return self.act_batch([context], [tools])[0]
@@ -111,19 +210,27 @@ class ModelPolicy:
     def act_batch(self, contexts: list[list[Message]], tools: list[list[dict[str, Any]]]) -> list[str]:
         from pivotrl.chat import prompt_text
 
-        prompts = [prompt_text(self.tokenizer, c, t) for c, t in zip(contexts, tools)]
+        prompts: list[str | None] = []
+        for c, t in zip(contexts, tools):
+            try:
+                prompts.append(prompt_text(self.tokenizer, c, t))
+            except Exception:  # noqa: BLE001 - a template error on odd content is an invalid turn
+                self.prompt_errors += 1
+                prompts.append(None)
         out: list[str] = []
         for i in range(0, len(prompts), self.batch_size):
             out += self._generate(prompts[i:i + self.batch_size])
         return out
 
-    def _generate(self, prompts: list[str]) -> list[str]:
+    def _generate(self, prompts: list[str | None]) -> list[str]:
         import torch
 
         tok = self.tokenizer
-        ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        ids = [tok(p, add_special_tokens=False)["input_ids"] if p is not None else None
+               for p in prompts]
         window = getattr(self.model.config, "max_position_embeddings", None) or 10**9
-        fits = [len(x) + self.max_new_tokens <= window for x in ids]
+        fits = [x is not None and len(x) + self.max_new_tokens <= window for x in ids]
+        self.overlong_prompts += sum(x is not None and not ok for x, ok in zip(ids, fits))
         todo = [x for x, ok in zip(ids, fits) if ok]
         texts: list[str] = []
         if todo:
@@ -170,7 +277,11 @@ class _Episode:
     task: Trajectory
     world: Any
     messages: list[Message]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[list[Message]] = field(default_factory=list)  # user turns not yet delivered
+    user_turns: int = 1
     turns: int = 0
+    turn_steps: int = 0  # tool-executing steps in the current user turn
     invalid: int = 0
     calls: int = 0
     final: str | None = None
@@ -189,34 +300,79 @@ def opening(messages: Sequence[Message]) -> list[Message]:
     return list(messages[:first])
 
 
+def split_user_turns(messages: Sequence[Message]) -> tuple[list[Message], list[list[Message]]]:
+    """(opening, later user turns): each later user turn is a run of user (or system) messages
+    that follows an assistant or tool message; the expert's own messages are dropped."""
+    head = opening(messages)
+    later: list[list[Message]] = []
+    prev = "assistant" if len(head) < len(messages) else None
+    for m in messages[len(head):]:
+        if m.role in ("user", "system"):
+            if prev in ("assistant", "tool"):
+                later.append([])
+            later[-1].append(m)
+        prev = m.role
+    return head, later
+
+
+def _extra_tools(message: Message) -> list[dict[str, Any]]:
+    """Tools a message adds from its turn on (an extra `tools` field; BFCL miss_func)."""
+    extra = (message.model_extra or {}).get("tools")
+    return [t for t in extra if isinstance(t, dict)] if isinstance(extra, list) else []
+
+
+def _add_tools(tools: list[dict[str, Any]], messages: Sequence[Message]) -> list[dict[str, Any]]:
+    names = _tool_names(tools)
+    out = list(tools)
+    for m in messages:
+        for t in _extra_tools(m):
+            name = t.get("function", t).get("name")
+            if name not in names:
+                names.add(name)
+                out.append(t)
+    return out
+
+
 def run_episodes(world_name: str, tasks: Sequence[Trajectory], policy: Any,
-                 max_turns: int = MAX_TURNS) -> list[EpisodeResult]:
+                 max_turns: int = MAX_TURNS,
+                 max_steps_per_turn: int | None = None) -> list[EpisodeResult]:
     """Play every task to the end with `policy`, all episodes in lockstep (one batch per turn).
 
     `tasks` are task records (system + user messages, `metadata["world_config"]` and `["goal"]`)
-    or whole trajectories of tasks (only their opening is used)."""
+    or whole trajectories of tasks: their opening starts the episode and their later user
+    messages are delivered as later user turns (their assistant and tool messages are not
+    replayed). `max_turns` caps model turns per episode (0 = no cap); `max_steps_per_turn`
+    force-quits an episode whose user turn executes more tool steps than that (BFCL's rule)."""
     episodes = []
     for task in tasks:
         world = make_world(world_name)
         world.reset(task.metadata.get("world_config", {}))
-        episodes.append(_Episode(task, world, opening(task.messages)))
+        head, later = split_user_turns(task.messages)
+        if hasattr(world, "begin_turn"):
+            world.begin_turn()
+        episodes.append(_Episode(task, world, head, _add_tools(list(task.tools), head), later))
     while True:
         active = [e for e in episodes if not e.done]
         if not active:
             break
-        texts = act_batch(policy, [e.messages for e in active], [e.task.tools for e in active])
+        texts = act_batch(policy, [e.messages for e in active], [e.tools for e in active])
         for ep, text in zip(active, texts):
-            _step(ep, text, max_turns)
+            _step(ep, text, max_turns, max_steps_per_turn)
     results = []
     for ep in episodes:
         try:
             ok = bool(ep.world.success(ep.task.metadata.get("goal", {}), ep.final))
         except Exception as exc:  # noqa: BLE001 - a goal check must not take the run down
             ok, ep.notes = False, ep.notes + [f"success check failed: {exc}"]
+        if ep.pending:
+            ok = False
+            ep.notes.append(f"{len(ep.pending)} user turn(s) never delivered")
         if hasattr(ep.world, "close"):
             ep.world.close()
         meta = {**ep.task.metadata, "success": ok, "model_turns": ep.turns,
                 "invalid_actions": ep.invalid}
+        if ep.user_turns > 1 or ep.pending:
+            meta["user_turns"] = ep.user_turns
         if ep.notes:
             meta["notes"] = ep.notes
         traj = Trajectory(id=f"{ep.task.id}.episode", messages=ep.messages, tools=ep.task.tools,
@@ -225,7 +381,26 @@ def run_episodes(world_name: str, tasks: Sequence[Trajectory], policy: Any,
     return results
 
 
-def _step(ep: _Episode, text: str, max_turns: int) -> None:
+def _end_user_turn(ep: _Episode, max_turns: int) -> None:
+    """The agent handed the turn back: deliver the next user turn, or end the episode."""
+    if not ep.pending:
+        ep.done = True
+        return
+    if max_turns and ep.turns >= max_turns:
+        ep.done = True
+        ep.notes.append(f"turn limit {max_turns} reached")
+        return
+    turn = ep.pending.pop(0)
+    if hasattr(ep.world, "begin_turn"):
+        ep.world.begin_turn()
+    ep.messages.extend(turn)
+    ep.tools = _add_tools(ep.tools, turn)
+    ep.user_turns += 1
+    ep.turn_steps = 0
+    ep.final = None
+
+
+def _step(ep: _Episode, text: str, max_turns: int, max_steps_per_turn: int | None = None) -> None:
     ep.turns += 1
     text = text if isinstance(text, str) else ""
     parsed = parse_completion(text)
@@ -233,7 +408,7 @@ def _step(ep: _Episode, text: str, max_turns: int) -> None:
         ep.invalid += 1
         ep.notes.append(f"turn {ep.turns}: invalid action: {parsed.reason}")
         ep.messages.append(Message(role="assistant", content=text if text.strip() else "(empty)"))
-        ep.done = True
+        _end_user_turn(ep, max_turns)
         return
     msg = parsed.message
     calls = []
@@ -243,7 +418,8 @@ def _step(ep: _Episode, text: str, max_turns: int) -> None:
     msg = Message(role="assistant", content=msg.content, tool_calls=calls or None)
     ep.messages.append(msg)
     if not calls:
-        ep.final, ep.done = message_text(msg), True
+        ep.final = message_text(msg)
+        _end_user_turn(ep, max_turns)
         return
     for call in calls:
         try:
@@ -251,7 +427,11 @@ def _step(ep: _Episode, text: str, max_turns: int) -> None:
         except Exception as exc:  # noqa: BLE001 - worlds should not raise; if one does, it is data
             obs = f"error: {type(exc).__name__}: {exc}"
         ep.messages.append(Message(role="tool", tool_call_id=call.id, content=str(obs)))
-    if ep.turns >= max_turns:
+    ep.turn_steps += 1
+    if max_steps_per_turn is not None and ep.turn_steps > max_steps_per_turn:
+        ep.done = True
+        ep.notes.append(f"forced to quit after {max_steps_per_turn} steps in one user turn")
+    elif max_turns and ep.turns >= max_turns:
         ep.done = True
         ep.notes.append(f"turn limit {max_turns} reached")
 

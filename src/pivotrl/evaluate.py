@@ -8,7 +8,13 @@ build`, `evaluate_checkpoint` measures
   of the same eval trajectories (one action per state, scored by the world's verifier:
   `toolcall` for toolshop, `shell` for terminal);
 - OOD, per family: exact-match accuracy of a greedy answer on the OOD eval tasks;
-each rate with a 95% Wilson score interval. The JSON shape is a contract (DESIGN.md):
+each rate with a 95% Wilson score interval.
+
+With a BFCL trajectories file (`pivotrl data bfcl --out F`), `evaluate_bfcl` adds one in-domain
+entry per category, `"bfcl_<category>"`, in the same shape: episodes driven by the same runner in
+BFCL's executable backends (`make_world("bfcl")`), every user turn delivered in order (held-out
+functions added at their turn), BFCL's step limit per user turn, success = BFCL's own
+`multi_turn_checker`. The JSON shape is a contract (DESIGN.md):
 `{"in_domain": {world: {"success", "ci95", "episodes", "turn_accuracy", ...}},
   "ood": {family: {"accuracy", "ci95", "n"}}}`, and `write_result` puts a markdown table next to it.
 
@@ -32,6 +38,17 @@ from pivotrl.records import Trajectory, iter_valid, write_atomic
 DEFAULT_VERIFIERS = {"toolshop": "toolcall", "terminal": "shell"}
 
 
+def _bfcl_step_limit() -> int:
+    try:
+        from bfcl_eval.constants.default_prompts import MAXIMUM_STEP_LIMIT
+        return int(MAXIMUM_STEP_LIMIT)
+    except Exception:  # noqa: BLE001 - BFCL not installed: its value in bfcl-eval 2026.3.23
+        return 20
+
+
+BFCL_STEP_LIMIT = _bfcl_step_limit()
+
+
 class EvalConfig(BaseModel):
     """What `pivotrl evaluate` measures. Defaults keep a CPU evaluation of the tiny model to
     about a minute."""
@@ -49,6 +66,13 @@ class EvalConfig(BaseModel):
     batch_size: int = Field(32, description="Prompts per generate() call.")
     verifiers: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_VERIFIERS),
                                       description="Verifier per world for turn accuracy.")
+    bfcl_max_new_tokens: int = Field(512, description="Completion cap per BFCL turn (calls with "
+                                                      "long arguments, e.g. file contents, need more "
+                                                      "than a testbed action).")
+    bfcl_step_limit: int = Field(BFCL_STEP_LIMIT, description="Tool steps per user turn before "
+                                 "BFCL force-quits the episode (bfcl_eval MAXIMUM_STEP_LIMIT).")
+    bfcl_max_turns: int = Field(0, description="Model turns per BFCL episode; 0 = no cap beyond "
+                                               "BFCL's per-turn step limit (BFCL has none).")
 
 
 # ---------------------------------------------------------------- statistics
@@ -121,6 +145,54 @@ def evaluate_world(model, tokenizer, world: str, trajectories: Sequence[Trajecto
     return out
 
 
+# ---------------------------------------------------------------- BFCL multi-turn
+
+
+def bfcl_category(traj: Trajectory) -> str:
+    cat = traj.metadata.get("category")
+    if isinstance(cat, str) and cat:
+        return cat
+    return (traj.domain or "unknown").removeprefix("bfcl_")
+
+
+def bfcl_sample(trajectories: Sequence[Trajectory], per_category: int = 0) -> dict[str, list[Trajectory]]:
+    """The first `per_category` tasks of each category, in file order (0 = all)."""
+    out: dict[str, list[Trajectory]] = {}
+    for traj in trajectories:
+        group = out.setdefault(bfcl_category(traj), [])
+        if not per_category or len(group) < per_category:
+            group.append(traj)
+    return out
+
+
+def evaluate_bfcl(model, tokenizer, path: str | Path, cfg: EvalConfig,
+                  progress=None) -> dict[str, dict[str, Any]]:
+    """`{"bfcl_<category>": {"success", "ci95", "episodes", ...}}` on a BFCL trajectories file
+    (`cfg.episodes` tasks per category, 0 = all). Whole trajectories are given to the runner,
+    which delivers their later user turns itself."""
+    import pivotrl.data.bfcl_world  # noqa: F401 - registers the "bfcl" world
+    from pivotrl.episodes import ModelPolicy, run_episodes
+
+    out: dict[str, dict[str, Any]] = {}
+    for category, tasks in bfcl_sample(load_trajectories(Path(path)), cfg.episodes).items():
+        if progress:
+            progress(f"BFCL episodes: {category} ({len(tasks)})")
+        policy = ModelPolicy(model, tokenizer, max_new_tokens=cfg.bfcl_max_new_tokens,
+                             temperature=cfg.temperature, seed=cfg.seed, batch_size=cfg.batch_size)
+        results = run_episodes("bfcl", tasks, policy, max_turns=cfg.bfcl_max_turns,
+                               max_steps_per_turn=cfg.bfcl_step_limit)
+        k = sum(r.success for r in results)
+        success, ci = _rate(k, len(results))
+        out[f"bfcl_{category}"] = {
+            "success": success, "ci95": ci, "episodes": len(results),
+            "model_turns": sum(r.model_turns for r in results),
+            "invalid_actions": sum(r.invalid_actions for r in results),
+            "overlong_prompts": policy.overlong_prompts,
+            "user_turns": sum(r.trajectory.metadata.get("user_turns", 1) for r in results),
+        }
+    return out
+
+
 # ---------------------------------------------------------------- OOD
 
 
@@ -168,35 +240,48 @@ def testbed_worlds(testbed: Path) -> list[str]:
     return sorted(p.parent.name for p in testbed.glob("*/eval.jsonl") if p.parent.name != "ood")
 
 
-def evaluate_model(model, tokenizer, testbed: str | Path, cfg: EvalConfig | None = None,
-                   progress=None) -> dict[str, Any]:
-    """The contract JSON for an in-memory model (used by `build` for the base, and the demo)."""
+def evaluate_model(model, tokenizer, testbed: str | Path | None, cfg: EvalConfig | None = None,
+                   progress=None, bfcl: str | Path | None = None) -> dict[str, Any]:
+    """The contract JSON for an in-memory model (used by `build` for the base, and the demo).
+    `testbed` and `bfcl` (a BFCL trajectories file) are each optional."""
     cfg = cfg or EvalConfig()
-    testbed = Path(testbed)
     start = time.time()
     result: dict[str, Any] = {"in_domain": {}, "ood": {}}
-    for world in testbed_worlds(testbed):
-        if progress:
-            progress(f"episodes: {world}")
-        n = max(cfg.episodes, cfg.turn_trajectories) if cfg.episodes and cfg.turn_trajectories else 0
-        trajs = load_trajectories(testbed / world / "eval.jsonl", n)
-        result["in_domain"][world] = evaluate_world(model, tokenizer, world, trajs, cfg)
-    if (testbed / "ood" / "eval.jsonl").exists():
-        if progress:
-            progress("OOD tasks")
-        result["ood"] = evaluate_ood(model, tokenizer, load_ood_eval(testbed, cfg.ood_per_family),
-                                     cfg.batch_size * 2)
+    if testbed is not None:
+        testbed = Path(testbed)
+        for world in testbed_worlds(testbed):
+            if progress:
+                progress(f"episodes: {world}")
+            n = max(cfg.episodes, cfg.turn_trajectories) if cfg.episodes and cfg.turn_trajectories else 0
+            trajs = load_trajectories(testbed / world / "eval.jsonl", n)
+            result["in_domain"][world] = evaluate_world(model, tokenizer, world, trajs, cfg)
+        if (testbed / "ood" / "eval.jsonl").exists():
+            if progress:
+                progress("OOD tasks")
+            result["ood"] = evaluate_ood(model, tokenizer, load_ood_eval(testbed, cfg.ood_per_family),
+                                         cfg.batch_size * 2)
+    if bfcl is not None:
+        result["in_domain"].update(evaluate_bfcl(model, tokenizer, bfcl, cfg, progress))
     result["config"] = cfg.model_dump()
     result["seconds"] = round(time.time() - start, 1)
     return result
 
 
-def evaluate_checkpoint(model_dir: str | Path, testbed: str | Path, cfg: EvalConfig | None = None,
-                        progress=None) -> dict[str, Any]:
+def evaluate_checkpoint(model_dir: str | Path, testbed: str | Path | None = None,
+                        cfg: EvalConfig | None = None, progress=None,
+                        bfcl: str | Path | None = None) -> dict[str, Any]:
+    """Load any HF checkpoint dir (on the GPU when there is one) and evaluate it."""
     from pivotrl.testbed.tiny import load_tiny
 
     model, tokenizer = load_tiny(model_dir)
-    result = evaluate_model(model, tokenizer, testbed, cfg, progress)
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            model = model.to("cuda")
+    except Exception:  # noqa: BLE001 - no usable GPU: stay on the CPU
+        pass
+    result = evaluate_model(model, tokenizer, testbed, cfg, progress, bfcl=bfcl)
     result["model"] = str(model_dir)
     return result
 

@@ -225,8 +225,8 @@ def iter_valid(path: str | Path, model: type[T]) -> Iterator[T]:
 
 
 def dump(record: BaseModel | dict[str, Any]) -> str:
-    if isinstance(record, BaseModel):
-        record = record.model_dump(mode="json", exclude_none=True)
+    if isinstance(record, BaseModel):  # pydantic's Rust encoder: ~5× faster than json.dumps
+        return record.model_dump_json(exclude_none=True)
     return json.dumps(record, ensure_ascii=False)
 
 

@@ -10,6 +10,9 @@ function of (model, prompt i, seed_i, j) alone — the same whichever other prom
 however the batches are cut, and whether a run was resumed — up to floating-point differences of
 the batched forward pass (padding changes reduction sizes by ~1e-7, which can flip a draw only when
 it lands that close to a token boundary). Across devices and dtypes samples differ.
+
+Sampling uses only temperature and top-p: the model's own generation_config defaults (repetition
+penalty, top-k, ...) are not applied, so profiling draws from π0's distribution as GRPO will.
 """
 
 from __future__ import annotations

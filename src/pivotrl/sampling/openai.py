@@ -25,13 +25,16 @@ RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 class OpenAISampler:
     """model: the served model name (None: the first one the server lists at /v1/models).
     base_url: up to and including `/v1`. concurrency: requests in flight. max_retries: tries after
-    the first one; backoff: first wait in seconds, doubled each retry (capped at 30 s)."""
+    the first one; backoff: first wait in seconds, doubled each retry (capped at 30 s).
+    extra_body: fields added to every request, e.g. {"add_special_tokens": False} for `vllm serve`
+    with a template that already writes the BOS token (vLLM otherwise adds a second one)."""
 
     name = "openai"
 
     def __init__(self, model: str | None = None, base_url: str = "http://127.0.0.1:8000/v1",
                  api_key: str | None = None, concurrency: int = 16, timeout: float = 300.0,
-                 max_retries: int = 5, backoff: float = 0.5, batch_size: int | None = None):
+                 max_retries: int = 5, backoff: float = 0.5, batch_size: int | None = None,
+                 extra_body: dict[str, Any] | None = None):
         import httpx
 
         del batch_size  # the server batches; concurrency is the knob here
@@ -39,6 +42,7 @@ class OpenAISampler:
         self.concurrency = max(1, int(concurrency))
         self.max_retries = max(0, int(max_retries))
         self.backoff = backoff
+        self.extra_body = dict(extra_body or {})
         key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
         self.client = httpx.Client(
             timeout=timeout, headers={"Authorization": f"Bearer {key}"},
@@ -88,6 +92,7 @@ class OpenAISampler:
                                 "temperature": params.temperature, "top_p": params.top_p}
         if seed is not None:
             body["seed"] = seed
+        body.update(self.extra_body)
         data = self._request("POST", "/completions", body)
         choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
         if len(choices) != n:

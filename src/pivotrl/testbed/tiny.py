@@ -103,9 +103,24 @@ _SEED_TEXT = [
 ]
 
 
+def _short_word_letter() -> str:
+    """Regex of one letter of a word of 1-5 letters, all lower or all upper case, preceded by a
+    space or the start and followed by the end, a space or . , ? ! (Onig lookbehinds must be
+    fixed-length, hence one alternative per position)."""
+    alts = []
+    for c in ("[a-z]", "[A-Z]"):
+        for i in range(5):
+            behind = f"(?<=^{c}{{{i}}}| {c}{{{i}}})" if i else "(?<=^| )"
+            alts.append(f"{behind}{c}(?={c}{{0,{4 - i}}}(?:$|[ .,?!]))")
+    return "|".join(alts)
+
+
+_SHORT_WORD_LETTER = _short_word_letter()
+
+
 def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048, min_frequency: int = 2):
     """A byte-level BPE tokenizer trained on `texts`, with pad `<|endoftext|>`, eos `<|im_end|>` and CHAT_TEMPLATE."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
@@ -113,9 +128,12 @@ def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048, min_frequency:
     # JSON/tool boilerplate becomes a few tokens (toolshop episodes ~6x shorter, measured) and a
     # tiny model on 2 cores can afford whole episodes. Newlines stay their own pieces so no token
     # straddles a turn boundary (the generation prompt ends in "assistant\n"); digits are split
-    # one by one, which helps with ids and arithmetic.
+    # one by one, which helps with ids and arithmetic; so are the letters of short all-lower or
+    # all-upper words standing alone (the OOD families reverse/uppercase them: with merged
+    # letters a tiny model would first have to learn every token's spelling).
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split("\n", behavior="isolated"),
+        pre_tokenizers.Split(Regex(_SHORT_WORD_LETTER), behavior="isolated"),
         pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])

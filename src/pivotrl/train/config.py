@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
 class _Strict(BaseModel):
@@ -105,8 +105,9 @@ class _RunCommon(_Strict):
         data.update({k: v for k, v in overrides.items() if v is not None})
         try:
             return cls.model_validate(data)
-        except Exception as exc:
-            raise ValueError(f"{path}: {exc}") from None
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"{path}: {problems}") from None
 
     @classmethod
     def _path_fields(cls) -> tuple[str, ...]:
@@ -253,4 +254,8 @@ class E2ERunConfig(_Strict):
                 if key != "model" or candidate.exists():
                     data[key] = str(candidate)
         data.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.model_validate(data)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"{path}: {problems}") from None

@@ -50,7 +50,10 @@ class ExactVerifier:
             cand = _canonical_calls(action)
         except (ValueError, TypeError, RecursionError) as exc:
             return Score(0.0, False, f"candidate arguments are not a JSON object: {exc}")
-        expected = _canonical_calls(turn.expected)
+        try:
+            expected = _canonical_calls(turn.expected)
+        except (ValueError, TypeError, RecursionError) as exc:
+            return Score(0.0, False, f"expert action unusable: {exc}")
         if expected or cand:
             if cand == expected:
                 return Score(1.0, True, "")

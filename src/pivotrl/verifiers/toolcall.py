@@ -9,21 +9,25 @@ would be a reward leak, so the default is to refuse when unsure):
   in which every pair is equivalent. Otherwise 0 (partial credit only if configured).
 - A pair is equivalent when the function name is the same and the arguments are equal *as
   values* under the function's schema (from the turn's `tools`):
-  * key order is irrelevant; an argument the schema does not know scores 0; a required
-    argument the candidate dropped scores 0;
+  * key order is irrelevant; an argument the schema does not know scores 0 (unless the expert
+    passed it too); a required argument the candidate dropped scores 0;
   * an omitted optional argument equals its default: the schema `default`, or (with
     `defaults_from_description`) a default stated in the description ("defaults to 'units'");
     an explicit null equals omission when the default is null or unknown; with no known
     default, omitted vs given is a difference;
-  * numbers by value (5 == 5.0, also for integer parameters: JSON has one number type);
-    booleans are not numbers; "5" is not 5 (a string where the schema says number is a
-    different call for any typed executor);
-  * enums, identifiers (parameter names like *_id, path, file, url, email, …; `format`;
-    values without spaces that contain digits or path/id punctuation) exactly;
+  * numbers by value (an int for a `number` parameter: 5 == 5.0); a float for an `integer`
+    parameter is a difference unless `int_float_equal` (BFCL, NVIDIA's comparator and typed
+    executors reject it); booleans are not numbers; "5" is not 5 (a string where the schema
+    says number is a different call for any typed executor);
+  * enums, identifiers (parameter names like *_id, path, file, url, email, …; `format`; "ID",
+    "identifier", "path", … in the description; values without spaces that contain digits or
+    path/id punctuation) exactly;
   * free text (parameter names like message, description, query, …, or ≥ `free_text_min_words`
     words) by similarity of normalised token sequences (1 − token edit distance / longer length)
     ≥ `free_text_threshold`; other short strings equal after case folding and dropping
     whitespace and `,./-_*^` (BFCL's normalisation: "New York, NY" == "new york ny");
+  * in calls that change state (create_*, update_*, send_*, book_*, …) those short strings
+    compare exactly too: a state checker sees the stored value, not a folded one;
   * arrays element-wise, in order; objects recursively with their own schema.
 - When the expert sent a message, a message is never a free pass: `message_rule` decides
   (similarity to the expert's text, both being refusals, or the LLM judge).
@@ -192,14 +196,23 @@ class _LazyIndex:
         for tool in self.tools or []:
             fn = tool.get("function", tool) if isinstance(tool, dict) else None
             if isinstance(fn, dict) and fn.get("name") == name:
-                built = _fn_spec(tool, self.from_desc)
-                spec = built[1] if built else None
+                # Every turn of a trajectory carries its own copy of the same schemas: share
+                # the built spec by content (repr is cheap next to building it).
+                key = (name, repr(fn.get("parameters")), self.from_desc)
+                spec = _SPEC_CACHE.get(key)
+                if spec is None:
+                    built = _fn_spec(tool, self.from_desc)
+                    spec = built[1] if built else None
+                    if len(_SPEC_CACHE) > 4096:
+                        _SPEC_CACHE.clear()
+                    _SPEC_CACHE[key] = spec
                 break
         self.specs[name] = spec
         return spec
 
 
 _INDEX_CACHE: dict[tuple[int, bool], _LazyIndex] = {}
+_SPEC_CACHE: dict[tuple[str, str, bool], FnSpec | None] = {}
 
 
 def schema_index(tools: list, from_desc: bool = True) -> _LazyIndex:
@@ -218,9 +231,10 @@ def string_class(name: str, value: str, min_words: int) -> str:
     """'exact' | 'free' | 'value' for a string with no class from its schema."""
     if _ID_NAME.search(name):
         return "exact"
-    if _FREE_NAME.search(name) or len(value.split()) >= min_words:
+    words = value.split()
+    if _FREE_NAME.search(name) or len(words) >= min_words:
         return "free"
-    if not any(ch.isspace() for ch in value) and _ID_VALUE.search(value):
+    if len(words) == 1 and len(words[0]) == len(value) and _ID_VALUE.search(value):
         return "exact"  # user_42, a/b.txt, #W123, 2024-01-02: identifiers, not prose
     return "value"
 
@@ -252,6 +266,10 @@ class ToolcallConfig(BaseModel):
     defaults_from_description: bool = Field(
         True, description="Read defaults stated in parameter descriptions ('defaults to X') when "
                           "the schema has no `default` key (common in real tool schemas).")
+    strict_strings_in_writes: bool = Field(
+        True, description="In calls that change state (the function name starts with a write verb: "
+                          "create, update, send, book, …) short strings compare exactly, not after "
+                          "case/punctuation folding: a state checker sees the stored value.")
     partial_credit: bool = Field(
         False, description="With several calls, reward = matched pairs / max(expert, candidate) "
                            "calls instead of all-or-nothing.")
@@ -266,10 +284,12 @@ _SCALARS = (str, int, float, bool)
 _PUNCT = re.compile(r"[\s,./\-_*^]+")
 _WORD = re.compile(r"\w+")
 _REFUSAL = re.compile(
-    r"\b(cannot|can ?not|can't|can’t|unable|not able|no (?:suitable |available |relevant )?"
-    r"(?:function|tool)s?|none of the (?:available |provided )?(?:function|tool)s|don't have|"
-    r"do not have|not possible|i'm sorry|i am sorry|apologi[sz]e|not supported|beyond|"
-    r"outside (?:the )?scope|lack)\b", re.I)
+    r"\b(cannot|can ?not|can't|can’t|unable|not able|no (?:suitable |available |relevant |"
+    r"appropriate |applicable )?(?:function|tool)s?|none of the (?:available |provided |given )?"
+    r"(?:function|tool)s|don't have|do not have|doesn't (?:have|support|provide)|does not "
+    r"(?:have|support|provide)|not (?:possible|available|supported|applicable|relevant|suitable)|"
+    r"i'm sorry|i am sorry|apologi[sz]e|unfortunately|beyond|outside (?:the |my )?scope|lack)\b",
+    re.I)
 
 
 def _norm_value(s: str) -> str:
@@ -280,27 +300,54 @@ def _tokens(s: str) -> list[str]:
     return _WORD.findall(s.casefold())
 
 
-def token_similarity(a: str, b: str) -> float:
-    """1 − token-level Levenshtein distance / longer token count (order-aware, cheap)."""
+MAX_SIMILARITY_TOKENS = 2000  # longer texts must match after normalisation (bounded cost)
+
+
+def token_similarity(a: str, b: str, at_least: float = 0.0) -> float:
+    """1 − token-level Levenshtein distance / longer token count (order-aware).
+
+    With `at_least`, the answer is exact only when it is ≥ at_least; below that any value under
+    at_least may be returned (a band of width (1 − at_least)·n keeps long texts cheap)."""
     ta, tb = _tokens(a), _tokens(b)
     if ta == tb:
         return 1.0
-    if not ta or not tb:
-        return 0.0
     n = max(len(ta), len(tb))
-    if abs(len(ta) - len(tb)) / n > 0.5:  # cannot reach any useful threshold
-        return 1.0 - abs(len(ta) - len(tb)) / n
-    prev = list(range(len(tb) + 1))
+    if not ta or not tb or n > MAX_SIMILARITY_TOKENS:
+        return 0.0
+    max_dist = int((1.0 - at_least) * n + 1e-9)
+    if abs(len(ta) - len(tb)) > max_dist:
+        return 1.0 - abs(len(ta) - len(tb)) / n  # an upper bound, already below at_least
+    big = n + 1
+    prev = [j if j <= max_dist else big for j in range(len(tb) + 1)]
     for i, x in enumerate(ta, 1):
-        cur = [i]
-        for j, y in enumerate(tb, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        lo, hi = max(1, i - max_dist), min(len(tb), i + max_dist)
+        cur = [big] * (len(tb) + 1)
+        cur[0] = i if i <= max_dist else big
+        for j in range(lo, hi + 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != tb[j - 1]))
+        if min(cur[lo - 1:hi + 1]) > max_dist:
+            return 0.0
         prev = cur
-    return 1.0 - prev[-1] / n
+    return 1.0 - min(prev[-1], big) / n
 
 
 def is_refusal(text: str) -> bool:
     return bool(_REFUSAL.search(text))
+
+
+_WRITE_VERB = re.compile(
+    r"^(?:create|add|update|set|send|post|write|edit|modify|delete|remove|book|reserve|cancel|"
+    r"insert|put|patch|rename|move|mv|cp|copy|touch|mkdir|rm|rmdir|echo|submit|register|transfer|"
+    r"pay|order|purchase|buy|sell|schedule|assign|upload|save|change|reply|comment|tweet|retweet|"
+    r"exchange|return|refund|close|open|archive|enable|disable|toggle|mark|approve|reject|place|"
+    r"make|apply|grant|revoke|invite|share|publish|store|record|log|enroll|subscribe|"
+    r"unsubscribe|follow|unfollow|block|unblock|redeem|issue|file|raise|resolve|"
+    r"fill|sort|diff|sed|tee)(?:_|$|[A-Z])", re.I)
+
+
+def is_write(function_name: str) -> bool:
+    """Does the call (by its name's leading verb) change state? `ns.Class.create_x` → yes."""
+    return bool(_WRITE_VERB.match(function_name.rsplit(".", 1)[-1]))
 
 
 class _Compare:
@@ -308,6 +355,7 @@ class _Compare:
 
     def __init__(self, cfg: ToolcallConfig):
         self.cfg = cfg
+        self.strict = False  # set per call: strings in state-changing calls compare exactly
 
     def value(self, spec: ParamSpec | None, name: str, exp: Any, cand: Any) -> str:
         te = type(exp)
@@ -355,11 +403,12 @@ class _Compare:
         if cls is None:
             key = name.rsplit(".", 1)[-1].split("[", 1)[0]
             cls = string_class(key, exp, self.cfg.free_text_min_words)
-        if cls == "exact":
+        if cls == "exact" or (self.strict and cls == "value"):
             return f"{name}: {cand!r} != {exp!r} (compared exactly)"
         if _norm_value(exp) == _norm_value(cand):
             return ""
-        if cls == "free" and token_similarity(exp, cand) >= self.cfg.free_text_threshold:
+        threshold = self.cfg.free_text_threshold
+        if cls == "free" and token_similarity(exp, cand, threshold) >= threshold:
             return ""
         return f"{name}: {cand!r} != {exp!r}"
 
@@ -373,7 +422,7 @@ class _Compare:
         for key in required:
             if key not in cand:
                 return f"missing required argument {prefix}{key}"
-        for key in exp.keys() | cand.keys():
+        for key in [*exp, *(k for k in cand if k not in exp)]:  # a stable order for reasons
             spec = props.get(key) if props is not None else None
             e, c = exp.get(key, MISSING), cand.get(key, MISSING)
             if e is MISSING or c is MISSING:
@@ -454,7 +503,10 @@ class ToolcallVerifier:
         size += len(message_text(action))
         if size > self.config.max_action_chars:
             return Score(0.0, False, f"action too long ({size} characters)")
-        expected = self._expected(turn)
+        try:
+            expected = self._expected(turn)
+        except (ValueError, TypeError, RecursionError) as exc:
+            return Score(0.0, False, f"expert action unusable: {exc}")
         if expected and not cand:
             return Score(0.0, True, "message instead of a tool call")
         if cand and not expected:
@@ -464,7 +516,7 @@ class ToolcallVerifier:
         index = schema_index(turn.tools, self.config.defaults_from_description)
         if len(cand) != len(expected) and not self.config.partial_credit:
             return Score(0.0, True, f"{len(cand)} calls where the expert made {len(expected)}")
-        diffs = [["" if cn == en and cr == er else self._pair(index.get(en), en, ea, cn, ca)
+        diffs = [["" if cn == en and cr == er else self._pair(index, en, ea, cn, ca)
                   for cn, ca, cr in cand] for en, ea, er in expected]
         if len(expected) == 1 and len(cand) == 1:
             return Score(0.0 if diffs[0][0] else 1.0, True, diffs[0][0])
@@ -476,9 +528,13 @@ class ToolcallVerifier:
         reward = matched / total if self.config.partial_credit else 0.0
         return Score(reward, True, f"{matched}/{total} calls match; e.g. {reason}")
 
-    def _pair(self, fn: FnSpec | None, en: str, ea: dict, cn: str, ca: dict) -> str:
-        if cn != en:
+    def _pair(self, index, en: str, ea: dict, cn: str, ca: dict) -> str:
+        # "a.b" called as "a_b" (function-calling APIs forbid dots) is the same function when
+        # "a_b" is not itself a tool.
+        if cn != en and not (cn == en.replace(".", "_") and index.get(cn) is None):
             return f"function {cn!r} != {en!r}"
+        fn = index.get(en)
+        self._cmp.strict = self.config.strict_strings_in_writes and is_write(en)
         if fn is None:
             return self._cmp.fields(None, frozenset(), "", ea, ca)
         return self._cmp.fields(fn.props, fn.required, "", ea, ca)
@@ -496,7 +552,7 @@ class ToolcallVerifier:
             return Score(0.0, True, "empty message")
         if self.config.refusal_match and is_refusal(exp_text) and is_refusal(cand_text):
             return Score(1.0, True, "both decline")
-        sim = token_similarity(exp_text, cand_text)
+        sim = token_similarity(exp_text, cand_text, self.config.message_threshold)
         if sim >= self.config.message_threshold:
             return Score(1.0, True, "")
         return Score(0.0, True, f"message similarity {sim:.2f} < {self.config.message_threshold}")

@@ -1,0 +1,202 @@
+"""`pivotrl train`: the GRPO step itself (on the tiny model), the verifier reward, the schedule,
+metrics.jsonl and --resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from pivotrl.records import Turn
+from pivotrl.train.config import GRPORunConfig
+from pivotrl.train.rewards import PivotReward, group_stats
+
+TOOLS = [{"type": "function", "function": {"name": "get_order", "description": "Look up an order.",
+          "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}}]
+
+
+def make_turn(i: int) -> dict:
+    return {"id": f"t{i}/1", "trajectory_id": f"t{i}", "turn": 1, "tools": TOOLS,
+            "context": [{"role": "user", "content": f"Where is order O-{i}?"}],
+            "expected": {"role": "assistant", "tool_calls": [{"id": "c0", "type": "function", "function": {
+                "name": "get_order", "arguments": json.dumps({"order_id": f"O-{i}"})}}]}}
+
+
+def write_pivots(path: Path, n: int) -> Path:
+    path.write_text("".join(json.dumps(make_turn(i)) + "\n" for i in range(n)))
+    return path
+
+
+def small_config(tmp_path: Path, model: Path, **kw) -> GRPORunConfig:
+    base = dict(model=str(model), pivots=str(write_pivots(tmp_path / "pivots.jsonl", 4)),
+                output_dir=str(tmp_path / "run"), num_generations=4, per_device_train_batch_size=8,
+                max_completion_length=12, learning_rate=1e-4, max_steps=2, save_steps=2)
+    base.update(kw)
+    return GRPORunConfig(**base)
+
+
+# ---------------------------------------------------------------- the reward
+
+
+def test_reward_scores_against_the_pivots_expert_action():
+    turn = json.dumps(make_turn(3))
+    good = '<tool_call>\n{"name": "get_order", "arguments": {"order_id": "O-3"}}\n</tool_call>'
+    wrong = '<tool_call>\n{"name": "get_order", "arguments": {"order_id": "O-4"}}\n</tool_call>'
+    trailing = good + " and more"  # not cleanly terminated: invalid (DESIGN.md, reward gaming)
+    logged = []
+    reward = PivotReward("toolcall", invalid_action_penalty=-0.5)
+    out = reward([""] * 4, [good, wrong, "<tool_call>{oops", trailing], [turn] * 4,
+                 log_metric=lambda k, v: logged.append((k, v)))
+    assert out == [1.0, 0.0, -0.5, -0.5]
+    assert logged == [("invalid_rate", 0.5)]
+
+
+def test_reward_never_crashes_on_hostile_text():
+    reward = PivotReward("toolcall")
+    turn = json.dumps(make_turn(0))
+    texts = ["", "\x00" * 5, "<tool_call>" * 50, '{"name": 5}', "x" * 70_000, "</think>"]
+    assert reward([""] * len(texts), texts, [turn] * len(texts)) == [0.0] * len(texts)
+
+
+def test_group_stats_counts_zero_std_groups():
+    stats = group_stats(torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]), 4)
+    assert stats["frac_zero_std"] == 0.5
+    assert stats["group_std_mean"] == pytest.approx((0.4330127 + 0.0) / 2)
+
+
+# ---------------------------------------------------------------- config and schedule
+
+
+def test_schedule_counts_pivots_not_rows(tmp_path):
+    cfg = GRPORunConfig(model="m", pivots="p.jsonl", output_dir="o", num_generations=16,
+                        per_device_train_batch_size=32, gradient_accumulation_steps=2, num_epochs=3)
+    # 2 processes × 32 completions × 2 accumulation / G=16 = 8 pivots per optimizer step
+    assert cfg.pivots_per_step(2) == 8
+    assert cfg.total_steps(100, num_processes=2) == 38  # ceil(3 × 100 / 8)
+    assert cfg.model_copy(update={"max_steps": 5}).total_steps(100) == 5
+
+
+def test_yaml_config_resolves_paths_and_rejects_unknown_keys(tmp_path):
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump({"model": "some/hub-id", "pivots": "p.jsonl",
+                                                       "output_dir": "out", "num_generations": 8}))
+    cfg = GRPORunConfig.from_yaml(tmp_path / "run.yaml", max_steps=7)
+    assert cfg.pivots == tmp_path / "p.jsonl" and cfg.output_dir == tmp_path / "out"
+    assert cfg.model == "some/hub-id" and cfg.max_steps == 7 and cfg.num_generations == 8
+    assert (cfg.epsilon, cfg.epsilon_high, cfg.beta, cfg.loss_type) == (0.2, 0.28, 0.0, "dapo")
+    (tmp_path / "bad.yaml").write_text("model: m\npivots: p\noutput_dir: o\nnum_generatons: 8\n")
+    with pytest.raises(ValueError, match="bad.yaml.*num_generatons"):
+        GRPORunConfig.from_yaml(tmp_path / "bad.yaml")
+
+
+def test_pivot_sets(tmp_path):
+    from pivotrl.train.grpo import load_pivot_set
+
+    write_pivots(tmp_path / "all.jsonl", 10)
+    cfg = GRPORunConfig(model="m", pivots=str(write_pivots(tmp_path / "p.jsonl", 3)),
+                        turns=str(tmp_path / "all.jsonl"), output_dir="o")
+    assert [t.id for t in load_pivot_set(cfg)] == ["t0/1", "t1/1", "t2/1"]
+    assert len(load_pivot_set(cfg.model_copy(update={"pivot_set": "all"}))) == 10
+    rand = load_pivot_set(cfg.model_copy(update={"pivot_set": "random", "seed": 1}))
+    assert len(rand) == 3 and len({t.id for t in rand}) == 3
+    with pytest.raises(ValueError, match="turns"):
+        load_pivot_set(cfg.model_copy(update={"pivot_set": "all", "turns": None}))
+
+
+def test_prompts_are_one_row_per_pivot_with_its_tools(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from pivotrl.train.grpo import build_prompts
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    turns = [Turn.model_validate(make_turn(i)) for i in range(3)]
+    out = build_prompts(turns, tok, max_prompt_length=None)
+    assert len(out.rows) == 3 and not out.dropped
+    assert '"get_order"' in out.rows[0]["prompt"] and out.rows[0]["prompt"].endswith("assistant\n")
+    assert Turn.model_validate_json(out.rows[1]["turn"]).id == "t1/1"
+    short = build_prompts(turns, tok, max_prompt_length=10)
+    assert not short.rows and "max_prompt_length" in short.dropped[0][1]
+
+
+# ---------------------------------------------------------------- one real GRPO step
+
+
+def completion_logp(model, prompt_ids: list[int], completion_ids: list[int]) -> float:
+    ids = torch.tensor([prompt_ids + completion_ids])
+    with torch.no_grad():
+        logps = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+    target = ids[0, 1:]
+    lp = logps.gather(-1, target[:, None]).squeeze(-1)
+    return lp[len(prompt_ids) - 1:].sum().item()
+
+
+def test_one_grpo_step_moves_rewarded_up_and_unrewarded_down(tmp_path, tiny_model_dir):
+    """A real TRL optimizer step: completions whose first token id is even are rewarded; after
+    the step, their log-probability (on the trained model) rose and the others' fell."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pivotrl.train.grpo import build_trainer, load_pivot_set
+
+    seen = []
+
+    def parity(prompts, completions, completion_ids, **_):
+        rewards = [float(ids[0] % 2 == 0) if ids else 0.0 for ids in completion_ids]
+        seen.extend(zip(prompts, completion_ids, rewards))
+        return rewards
+
+    cfg = small_config(tmp_path, tiny_model_dir, learning_rate=3e-3, max_steps=1, save_steps=100,
+                       num_generations=8, per_device_train_batch_size=16, max_completion_length=8)
+    trainer = build_trainer(cfg, load_pivot_set(cfg), reward_funcs=[parity])
+    trainer.train()
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    before = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    after = trainer.model.eval()
+    deltas = {1.0: [], 0.0: []}
+    for prompt, ids, reward in seen:
+        p = tok(prompt)["input_ids"]
+        deltas[reward].append(completion_logp(after, p, list(ids)) - completion_logp(before, p, list(ids)))
+    assert deltas[1.0] and deltas[0.0], "the step needs both rewarded and unrewarded completions"
+    assert all(d > 0 for d in deltas[1.0]) and all(d < 0 for d in deltas[0.0]), deltas
+    assert trainer.rollout_turns == 16  # 2 pivots × G=8 completions = 16 model turns
+
+
+# ---------------------------------------------------------------- CLI, checkpoints, resume
+
+
+def test_cli_train_checkpoints_metrics_and_resume(tmp_path, tiny_model_dir):
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+
+    run_yaml = tmp_path / "run.yaml"
+    run_yaml.write_text(yaml.safe_dump({
+        "model": str(tiny_model_dir), "pivots": str(write_pivots(tmp_path / "pivots.jsonl", 4)),
+        "output_dir": "run", "num_generations": 4, "per_device_train_batch_size": 8,
+        "max_completion_length": 8, "learning_rate": 1e-4, "max_steps": 2, "save_steps": 2}))
+    runner = CliRunner()
+    first = runner.invoke(app, ["train", "--config", str(run_yaml)])
+    assert first.exit_code == 0, first.output
+    out = tmp_path / "run"
+    assert json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())["global_step"] == 2
+    resumed = runner.invoke(app, ["train", "--config", str(run_yaml), "--resume", "--max-steps", "3"])
+    assert resumed.exit_code == 0, resumed.output
+    state = json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]  # continued, no step repeated
+    assert [r["rollout_turns"] for r in rows] == [8, 16, 24]  # counter restored from the checkpoint
+    for key in ("reward_mean", "reward_std", "frac_zero_std", "invalid_rate", "group_std_mean"):
+        assert key in rows[-1]
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(out).config.vocab_size > 0
+    assert (out / "tokenizer_config.json").exists()
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tmp_path, tiny_model_dir):
+    from pivotrl.train.grpo import train
+
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        train(small_config(tmp_path, tiny_model_dir, resume=True))

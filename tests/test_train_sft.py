@@ -1,0 +1,71 @@
+"""`pivotrl sft`: TRL SFTTrainer on the same trajectories, loss on assistant tokens only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from pivotrl.records import Trajectory
+
+TOOLS = [{"type": "function", "function": {"name": "get_order", "parameters": {
+    "type": "object", "properties": {"order_id": {"type": "string"}, "verbose": {"type": "boolean"}}}}}]
+
+
+def trajectory(i: int) -> dict:
+    # Two calls with differently keyed arguments: Arrow would merge them into one struct.
+    args = {"order_id": f"O-{i}"} if i % 2 else {"order_id": f"O-{i}", "verbose": True}
+    return {"id": f"tr{i}", "tools": TOOLS, "messages": [
+        {"role": "user", "content": f"Where is O-{i}?"},
+        {"role": "assistant", "tool_calls": [{"id": "c0", "type": "function", "function": {
+            "name": "get_order", "arguments": json.dumps(args)}}]},
+        {"role": "tool", "tool_call_id": "c0", "content": '{"status": "shipped"}'},
+        {"role": "assistant", "content": "It has shipped."}]}
+
+
+def write_trajectories(path: Path, n: int, bad_line: bool = False) -> Path:
+    lines = [json.dumps(trajectory(i)) for i in range(n)] + (["{not json"] if bad_line else [])
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_labels_mask_everything_but_assistant_tokens(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from pivotrl.train.sft import tokenize_trajectory
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    row = tokenize_trajectory(tok, Trajectory.model_validate(trajectory(2)))
+    trained = tok.decode([t for t in row["labels"] if t != -100])
+    assert '"name": "get_order"' in trained and "It has shipped." in trained
+    assert '"verbose": true' in trained  # arguments exactly as the expert sent them
+    assert "Where is O-2" not in trained and "shipped\"}" not in trained and "get_order\", \"parameters" not in trained
+    assert trained.count("<|im_end|>") == 2  # the model learns to end both of its turns
+    odd = tokenize_trajectory(tok, Trajectory.model_validate(trajectory(1)))
+    assert "verbose" not in tok.decode([t for t in odd["labels"] if t != -100])  # no merged null keys
+
+
+def test_sft_lowers_the_loss_and_reports_rejects(tmp_path, tiny_model_dir):
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+
+    data = write_trajectories(tmp_path / "trajectories.jsonl", 6, bad_line=True)
+    run_yaml = tmp_path / "sft.yaml"
+    run_yaml.write_text(yaml.safe_dump({
+        "model": str(tiny_model_dir), "data": str(data), "output_dir": "sft",
+        "learning_rate": 3e-3, "max_steps": 12, "per_device_train_batch_size": 6, "save_steps": 6,
+        "lr_scheduler_type": "constant"}))
+    result = CliRunner().invoke(app, ["sft", "--config", str(run_yaml)])
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "sft"
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 13))
+    assert rows[-1]["loss"] < 0.7 * rows[0]["loss"], rows
+    rejects = [json.loads(line) for line in (out / "sft_data.rejects.jsonl").read_text().splitlines()]
+    assert rejects[0]["where"].endswith("trajectories.jsonl:7")
+    assert (out / "checkpoint-6" / "trainer_state.json").exists()
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(out) is not None
