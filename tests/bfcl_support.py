@@ -15,6 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from pivotrl.data.bfcl import install_model_config_stub, to_openai_tool  # noqa: F401
 from pivotrl.records import Message, Turn
 
 # Python-language categories with possible answers (Java/JS pass every value as a string).
@@ -22,55 +23,6 @@ CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "liv
               "live_multiple", "live_parallel", "live_parallel_multiple")
 MODEL = "pivotrl-agreement"
 _DROP = object()
-
-
-# BFCL types → JSON Schema types ("any" has none: any JSON value).
-BFCL_TYPES = {"dict": "object", "float": "number", "tuple": "array", "integer": "integer",
-              "string": "string", "boolean": "boolean", "array": "array", "any": None}
-
-
-def _schema(node: dict) -> dict:
-    out = {}
-    for key, value in node.items():
-        if key == "type":
-            if BFCL_TYPES.get(value, value) is not None:
-                out["type"] = BFCL_TYPES.get(value, value)
-        elif key == "properties":
-            out[key] = {k: _schema(v) for k, v in value.items()}
-        elif key == "items":
-            out[key] = _schema(value)
-        else:
-            out[key] = value
-    return out
-
-
-def to_openai_tool(doc: dict) -> dict:
-    params = _schema(doc.get("parameters") or {"type": "dict", "properties": {}})
-    params["type"] = "object"
-    return {"type": "function", "function": {"name": doc["name"], "parameters": params,
-                                             "description": doc.get("description", "")}}
-
-
-def install_model_config_stub() -> None:
-    """`bfcl_eval.constants.model_config` imports ~15 provider SDKs to build a registry the
-    checker reads one flag from (`underscore_to_dot`); stand in for it (flag False)."""
-    import types
-
-    name = "bfcl_eval.constants.model_config"
-    if name in sys.modules:
-        return
-
-    class _Config:
-        underscore_to_dot = False
-        is_fc_model = True
-
-    class _AnyModel(dict):
-        def __missing__(self, key):
-            return _Config()
-
-    module = types.ModuleType(name)
-    module.MODEL_CONFIG_MAPPING = _AnyModel()
-    sys.modules[name] = module
 
 
 def ast_module():
@@ -133,10 +85,6 @@ def as_message(calls: list[tuple[str, dict]]) -> Message:
 
 def _docs_by_name(entry: dict) -> dict[str, dict]:
     return {f["name"]: f for f in entry["function"]}
-
-
-def _scalar_paths(args: dict) -> list[tuple[str, Any]]:
-    return [(k, v) for k, v in args.items()]
 
 
 def mutations(entry: dict, gt: list, rng: random.Random) -> list[tuple[str, list[tuple[str, dict]]]]:

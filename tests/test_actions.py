@@ -47,6 +47,8 @@ def test_several_calls_text_before_and_string_arguments():
     ('{"role": "assistant", "content": null, "tool_calls": [{"id": "x", "type": "function", '
      '"function": {"name": "f", "arguments": "{}"}}]}', [("f", {})]),
     ('reasoning so far</think><tool_call>{"name": "f", "arguments": {}}</tool_call>', [("f", {})]),
+    ('[TOOL_CALLS] [{"name": "f", "arguments": {"a": 1}}]', [("f", {"a": 1})]),
+    ('<|python_tag|>{"name": "f", "parameters": {"a": 1}}<|eom_id|>', [("f", {"a": 1})]),
 ])
 def test_bare_json_openai_shapes_and_open_think(text, expected):
     assert calls_of(parse_completion(text)) == expected
@@ -76,6 +78,7 @@ def test_plain_message_and_json_answer_are_messages():
     ('<tool_call>{"name": "f", "arguments": {}}</tool_call><|im_end|>junk', "after the last"),
     ('{"name": "f", "arguments": {}}</tool_call>', "without <tool_call>"),
     ('{"name": 3, "arguments": {}}', "without a name"),
+    ("[TOOL_CALLS] sure, calling it", "no valid tool call"),
 ])
 def test_invalid_actions_have_reasons(text, reason):
     parsed = parse_completion(text)

@@ -8,7 +8,7 @@ wrong number/string/bool, upper case, respacing, BFCL's alternative answer, drop
 extra argument, stringified number, wrong function, reversed list, reordered / dropped /
 duplicated parallel calls) and judged by `ast_checker` (the truth) and by our verifiers.
 Print the table with `python3 tests/bfcl_support.py` (measured 2026-11-29: 24,692 cases; toolcall
-accuracy 0.954 / precision 0.994 / recall 0.881; exact 0.821 / 1.000 / 0.515).
+accuracy 0.954 / precision 0.994 / recall 0.882; exact 0.821 / 1.000 / 0.515).
 
 Where `toolcall` disagrees with BFCL on purpose (all chosen for agreement with *execution*):
 - An omitted optional argument equals its default (schema `default`, or "defaults to X" in the
@@ -28,12 +28,16 @@ Where `toolcall` disagrees with BFCL on purpose (all chosen for agreement with *
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 pytest.importorskip("bfcl_eval")
 
 import bfcl_support  # noqa: E402
 
+from pivotrl.records import Message, Turn  # noqa: E402
 from pivotrl.verifiers import get_verifier  # noqa: E402
 
 
@@ -56,7 +60,7 @@ def test_enough_cases_with_both_verdicts(rows):
 def test_toolcall_agrees_with_ast_checker(results):
     tc = results["toolcall"]
     print({k: v for k, v in tc.items() if k != "disagreements"})
-    # Floors a little under what was measured (0.954 / 0.994 / 0.881).
+    # Floors a little under what was measured (0.954 / 0.994 / 0.882).
     assert tc["accuracy"] >= 0.94
     assert tc["precision"] >= 0.985
     assert tc["recall"] >= 0.87
@@ -84,3 +88,28 @@ def test_mutations_with_full_agreement(results, label):
 def test_mutations_with_documented_disagreement(results, label, floor):
     acc, n = results["toolcall"]["by_label"][label]
     assert acc >= floor, (label, acc, n)
+
+
+def test_irrelevance_calls_score_zero_refusals_one():
+    """BFCL irrelevance: no function fits, so the expert declines. Any call scores 0 (BFCL agrees);
+    a refusal scores 1 (BFCL agrees). A non-refusal message scores 0 under our rule where BFCL
+    accepts any non-call: a message is never a free pass (NeMo-Gym's pitfall)."""
+    verifier = get_verifier("toolcall")
+    refusals = ["I'm sorry, but none of the available functions can help with this request.",
+                "I cannot answer this with the provided tools.",
+                "Unfortunately, the functions available don't support that."]
+    import bfcl_eval
+
+    path = os.path.join(os.path.dirname(bfcl_eval.__file__), "data", "BFCL_v4_irrelevance.json")
+    with open(path) as fh:
+        entries = [json.loads(line) for _, line in zip(range(60), fh)]
+    for entry in entries:
+        fn = entry["function"][0]
+        turn = Turn(id=entry["id"], trajectory_id=entry["id"], turn=0,
+                    tools=[bfcl_support.to_openai_tool(f) for f in entry["function"]], context=[],
+                    expected=Message(role="assistant", content="I cannot do this with the functions I have."))
+        call = bfcl_support.as_message([(fn["name"], {})])
+        assert verifier.score(turn, call).reward == 0.0
+        for text in refusals:
+            assert verifier.score(turn, Message(role="assistant", content=text)).reward == 1.0
+        assert verifier.score(turn, Message(role="assistant", content="The answer is 42.")).reward == 0.0

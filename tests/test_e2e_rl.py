@@ -18,7 +18,7 @@ def test_e2e_runs_and_counts_rollout_turns(tmp_path, tiny_model_dir, world):
     if world == "terminal":
         from pivotrl import sandbox
 
-        if hasattr(sandbox, "available") and not sandbox.available():
+        if not sandbox.sandbox_available():
             pytest.skip("no sandbox (bubblewrap) for the terminal world")
     tasks = make_tasks(world, "train", 2)
     cfg = E2ERunConfig(model=str(tiny_model_dir), output_dir=tmp_path / "e2e", world=world,
@@ -49,9 +49,6 @@ def test_e2e_policy_gradient_step_follows_the_reward(tmp_path, tiny_model_dir):
         def __init__(self, *a, **k):
             super().__init__(*a, **k)
             recorded.append(self)
-
-    def first_token_even(result):
-        return 0.0  # replaced below once the policy's turns are known
 
     tasks = make_tasks("toolshop", "train", 1)
     cfg = E2ERunConfig(model=str(tiny_model_dir), output_dir=tmp_path / "pg", world="toolshop",

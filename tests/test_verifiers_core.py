@@ -162,6 +162,12 @@ def test_short_strings_fold_case_except_in_state_changing_calls():
     assert reward(loose, write, hermes(("update_address", {"city": "new york ny"}))) == 1.0
 
 
+def test_email_addresses_match_up_to_case(toolcall):
+    turn = call_turn(("find_user", {"email": "Mia.Li@Example.com"}), tools=[])
+    assert reward(toolcall, turn, hermes(("find_user", {"email": "mia.li@example.com"}))) == 1.0
+    assert reward(toolcall, turn, hermes(("find_user", {"email": "mia.li@example.org"}))) == 0.0
+
+
 def test_dotted_name_called_with_underscores():
     tools = [{"type": "function", "function": {"name": "math.factorial", "parameters": {
         "type": "object", "properties": {"number": {"type": "integer"}}, "required": ["number"]}}}]

@@ -4,6 +4,7 @@ Formats read (what real models emit):
 - Hermes/Qwen: `<tool_call>{"name": …, "arguments": {…} | "<json>"}</tool_call>`, one or many,
   with free text before/between them (kept as `content`);
 - a bare JSON object or list of objects with `name` + `arguments` (or `parameters`), also
+  after Mistral's `[TOOL_CALLS]` or Llama 3's `<|python_tag|>` marker, also
   `{"type": "function", "function": {…}}` and OpenAI message shapes `{"role": "assistant",
   "tool_calls": […]}`, optionally in one ```json fenced block;
 - `<think>…</think>` blocks, dropped from the action (a lone leading `…</think>` too, for chat
@@ -30,6 +31,7 @@ END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end|>", "<|eom_id
                "<|end_of_text|>", "<eos>", "<end_of_turn>")
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+_CALL_PREFIXES = ("[TOOL_CALLS]", "<|python_tag|>")
 _FENCE = re.compile(r"\A```(?:json|JSON)?\s*\n?(.*?)\n?```\Z", re.S)
 
 
@@ -72,7 +74,7 @@ def _strip_end(text: str) -> str:
     """Drop trailing whitespace and end-of-turn markers (any number, in any order)."""
     while True:
         stripped = text.rstrip()
-        if not stripped.endswith(">"):  # every marker ends with ">": the common fast path
+        if not stripped.endswith(END_MARKERS):  # one C call for the common case
             return stripped
         for marker in END_MARKERS:
             if stripped.endswith(marker):
@@ -184,16 +186,20 @@ def _parse_bare(text: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     """Whole text is JSON (maybe fenced): calls, an OpenAI message, or just a JSON answer."""
     if _CLOSE in text:
         raise _Invalid("</tool_call> without <tool_call>")
-    body = text
-    fenced = _FENCE.match(text)
+    body, marker = text, ""
+    for prefix in _CALL_PREFIXES:  # Mistral's and Llama 3's markers before a JSON call
+        if body.startswith(prefix):
+            body, marker = body[len(prefix):].strip(), prefix
+            break
+    fenced = _FENCE.match(body)
     if fenced:
         body = fenced.group(1).strip()
-    if not body or body[0] not in "[{":
-        return text, []
-    try:
-        value = json.loads(body)
-    except (ValueError, RecursionError):
-        return text, []  # prose that starts with a brace: a message
+    value = None
+    if body and body[0] in "[{":
+        try:
+            value = json.loads(body)
+        except (ValueError, RecursionError):
+            value = None  # prose that starts with a brace: a message
     if isinstance(value, dict) and value.get("role") == "assistant":
         raw_calls = value.get("tool_calls") or []
         content = value.get("content")
@@ -204,7 +210,9 @@ def _parse_bare(text: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
                                                   for v in value))
     if looks_like_call:
         return "", _calls_from_value(value)
-    return text, []  # a JSON answer sent as a message
+    if marker:
+        raise _Invalid(f"no valid tool call after {marker}")
+    return text, []  # prose, or a JSON answer sent as a message
 
 
 def parse_completion(text: str, max_chars: int = MAX_COMPLETION_CHARS) -> ParsedAction:

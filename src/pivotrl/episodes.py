@@ -371,8 +371,8 @@ def run_episodes(world_name: str, tasks: Sequence[Trajectory], policy: Any,
             ep.world.close()
         meta = {**ep.task.metadata, "success": ok, "model_turns": ep.turns,
                 "invalid_actions": ep.invalid}
-        if ep.user_turns > 1 or ep.pending:
-            meta["user_turns"] = ep.user_turns
+        if ep.user_turns > 1 or ep.pending or hasattr(ep.world, "begin_turn"):
+            meta["user_turns"] = ep.user_turns  # (single-turn testbed records stay as they were)
         if ep.notes:
             meta["notes"] = ep.notes
         traj = Trajectory(id=f"{ep.task.id}.episode", messages=ep.messages, tools=ep.task.tools,

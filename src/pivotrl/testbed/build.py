@@ -66,7 +66,8 @@ class TestbedConfig(BaseModel):
         return self.model_copy(update={
             "n_train": 12, "n_eval": 8, "ood_train": 40, "ood_eval": 8, "n_weak": 12,
             "vocab_size": 512,
-            "pretrain": self.pretrain.model_copy(update={"steps": 30, "warmup": 5}),
+            "pretrain": self.pretrain.model_copy(update={"steps": 20, "warmup": 5,
+                                                         "tokens_per_batch": 1024}),
             "eval": EvalConfig(episodes=4, turn_trajectories=2, ood_per_family=8),
         })
 

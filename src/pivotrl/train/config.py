@@ -96,7 +96,9 @@ class _RunCommon(_Strict):
         if not isinstance(data, dict):
             raise ValueError(f"{path}: a run config must be a YAML mapping")
         for key in cls._path_fields():
-            if data.get(key) and not Path(str(data[key])).is_absolute():
+            if isinstance(data.get(key), list):
+                data[key] = [v if Path(str(v)).is_absolute() else str(path.parent / str(v)) for v in data[key]]
+            elif data.get(key) and not Path(str(data[key])).is_absolute():
                 candidate = path.parent / str(data[key])
                 # "model" may be a hub id: resolve only when the relative path exists
                 if key != "model" or candidate.exists():
@@ -171,7 +173,8 @@ class GRPORunConfig(_RunCommon):
 
 
 class SFTRunConfig(_RunCommon):
-    data: Path = Field(..., description="Trajectory JSONL: the SAME trajectories the pivots were extracted from.")
+    data: Path | list[Path] = Field(..., description="Trajectory JSONL file(s): the SAME trajectories the "
+                                    "pivots were extracted from.")
     learning_rate: float = Field(1e-5, description="Peak learning rate (ours for real models, SFT's usual "
                                  "range; the testbed config sets its own).")
     lr_scheduler_type: str = Field("cosine", description="transformers scheduler name (ours: cosine, the "
@@ -221,9 +224,10 @@ class E2ERunConfig(_Strict):
 
     model: str = Field(..., description="Policy to start from (the same base as PivotRL's run).")
     output_dir: Path = Field(..., description="Final model + tokenizer, checkpoint-N/ and metrics.jsonl.")
-    world: str = Field("toolshop", description="Registered world the episodes run in.")
-    tasks: Path = Field(..., description="Task/Trajectory JSONL of that world (e.g. testbed DIR/<world>/"
-                        "train.jsonl; only each record's opening messages and metadata are used).")
+    world: str | None = Field(None, description="Registered world every episode runs in; None: each "
+                              "task's metadata['world'] (mixed-world runs).")
+    tasks: Path | list[Path] = Field(..., description="Task/Trajectory JSONL file(s) (e.g. testbed DIR/<world>/"
+                                     "train.jsonl; only each record's opening messages and metadata are used).")
     tasks_per_step: int = Field(4, description="Tasks per optimizer step (the analogue of pivots per step).")
     num_generations: int = Field(16, description="G episodes per task (paper's G, as for PivotRL).")
     max_turns: int = Field(8, description="Model turns per episode (the episode runner's MAX_TURNS).")
@@ -249,7 +253,9 @@ class E2ERunConfig(_Strict):
         path = Path(path)
         data = yaml.safe_load(path.read_text()) or {}
         for key in ("model", "output_dir", "tasks"):
-            if data.get(key) and not Path(str(data[key])).is_absolute():
+            if isinstance(data.get(key), list):
+                data[key] = [v if Path(str(v)).is_absolute() else str(path.parent / str(v)) for v in data[key]]
+            elif data.get(key) and not Path(str(data[key])).is_absolute():
                 candidate = path.parent / str(data[key])
                 if key != "model" or candidate.exists():
                     data[key] = str(candidate)

@@ -97,6 +97,13 @@ def token_logps(model, batch: list[tuple[list[int], list[int]]], temperature: fl
     return [logps[i, len(p) - 1: len(p) + len(c) - 1] for i, (p, c) in enumerate(batch)]
 
 
+def world_of(cfg: E2ERunConfig, task: Trajectory) -> str:
+    world = cfg.world or task.metadata.get("world") or task.domain
+    if not world:
+        raise ValueError(f"task {task.id}: no world (set `world:` in the run config or metadata.world)")
+    return world
+
+
 def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
               reward_fn: Callable[[EpisodeResult], float] | None = None) -> dict[str, Any]:
     """Run the baseline; writes metrics.jsonl (reward vs rollout turns) and the final model.
@@ -109,7 +116,9 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
     model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32)
-    tasks = tasks if tasks is not None else list(iter_valid(cfg.tasks, Trajectory))
+    if tasks is None:
+        files = cfg.tasks if isinstance(cfg.tasks, list) else [cfg.tasks]
+        tasks = [t for f in files for t in iter_valid(f, Trajectory)]
     if not tasks:
         raise ValueError(f"{cfg.tasks}: no tasks")
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
@@ -133,7 +142,12 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
         model.eval()
         policy = RecordingPolicy(model, tokenizer, cfg.max_completion_length, cfg.temperature,
                                  seed=cfg.seed * 100_003 + step)
-        results = run_episodes(cfg.world, [t for t in batch_tasks for _ in range(G)], policy, cfg.max_turns)
+        # One runner call per world (tasks sorted by world, so each group of G stays contiguous).
+        batch_tasks.sort(key=lambda t: world_of(cfg, t))
+        results = []
+        for world in dict.fromkeys(world_of(cfg, t) for t in batch_tasks):
+            group = [t for t in batch_tasks if world_of(cfg, t) == world]
+            results += run_episodes(world, [t for t in group for _ in range(G)], policy, cfg.max_turns)
         if len(policy.turns) != len(results) or any(len(policy.turns[i]) != r.model_turns
                                                     for i, r in enumerate(results)):
             raise RuntimeError("episode runner and recording policy disagree on the turns played")
@@ -194,3 +208,20 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
     tokenizer.save_pretrained(out)
     return {"steps": cfg.max_steps, "tasks": len(tasks), "rollout_turns": rollout_turns,
             "output_dir": str(out), "metrics": str(metrics_path)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m pivotrl.train.e2e --config E2E.yaml [--max-steps N]` (keys: E2ERunConfig)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--max-steps", type=int)
+    parser.add_argument("--output-dir")
+    args = parser.parse_args(argv)
+    cfg = E2ERunConfig.from_yaml(args.config, max_steps=args.max_steps, output_dir=args.output_dir)
+    print(json.dumps(train_e2e(cfg)))
+
+
+if __name__ == "__main__":
+    main()

@@ -54,10 +54,12 @@ def tokenize_trajectory(tokenizer: Any, traj: Trajectory, assistant_only: bool =
     return {"input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, mask, strict=True)]}
 
 
-def build_rows(path: str | Path, tokenizer: Any, max_length: int | None = None,
+def build_rows(paths: str | Path | list, tokenizer: Any, max_length: int | None = None,
                assistant_only: bool = True) -> SFTRows:
     out = SFTRows(rows=[])
-    for lineno, rec in read_records(path, Trajectory):
+    paths = paths if isinstance(paths, list) else [paths]
+    records = (rec for path in paths for _, rec in read_records(path, Trajectory))
+    for rec in records:
         if isinstance(rec, Reject):
             out.dropped.append((f"{rec.file}:{rec.line}", rec.reason))
             continue

@@ -21,7 +21,7 @@ would be a reward leak, so the default is to refuse when unsure):
     says number is a different call for any typed executor);
   * enums, identifiers (parameter names like *_id, path, file, url, email, …; `format`; "ID",
     "identifier", "path", … in the description; values without spaces that contain digits or
-    path/id punctuation) exactly;
+    path/id punctuation) exactly, e-mail addresses up to case;
   * free text (parameter names like message, description, query, …, or ≥ `free_text_min_words`
     words) by similarity of normalised token sequences (1 − token edit distance / longer length)
     ≥ `free_text_threshold`; other short strings equal after case folding and dropping
@@ -281,6 +281,7 @@ class ToolcallConfig(BaseModel):
 
 
 _SCALARS = (str, int, float, bool)
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}")
 _PUNCT = re.compile(r"[\s,./\-_*^]+")
 _WORD = re.compile(r"\w+")
 _REFUSAL = re.compile(
@@ -403,6 +404,8 @@ class _Compare:
         if cls is None:
             key = name.rsplit(".", 1)[-1].split("[", 1)[0]
             cls = string_class(key, exp, self.cfg.free_text_min_words)
+        if "@" in exp and _EMAIL.fullmatch(exp) and exp.casefold() == cand.casefold():
+            return ""  # e-mail addresses: every real system matches them case-insensitively
         if cls == "exact" or (self.strict and cls == "value"):
             return f"{name}: {cand!r} != {exp!r} (compared exactly)"
         if _norm_value(exp) == _norm_value(cand):
