@@ -163,8 +163,13 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(tmp_path, sampler, tiny_
     with out.open("a") as fh:  # as if killed mid-write: a torn last line
         fh.write('{"id": "traj13/1", "trajectory_id": "tr')
 
-    resumed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    # The same command again (in-process through the CLI app: no second interpreter start-up).
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+
+    resumed = CliRunner().invoke(app, cmd[3:])
+    assert resumed.exit_code == 0, resumed.output[-2000:]
     doc = json.loads(stats_path(out).read_text())
     assert doc["runs"][-1]["turns_done_before"] == written
     assert doc["runs"][-1]["turns_profiled"] == n - written

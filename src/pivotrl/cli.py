@@ -21,7 +21,7 @@ app.add_typer(testbed_app, name="testbed")
 app.add_typer(data_app, name="data")
 app.add_typer(import_app, name="import")
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # messages name paths: never wrap them
 
 
 @contextmanager

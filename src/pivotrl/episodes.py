@@ -63,7 +63,10 @@ class ScriptedPolicy:
     Testbed tasks (`metadata["task"]`) are solved by the testbed expert. Any other trajectory
     (BFCL, a user's SFT data) is *replayed*: in user turn u, after s assistant steps of that
     turn, the policy answers the recorded s-th assistant message of turn u, so the runner
-    re-executes the recording in a live world (past the recording's end it closes the turn)."""
+    re-executes the recording in a live world (past the recording's end it closes the turn).
+    Recordings with the same context but different actions cannot be told apart by a
+    context-only policy (BFCL's base and long_context tasks, before the first observation):
+    give it one BFCL category at a time."""
 
     def __init__(self, tasks: Sequence[Trajectory], seed: int = 0, habit: float = 0.0):
         # Tasks are recognised by their user text; two tasks with the same text have the same

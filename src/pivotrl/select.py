@@ -127,9 +127,10 @@ def plot(profiles: Sequence[Profile], kept: Sequence[Profile], cfg: SelectConfig
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    bins = [i / 20 for i in range(21)]
-    for ax, key, title in ((axes[0], "reward_mean", "reward mean per turn"),
-                           (axes[1], "reward_std", "reward std per turn")):
+    # Rewards lie in [0, 1], so a std lies in [0, 0.5].
+    for ax, key, title, top in ((axes[0], "reward_mean", "reward mean per turn", 1.0),
+                                (axes[1], "reward_std", "reward std per turn", 0.5)):
+        bins = [top * i / 20 for i in range(21)]
         ax.hist([getattr(p, key) for p in profiles], bins=bins, alpha=0.5, label="all turns")
         ax.hist([getattr(p, key) for p in kept], bins=bins, alpha=0.7, label="kept")
         ax.set_title(title)
