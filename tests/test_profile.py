@@ -234,8 +234,12 @@ def test_reprofile_drops_turns_that_became_all_pass(tmp_path, sampler):
     assert all(outcome([s.reward for s in p.samples]) != "all_pass" for p in kept)
 
     # The hook fires when the batch reward saturates, at most once every 3 steps.
-    hook2 = ReprofileHook(verifier, threshold=0.8, every_n_steps=3, k=2,
-                          params=SamplingParams(max_new_tokens=4))
+    # As the training helper builds it: verifier by name, options as plain (YAML) values.
+    from pivotrl.select import ReprofileHook as FromSelect
+
+    hook2 = FromSelect(threshold=0.8, every_n_steps=3, verifier="test_parity", k=2,
+                       max_new_tokens=4)
+    assert hook2.params.max_new_tokens == 4 and isinstance(hook2.verifier, ParityVerifier)
     decisions = []
     for r in (0.5, 0.9, 0.95, 0.9, 0.2, 0.9):
         go = hook2.should_run(r)

@@ -200,3 +200,39 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path, tiny_model_dir):
 
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         train(small_config(tmp_path, tiny_model_dir, resume=True))
+
+
+def test_reprofile_hook_stops_reprofiles_and_continues(tmp_path, tiny_model_dir):
+    """threshold 0: the hook fires at the first log; the run re-profiles the pivots with the
+    current policy (all fail on a random model, so all stay) and continues from the checkpoint."""
+    from pivotrl.train.grpo import train
+
+    cfg = small_config(tmp_path, tiny_model_dir, max_steps=3, save_steps=100, reprofile={
+        "enabled": True, "threshold": 0.0, "every_n_steps": 100, "options": {"k": 2, "max_new_tokens": 8}})
+    summary = train(cfg)
+    assert summary["reprofiles"] == 1 and summary["steps"] == 3 and summary["pivots"] == 4
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert (tmp_path / "run" / "checkpoint-1").is_dir()  # the seam the run continued from
+
+
+def test_lora_run_saves_merged_model_and_adapter(tmp_path, tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from pivotrl.train.grpo import train
+
+    cfg = small_config(tmp_path, tiny_model_dir, max_steps=1, save_steps=100, learning_rate=1e-2,
+                       lora={"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0})
+
+    def parity(prompts, completions, completion_ids, **_):  # mixed rewards: a real gradient
+        return [float(bool(ids) and ids[0] % 2 == 0) for ids in completion_ids]
+
+    train(cfg, reward_funcs=[parity])
+    out = tmp_path / "run"
+    assert (out / "adapter" / "adapter_config.json").exists()
+    merged = AutoModelForCausalLM.from_pretrained(out)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert not any("lora" in name for name, _ in merged.named_parameters())
+    changed = [n for (n, p), (_, q) in zip(merged.named_parameters(), base.named_parameters())
+               if not torch.equal(p, q)]
+    assert changed and all("proj" in n for n in changed)  # only adapted linear layers moved

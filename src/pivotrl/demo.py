@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 from pivotrl.evaluate import EvalConfig
 
 METHODS = ("sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact", "e2e_rl")
+PIVOT_SET_ARMS = ("pivotrl", "pivotrl_exact", "pivotrl_random")  # sized by the pivot set
 
 
 class DemoConfig(BaseModel):
@@ -126,20 +127,21 @@ def train_job(job: Job, testbed: Path, out: Path, cfg: DemoConfig) -> Path:
     job_dir = out / "runs" / job.name
     base = str(testbed / "base")
     common = dict(model=base, output_dir=job_dir, learning_rate=job.lr, max_steps=cfg.steps,
-                  save_steps=cfg.eval_every, seed=job.seed, precision="fp32", logging_steps=1,
-                  lr_scheduler_type="constant_with_warmup", warmup_steps=0)
+                  save_steps=cfg.eval_every, seed=job.seed, logging_steps=1, warmup_steps=0)
+    trl_only = dict(precision="fp32", lr_scheduler_type="constant_with_warmup")
     if job.method == "sft":
         from pivotrl.train.sft import train_sft
 
         train_sft(SFTRunConfig(data=testbed / job.world / "train.jsonl",
-                               per_device_train_batch_size=cfg.sft_batch_size, **common))
+                               per_device_train_batch_size=cfg.sft_batch_size, **common, **trl_only))
     elif job.method == "e2e_rl":
-        from pivotrl.train.e2e import E2EConfig, train_e2e
+        from pivotrl.train.config import E2ERunConfig
+        from pivotrl.train.e2e import train_e2e
 
-        train_e2e(E2EConfig(world=job.world, tasks=testbed / job.world / "train.jsonl",
-                            num_generations=cfg.num_generations,
-                            tasks_per_step=cfg.e2e_tasks_per_step,
-                            max_new_tokens=cfg.max_completion_length, **common))
+        train_e2e(E2ERunConfig(world=job.world, tasks=testbed / job.world / "train.jsonl",
+                               num_generations=cfg.num_generations,
+                               tasks_per_step=cfg.e2e_tasks_per_step,
+                               max_completion_length=cfg.max_completion_length, **common))
     else:
         wdir = out / "data" / job.world
         pivot_set = {"pivotrl": "pivots", "pivotrl_exact": "pivots",
@@ -151,7 +153,7 @@ def train_job(job: Job, testbed: Path, out: Path, cfg: DemoConfig) -> Path:
             verifier="exact" if job.method == "pivotrl_exact" else cfg.verifier,
             num_generations=cfg.num_generations,
             per_device_train_batch_size=cfg.num_generations * cfg.pivots_per_step,
-            max_completion_length=cfg.max_completion_length, **common))
+            max_completion_length=cfg.max_completion_length, **common, **trl_only))
     return job_dir
 
 
@@ -218,7 +220,9 @@ def run_job(job: Job, testbed: Path, out: Path, cfg: DemoConfig,
     rows = []
     for step in range(cfg.eval_every, cfg.steps + 1, cfg.eval_every):
         ckpt = job_dir / f"checkpoint-{step}"
-        if not ckpt.exists():
+        if not ckpt.exists() and step == cfg.steps:
+            ckpt = job_dir  # the e2e loop writes its last step as the final model only
+        if not (ckpt / "config.json").exists():
             raise FileNotFoundError(f"{job.name}: no checkpoint at step {step} ({ckpt})")
         rows.append({"method": job.method, "world": job.world, "seed": job.seed, "lr": job.lr,
                      "step": step,
@@ -276,6 +280,12 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
 
     jobs = [Job(w, m, lr, s) for s in cfg.seeds for lr in cfg.learning_rates for w in cfg.worlds
             for m in METHODS]
+    for world in cfg.worlds:
+        if not pivot_stats[world].get("kept"):
+            # Nothing to train on: the base never, or always, solves these turns. Said, not hidden.
+            log(f"  {world}: no pivots, so the pivot-set arms (pivotrl, pivotrl_exact, "
+                "pivotrl_random) are not trained there")
+            jobs = [j for j in jobs if not (j.world == world and j.method in PIVOT_SET_ARMS)]
     log(f"3/4 {len(jobs)} training runs × {cfg.steps // cfg.eval_every} checkpoints, "
         f"{cfg.workers} at a time")
     t_jobs = time.time()

@@ -413,26 +413,44 @@ def reprofile(pivots: Sequence[Turn], sampler, verifier, tokenizer, k: int = 8,
 
 
 class ReprofileHook:
-    """Call `should_run(batch_reward_mean)` once per training step; when it says so, `run(model,
-    tokenizer, pivots)` returns the pivots still worth training on. It fires when the batch reward
-    mean reaches `threshold`, at most once every `every_n_steps` steps."""
+    """Call `should_run(batch_reward_mean)` once per training step (or log); when it says so,
+    `run(model, tokenizer, pivots)` returns the pivots still worth training on. It fires when the
+    batch reward mean reaches `threshold`, at most once every `every_n_steps` steps.
 
-    def __init__(self, verifier, threshold: float = 0.9, every_n_steps: int = 50, k: int = 8,
-                 params: SamplingParams | None = None, seed: int = 0, batch_size: int = 64):
+    verifier: a name (built with `verifier_config`) or a verifier object. Sampling: `params`
+    (SamplingParams or a dict of its fields) or the plain keywords max_new_tokens / temperature /
+    top_p, so a YAML config can hold every option.
+    """
+
+    def __init__(self, threshold: float = 0.9, every_n_steps: int = 50, verifier: Any = "toolcall",
+                 verifier_config: dict[str, Any] | None = None, k: int = 8,
+                 params: SamplingParams | dict[str, Any] | None = None, seed: int = 0,
+                 batch_size: int = 64, max_new_tokens: int | None = None,
+                 temperature: float | None = None, top_p: float | None = None):
+        if isinstance(verifier, str):
+            from pivotrl.verifiers import get_verifier
+
+            verifier = get_verifier(verifier, **(verifier_config or {}))
         self.verifier = verifier
         self.threshold, self.every_n_steps, self.k = threshold, every_n_steps, k
-        self.params = params or SamplingParams()
+        base = params.model_dump() if isinstance(params, SamplingParams) else dict(params or {})
+        base.update({key: val for key, val in (("max_new_tokens", max_new_tokens),
+                                               ("temperature", temperature), ("top_p", top_p))
+                     if val is not None})
+        self.params = SamplingParams(**base)
         self.seed, self.batch_size = seed, batch_size
         self.step = 0
         self.last_run: int | None = None
         self.history: list[dict[str, int]] = []
 
-    def should_run(self, batch_reward_mean: float) -> bool:
-        self.step += 1
+    def should_run(self, batch_reward_mean: float, step: int | None = None) -> bool:
+        """`step`: the trainer's global step (default: count the calls)."""
+        self.step = self.step + 1 if step is None else int(step)
         due = self.last_run is None or self.step - self.last_run >= self.every_n_steps
         return bool(due and batch_reward_mean >= self.threshold)
 
     def run(self, model, tokenizer, pivots: Sequence[Turn]) -> list[Profile]:
+        """Re-profile with `model` as it is now (eval mode during sampling, mode restored)."""
         from pivotrl.sampling.hf import HFSampler
 
         self.last_run = self.step

@@ -13,6 +13,9 @@ filter though no sample succeeded (DESIGN.md pitfall). For binary rewards both r
 us (the two seed summaries and public descriptions of arXiv 2603.21383) gives no value, so this
 is our choice: with K = 8 it drops turns the reference policy already solves 6 or more times out
 of 8, and keeps every mixed turn it solves ≤ 5 times. Tune it with --lambda-diff.
+
+Re-profiling during training (`reprofile`, `ReprofileHook`) lives in pivotrl.profile and is
+re-exported here.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from pivotrl.profile import SUCCESS_THRESHOLD, outcome
+from pivotrl.profile import SUCCESS_THRESHOLD, ReprofileHook, outcome, reprofile  # noqa: F401
 from pivotrl.records import Profile, Reject, read_records, rejects_path, write_atomic
 
 LAMBDA_DIFF = 0.75  # see the module docstring for where this comes from

@@ -39,6 +39,8 @@ BUILD_VERSION = 1  # bump when the build's code changes what it writes
 class TestbedConfig(BaseModel):
     """What `testbed build` makes. Defaults: configs/testbed.yaml (measured there)."""
 
+    __test__ = False  # not a pytest test class, despite the name
+
     worlds: list[str] = Field(default_factory=lambda: ["toolshop", "terminal"],
                               description="Agentic worlds to include (pivotrl.testbed.worlds).")
     expert_seed: int = Field(0, description="Seed of the expert's random choice among equivalent forms.")
@@ -46,7 +48,7 @@ class TestbedConfig(BaseModel):
     n_eval: int = Field(100, description="Expert trajectories per world on eval tasks.")
     ood_train: int = Field(600, description="OOD training tasks per family (the base learns them all).")
     ood_eval: int = Field(100, description="OOD eval tasks per family.")
-    n_weak: int = Field(300, description="Weak-expert trajectories per world in the base's "
+    n_weak: int = Field(200, description="Weak-expert trajectories per world in the base's "
                                          "pretraining mix (fewer → weaker in-domain base).")
     weak_noise: float = Field(0.3, description="Weak expert's mistake rate per turn (experts.WEAK).")
     weak_habit: float = Field(0.7, description="Weak expert's habit: its own preferred form (experts.WEAK).")

@@ -110,7 +110,7 @@ class ReprofileCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         reward = (logs or {}).get("reward")
-        if reward is not None and state.global_step < state.max_steps and self.hook.should_run(reward):
+        if reward is not None and state.global_step < state.max_steps and self.hook.should_run(reward, step=state.global_step):
             self.triggered = True
             control.should_save = True
             control.should_training_stop = True
@@ -169,8 +169,13 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     if cfg.reprofile.enabled:
         from pivotrl.select import ReprofileHook
 
+        # Same verifier and sampling as the rollouts unless the options say otherwise; every process
+        # re-profiles with the same seed, so all of them continue on the same pivots.
+        options = dict(verifier=cfg.verifier, verifier_config=cfg.verifier_config, seed=cfg.seed,
+                       max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature)
+        options.update(cfg.reprofile.options)
         hook = ReprofileHook(threshold=cfg.reprofile.threshold, every_n_steps=cfg.reprofile.every_n_steps,
-                             **cfg.reprofile.options)
+                             **options)
     resume = get_last_checkpoint(str(output_dir)) if cfg.resume and output_dir.is_dir() else None
     if cfg.resume and resume is None:
         raise FileNotFoundError(f"--resume: no checkpoint-* folder in {output_dir}")
