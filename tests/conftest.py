@@ -10,6 +10,9 @@ import json  # noqa: E402
 import random  # noqa: E402
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
 
 
 def sample_texts(n: int = 200, seed: int = 0) -> list[str]:
@@ -34,11 +37,8 @@ def sample_texts(n: int = 200, seed: int = 0) -> list[str]:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A tokenizer (trained on `sample_texts`) + a random tiny Llama, saved in HF format."""
-    import torch
-
     from pivotrl.testbed.tiny import TinyModelConfig, build_model, build_tokenizer, save_tiny
 
-    torch.set_num_threads(1)
     tokenizer = build_tokenizer(sample_texts(), vocab_size=512)
     model = build_model(tokenizer, TinyModelConfig(max_positions=2048))
     return save_tiny(model, tokenizer, tmp_path_factory.mktemp("tiny_model"))

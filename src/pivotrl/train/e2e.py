@@ -116,6 +116,7 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
     model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32)
+    model.to("cuda" if torch.cuda.is_available() else "cpu")
     if tasks is None:
         files = cfg.tasks if isinstance(cfg.tasks, list) else [cfg.tasks]
         tasks = [t for f in files for t in iter_valid(f, Trajectory)]
