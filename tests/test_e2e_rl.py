@@ -10,18 +10,22 @@ import torch
 from pivotrl.train.config import E2ERunConfig
 
 
-@pytest.mark.parametrize("world", ["toolshop", "terminal"])
+@pytest.mark.parametrize("world", ["toolshop", "mixed"])
 def test_e2e_runs_and_counts_rollout_turns(tmp_path, tiny_model_dir, world):
+    """`mixed`: one toolshop and one terminal task in each step (world from task metadata)."""
     from pivotrl.testbed.worlds import make_tasks
     from pivotrl.train.e2e import train_e2e
 
-    if world == "terminal":
+    if world == "mixed":
         from pivotrl import sandbox
 
         if not sandbox.sandbox_available():
             pytest.skip("no sandbox (bubblewrap) for the terminal world")
-    tasks = make_tasks(world, "train", 2)
-    cfg = E2ERunConfig(model=str(tiny_model_dir), output_dir=tmp_path / "e2e", world=world,
+        tasks = make_tasks("toolshop", "train", 1) + make_tasks("terminal", "train", 1)
+    else:
+        tasks = make_tasks(world, "train", 2)
+    cfg = E2ERunConfig(model=str(tiny_model_dir), output_dir=tmp_path / "e2e",
+                       world=None if world == "mixed" else world,
                        tasks=tmp_path / "unused.jsonl", tasks_per_step=2, num_generations=2,
                        max_turns=2, max_completion_length=16, learning_rate=1e-3, max_steps=2)
     summary = train_e2e(cfg, tasks)

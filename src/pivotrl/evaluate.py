@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from pivotrl.records import Trajectory, iter_valid, write_atomic
+from pivotrl.records import Trajectory, iter_valid
 
 DEFAULT_VERIFIERS = {"toolshop": "toolcall", "terminal": "shell"}
 

@@ -119,9 +119,9 @@ _SHORT_WORD_LETTER = _short_word_letter()
 
 
 def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048, min_frequency: int = 2):
-    """A byte-level BPE tokenizer trained on `texts`, with pad `<|endoftext|>`, eos `<|im_end|>` and CHAT_TEMPLATE."""
+    """A byte-level BPE tokenizer trained on `texts`, with pad `<|endoftext|>`, eos `<|im_end|>`
+    and CHAT_TEMPLATE."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     # No GPT-2 word regex: merges may span spaces and punctuation, so the testbed's recurring

@@ -110,7 +110,7 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
     `reward_fn` replaces the world's success (0/1) as the episode reward (shaping experiments)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    random.seed(cfg.seed)
+    rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -136,22 +136,25 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
         batch_tasks = []
         while len(batch_tasks) < cfg.tasks_per_step:
             if not order:
-                order = random.sample(tasks, len(tasks))
+                order = rng.sample(tasks, len(tasks))
             batch_tasks.append(order.pop())
 
         # 2. G episodes per task with the current policy (sampling, no gradients).
         model.eval()
-        policy = RecordingPolicy(model, tokenizer, cfg.max_completion_length, cfg.temperature,
-                                 seed=cfg.seed * 100_003 + step)
-        # One runner call per world (tasks sorted by world, so each group of G stays contiguous).
+        # One runner call (and one recorder: it tells episodes apart by their live message lists)
+        # per world; tasks sorted by world, so each group of G episodes stays contiguous.
         batch_tasks.sort(key=lambda t: world_of(cfg, t))
-        results = []
-        for world in dict.fromkeys(world_of(cfg, t) for t in batch_tasks):
+        results, episode_turns = [], []
+        for w, world in enumerate(dict.fromkeys(world_of(cfg, t) for t in batch_tasks)):
             group = [t for t in batch_tasks if world_of(cfg, t) == world]
-            results += run_episodes(world, [t for t in group for _ in range(G)], policy, cfg.max_turns)
-        if len(policy.turns) != len(results) or any(len(policy.turns[i]) != r.model_turns
-                                                    for i, r in enumerate(results)):
-            raise RuntimeError("episode runner and recording policy disagree on the turns played")
+            policy = RecordingPolicy(model, tokenizer, cfg.max_completion_length, cfg.temperature,
+                                     seed=(cfg.seed * 100_003 + step) * 31 + w)
+            got = run_episodes(world, [t for t in group for _ in range(G)], policy, cfg.max_turns)
+            if len(policy.turns) != len(got) or any(len(policy.turns[i]) != r.model_turns
+                                                    for i, r in enumerate(got)):
+                raise RuntimeError("episode runner and recording policy disagree on the turns played")
+            results += got
+            episode_turns += policy.turns
         model_turns = sum(r.model_turns for r in results)
         rollout_turns += model_turns
 
@@ -161,7 +164,7 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
         advantages = ((rewards - rewards.mean(dim=1, keepdim=True)) / (std + 1e-4)).view(-1)
 
         # 4. Token-level clipped policy gradient over every generated token of every episode.
-        samples = [(p, c, advantages[i].item()) for i, turns in enumerate(policy.turns) for p, c in turns if c]
+        samples = [(p, c, advantages[i].item()) for i, turns in enumerate(episode_turns) for p, c in turns if c]
         total_tokens = max(1, sum(len(c) for _, c, _ in samples))  # "dapo": all tokens of the batch
         learn = [s for s in samples if s[2] != 0.0]  # zero advantage: zero gradient, skip the forward
         model.train()
