@@ -248,20 +248,8 @@ class E2ERunConfig(_Strict):
     logging_steps: int = Field(1, description="Append to metrics.jsonl every N steps.")
     seed: int = Field(0, description="Seed of task order and sampling.")
 
+    from_yaml = classmethod(_RunCommon.from_yaml.__func__)
+
     @classmethod
-    def from_yaml(cls, path: str | Path, **overrides: Any) -> "E2ERunConfig":
-        path = Path(path)
-        data = yaml.safe_load(path.read_text()) or {}
-        for key in ("model", "output_dir", "tasks"):
-            if isinstance(data.get(key), list):
-                data[key] = [v if Path(str(v)).is_absolute() else str(path.parent / str(v)) for v in data[key]]
-            elif data.get(key) and not Path(str(data[key])).is_absolute():
-                candidate = path.parent / str(data[key])
-                if key != "model" or candidate.exists():
-                    data[key] = str(candidate)
-        data.update({k: v for k, v in overrides.items() if v is not None})
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ValueError(f"{path}: {problems}") from None
+    def _path_fields(cls) -> tuple[str, ...]:
+        return ("model", "output_dir", "tasks")

@@ -46,6 +46,19 @@ def get_verifier(name: str, **config: Any) -> Verifier:
     return _REGISTRY[name](**config)
 
 
+def score_in_threads(verifier: Verifier, turns: Sequence[Turn],
+                     actions: Sequence[Message | None], workers: int) -> list[Score]:
+    """`score_batch` for verifiers that wait on subprocesses or HTTP: threads overlap the waits."""
+    if len(turns) != len(actions):
+        raise ValueError(f"{len(turns)} turns but {len(actions)} actions")
+    if workers <= 1 or len(turns) <= 1:
+        return [verifier.score(t, a) for t, a in zip(turns, actions)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(verifier.score, turns, actions))
+
+
 def available() -> list[str]:
     import pivotrl.verifiers  # noqa: F401
 

@@ -23,7 +23,6 @@ import os
 import re
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -31,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.records import Message, Turn, message_text
 
-from pivotrl.verifiers.base import Score, register
+from pivotrl.verifiers.base import Score, register, score_in_threads
 
 SYSTEM_PROMPT = (
     "You judge whether two actions of an AI assistant are functionally equivalent: whether, in "
@@ -151,12 +150,7 @@ class JudgeVerifier:
         return Score(1.0, True, "")
 
     def score_batch(self, turns: Sequence[Turn], actions: Sequence[Message | None]) -> list[Score]:
-        if len(turns) != len(actions):
-            raise ValueError(f"{len(turns)} turns but {len(actions)} actions")
-        if self.config.workers <= 1 or len(turns) <= 1:
-            return [self.score(t, a) for t, a in zip(turns, actions)]
-        with ThreadPoolExecutor(self.config.workers) as pool:
-            return list(pool.map(self.score, turns, actions))
+        return score_in_threads(self, turns, actions, self.config.workers)
 
     # ------------------------------------------------------------ the endpoint
 

@@ -34,7 +34,6 @@ import shlex
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ from pivotrl.records import Message, Turn, message_text
 from pivotrl.sandbox import (SandboxLimits, copy_workspace, freeze_mtimes,
                              materialize_workspace, remove_workspace, require_sandbox,
                              run_in_sandbox, snapshot_dir, workspace_copy)
-from pivotrl.verifiers.base import Score, get_verifier, register
+from pivotrl.verifiers.base import Score, get_verifier, register, score_in_threads
 
 DEFAULT_TOOL_NAMES = ["run", "bash", "shell", "execute", "terminal", "run_command",
                       "execute_command", "run_shell_command", "exec", "sh"]
@@ -219,12 +218,7 @@ class ShellVerifier:
         return Score(0.0 if diff else 1.0, True, diff)
 
     def score_batch(self, turns: Sequence[Turn], actions: Sequence[Message | None]) -> list[Score]:
-        if len(turns) != len(actions):
-            raise ValueError(f"{len(turns)} turns but {len(actions)} actions")
-        if self.config.workers <= 1 or len(turns) <= 1:
-            return [self.score(t, a) for t, a in zip(turns, actions)]
-        with ThreadPoolExecutor(self.config.workers) as pool:
-            return list(pool.map(self.score, turns, actions))
+        return score_in_threads(self, turns, actions, self.config.workers)
 
     def _toolcall(self):
         if self._fallback is None:
