@@ -56,3 +56,16 @@ def test_report_shape_and_verdicts(tmp_path):
     assert "exact-match reward costs in-domain accuracy" in md
     for png in ("frontier.png", "compute.png", "theory_grad_vs_std.png"):
         assert (tmp_path / png).stat().st_size > 1000
+
+
+def test_flat_results_are_not_measurable_rather_than_met(tmp_path):
+    """When no method beats the base in-domain, 0.0 ≥ 0.0 must not count as a claim met."""
+    rows = [row("base", "w", 0, 0.0, 0, 0.0, 0.5)]
+    for m in ("sft", "pivotrl", "e2e_rl", "pivotrl_exact"):
+        rows += [row(m, "w", 0, 1e-4, s, 0.0, 0.5, turns=10 * s) for s in (1, 2)]
+    write_report(rows, tmp_path, seeds=[0], headline_lr=1e-4, wall_seconds=1.0, theory={},
+                 pivot_stats={}, config={})
+    md = (tmp_path / "report.md").read_text()
+    assert "**met**" not in md and "**not met**" not in md
+    assert md.count("**not measurable**") == 5
+    assert "No method moved in-domain success above the base" in md
