@@ -26,18 +26,12 @@ console = Console(stderr=True, soft_wrap=True)  # messages name paths: never wra
 
 @contextmanager
 def line_progress(description: str):
-    """A rich progress line for streaming jobs: lines done and rate; yields `advance(lineno)`."""
+    """A rich progress line for streaming jobs: lines done and time; yields `advance(lineno)`."""
     with Progress(TextColumn("{task.description}"), TextColumn("{task.completed} lines"),
                   TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         task = progress.add_task(description, total=None)
         yield lambda lineno: progress.update(task, completed=lineno)
-
-
-def not_ready(verb: str, issue: int) -> None:
-    """Verbs whose issue is not done say so plainly and fail; they never print fake output."""
-    console.print(f"[red]pivotrl {verb} is not implemented yet (issue #{issue}).[/red]")
-    raise typer.Exit(2)
 
 
 @app.command()
