@@ -1,0 +1,56 @@
+"""Can the tiny base learn the OOD skills at all? Pretrain a fresh model on OOD tasks only and
+print eval accuracy per family after each chunk of steps (issue #4's open problem).
+
+    python3 scripts/probe_base_skills.py --testbed runs/testbed --steps 1200 --examples 4000 \
+        --families upper,recall [--layers 2] [--overfit]
+
+--overfit trains on 16 examples of the first family and checks them (the loop itself works).
+Uses the testbed's tokenizer, so it tests the model + tokenizer + chat format as built.
+"""
+
+import argparse
+import time
+
+import torch
+
+from pivotrl.evaluate import ood_answers
+from pivotrl.testbed import ood
+from pivotrl.testbed.pretrain import PretrainConfig, pretrain
+from pivotrl.testbed.tiny import TinyModelConfig, build_model, load_tiny
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--testbed", default="runs/testbed")
+    ap.add_argument("--steps", type=int, default=1200)
+    ap.add_argument("--chunks", type=int, default=3)
+    ap.add_argument("--examples", type=int, default=600, help="train examples per family")
+    ap.add_argument("--families", default=",".join(ood.FAMILIES))
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--overfit", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    _, tok = load_tiny(f"{args.testbed}/base")
+    model = build_model(tok, TinyModelConfig(num_layers=args.layers))
+    fams = args.families.split(",")
+    train = [t for f in fams for t in ood.generate(f, "train", 16 if args.overfit else args.examples, 0)]
+    evals = train if args.overfit else [t for f in fams for t in ood.generate(f, "eval", 40, 0)]
+    examples = [{"messages": [{"role": "user", "content": t.prompt},
+                              {"role": "assistant", "content": t.answer}]} for t in train]
+    t0 = time.time()
+    for chunk in range(args.chunks):
+        r = pretrain(model, tok, examples, PretrainConfig(
+            steps=args.steps // args.chunks, lr=args.lr, warmup=20, tokens_per_batch=4096,
+            max_rows=128, seed=chunk))
+        answers = ood_answers(model, tok, [t.prompt for t in evals], 8, 100)
+        acc: dict[str, list[bool]] = {}
+        for t, a in zip(evals, answers):
+            acc.setdefault(t.family, []).append(ood.check(t.family, a, t.answer))
+        print(f"step {(chunk + 1) * (args.steps // args.chunks)}  {time.time() - t0:.0f}s  "
+              f"loss {r['final_loss']:.3f}  " +
+              "  ".join(f"{f} {sum(v) / len(v):.2f}" for f, v in acc.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
