@@ -170,7 +170,14 @@ def plot_all(results: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
     curves = {m: v["checkpoints"] for m, v in results["methods"].items()}
-    files = []
+    files: list[str] = []
+
+    def save(fig, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        files.append(name)
+
     fig, ax = plt.subplots(figsize=(6.5, 5))
     for m, pts in curves.items():
         if m == "base":
@@ -183,10 +190,7 @@ def plot_all(results: dict[str, Any], out: Path) -> list[str]:
     ax.set_ylabel("OOD accuracy (mean over families)")
     ax.set_title("Frontier: all checkpoints (dots), Pareto frontier per method (lines)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "frontier.png", dpi=110)
-    files.append("frontier.png")
-    plt.close(fig)
+    save(fig, "frontier.png")
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for m in ("pivotrl", "e2e_rl"):
@@ -199,10 +203,7 @@ def plot_all(results: dict[str, Any], out: Path) -> list[str]:
     ax.set_ylabel("in-domain success")
     ax.set_xscale("symlog")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "compute.png", dpi=110)
-    files.append("compute.png")
-    plt.close(fig)
+    save(fig, "compute.png")
 
     th = results["theory"]
     if th.get("points"):
@@ -212,10 +213,7 @@ def plot_all(results: dict[str, Any], out: Path) -> list[str]:
         ax.set_xlabel("reward std at the state (G samples)")
         ax.set_ylabel("GRPO gradient norm at the state")
         ax.set_title(f"Theorem 3.2 check: r = {th.get('grad_norm_vs_std_corr', float('nan')):.2f}")
-        fig.tight_layout()
-        fig.savefig(out / "theory_grad_vs_std.png", dpi=110)
-        files.append("theory_grad_vs_std.png")
-        plt.close(fig)
+        save(fig, "theory_grad_vs_std.png")
     return files
 
 
