@@ -28,9 +28,11 @@ def main() -> None:
     ap.add_argument("--families", default=",".join(ood.FAMILIES))
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch-tokens", type=int, default=4096)
     ap.add_argument("--overfit", action="store_true")
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     _, tok = load_tiny(f"{args.testbed}/base")
     model = build_model(tok, TinyModelConfig(num_layers=args.layers))
     fams = args.families.split(",")
@@ -39,17 +41,24 @@ def main() -> None:
     examples = [{"messages": [{"role": "user", "content": t.prompt},
                               {"role": "assistant", "content": t.answer}]} for t in train]
     t0 = time.time()
-    for chunk in range(args.chunks):
-        r = pretrain(model, tok, examples, PretrainConfig(
-            steps=args.steps // args.chunks, lr=args.lr, warmup=20, tokens_per_batch=4096,
-            max_rows=128, seed=chunk))
+    every = args.steps // args.chunks
+
+    def report(step: int, loss: float) -> None:
+        # One schedule for the whole run; evaluate every `every` steps without disturbing it.
+        if step % every:
+            return
+        model.eval()
         answers = ood_answers(model, tok, [t.prompt for t in evals], 8, 100)
+        model.train()
         acc: dict[str, list[bool]] = {}
         for t, a in zip(evals, answers):
             acc.setdefault(t.family, []).append(ood.check(t.family, a, t.answer))
-        print(f"step {(chunk + 1) * (args.steps // args.chunks)}  {time.time() - t0:.0f}s  "
-              f"loss {r['final_loss']:.3f}  " +
+        print(f"step {step}  {time.time() - t0:.0f}s  loss {loss:.3f}  " +
               "  ".join(f"{f} {sum(v) / len(v):.2f}" for f, v in acc.items()), flush=True)
+
+    pretrain(model, tok, examples, PretrainConfig(
+        steps=args.steps, lr=args.lr, warmup=50, tokens_per_batch=args.batch_tokens,
+        max_rows=128, threads=args.threads), report)
 
 
 if __name__ == "__main__":

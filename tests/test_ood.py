@@ -49,8 +49,8 @@ def test_answers_are_right():
         assert t.answer.lower() in t.prompt and t.answer == t.answer.upper()
         assert not ood.check("upper", t.answer.lower(), t.answer)  # case matters
     for t in ood.generate("recall", "train", 50):
-        pairs = dict(re.findall(r"(k\d)=(\d+)", t.prompt))
-        key = re.findall(r"(k\d)\b(?!=)", t.prompt)[-1]
+        pairs = dict(re.findall(r"^(k\d)=(\d+)$", t.prompt, re.M))
+        key = re.search(r"^(k\d)=\?$", t.prompt, re.M).group(1)
         assert t.answer == pairs[key]
 
 

@@ -33,7 +33,7 @@ from pivotrl.records import write_atomic
 from pivotrl.testbed.pretrain import PretrainConfig
 from pivotrl.testbed.tiny import TinyModelConfig
 
-BUILD_VERSION = 1  # bump when the build's code changes what it writes
+BUILD_VERSION = 2  # bump when the build's code changes what it writes
 
 
 class TestbedConfig(BaseModel):
@@ -46,7 +46,8 @@ class TestbedConfig(BaseModel):
     expert_seed: int = Field(0, description="Seed of the expert's random choice among equivalent forms.")
     n_train: int = Field(400, description="Expert trajectories per world on train tasks (SFT / pivots).")
     n_eval: int = Field(100, description="Expert trajectories per world on eval tasks.")
-    ood_train: int = Field(600, description="OOD training tasks per family (the base learns them all).")
+    ood_train: int = Field(1000, description="OOD training tasks per family (the base learns them "
+                                             "all; `sub` has ~1,100 distinct train problems).")
     ood_eval: int = Field(100, description="OOD eval tasks per family.")
     n_weak: int = Field(200, description="Weak-expert trajectories per world in the base's "
                                          "pretraining mix (fewer → weaker in-domain base).")
@@ -68,7 +69,7 @@ class TestbedConfig(BaseModel):
         return self.model_copy(update={
             "n_train": 12, "n_eval": 8, "ood_train": 40, "ood_eval": 8, "n_weak": 12,
             "vocab_size": 512,
-            "pretrain": self.pretrain.model_copy(update={"steps": 20, "warmup": 5,
+            "pretrain": self.pretrain.model_copy(update={"steps": 20, "warmup": 5, "threads": 1,
                                                          "tokens_per_batch": 1024}),
             "eval": EvalConfig(episodes=4, turn_trajectories=2, ood_per_family=8),
         })

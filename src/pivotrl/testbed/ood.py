@@ -1,7 +1,7 @@
 """Out-of-domain (non-agentic) task families with exact checkers: the skills RL must not erode.
 
 Families: `add` (a + b), `sub` (a - b, a ≥ b), `reverse` (reverse a word), `upper` (a word in
-capitals), `recall` (key–value recall from a short list). Each task is one user message and an
+capitals), `recall` (key–value recall from a short list, one pair per line). Each task is one user message and an
 expected answer text. Train and eval are split by the *problem* (a hash of its canonical key),
 so no problem appears on both sides whatever the seed.
 """
@@ -26,8 +26,9 @@ _PROMPTS = {
     "sub": ["What is {a} - {b}?", "Compute {a} - {b}.", "{a} - {b} = ?"],
     "reverse": ["Reverse the word {w}.", "Write {w} backwards.", "Spell {w} in reverse."],
     "upper": ["Write {w} in capital letters.", "Uppercase the word {w}.", "Say {w} in caps."],
-    "recall": ["{kv}. What is {k}?", "Given {kv}, what is the value of {k}?",
-               "{kv}. Tell me {k}."],
+    # One pair per line, asked as "key=?" on the last line: every key is spelled with the same
+    # tokens (measured, recall alone, 600 steps: 0.57 eval accuracy; one-letter keys: 0.15).
+    "recall": ["{kv}\n{k}=?", "Remember:\n{kv}\n{k}=?", "Given\n{kv}\nWhat is\n{k}=?"],
 }
 
 
@@ -65,7 +66,7 @@ def _problem(family: str, rng: random.Random) -> tuple[str, dict, str]:
     if family == "recall":
         keys = rng.sample(["k1", "k2", "k3", "k4", "k5"], 3)
         vals = [str(rng.randrange(10, 100)) for _ in keys]
-        kv = "; ".join(f"{k}={v}" for k, v in zip(keys, vals))
+        kv = "\n".join(f"{k}={v}" for k, v in zip(keys, vals))
         i = rng.randrange(len(keys))
         return f"recall {kv} {keys[i]}", {"kv": kv, "k": keys[i]}, vals[i]
     raise KeyError(f"unknown OOD family {family!r}; known: {', '.join(FAMILIES)}")
