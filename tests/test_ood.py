@@ -42,6 +42,9 @@ def test_answers_are_right():
     for t in ood.generate("sub", "train", 50):
         a, b = map(int, re.findall(r"\d+", t.prompt))
         assert int(t.answer) == a - b >= 0
+    for t in ood.generate("next", "train", 50):
+        (n,) = map(int, re.findall(r"\d+", t.prompt))
+        assert int(t.answer) == n + 1
     for t in ood.generate("reverse", "train", 50):
         word = re.search(r"\b([a-u]{3,5})\b(?= backwards| in reverse|\.$)", t.prompt).group(1)
         assert t.answer == word[::-1]

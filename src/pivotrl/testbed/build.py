@@ -46,11 +46,20 @@ class TestbedConfig(BaseModel):
     expert_seed: int = Field(0, description="Seed of the expert's random choice among equivalent forms.")
     n_train: int = Field(400, description="Expert trajectories per world on train tasks (SFT / pivots).")
     n_eval: int = Field(100, description="Expert trajectories per world on eval tasks.")
-    ood_train: int = Field(1000, description="OOD training tasks per family (the base learns them "
-                                             "all; `sub` has ~1,100 distinct train problems).")
+    ood_train: int = Field(800, description="OOD training tasks per family (the base learns them all).")
+    ood_repeat: int = Field(2, description="Times each OOD task appears per pretraining epoch: the "
+                            "agentic trajectories are 3× more batches, and at 1× the OOD skills "
+                            "fell to 0.58–0.65 (measured).")
     ood_eval: int = Field(100, description="OOD eval tasks per family.")
-    n_weak: int = Field(200, description="Weak-expert trajectories per world in the base's "
-                                         "pretraining mix (fewer → weaker in-domain base).")
+    ood_families: list[str] = Field(
+        default_factory=lambda: ["next", "reverse", "upper"],
+        description="OOD families the base learns and is judged on: the ones the 2-layer base "
+        "masters within the build. Measured in the 3,600-step build: reverse 0.96, upper 0.98, "
+        "but add 0.28, sub 0.15, recall 0.11 — too low to show forgetting, so they are left out "
+        "by default (all remain available).")
+    n_weak: int = Field(600, description="Weak-expert trajectories per world in the base's "
+                                         "pretraining mix (200 were memorised: train loss 0.14, "
+                                         "toolshop turn accuracy 0.05).")
     weak_noise: float = Field(0.3, description="Weak expert's mistake rate per turn (experts.WEAK).")
     weak_habit: float = Field(0.7, description="Weak expert's habit: its own preferred form (experts.WEAK).")
     weak_seed: int = Field(1, description="Seed of the weak expert.")
@@ -122,11 +131,12 @@ def _trajectories(world: str, split: str, n: int, seed: int, expert_cfg=None, st
         return list(pool.map(lambda t: run_expert(t, seed, expert_cfg), tasks))
 
 
-def pretrain_examples(weak: dict[str, list], ood_tasks: list) -> list[dict[str, Any]]:
-    """The base's mixture: every OOD training task as a one-turn chat + the weak trajectories."""
+def pretrain_examples(weak: dict[str, list], ood_tasks: list, ood_repeat: int = 1) -> list[dict[str, Any]]:
+    """The base's mixture: every OOD training task as a one-turn chat (`ood_repeat` times) + the
+    weak trajectories."""
     examples = [{"messages": [{"role": "user", "content": t.prompt},
                               {"role": "assistant", "content": t.answer}], "tools": None}
-                for t in ood_tasks]
+                for t in ood_tasks] * ood_repeat
     for trajs in weak.values():
         examples += [{"messages": t.messages, "tools": t.tools} for t in trajs]
     return examples
@@ -170,7 +180,8 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
         weak[w] = _trajectories(w, "train", cfg.n_weak, cfg.weak_seed, weak_cfg,
                                 cfg.weak_task_start, cfg.workers)
         write_atomic(out / "pretrain" / f"{w}.jsonl", weak[w])
-    ood_counts = ood.write_ood(out / "ood", cfg.ood_train, cfg.ood_eval, seed=0)
+    ood_counts = ood.write_ood(out / "ood", cfg.ood_train, cfg.ood_eval, seed=0,
+                               families=cfg.ood_families)
     ood_train = ood.load_ood(out / "ood" / "train.jsonl")
     t0 = lap("data", t0)
 
@@ -191,7 +202,7 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     say("pretraining the base")
     torch.set_num_threads(cfg.pretrain.threads)
     model = build_model(tokenizer, cfg.model)
-    examples = pretrain_examples(weak, ood_train)
+    examples = pretrain_examples(weak, ood_train, cfg.ood_repeat)
     last = [0.0]
 
     def on_step(step: int, loss: float) -> None:

@@ -1,6 +1,6 @@
 """Out-of-domain (non-agentic) task families with exact checkers: the skills RL must not erode.
 
-Families: `add` (a + b), `sub` (a - b, a ≥ b), `reverse` (reverse a word), `upper` (a word in
+Families: `add` (a + b), `sub` (a - b, a ≥ b), `next` (n + 1), `reverse` (reverse a word), `upper` (a word in
 capitals), `recall` (key–value recall from a short list, one pair per line). Each task is one user message and an
 expected answer text. Train and eval are split by the *problem* (a hash of its canonical key),
 so no problem appears on both sides whatever the seed.
@@ -17,13 +17,15 @@ from pathlib import Path
 from pivotrl.records import Message, write_atomic
 from pivotrl.testbed.worlds import EVAL_PERCENT, stable_int
 
-FAMILIES = ["add", "sub", "reverse", "upper", "recall"]
+FAMILIES = ["add", "sub", "next", "reverse", "upper", "recall"]
 LETTERS = "abcdefghijklmnoprstu"
 MAX_NUMBER = 50  # small operands: the tiny base must reach ≥ 80% (issue 4)
+MAX_NEXT = 2000  # `next`: arithmetic a 2-layer base learns in the build (a carry only after a 9)
 
 _PROMPTS = {
     "add": ["What is {a} + {b}?", "Compute {a} + {b}.", "{a} + {b} = ?"],
     "sub": ["What is {a} - {b}?", "Compute {a} - {b}.", "{a} - {b} = ?"],
+    "next": ["What number comes after {n}?", "Next number after {n}?", "Count one up from {n}."],
     "reverse": ["Reverse the word {w}.", "Write {w} backwards.", "Spell {w} in reverse."],
     "upper": ["Write {w} in capital letters.", "Uppercase the word {w}.", "Say {w} in caps."],
     # One pair per line, asked as "key=?" on the last line: every key is spelled with the same
@@ -60,6 +62,9 @@ def _problem(family: str, rng: random.Random) -> tuple[str, dict, str]:
         if family == "sub" and b > a:
             a, b = b, a
         return f"{family} {a} {b}", {"a": a, "b": b}, str(a + b if family == "add" else a - b)
+    if family == "next":
+        n = rng.randrange(MAX_NEXT)
+        return f"next {n}", {"n": n}, str(n + 1)
     if family in ("reverse", "upper"):
         w = _word(rng)
         return f"{family} {w}", {"w": w}, w[::-1] if family == "reverse" else w.upper()
@@ -117,13 +122,14 @@ def check(family: str, answer_text: str, expected: str) -> bool:
     return normalize(answer_text) == normalize(expected)
 
 
-def write_ood(out_dir: str | Path, n_train: int = 500, n_eval: int = 100,
-              seed: int = 0) -> dict[str, int]:
-    """Write `out_dir/train.jsonl` and `out_dir/eval.jsonl` (all families); return the counts."""
+def write_ood(out_dir: str | Path, n_train: int = 500, n_eval: int = 100, seed: int = 0,
+              families: list[str] | None = None) -> dict[str, int]:
+    """Write `out_dir/train.jsonl` and `out_dir/eval.jsonl` (`families`, default all); return the
+    counts."""
     out_dir = Path(out_dir)
     counts = {}
     for split, n in (("train", n_train), ("eval", n_eval)):
-        tasks = [t for f in FAMILIES for t in generate(f, split, n, seed)]
+        tasks = [t for f in (families or FAMILIES) for t in generate(f, split, n, seed)]
         counts[split] = write_atomic(out_dir / f"{split}.jsonl", [t.to_json() for t in tasks])
     return counts
 
