@@ -2,8 +2,8 @@
 
 Families: `add` (a + b), `sub` (a - b, a ≥ b), `next` (n + 1), `reverse` (reverse a word),
 `upper` (a word in capitals), `recall` (key–value recall from a short list, one pair per line).
-Each task is one user message and an expected answer text. Train and eval are split by the *problem* (a hash of its canonical key),
-so no problem appears on both sides whatever the seed.
+Each task is one user message and an expected answer text. Train and eval are split by the
+*problem* (a hash of its canonical key), so no problem appears on both sides whatever the seed.
 """
 
 from __future__ import annotations
