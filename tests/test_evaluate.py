@@ -97,7 +97,7 @@ def test_evaluate_cli_writes_contract_json_and_markdown(quick_testbed, tmp_path)
     assert all(v["episodes"] == 3 for v in result["in_domain"].values())
     assert all(v["n"] == 4 for v in result["ood"].values())
     md = result_path.with_suffix(".md").read_text()
-    assert "| toolshop |" in md and "| add |" in md
+    assert "| toolshop |" in md and "| next |" in md
     assert markdown(result) == md
 
 
