@@ -1,0 +1,46 @@
+"""Turn accuracy (the model's action on expert states of eval tasks, `state` verifier) of a demo
+run's final checkpoints: a finer in-domain measure than episode success (issue #7's notes).
+
+    python3 scripts/demo_turn_accuracy.py --demo runs/demo --testbed runs/testbed --lr 0.0003
+"""
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from pivotrl.episodes import ModelPolicy, expert_turns, turn_accuracy
+from pivotrl.evaluate import load_trajectories, wilson
+from pivotrl.testbed.tiny import load_tiny
+from pivotrl.verifiers import get_verifier
+
+METHODS = ["base", "sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact", "e2e_rl"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--demo", type=Path, default=Path("runs/demo"))
+    ap.add_argument("--testbed", type=Path, default=Path("runs/testbed"))
+    ap.add_argument("--lr", default="0.0003", help="the run folder's lr, as written there")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--trajectories", type=int, default=40, help="eval trajectories per world")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    for world in ("terminal", "toolshop"):
+        turns = expert_turns(load_trajectories(args.testbed / world / "eval.jsonl", args.trajectories))
+        for name in METHODS:
+            run = args.demo / "runs" / world / name / f"lr{args.lr}-seed{args.seed}"
+            last = max(run.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]), default=run)
+            model_dir = args.testbed / "base" if name == "base" else last
+            if not (model_dir / "config.json").exists():
+                continue
+            model, tok = load_tiny(model_dir)
+            policy = ModelPolicy(model, tok, max_new_tokens=64, temperature=0.0, seed=0, batch_size=32)
+            acc = turn_accuracy(policy, turns, get_verifier("state"))
+            lo, hi = wilson(sum(acc.rewards), acc.n)
+            print(f"{world:9s} {name:18s} turn accuracy {acc.accuracy:.3f} [{lo:.2f}, {hi:.2f}] "
+                  f"n={acc.n} invalid={acc.invalid}  ({model_dir})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
