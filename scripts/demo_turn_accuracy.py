@@ -30,8 +30,7 @@ def main() -> None:
         turns = expert_turns(load_trajectories(args.testbed / world / "eval.jsonl", args.trajectories))
         for name in METHODS:
             run = args.demo / "runs" / world / name / f"lr{args.lr}-seed{args.seed}"
-            last = max(run.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]), default=run)
-            model_dir = args.testbed / "base" if name == "base" else last
+            model_dir = args.testbed / "base" if name == "base" else run  # the final model
             if not (model_dir / "config.json").exists():
                 continue
             model, tok = load_tiny(model_dir)
