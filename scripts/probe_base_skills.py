@@ -27,7 +27,7 @@ def main() -> None:
     ap.add_argument("--examples", type=int, default=600, help="train examples per family")
     ap.add_argument("--families", default=",".join(ood.FAMILIES))
     ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-tokens", type=int, default=4096)
     ap.add_argument("--overfit", action="store_true")

@@ -26,7 +26,7 @@ from pivotrl.records import Message
 
 
 class PretrainConfig(BaseModel):
-    """Loop settings. Defaults: the build measured in README (≈ 0.2 s/step on 2 cores)."""
+    """Loop settings. Defaults: the build measured in README (≈ 0.25 s/step on 2 cores)."""
 
     steps: int = Field(4200, description="Optimizer steps (measured on the OOD mix alone: add and "
                                          "sub pass 0.8 only after ~1800 OOD steps; about half the "
