@@ -9,10 +9,9 @@ from pathlib import Path
 
 import torch
 
-from pivotrl.episodes import ModelPolicy, expert_turns, turn_accuracy
-from pivotrl.evaluate import load_trajectories, wilson
+from pivotrl.episodes import ModelPolicy
+from pivotrl.evaluate import evaluate_turns, load_trajectories
 from pivotrl.testbed.tiny import load_tiny
-from pivotrl.verifiers import get_verifier
 
 METHODS = ["base", "sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact", "e2e_rl"]
 
@@ -27,7 +26,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(2)
     for world in ("terminal", "toolshop"):
-        turns = expert_turns(load_trajectories(args.testbed / world / "eval.jsonl", args.trajectories))
+        trajectories = load_trajectories(args.testbed / world / "eval.jsonl", args.trajectories)
         for name in METHODS:
             run = args.demo / "runs" / world / name / f"lr{args.lr}-seed{args.seed}"
             model_dir = args.testbed / "base" if name == "base" else run  # the final model
@@ -35,10 +34,10 @@ def main() -> None:
                 continue
             model, tok = load_tiny(model_dir)
             policy = ModelPolicy(model, tok, max_new_tokens=64, temperature=0.0, seed=0, batch_size=32)
-            acc = turn_accuracy(policy, turns, get_verifier("state"))
-            lo, hi = wilson(sum(acc.rewards), acc.n)
-            print(f"{world:9s} {name:18s} turn accuracy {acc.accuracy:.3f} [{lo:.2f}, {hi:.2f}] "
-                  f"n={acc.n} invalid={acc.invalid}  ({model_dir})", flush=True)
+            r = evaluate_turns(policy, trajectories, "state")
+            lo, hi = r["turn_ci95"]
+            print(f"{world:9s} {name:18s} turn accuracy {r['turn_accuracy']:.3f} [{lo:.2f}, {hi:.2f}] "
+                  f"n={r['turns']} invalid={r['turn_invalid']}  ({model_dir})", flush=True)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ def tiny(tiny_model_dir):
 
 def test_batches_mix_examples_of_nearby_lengths():
     # Two "families" whose lengths differ by one token: sorting by exact length would give every
-    # batch a single family (the bug that kept the five-family base at loss ~1.8).
+    # batch a single family.
     encoded = [([1] * (30 + i % 2), [1] * (30 + i % 2)) for i in range(256)]
     stream = _batches(encoded, PretrainConfig(tokens_per_batch=1024, bucket_width=64), random.Random(0))
     batches = [next(stream) for _ in range(16)]  # 16 rows of ≤ 64 tokens: one epoch

@@ -119,7 +119,7 @@ def task_of(traj: Trajectory) -> Trajectory:
 
 def evaluate_world(model, tokenizer, world: str, trajectories: Sequence[Trajectory],
                    cfg: EvalConfig) -> dict[str, Any]:
-    from pivotrl.episodes import ModelPolicy, expert_turns, run_episodes, turn_accuracy
+    from pivotrl.episodes import ModelPolicy, run_episodes
 
     policy = ModelPolicy(model, tokenizer, max_new_tokens=cfg.max_new_tokens,
                          temperature=cfg.temperature, seed=cfg.seed, batch_size=cfg.batch_size)
@@ -133,16 +133,20 @@ def evaluate_world(model, tokenizer, world: str, trajectories: Sequence[Trajecto
         "invalid_actions": sum(r.invalid_actions for r in results),
     }
     if cfg.turn_trajectories:
-        from pivotrl.verifiers import get_verifier
-
-        turns = expert_turns(list(trajectories[:cfg.turn_trajectories]))
-        verifier = get_verifier(cfg.verifiers.get(world, "toolcall"))
-        acc = turn_accuracy(policy, turns, verifier)
-        out["turn_accuracy"] = acc.accuracy
-        out["turn_ci95"] = list(wilson(sum(acc.rewards), acc.n))
-        out["turns"] = acc.n
-        out["turn_invalid"] = acc.invalid
+        out.update(evaluate_turns(policy, trajectories[:cfg.turn_trajectories],
+                                  cfg.verifiers.get(world, "toolcall")))
     return out
+
+
+def evaluate_turns(policy, trajectories: Sequence[Trajectory], verifier: str) -> dict[str, Any]:
+    """Turn accuracy on expert states: the policy's action at every assistant turn of
+    `trajectories`, scored against the expert's by the named verifier."""
+    from pivotrl.episodes import expert_turns, turn_accuracy
+    from pivotrl.verifiers import get_verifier
+
+    acc = turn_accuracy(policy, expert_turns(list(trajectories)), get_verifier(verifier))
+    return {"turn_accuracy": acc.accuracy, "turn_ci95": list(wilson(sum(acc.rewards), acc.n)),
+            "turns": acc.n, "turn_invalid": acc.invalid}
 
 
 # ---------------------------------------------------------------- BFCL multi-turn

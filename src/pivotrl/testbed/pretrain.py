@@ -65,8 +65,8 @@ def encode_examples(tokenizer, examples: Sequence[dict[str, Any]], max_len: int)
 def _batches(encoded, cfg: PretrainConfig, rng: random.Random):
     """Endless stream of batches (lists of indices). Examples are grouped in coarse length
     buckets and shuffled *within* each bucket every epoch: padding stays small, but a batch still
-    mixes tasks. (Sorting by exact length made every batch one OOD family — their lengths differ
-    by family — and the mixed model then learned none of them: measured, loss stuck at ~1.8.)"""
+    mixes tasks. (Sorting by exact length made nearly every batch one OOD family, since their
+    lengths differ by family; the learning rate, not this, was what kept the mix from learning.)"""
     buckets: dict[int, list[int]] = {}
     for i, (ids, _) in enumerate(encoded):
         buckets.setdefault(-(-len(ids) // cfg.bucket_width), []).append(i)
