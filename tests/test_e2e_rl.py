@@ -83,3 +83,22 @@ def test_e2e_policy_gradient_step_follows_the_reward(tmp_path, tiny_model_dir):
         (up if completion[0] % 2 == 0 else down).append(delta)
     assert up and down, "the step needs both rewarded and unrewarded episodes"
     assert sum(up) / len(up) > 0 > sum(down) / len(down)
+
+
+def test_token_logps_match_a_full_forward(tiny_model_dir):
+    """Completion-only projection gives the log-probs a plain full-logits forward gives, per
+    completion, with prompts and completions of different lengths (padding) in one batch."""
+    from transformers import AutoModelForCausalLM
+
+    from pivotrl.train import e2e
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    batch = [([5, 9, 13, 2], [7, 8, 3]), ([4, 6], [11]), ([3, 3, 3, 3, 3, 3], [9, 10, 12, 14, 2])]
+    got = e2e.token_logps(model, batch, 0.7)
+    for (prompt, completion), lp in zip(batch, got):
+        ids = torch.tensor([prompt + completion])
+        with torch.no_grad():
+            full = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float() / 0.7, dim=-1)
+        want = full[len(prompt) - 1:].gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
+        assert lp.shape == (len(completion),)
+        assert torch.allclose(lp.detach(), want, atol=1e-5)

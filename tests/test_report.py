@@ -3,10 +3,11 @@ import json
 from pivotrl.report import ci95, frontier, in_domain_at, ood_at, turns_to_reach, write_report
 
 
-def row(method, world, seed, lr, step, ind, ood, turns=0, kl=0.0):
+def row(method, world, seed, lr, step, ind, ood, turns=0, kl=0.0, tacc=None):
     return {"method": method, "world": world, "seed": seed, "lr": lr, "step": step,
             "rollout_turns": turns, "kl_to_base": kl, "rank_corr": 0.9,
-            "in_domain": {"success": ind, "ci95": [0, 1], "episodes": 10, "turn_accuracy": ind},
+            "in_domain": {"success": ind, "ci95": [0, 1], "episodes": 10,
+                          "turn_accuracy": ind if tacc is None else tacc},
             "ood": {"arith": {"accuracy": ood, "ci95": [0, 1], "n": 10},
                     "recall": {"accuracy": ood, "ci95": [0, 1], "n": 10}}}
 
@@ -50,7 +51,8 @@ def test_report_shape_and_verdicts(tmp_path):
     ck = pv["checkpoints"][-1]
     assert {"step", "lr", "rollout_turns", "in_domain", "ood", "kl_to_base"} <= set(ck)
     # e2e's best in-domain 0.6 is reached by PivotRL at 400 turns and by E2E at 4000.
-    assert saved["turns_to_match_e2e"] == {"target_in_domain": 0.6, "pivotrl": 400, "e2e_rl": 4000}
+    match = {"target_in_domain": 0.6, "pivotrl": 400, "e2e_rl": 4000}
+    assert saved["turns_to_match_e2e"] == {**match, "by_turn_accuracy": match}  # here tacc == success
     md = (tmp_path / "report.md").read_text()
     assert "4× fewer rollout turns | ratio 10.0× | **met**" in md
     assert "exact-match reward costs in-domain accuracy" in md
@@ -67,5 +69,26 @@ def test_flat_results_are_not_measurable_rather_than_met(tmp_path):
                  pivot_stats={}, config={})
     md = (tmp_path / "report.md").read_text()
     assert "**met**" not in md and "**not met**" not in md
-    assert md.count("**not measurable**") == 4  # two matched points, compute, one ablation
-    assert "No method moved in-domain success above the base" in md
+    # two matched points, compute, one ablation; once per in-domain measure
+    assert md.count("**not measurable**") == 8
+    assert "No method moved episode success above the base" in md
+    assert "No method moved turn accuracy above the base" in md
+
+
+def test_each_in_domain_measure_gets_its_own_verdicts(tmp_path):
+    """Flat episode success but moving turn accuracy: the turn-accuracy claims are judged, the
+    episode ones stay not measurable; the wall time counts every invocation."""
+    rows = [row("base", "w", 0, 0.0, 0, 0.0, 0.9, tacc=0.3)]
+    for s in (1, 2):
+        rows.append(row("sft", "w", 0, 1e-4, s, 0.0, 0.9 - 0.2 * s, tacc=0.3 + 0.1 * s))
+        rows.append(row("pivotrl", "w", 0, 1e-4, s, 0.0, 0.9, turns=10 * s, tacc=0.3 + 0.1 * s))
+    res = write_report(rows, tmp_path, seeds=[0], headline_lr=1e-4, wall_seconds=6.0, theory={},
+                       pivot_stats={}, config={},
+                       invocations=[{"wall_seconds": 600.0}, {"wall_seconds": 6.0}])
+    assert res["methods"]["pivotrl"]["checkpoints"][-1]["turn_accuracy"] == 0.5
+    assert res["matched"]["turn_accuracy"]["ood_at_target"] == {"sft": 0.5, "pivotrl": 0.9}
+    md = (tmp_path / "report.md").read_text()
+    assert "[turn accuracy] At matched in-domain accuracy PivotRL keeps more OOD" in md
+    assert "| 0.900 vs 0.500 | **met**" in md
+    assert "[episode success] At matched in-domain accuracy" in md and "**not measurable**" in md
+    assert "10.1 min over the 2 invocations" in md

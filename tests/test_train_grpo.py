@@ -236,3 +236,41 @@ def test_lora_run_saves_merged_model_and_adapter(tmp_path, tiny_model_dir):
     changed = [n for (n, p), (_, q) in zip(merged.named_parameters(), base.named_parameters())
                if not torch.equal(p, q)]
     assert changed and all("proj" in n for n in changed)  # only adapted linear layers moved
+
+
+def test_cpu_completion_only_lm_head_gives_the_same_logprobs_and_gradients(tiny_model_dir):
+    """score_only_completions_on_cpu changes which positions TRL's fused LM head projects, not
+    the numbers: per-token log-probs and the weight gradients match TRL's all-positions path."""
+    from transformers import AutoModelForCausalLM
+    import trl.trainer.utils as trl_utils
+    from trl.trainer.utils import add_fused_lm_head
+
+    from pivotrl.train.rewards import score_only_completions_on_cpu
+
+    torch.manual_seed(0)
+    ids = torch.randint(5, 200, (3, 40))
+    mask = torch.ones_like(ids)
+    mask[0, :7] = 0  # left padding, as TRL pads prompts
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :-6] = -100  # only the last 6 tokens (the completion) are scored
+
+    def run(enabled: bool):
+        assert score_only_completions_on_cpu(enabled)
+        assert trl_utils._use_triton(torch.device("cpu")) is enabled  # which path TRL will take
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+        add_fused_lm_head(model)
+        out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+        out.log_probs[:, -6:].sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return out.log_probs[:, -6:].detach(), grads
+
+    try:
+        full_lp, full_grads = run(False)
+        compact_lp, compact_grads = run(True)
+    finally:
+        score_only_completions_on_cpu(True)
+    assert torch.allclose(full_lp, compact_lp, atol=1e-5)
+    assert (compact_lp != 0).all()
+    assert full_grads.keys() == compact_grads.keys() and full_grads
+    for name in full_grads:
+        assert torch.allclose(full_grads[name], compact_grads[name], atol=1e-5), name

@@ -22,6 +22,10 @@ PAPER = {  # Published figures (Qwen3-30B-A3B), as DESIGN.md reports them.
 }
 METHODS = ("base", "sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact",
            "e2e_rl")
+# The two in-domain measures of a checkpoint (checkpoint keys → words). Episode success is the
+# paper's measure; turn accuracy on the expert's states of the same eval tasks is the finer one a
+# tiny base needs (its episode success is a few percent, too coarse to see 30 steps move it).
+MEASURES = {"in_domain": "episode success", "turn_accuracy": "turn accuracy"}
 
 # t quantiles (two-sided 95%) for small numbers of seeds; a normal quantile past that.
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
@@ -49,9 +53,11 @@ def checkpoint_curve(rows: list[dict[str, Any]], method: str) -> list[dict[str, 
             by_seed[(r["lr"], r["step"])][r["seed"]].append(r)
     out = []
     for (lr, step), seeds in sorted(by_seed.items()):
-        ind, ood, kl, rank, turns = [], [], [], [], []
+        ind, tacc, ood, kl, rank, turns = [], [], [], [], [], []
         for seed_rows in seeds.values():  # one row per world
             ind.append(mean(r["in_domain"]["success"] for r in seed_rows))
+            if all("turn_accuracy" in r["in_domain"] for r in seed_rows):
+                tacc.append(mean(r["in_domain"]["turn_accuracy"] for r in seed_rows))
             ood.append(mean(row_ood(r) for r in seed_rows))
             kl.append(mean(r.get("kl_to_base", 0.0) for r in seed_rows))
             rank.append(mean(r.get("rank_corr", 1.0) for r in seed_rows))
@@ -59,7 +65,8 @@ def checkpoint_curve(rows: list[dict[str, Any]], method: str) -> list[dict[str, 
         out.append({"step": step, "lr": lr, "rollout_turns": int(mean(turns)),
                     "in_domain": mean(ind), "ood": mean(ood), "kl_to_base": mean(kl),
                     "rank_corr": mean(rank), "in_domain_ci95": ci95(ind), "ood_ci95": ci95(ood),
-                    "seeds": len(ind)})
+                    "turn_accuracy": mean(tacc) if len(tacc) == len(ind) else None,
+                    "turn_accuracy_ci95": ci95(tacc), "seeds": len(ind)})
     return out
 
 
@@ -90,37 +97,66 @@ def headline(rows: list[dict[str, Any]], method: str, lr: float | None) -> dict[
             "step": last, "lr": lr}
 
 
-def frontier(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pareto frontier (higher in-domain and higher OOD are better), sorted by in-domain."""
-    pts = sorted(points, key=lambda p: (-p["in_domain"], -p["ood"]))
+def frontier(points: list[dict[str, Any]], key: str = "in_domain") -> list[dict[str, Any]]:
+    """Pareto frontier (higher in-domain `key` and higher OOD are better), sorted by `key`."""
+    pts = sorted(points, key=lambda p: (-p[key], -p["ood"]))
     out, best_ood = [], -1.0
     for p in pts:
         if p["ood"] > best_ood:
             out.append(p)
             best_ood = p["ood"]
-    return sorted(out, key=lambda p: p["in_domain"])
+    return sorted(out, key=lambda p: p[key])
 
 
-def ood_at(points: list[dict[str, Any]], in_domain: float) -> float | None:
+def ood_at(points: list[dict[str, Any]], in_domain: float, key: str = "in_domain") -> float | None:
     """Best OOD the method reaches at in-domain ≥ the target (no interpolation: only measured
     checkpoints count). None if the method never reaches the target."""
-    ok = [p["ood"] for p in points if p["in_domain"] >= in_domain - 1e-9]
+    ok = [p["ood"] for p in points if p[key] >= in_domain - 1e-9]
     return max(ok) if ok else None
 
 
-def in_domain_at(points: list[dict[str, Any]], ood: float) -> float | None:
-    ok = [p["in_domain"] for p in points if p["ood"] >= ood - 1e-9]
+def in_domain_at(points: list[dict[str, Any]], ood: float, key: str = "in_domain") -> float | None:
+    ok = [p[key] for p in points if p["ood"] >= ood - 1e-9]
     return max(ok) if ok else None
 
 
-def turns_to_reach(points: list[dict[str, Any]], in_domain: float) -> int | None:
-    ok = [p["rollout_turns"] for p in points if p["in_domain"] >= in_domain - 1e-9]
+def turns_to_reach(points: list[dict[str, Any]], in_domain: float, key: str = "in_domain") -> int | None:
+    ok = [p["rollout_turns"] for p in points if p[key] >= in_domain - 1e-9]
     return min(ok) if ok else None
+
+
+def measures(curves: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The in-domain measures every checkpoint of this run has."""
+    return [k for k in MEASURES if all(p.get(k) is not None for c in curves.values() for p in c)]
+
+
+def matched_points(curves: dict[str, list[dict[str, Any]]], key: str) -> dict[str, Any]:
+    """The paper-style matched comparison of PivotRL and SFT on in-domain measure `key`."""
+    if "sft" not in curves or "pivotrl" not in curves:
+        return {}
+    base = curves.get("base", [{}])[0]
+    # The highest in-domain level both methods reach, and SFT's OOD at its final point.
+    target = min(max(p[key] for p in curves["sft"]), max(p[key] for p in curves["pivotrl"]))
+    sft_ood = curves["sft"][-1]["ood"]
+    return {"in_domain_target": target,
+            "ood_at_target": {m: ood_at(curves[m], target, key) for m in ("sft", "pivotrl")},
+            "ood_target": sft_ood,
+            "in_domain_at_ood_target": {m: in_domain_at(curves[m], sft_ood, key) for m in ("sft", "pivotrl")},
+            "base": {"in_domain": base.get(key), "ood": base.get("ood")}}
+
+
+def turns_to_match(curves: dict[str, list[dict[str, Any]]], key: str) -> dict[str, Any]:
+    """Rollout turns PivotRL and E2E RL each spend to reach E2E RL's best in-domain `key`."""
+    if "e2e_rl" not in curves or "pivotrl" not in curves:
+        return {}
+    target = max(p[key] for p in curves["e2e_rl"])
+    return {"target_in_domain": target, "pivotrl": turns_to_reach(curves["pivotrl"], target, key),
+            "e2e_rl": turns_to_reach(curves["e2e_rl"], target, key)}
 
 
 def aggregate(rows: list[dict[str, Any]], *, seeds: list[int], headline_lr: float,
               wall_seconds: float, theory: dict[str, Any], pivot_stats: dict[str, Any],
-              config: dict[str, Any]) -> dict[str, Any]:
+              config: dict[str, Any], invocations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     methods: dict[str, Any] = {}
     for m in METHODS:
         if not any(r["method"] == m for r in rows):
@@ -129,33 +165,16 @@ def aggregate(rows: list[dict[str, Any]], *, seeds: list[int], headline_lr: floa
         entry["checkpoints"] = checkpoint_curve(rows, m)
         methods[m] = entry
     curves = {m: v["checkpoints"] for m, v in methods.items()}
-    base = curves.get("base", [{}])[0]
-    matched: dict[str, Any] = {}
-    if "sft" in curves and "pivotrl" in curves:
-        sft_best = max(p["in_domain"] for p in curves["sft"])
-        # The highest in-domain level both methods reach, and SFT's OOD at its headline point.
-        target = min(sft_best, max(p["in_domain"] for p in curves["pivotrl"]))
-        sft_final = methods["sft"]["checkpoints"][-1]
-        matched = {
-            "in_domain_target": target,
-            "ood_at_target": {"sft": ood_at(curves["sft"], target),
-                              "pivotrl": ood_at(curves["pivotrl"], target)},
-            "ood_target": sft_final["ood"],
-            "in_domain_at_ood_target": {"sft": in_domain_at(curves["sft"], sft_final["ood"]),
-                                        "pivotrl": in_domain_at(curves["pivotrl"],
-                                                                sft_final["ood"])},
-            "base": {"in_domain": base.get("in_domain"), "ood": base.get("ood")},
-        }
-    turns_match: dict[str, Any] = {}
-    if "e2e_rl" in curves and "pivotrl" in curves:
-        target = max(p["in_domain"] for p in curves["e2e_rl"])
-        turns_match = {"target_in_domain": target,
-                       "pivotrl": turns_to_reach(curves["pivotrl"], target),
-                       "e2e_rl": turns_to_reach(curves["e2e_rl"], target)}
+    keys = measures(curves)
+    # Episode success keeps the top-level keys (DESIGN.md's shape); turn accuracy sits beside it.
+    matched = {k: matched_points(curves, k) for k in keys}
+    turns_match = turns_to_match(curves, "in_domain")
+    if "turn_accuracy" in keys and turns_match:
+        turns_match["by_turn_accuracy"] = turns_to_match(curves, "turn_accuracy")
     theory = {**theory,
               "ood_kl_to_base": {m: c[-1]["kl_to_base"] for m, c in curves.items()},
               "ood_rank_corr": {m: c[-1]["rank_corr"] for m, c in curves.items()}}
-    return {"wall_seconds": wall_seconds, "seeds": seeds, "headline_lr": headline_lr,
+    return {"wall_seconds": wall_seconds, "invocations": invocations or [], "seeds": seeds, "headline_lr": headline_lr,
             "config": config, "methods": methods, "matched": matched,
             "turns_to_match_e2e": turns_match, "theory": theory, "pivots": pivot_stats}
 
@@ -170,6 +189,7 @@ def plot_all(results: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
     curves = {m: v["checkpoints"] for m, v in results["methods"].items()}
+    keys = measures(curves)
     files: list[str] = []
 
     def save(fig, name: str) -> None:
@@ -178,31 +198,32 @@ def plot_all(results: dict[str, Any], out: Path) -> list[str]:
         plt.close(fig)
         files.append(name)
 
-    fig, ax = plt.subplots(figsize=(6.5, 5))
-    for m, pts in curves.items():
-        if m == "base":
-            ax.scatter([pts[0]["in_domain"]], [pts[0]["ood"]], marker="*", s=160, c="k", label="base")
-            continue
-        front = frontier(pts)
-        ax.scatter([p["in_domain"] for p in pts], [p["ood"] for p in pts], s=12, alpha=0.4)
-        ax.plot([p["in_domain"] for p in front], [p["ood"] for p in front], marker="o", label=m)
-    ax.set_xlabel("in-domain success (mean over worlds)")
-    ax.set_ylabel("OOD accuracy (mean over families)")
-    ax.set_title("Frontier: all checkpoints (dots), Pareto frontier per method (lines)")
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, len(keys), figsize=(6.5 * len(keys), 5), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for m, pts in curves.items():
+            if m == "base":
+                ax.scatter([pts[0][key]], [pts[0]["ood"]], marker="*", s=160, c="k", label="base")
+                continue
+            front = frontier(pts, key)
+            ax.scatter([p[key] for p in pts], [p["ood"] for p in pts], s=12, alpha=0.4)
+            ax.plot([p[key] for p in front], [p["ood"] for p in front], marker="o", label=m)
+        ax.set_xlabel(f"in-domain {MEASURES[key]} (mean over worlds)")
+        ax.set_ylabel("OOD accuracy (mean over families)")
+        ax.set_title(f"{MEASURES[key]}: checkpoints (dots), Pareto frontier (lines)", fontsize=10)
+        ax.legend(fontsize=8)
     save(fig, "frontier.png")
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for m in ("pivotrl", "e2e_rl"):
-        if m in curves:
-            for lr in sorted({p["lr"] for p in curves[m]}):
+    fig, axes = plt.subplots(1, len(keys), figsize=(6.5 * len(keys), 4.5), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for m in ("pivotrl", "e2e_rl"):
+            for lr in sorted({p["lr"] for p in curves.get(m, [])}):
                 pts = [p for p in curves[m] if p["lr"] == lr]
-                ax.plot([p["rollout_turns"] for p in pts], [p["in_domain"] for p in pts],
+                ax.plot([p["rollout_turns"] for p in pts], [p[key] for p in pts],
                         marker="o", label=f"{m} lr={lr:g}")
-    ax.set_xlabel("rollout turns spent (model turns generated, profiling included)")
-    ax.set_ylabel("in-domain success")
-    ax.set_xscale("symlog")
-    ax.legend(fontsize=8)
+        ax.set_xlabel("rollout turns spent (model turns generated, profiling included)")
+        ax.set_ylabel(f"in-domain {MEASURES[key]}")
+        ax.set_xscale("symlog")
+        ax.legend(fontsize=8)
     save(fig, "compute.png")
 
     th = results["theory"]
@@ -232,97 +253,120 @@ def verdict(ok: bool | None) -> str:
     return {True: "**met**", False: "**not met**", None: "**not measurable**"}[ok]
 
 
+ABLATIONS = ("pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact")
+Claim = tuple[str, bool | None, str]
+
+
+def measure_section(results: dict[str, Any], key: str) -> tuple[list[str], list[Claim]]:
+    """Matched points, compute and ablations on one in-domain measure, with the claims they test.
+
+    A comparison says something only if a compared method beat the base on this measure at some
+    checkpoint; otherwise its claim is "not measurable", never "met" on 0.0 ≥ 0.0."""
+    curves = {m: v["checkpoints"] for m, v in results["methods"].items()}
+    hl = results["headline_lr"]
+    name = MEASURES[key]
+    base = curves.get("base", [{key: 0.0}])[0][key]
+
+    def moved(*methods: str) -> bool:
+        return any(p[key] > base + 1e-9 for m in methods for p in curves.get(m, []))
+
+    L: list[str] = [f"### In-domain {name}", ""]
+    claims: list[Claim] = []
+    if not moved(*(m for m in curves if m != "base")):
+        L += [f"**No method moved {name} above the base's {base:.3f}** at any checkpoint, so the "
+              "comparisons below that need an in-domain gain are marked not measurable.", ""]
+    mt = results["matched"].get(key) or {}
+    if mt:
+        a, b = mt["ood_at_target"]["pivotrl"], mt["ood_at_target"]["sft"]
+        L.append(f"- At {name} ≥ {mt['in_domain_target']:.3f} (the highest level both reach), best "
+                 f"OOD: PivotRL {_f(a)} vs SFT {_f(b)} (base OOD {_f(mt['base']['ood'])}).")
+        claims.append((f"[{name}] At matched in-domain accuracy PivotRL keeps more OOD accuracy "
+                       "than SFT (paper: OOD +0.21 vs −9.83 points against base)",
+                       None if a is None or b is None or not moved("sft", "pivotrl") else a > b,
+                       f"{_f(a)} vs {_f(b)}"))
+        c, d = mt["in_domain_at_ood_target"]["pivotrl"], mt["in_domain_at_ood_target"]["sft"]
+        L.append(f"- At OOD ≥ {mt['ood_target']:.3f} (SFT's final retention), best {name}: "
+                 f"PivotRL {_f(c)} vs SFT {_f(d)}.")
+        claims.append((f"[{name}] At matched OOD retention PivotRL's in-domain ≥ SFT's",
+                       None if c is None or d is None or not moved("sft", "pivotrl") else c >= d,
+                       f"{_f(c)} vs {_f(d)}"))
+    tm = results.get("turns_to_match_e2e") or {}
+    tm = tm.get("by_turn_accuracy", {}) if key == "turn_accuracy" else tm
+    if tm:
+        p, e = tm.get("pivotrl"), tm.get("e2e_rl")
+        ratio = (e / p) if p and e else None
+        L.append(f"- Rollout turns to reach E2E RL's best {name} ({tm['target_in_domain']:.3f}): "
+                 f"PivotRL {p if p is not None else 'never reached'}, E2E RL {e}"
+                 + (f" (ratio {ratio:.1f}×; the paper: 4×)." if ratio else "."))
+        claims.append((f"[{name}] PivotRL reaches E2E RL's in-domain accuracy with ≥ 4× fewer "
+                       "rollout turns", None if e is None or not moved("e2e_rl") else
+                       (ratio is not None and ratio >= 4.0),
+                       f"ratio {ratio:.1f}×" if ratio else "PivotRL did not reach it"))
+    abl = [m for m in ABLATIONS if m in curves]
+    if abl:
+        L += ["", f"Ablations at matched training budget (same steps, G and lr {hl:g}), {name}:", "",
+              "| step | " + " | ".join(abl) + " |", "|---|" + "---|" * len(abl)]
+        steps = sorted({p["step"] for m in abl for p in curves[m] if p["lr"] == hl})
+        for s in steps:
+            cells = [_f(next((p[key] for p in curves[m] if p["step"] == s and p["lr"] == hl), None))
+                     for m in abl]
+            L.append(f"| {s} | " + " | ".join(cells) + " |")
+    if "pivotrl" in abl:
+        final = {m: [p for p in curves[m] if p["lr"] == hl][-1][key] for m in abl}
+        for m, label in (("pivotrl_no_filter", "removing the pivot filter"),
+                         ("pivotrl_exact", "exact-match reward")):
+            if m in final:
+                claims.append((f"[{name}] Ablation: {label} costs in-domain accuracy (paper τ²: "
+                               f"{PAPER['tau2_ablation']['pivotrl']} → {PAPER['tau2_ablation'][m]})",
+                               final[m] < final["pivotrl"] if moved("pivotrl", m) else None,
+                               f"{_f(final['pivotrl'])} → {_f(final[m])}"))
+    return L + [""], claims
+
+
 def render_markdown(results: dict[str, Any], plots: list[str]) -> str:
     ms = results["methods"]
     curves = {m: v["checkpoints"] for m, v in ms.items()}
-    base_ck = curves.get("base", [{"in_domain": 0.0, "ood": 0.0}])[0]
+    keys = measures(curves)
+    base_ck = curves.get("base", [{k: 0.0 for k in (*MEASURES, "ood")}])[0]
     L = ["# pivotrl demo report", ""]
-    L.append(f"Wall time {results['wall_seconds'] / 60:.1f} min; seeds {results['seeds']}; "
-             f"headline learning rate {results['headline_lr']:g} (chosen before the runs, the same "
-             "for every method); every number below was measured by this run.")
-    L.append("")
+    L.append(f"{wall_time_line(results)} Seeds {results['seeds']}; headline learning rate "
+             f"{results['headline_lr']:g} (the same for every method); every number below was "
+             "measured by this run.")
+    L += ["", "In-domain is measured two ways on the eval tasks of each world: **episode success** "
+          "(the policy runs the whole multi-turn episode; the paper's measure) and **turn "
+          "accuracy** (the policy's action on each expert state, functional verifier: finer, "
+          "one-turn). OOD is exact-match accuracy on the OOD families.", ""]
     L.append("## Final checkpoints (headline learning rate)")
     L.append("")
-    L.append("| method | in-domain | 95% CI (seeds) | Δ vs base | OOD | Δ vs base | KL to base (OOD) | rollout turns |")
-    L.append("|---|---|---|---|---|---|---|---|")
+    cols = [MEASURES[k] for k in keys]
+    L.append("| method | " + " | ".join(f"{c} | Δ vs base" for c in cols)
+             + " | 95% CI (seeds) | OOD | Δ vs base | KL to base (OOD) | rollout turns |")
+    L.append("|---|" + "---|---|" * len(keys) + "---|---|---|---|---|")
     for m, c in curves.items():
-        last = [p for p in c if m == "base" or p["lr"] == results["headline_lr"]] or c
-        p = last[-1]
-        L.append(f"| {m} | {_f(p['in_domain'])} | {_ci(p['in_domain_ci95'])} | "
-                 f"{p['in_domain'] - base_ck['in_domain']:+.3f} | {_f(p['ood'])} | "
+        p = ([p for p in c if m == "base" or p["lr"] == results["headline_lr"]] or c)[-1]
+        cells = [f"{_f(p[k])} | {p[k] - base_ck[k]:+.3f}" for k in keys]
+        L.append(f"| {m} | " + " | ".join(cells) + f" | {_ci(p['in_domain_ci95'])} | {_f(p['ood'])} | "
                  f"{p['ood'] - base_ck['ood']:+.3f} | {_f(p['kl_to_base'])} | {p['rollout_turns']} |")
-    L += ["", "Per world and per OOD family (final checkpoint, headline lr):", ""]
+    L += ["", "Per world (episode success / turn accuracy) and per OOD family (final checkpoint, "
+          "headline lr):", ""]
     worlds = sorted({w for v in ms.values() for w in v.get("in_domain", {})})
     fams = sorted({f for v in ms.values() for f in v.get("ood", {})})
     L.append("| method | " + " | ".join(worlds + [f"OOD {f}" for f in fams]) + " |")
     L.append("|---|" + "---|" * (len(worlds) + len(fams)))
     for m, v in ms.items():
-        cells = [_f(v["in_domain"].get(w, {}).get("success")) for w in worlds]
+        cells = [f"{_f(v['in_domain'].get(w, {}).get('success'))} / "
+                 f"{_f(v['in_domain'].get(w, {}).get('turn_accuracy'))}" for w in worlds]
         cells += [_f(v["ood"].get(f, {}).get("accuracy")) for f in fams]
         L.append(f"| {m} | " + " | ".join(cells) + " |")
 
-    L += ["", "## Frontiers", "", "![frontier](frontier.png)", ""]
-    mt = results.get("matched") or {}
-    claims: list[tuple[str, bool | None, str]] = []
-    base_ind = base_ck["in_domain"]
-
-    def moved(*methods: str) -> bool:
-        """A comparison says something only if some compared method beat the base in-domain."""
-        return any(p["in_domain"] > base_ind + 1e-9 for m in methods for p in curves.get(m, []))
-
-    if not moved(*(m for m in curves if m != "base")):
-        L.append("**No method moved in-domain success above the base's "
-                 f"{base_ind:.3f}** at any checkpoint, so the comparisons below that need an "
-                 "in-domain gain are marked not measurable.")
-        L.append("")
-    if mt:
-        a, b = mt["ood_at_target"]["pivotrl"], mt["ood_at_target"]["sft"]
-        L.append(f"At in-domain ≥ {mt['in_domain_target']:.3f} (the highest level both reach), "
-                 f"best OOD: PivotRL {_f(a)} vs SFT {_f(b)} (base OOD {_f(mt['base']['ood'])}).")
-        claims.append(("At matched in-domain accuracy PivotRL keeps more OOD accuracy than SFT "
-                       "(paper: OOD +0.21 vs −9.83 points against base)",
-                       None if a is None or b is None or not moved("sft", "pivotrl") else a > b,
-                       f"{_f(a)} vs {_f(b)}"))
-        c, d = mt["in_domain_at_ood_target"]["pivotrl"], mt["in_domain_at_ood_target"]["sft"]
-        L.append(f"At OOD ≥ {mt['ood_target']:.3f} (SFT's final retention), best in-domain: "
-                 f"PivotRL {_f(c)} vs SFT {_f(d)}.")
-        claims.append(("At matched OOD retention PivotRL's in-domain ≥ SFT's",
-                       None if c is None or d is None or not moved("sft", "pivotrl") else c >= d,
-                       f"{_f(c)} vs {_f(d)}"))
-    L += ["", "## Compute: PivotRL vs end-to-end RL", "", "![compute](compute.png)", ""]
-    tm = results.get("turns_to_match_e2e") or {}
-    if tm:
-        p, e = tm.get("pivotrl"), tm.get("e2e_rl")
-        ratio = (e / p) if p and e else None
-        L.append(f"Rollout turns to reach E2E RL's best in-domain success ({tm['target_in_domain']:.3f}): "
-                 f"PivotRL {p if p is not None else 'never reached'}, E2E RL {e}"
-                 + (f" (ratio {ratio:.1f}×; the paper: 4×)." if ratio else "."))
-        claims.append(("PivotRL reaches E2E RL's in-domain accuracy with ≥ 4× fewer rollout turns",
-                       None if e is None or not moved("e2e_rl") else
-                       (ratio is not None and ratio >= 4.0),
-                       f"ratio {ratio:.1f}×" if ratio else "PivotRL did not reach it"))
-    L += ["", "## Ablations at matched training budget (same steps, same G, same lr)", ""]
-    L.append("| step | " + " | ".join(m for m in ("pivotrl", "pivotrl_no_filter", "pivotrl_random",
-                                                       "pivotrl_exact") if m in curves) + " |")
-    abl = [m for m in ("pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact") if m in curves]
-    L.append("|---|" + "---|" * len(abl))
-    steps = sorted({p["step"] for m in abl for p in curves[m] if p["lr"] == results["headline_lr"]})
-    for s in steps:
-        cells = []
-        for m in abl:
-            v = [p["in_domain"] for p in curves[m] if p["step"] == s and p["lr"] == results["headline_lr"]]
-            cells.append(_f(v[0]) if v else "—")
-        L.append(f"| {s} | " + " | ".join(cells) + " |")
-    if abl and "pivotrl" in ms:
-        hl = {m: [p for p in curves[m] if p["lr"] == results["headline_lr"]][-1]["in_domain"] for m in abl}
-        for m, label in (("pivotrl_no_filter", "removing the pivot filter"),
-                         ("pivotrl_exact", "exact-match reward")):
-            if m in hl:
-                claims.append((f"Ablation: {label} costs in-domain accuracy (paper τ²: "
-                               f"{PAPER['tau2_ablation']['pivotrl']} → {PAPER['tau2_ablation'][m]})",
-                               hl[m] < hl["pivotrl"] if moved("pivotrl", m) else None,
-                               f"{_f(hl['pivotrl'])} → {_f(hl[m])}"))
-    L += ["", "## Pivots", "", "| world | turns | all-fail | all-pass | mixed | kept |", "|---|---|---|---|---|---|"]
+    L += ["", "## Frontiers, compute and ablations", "", "![frontier](frontier.png)", "",
+          "![compute](compute.png)", ""]
+    claims: list[Claim] = []
+    for key in keys:
+        lines, found = measure_section(results, key)
+        L += lines
+        claims += found
+    L += ["## Pivots", "", "| world | turns | all-fail | all-pass | mixed | kept |", "|---|---|---|---|---|---|"]
     for w, s in results.get("pivots", {}).items():
         L.append(f"| {w} | {s.get('turns')} | {s.get('all_fail')} | {s.get('all_pass')} | "
                  f"{s.get('mixed')} | {s.get('kept')} |")
@@ -352,6 +396,18 @@ def render_markdown(results: dict[str, Any], plots: list[str]) -> str:
           "toy: where a claim is not met above, the report says so and does not adjust anything "
           "after seeing the numbers.", ""]
     return "\n".join(L)
+
+
+def wall_time_line(results: dict[str, Any]) -> str:
+    """This invocation's time, and (when stages came from the cache) the time of every
+    invocation that built this folder, so a cached rerun does not pass for a 10-second demo."""
+    now = results["wall_seconds"] / 60
+    runs = results.get("invocations") or []
+    total = sum(r["wall_seconds"] for r in runs) / 60
+    if len(runs) <= 1:
+        return f"Wall time {now:.1f} min (nothing reused from an earlier run)."
+    return (f"Wall time {now:.1f} min for this invocation; {total:.1f} min over the "
+            f"{len(runs)} invocations that built this folder (stages done before were reused).")
 
 
 def write_report(rows: list[dict[str, Any]], out: Path, **kw: Any) -> dict[str, Any]:

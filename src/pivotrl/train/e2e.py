@@ -86,15 +86,20 @@ class RecordingPolicy:
 
 
 def token_logps(model, batch: list[tuple[list[int], list[int]]], temperature: float) -> list[torch.Tensor]:
-    """Log-probabilities of each completion token given its prompt (logits / temperature, as TRL)."""
+    """Log-probabilities of each completion token given its prompt (logits / temperature, as TRL).
+    The output layer runs on the completion positions only: an episode turn's prompt is the whole
+    conversation so far, so projecting every position would be mostly wasted work."""
     pad = 0
     width = max(len(p) + len(c) for p, c in batch)
     ids = torch.tensor([p + c + [pad] * (width - len(p) - len(c)) for p, c in batch], device=model.device)
     mask = torch.tensor([[1] * (len(p) + len(c)) + [0] * (width - len(p) - len(c)) for p, c in batch],
                         device=model.device)
-    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float() / temperature
-    logps = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    return [logps[i, len(p) - 1: len(p) + len(c) - 1] for i, (p, c) in enumerate(batch)]
+    hidden = model.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+    rows = torch.tensor([i for i, (_, c) in enumerate(batch) for _ in c], dtype=torch.long)
+    cols = torch.tensor([len(p) - 1 + j for p, c in batch for j in range(len(c))], dtype=torch.long)
+    logits = model.get_output_embeddings()(hidden[rows, cols]).float() / temperature
+    logps = torch.log_softmax(logits, dim=-1).gather(-1, ids[rows, cols + 1][:, None]).squeeze(-1)
+    return list(torch.split(logps, [len(c) for _, c in batch]))
 
 
 def world_of(cfg: E2ERunConfig, task: Trajectory) -> str:

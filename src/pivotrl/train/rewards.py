@@ -77,11 +77,42 @@ def group_stats(rewards: torch.Tensor, group_size: int) -> dict[str, float]:
     return {"group_std_mean": std.mean().item(), "frac_zero_std": (std < 1e-6).float().mean().item()}
 
 
+def score_only_completions_on_cpu(enabled: bool = True) -> bool:
+    """Make TRL 1.16's fused LM head project only the labelled (completion) positions on CPU.
+
+    Off Triton devices TRL projects EVERY position through the LM head (a fixed tile shape avoids
+    recompiles on Neuron) and masks afterwards; on CPU nothing is compiled, and a one-turn pivot
+    prompt is ~400 tokens against ~12 completion tokens, so that projection was about half of a
+    CPU GRPO step (bench/bench_grpo_step.py). The numbers are the same either way
+    (tests/test_train_grpo.py). `enabled=False` restores TRL's own rule. Returns whether TRL has
+    this seam at all."""
+    import trl.trainer.utils as trl_utils
+
+    current = getattr(trl_utils, "_use_triton", None)
+    if current is None:
+        return False
+    original = getattr(current, "_original", current)
+    if not enabled:
+        trl_utils._use_triton = original
+        return True
+
+    def compact_on_cpu(device: torch.device) -> bool:
+        return device.type == "cpu" or original(device)
+
+    compact_on_cpu._original = original
+    trl_utils._use_triton = compact_on_cpu
+    return True
+
+
 class PivotGRPOTrainer(GRPOTrainer):
     """GRPOTrainer plus the metrics PivotRL reports: per-group reward std, fraction of zero-std
     groups, and rollout turns spent (one completion = one model turn), counted over all processes."""
 
     rollout_turns: int = 0
+
+    def __init__(self, *args, **kwargs):
+        score_only_completions_on_cpu()
+        super().__init__(*args, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
