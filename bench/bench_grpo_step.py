@@ -1,9 +1,11 @@
 """Seconds per GRPO step on CPU: TRL's fused LM head over every position vs completions only.
 
     python3 bench/bench_grpo_step.py [--steps 4] [--pivots-per-step 4] [--generations 8] [--repeats 2]
+    python3 bench/bench_grpo_step.py --model runs/testbed/base   # a trained base: realistic completions
 
-Builds the testbed's tiny model (random init, nothing downloaded) and one-turn pivots with the
-toolshop world's system prompt and tool schemas (~400-token prompts, as in the demo), then
+Builds the testbed's tiny model (random init, nothing downloaded; it writes `--max-completion-length`
+tokens every time) or loads `--model`, and one-turn pivots with the toolshop world's system prompt
+and tool schemas (~350-400-token prompts, as in the demo), then
 alternates, in one process: (a) TRL 1.16 as shipped, which on CPU projects every prompt and
 completion position through the LM head; (b) `score_only_completions_on_cpu()`, which projects
 only the completion positions. Same seed, same completions, same losses. Prints s/step of each
@@ -45,6 +47,7 @@ def main() -> int:
     ap.add_argument("--generations", type=int, default=8)
     ap.add_argument("--max-completion-length", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--model", type=Path, default=None, help="a trained testbed base (default: random init)")
     args = ap.parse_args()
 
     import torch
@@ -63,8 +66,14 @@ def main() -> int:
     # As the testbed build does: BPE trained on the rendered prompts, so they are ~400 tokens.
     seed_tok = build_tokenizer([], vocab_size=300)
     texts = [prompt_text(seed_tok, t.context, t.tools) for t in iter_valid(tmp / "pivots.jsonl", Turn)]
-    tokenizer = build_tokenizer(texts * 4)
-    model_dir = save_tiny(build_model(tokenizer), tokenizer, tmp / "model")
+    if args.model:
+        from transformers import AutoTokenizer
+
+        model_dir, tokenizer = args.model, AutoTokenizer.from_pretrained(args.model)
+        texts = [prompt_text(tokenizer, t.context, t.tools) for t in iter_valid(tmp / "pivots.jsonl", Turn)]
+    else:
+        tokenizer = build_tokenizer(texts * 4)
+        model_dir = save_tiny(build_model(tokenizer), tokenizer, tmp / "model")
 
     def length_reward(completions, **_):  # any cheap reward with spread: this bench times the step
         return [float(len(c) % 3 == 0) for c in completions]

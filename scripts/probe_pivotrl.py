@@ -6,6 +6,11 @@ turn accuracy (greedy, `state` verifier) on the expert states of `--trajectories
 trajectories at every checkpoint, plus the greedy accuracy on the training pivots themselves
 (memorised vs learned). Two arms train side by side (one thread each).
 
+The held-out states come from eval trajectories 50.. (`--dev-offset`), disjoint from the eval
+tasks the demo reports on (its first 30), so choosing settings with this probe does not tune the
+demo's own measurement. (Session 3's first probes, which set the demo's pivots_per_step, used
+eval trajectories 0–39; see the issue #7 note.)
+
     python3 scripts/probe_pivotrl.py --testbed runs/testbed --out runs/probe --world toolshop \
         --profile-turns 480 --arm pivotrl --arm sft --lr 3e-4 --steps 60 --eval-every 20
 """
@@ -18,9 +23,8 @@ from pathlib import Path
 import torch
 
 from pivotrl.demo import DemoConfig, Job, prepare_world, train_job
-from pivotrl.episodes import ModelPolicy
+from pivotrl.episodes import ModelPolicy, turn_accuracy
 from pivotrl.evaluate import evaluate_turns, load_trajectories
-from pivotrl.episodes import turn_accuracy
 from pivotrl.records import Turn, iter_valid
 from pivotrl.testbed.tiny import load_tiny
 from pivotrl.verifiers import get_verifier
@@ -36,13 +40,18 @@ def accuracy(model_dir: Path, world: str, trajectories, pivots: list[Turn]) -> d
             "pivot_acc": round(train.accuracy, 3), "pivot_invalid": train.invalid, "pivots": train.n}
 
 
+def dev_trajectories(args) -> list:
+    every = load_trajectories(args.testbed / args.world / "eval.jsonl")
+    return every[args.dev_offset: args.dev_offset + args.trajectories]
+
+
 def run_arm(arm: str, args, cfg: DemoConfig) -> list[dict]:
     torch.set_num_threads(1)
     job = Job(args.world, arm, args.lr, args.seed)
     job_dir = args.out / "runs" / job.name
     if not (job_dir / "config.json").exists():
         train_job(job, args.testbed, args.out, cfg)
-    trajectories = load_trajectories(args.testbed / args.world / "eval.jsonl", args.trajectories)
+    trajectories = dev_trajectories(args)
     pivots = list(iter_valid(args.out / "data" / args.world / "pivots.jsonl", Turn))
     rows = []
     for step in range(args.eval_every, args.steps + 1, args.eval_every):
@@ -67,6 +76,7 @@ def main() -> None:
     ap.add_argument("--num-generations", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--trajectories", type=int, default=40, help="eval trajectories (held-out states)")
+    ap.add_argument("--dev-offset", type=int, default=50, help="first eval trajectory used (the demo uses 0-29)")
     args = ap.parse_args()
     cfg = DemoConfig(worlds=[args.world], profile_turns=args.profile_turns, steps=args.steps,
                      eval_every=args.eval_every, pivots_per_step=args.pivots_per_step,
@@ -74,9 +84,8 @@ def main() -> None:
     torch.set_num_threads(2)
     stats = prepare_world(args.testbed, args.out, args.world, cfg)
     print(json.dumps({k: stats.get(k) for k in ("turns", "kept", "all_fail", "all_pass", "mixed")}), flush=True)
-    trajectories = load_trajectories(args.testbed / args.world / "eval.jsonl", args.trajectories)
+    trajectories = dev_trajectories(args)
     pivots = list(iter_valid(args.out / "data" / args.world / "pivots.jsonl", Turn))
-    torch.set_num_threads(2)
     print(json.dumps({"arm": "base", "step": 0, **accuracy(args.testbed / "base", args.world, trajectories, pivots)}),
           flush=True)
     with ProcessPoolExecutor(max_workers=2) as pool:

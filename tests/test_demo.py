@@ -65,3 +65,17 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch):
     again = run_demo(out, cfg, testbed_config=TestbedConfig().quick(), log=lambda m: None)
     assert again["methods"]["pivotrl"]["checkpoints"] == results["methods"]["pivotrl"]["checkpoints"]
     assert time.time() - t0 < 60  # nothing retrained: every job's rows.json is reused
+
+
+def test_demo_yaml_is_the_default_and_typos_are_errors(tmp_path):
+    from pathlib import Path
+
+    shipped = Path(__file__).parent.parent / "configs" / "demo.yaml"
+    assert DemoConfig.from_yaml(shipped) == DemoConfig()
+    bad = tmp_path / "demo.yaml"
+    bad.write_text("learning_rate: [0.001]\n")  # the field is learning_rates
+    with pytest.raises(ValueError, match=r"demo.yaml: learning_rate: Extra inputs"):
+        DemoConfig.from_yaml(bad)
+    bad.write_text("steps: [\n")
+    with pytest.raises(ValueError, match="demo.yaml"):
+        DemoConfig.from_yaml(bad)

@@ -56,7 +56,7 @@ def test_report_shape_and_verdicts(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "4× fewer rollout turns | ratio 10.0× | **met**" in md
     assert "exact-match reward costs in-domain accuracy" in md
-    for png in ("frontier.png", "compute.png", "theory_grad_vs_std.png"):
+    for png in ("frontier.png", "compute.png", "theory_grad_vs_std.png", "theory_drift.png"):
         assert (tmp_path / png).stat().st_size > 1000
 
 

@@ -348,11 +348,18 @@ def evaluate(
 def demo(out: Path = typer.Option(Path("pivotrl_demo"), help="Output folder (cache + report)."),
          full: bool = typer.Option(False, help="More seeds, learning rates and steps (slower)."),
          testbed: Optional[Path] = typer.Option(None, help="Testbed folder (default OUT/testbed)."),
-         workers: Optional[int] = typer.Option(None, help="Training jobs in parallel.")) -> None:
+         workers: Optional[int] = typer.Option(None, help="Training jobs in parallel."),
+         config: Optional[Path] = typer.Option(None, help="DemoConfig YAML (default: the built-in "
+                                               "grid, as in configs/demo.yaml); --full applies on top.")) -> None:
     """The whole method and its baselines on the built-in testbed, with a report."""
     from pivotrl.demo import DemoConfig, run_demo
 
-    cfg = DemoConfig().full() if full else DemoConfig()
+    try:
+        cfg = DemoConfig.from_yaml(config) if config else DemoConfig()
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2)
+    cfg = cfg.full() if full else cfg
     if workers:
         cfg = cfg.model_copy(update={"workers": workers})
     run_demo(out, cfg, testbed=testbed)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pivotrl.evaluate import EvalConfig
 
@@ -32,6 +32,8 @@ PIVOT_SET_ARMS = ("pivotrl", "pivotrl_exact", "pivotrl_random")  # sized by the 
 
 
 class DemoConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt YAML key is an error, not ignored
+
     worlds: list[str] = Field(default_factory=lambda: ["toolshop", "terminal"],
                               description="Agentic worlds; one model is trained per world, as the "
                               "paper trains one model per domain.")
@@ -71,6 +73,19 @@ class DemoConfig(BaseModel):
     kl_prompts: int = Field(40, description="OOD texts for KL / rank correlation to the base.")
     theory_turns: int = Field(32, description="Profiled states in the Theorem 3.2 check.")
     workers: int = Field(2, description="Training jobs run in parallel (one per core, 1 thread each).")
+
+    @classmethod
+    def from_yaml(cls, path: Path) -> "DemoConfig":
+        import yaml
+
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+            return cls.model_validate(data)
+        except (OSError, yaml.YAMLError) as exc:
+            raise ValueError(f"{path}: {exc}") from None
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"{path}: {problems}") from None
 
     def full(self) -> "DemoConfig":
         return self.model_copy(update={

@@ -226,6 +226,20 @@ def plot_all(results: dict[str, Any], out: Path) -> list[str]:
         ax.legend(fontsize=8)
     save(fig, "compute.png")
 
+    # Theorem 3.3 along training: drift from the base on OOD prompts, per method (headline lr).
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for m, pts in curves.items():
+        pts = [p for p in pts if m != "base" and p["lr"] == results["headline_lr"]]
+        if pts:
+            for ax, key in zip(axes, ("kl_to_base", "rank_corr")):
+                ax.plot([0] + [p["step"] for p in pts], [0.0 if key == "kl_to_base" else 1.0]
+                        + [p[key] for p in pts], marker="o", label=m)
+    for ax, label in zip(axes, ("KL to base on OOD prompts", "rank corr. of the base's top tokens")):
+        ax.set_xlabel(f"optimizer step (lr {results['headline_lr']:g})")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+    save(fig, "theory_drift.png")
+
     th = results["theory"]
     if th.get("points"):
         fig, ax = plt.subplots(figsize=(5.5, 4))
@@ -382,9 +396,11 @@ def render_markdown(results: dict[str, Any], plots: list[str]) -> str:
                  "natural-gradient norm.")
         if "theory_grad_vs_std.png" in plots:
             L += ["", "![theorem 3.2](theory_grad_vs_std.png)"]
+    if "theory_drift.png" in plots:
+        L += ["", "![theorem 3.3 along training](theory_drift.png)"]
     L += ["", "Theorem 3.3 (functional reward keeps the base's order on unrelated actions): on OOD "
-          "prompts, final checkpoint:", "", "| method | KL to base | rank corr. of top tokens |",
-          "|---|---|---|"]
+          "prompts, final checkpoint (along training: theory_drift.png):", "",
+          "| method | KL to base | rank corr. of top tokens |", "|---|---|---|"]
     for m in curves:
         L.append(f"| {m} | {_f(th['ood_kl_to_base'].get(m))} | {_f(th['ood_rank_corr'].get(m))} |")
     L += ["", "## The paper's claims against ours", "", "| claim | ours | verdict |", "|---|---|---|"]
