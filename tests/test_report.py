@@ -6,20 +6,32 @@ from pivotrl.report import ci95, frontier, in_domain_at, ood_at, turns_to_reach,
 def row(method, world, seed, lr, step, ind, ood, turns=0, kl=0.0, tacc=None):
     return {"method": method, "world": world, "seed": seed, "lr": lr, "step": step,
             "rollout_turns": turns, "kl_to_base": kl, "rank_corr": 0.9,
-            "in_domain": {"success": ind, "ci95": [0, 1], "episodes": 10,
+            "in_domain": {"success": ind, "ci95": [0, 1], "episodes": 10, "turns": 100,
                           "turn_accuracy": ind if tacc is None else tacc},
             "ood": {"arith": {"accuracy": ood, "ci95": [0, 1], "n": 10},
                     "recall": {"accuracy": ood, "ci95": [0, 1], "n": 10}}}
+
+
+def verdicts(md: str) -> list[str]:
+    """The verdict column of the claims table."""
+    return [line.rsplit("|", 2)[1].strip() for line in md.splitlines() if line.startswith("| [")]
 
 
 def test_frontier_and_matched_lookups():
     pts = [{"in_domain": 0.2, "ood": 0.9}, {"in_domain": 0.5, "ood": 0.8},
            {"in_domain": 0.4, "ood": 0.7}, {"in_domain": 0.9, "ood": 0.3}]
     assert [p["in_domain"] for p in frontier(pts)] == [0.2, 0.5, 0.9]
-    assert ood_at(pts, 0.45) == 0.8 and ood_at(pts, 0.95) is None
-    assert in_domain_at(pts, 0.75) == 0.5
+    assert ood_at(pts, 0.45)["ood"] == 0.8 and ood_at(pts, 0.95) is None
+    assert in_domain_at(pts, 0.75)["in_domain"] == 0.5
     assert turns_to_reach([{"in_domain": 0.3, "rollout_turns": 10},
                            {"in_domain": 0.6, "rollout_turns": 40}], 0.5) == 40
+
+
+def test_standard_error_adds_the_seed_spread_to_the_eval_sample():
+    from pivotrl.report import standard_error
+
+    assert abs(standard_error([0.5], 100) - 0.05) < 1e-12  # binomial: sqrt(.25 / 100)
+    assert standard_error([0.4, 0.6], 200) > standard_error([0.5, 0.5], 200)
 
 
 def test_ci95_over_seeds():
@@ -55,6 +67,8 @@ def test_report_shape_and_verdicts(tmp_path):
     assert saved["turns_to_match_e2e"] == {**match, "by_turn_accuracy": match}  # here tacc == success
     md = (tmp_path / "report.md").read_text()
     assert "4× fewer rollout turns | ratio 10.0× | **met**" in md
+    # exact-match: 0.7 vs 0.5 on 40 episodes (2 worlds × 10 × 2 identical seeds): within noise
+    assert "| 0.700 vs 0.500 (Δ +0.200 [-0.010, +0.410]) | **within noise**" in md
     assert "exact-match reward costs in-domain accuracy" in md
     for png in ("frontier.png", "compute.png", "theory_grad_vs_std.png", "theory_drift.png"):
         assert (tmp_path / png).stat().st_size > 1000
@@ -68,9 +82,8 @@ def test_flat_results_are_not_measurable_rather_than_met(tmp_path):
     write_report(rows, tmp_path, seeds=[0], headline_lr=1e-4, wall_seconds=1.0, theory={},
                  pivot_stats={}, config={})
     md = (tmp_path / "report.md").read_text()
-    assert "**met**" not in md and "**not met**" not in md
     # two matched points, compute, one ablation; once per in-domain measure
-    assert md.count("**not measurable**") == 8
+    assert verdicts(md) == ["**not measurable**"] * 8
     assert "No method moved episode success above the base" in md
     assert "No method moved turn accuracy above the base" in md
 
@@ -89,6 +102,8 @@ def test_each_in_domain_measure_gets_its_own_verdicts(tmp_path):
     assert res["matched"]["turn_accuracy"]["ood_at_target"] == {"sft": 0.5, "pivotrl": 0.9}
     md = (tmp_path / "report.md").read_text()
     assert "[turn accuracy] At matched in-domain accuracy PivotRL keeps more OOD" in md
-    assert "| 0.900 vs 0.500 | **met**" in md
-    assert "[episode success] At matched in-domain accuracy" in md and "**not measurable**" in md
+    # OOD 0.9 vs 0.5 on 20 items each: the interval of the difference excludes 0
+    assert "| 0.900 vs 0.500 (Δ +0.400 [+0.144, +0.656]) | **met**" in md
+    # turn accuracy 0.5 vs 0.5 at matched OOD: no difference either way
+    assert verdicts(md) == ["**not measurable**"] * 2 + ["**met**", "**within noise**"]
     assert "10.1 min over the 2 invocations" in md

@@ -337,6 +337,9 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
             log(f"  {world}: no pivots, so the pivot-set arms (pivotrl, pivotrl_exact, "
                 "pivotrl_random) are not trained there")
             jobs = [j for j in jobs if not (j.world == world and j.method in PIVOT_SET_ARMS)]
+    # Longest first (E2E episodes, then one-turn GRPO, then SFT), so no long job starts last and
+    # leaves a core idle at the end; the order never changes what a job computes.
+    jobs.sort(key=lambda j: {"e2e_rl": 0, "sft": 2}.get(j.method, 1))
     log(f"3/4 {len(jobs)} training runs × {cfg.steps // cfg.eval_every} checkpoints, "
         f"{cfg.workers} at a time")
     t_jobs = time.time()

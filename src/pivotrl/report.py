@@ -44,9 +44,20 @@ def row_ood(row: dict[str, Any]) -> float:
     return mean(v["accuracy"] for v in row["ood"].values())
 
 
+def standard_error(per_seed: list[float], items: int) -> float:
+    """Standard error of a rate averaged over seeds: the eval sample's binomial part (`items`
+    scored items over all seeds) plus, with ≥ 2 seeds, the training-seed spread."""
+    p = mean(per_seed)
+    var = p * (1 - p) / max(items, 1)
+    if len(per_seed) > 1:
+        var += stdev(per_seed) ** 2 / len(per_seed)
+    return math.sqrt(var)
+
+
 def checkpoint_curve(rows: list[dict[str, Any]], method: str) -> list[dict[str, Any]]:
     """Per (lr, step): in-domain = mean success over worlds, OOD = mean over families, each
-    averaged over seeds (DESIGN.md's `checkpoints` shape), plus the seed spread."""
+    averaged over seeds (DESIGN.md's `checkpoints` shape), plus the seed spread and each rate's
+    standard error (`<key>_se`, see standard_error)."""
     by_seed: dict[tuple, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r["method"] == method:
@@ -54,10 +65,14 @@ def checkpoint_curve(rows: list[dict[str, Any]], method: str) -> list[dict[str, 
     out = []
     for (lr, step), seeds in sorted(by_seed.items()):
         ind, tacc, ood, kl, rank, turns = [], [], [], [], [], []
+        items = defaultdict(int)  # scored items behind each rate, over worlds and seeds
         for seed_rows in seeds.values():  # one row per world
             ind.append(mean(r["in_domain"]["success"] for r in seed_rows))
             if all("turn_accuracy" in r["in_domain"] for r in seed_rows):
                 tacc.append(mean(r["in_domain"]["turn_accuracy"] for r in seed_rows))
+                items["turn_accuracy"] += sum(r["in_domain"].get("turns", 0) for r in seed_rows)
+            items["in_domain"] += sum(r["in_domain"].get("episodes", 0) for r in seed_rows)
+            items["ood"] += sum(v.get("n", 0) for r in seed_rows for v in r["ood"].values())
             ood.append(mean(row_ood(r) for r in seed_rows))
             kl.append(mean(r.get("kl_to_base", 0.0) for r in seed_rows))
             rank.append(mean(r.get("rank_corr", 1.0) for r in seed_rows))
@@ -66,7 +81,10 @@ def checkpoint_curve(rows: list[dict[str, Any]], method: str) -> list[dict[str, 
                     "in_domain": mean(ind), "ood": mean(ood), "kl_to_base": mean(kl),
                     "rank_corr": mean(rank), "in_domain_ci95": ci95(ind), "ood_ci95": ci95(ood),
                     "turn_accuracy": mean(tacc) if len(tacc) == len(ind) else None,
-                    "turn_accuracy_ci95": ci95(tacc), "seeds": len(ind)})
+                    "turn_accuracy_ci95": ci95(tacc), "seeds": len(ind),
+                    "in_domain_se": standard_error(ind, items["in_domain"]),
+                    "ood_se": standard_error(ood, items["ood"]),
+                    "turn_accuracy_se": standard_error(tacc, items["turn_accuracy"]) if tacc else None})
     return out
 
 
@@ -108,16 +126,35 @@ def frontier(points: list[dict[str, Any]], key: str = "in_domain") -> list[dict[
     return sorted(out, key=lambda p: p[key])
 
 
-def ood_at(points: list[dict[str, Any]], in_domain: float, key: str = "in_domain") -> float | None:
-    """Best OOD the method reaches at in-domain ≥ the target (no interpolation: only measured
-    checkpoints count). None if the method never reaches the target."""
-    ok = [p["ood"] for p in points if p[key] >= in_domain - 1e-9]
-    return max(ok) if ok else None
+def ood_at(points: list[dict[str, Any]], in_domain: float, key: str = "in_domain") -> dict[str, Any] | None:
+    """The checkpoint with the best OOD among those at in-domain ≥ the target (no interpolation:
+    only measured checkpoints count). None if the method never reaches the target."""
+    ok = [p for p in points if p[key] >= in_domain - 1e-9]
+    return max(ok, key=lambda p: p["ood"]) if ok else None
 
 
-def in_domain_at(points: list[dict[str, Any]], ood: float, key: str = "in_domain") -> float | None:
-    ok = [p[key] for p in points if p["ood"] >= ood - 1e-9]
-    return max(ok) if ok else None
+def in_domain_at(points: list[dict[str, Any]], ood: float, key: str = "in_domain") -> dict[str, Any] | None:
+    """The checkpoint with the best in-domain `key` among those at OOD ≥ `ood`."""
+    ok = [p for p in points if p["ood"] >= ood - 1e-9]
+    return max(ok, key=lambda p: p[key]) if ok else None
+
+
+def compare(a: dict[str, Any] | None, b: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
+    """a[key] − b[key] with its 95% interval (standard errors combined as independent)."""
+    if a is None or b is None:
+        return None
+    diff = a[key] - b[key]
+    half = 1.96 * math.sqrt((a.get(f"{key}_se") or 0.0) ** 2 + (b.get(f"{key}_se") or 0.0) ** 2)
+    return {"a": a[key], "b": b[key], "diff": diff, "ci95": [diff - half, diff + half]}
+
+
+def outcome(c: dict[str, Any] | None, *, measurable: bool = True) -> str:
+    """A claim "a beats b" judged on the comparison: met / not met only when the 95% interval of
+    the difference excludes 0; otherwise within noise."""
+    if c is None or not measurable:
+        return "not measurable"
+    lo, hi = c["ci95"]
+    return "met" if lo > 0 else "not met" if hi < 0 else "within noise"
 
 
 def turns_to_reach(points: list[dict[str, Any]], in_domain: float, key: str = "in_domain") -> int | None:
@@ -138,10 +175,14 @@ def matched_points(curves: dict[str, list[dict[str, Any]]], key: str) -> dict[st
     # The highest in-domain level both methods reach, and SFT's OOD at its final point.
     target = min(max(p[key] for p in curves["sft"]), max(p[key] for p in curves["pivotrl"]))
     sft_ood = curves["sft"][-1]["ood"]
+    at_target = {m: ood_at(curves[m], target, key) for m in ("pivotrl", "sft")}
+    at_ood = {m: in_domain_at(curves[m], sft_ood, key) for m in ("pivotrl", "sft")}
     return {"in_domain_target": target,
-            "ood_at_target": {m: ood_at(curves[m], target, key) for m in ("sft", "pivotrl")},
+            "ood_at_target": {m: p and p["ood"] for m, p in at_target.items()},
+            "ood_at_target_diff": compare(at_target["pivotrl"], at_target["sft"], "ood"),
             "ood_target": sft_ood,
-            "in_domain_at_ood_target": {m: in_domain_at(curves[m], sft_ood, key) for m in ("sft", "pivotrl")},
+            "in_domain_at_ood_target": {m: p and p[key] for m, p in at_ood.items()},
+            "in_domain_at_ood_target_diff": compare(at_ood["pivotrl"], at_ood["sft"], key),
             "base": {"in_domain": base.get(key), "ood": base.get("ood")}}
 
 
@@ -263,12 +304,14 @@ def _ci(ci: list[float] | None) -> str:
     return f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "(1 seed)"
 
 
-def verdict(ok: bool | None) -> str:
-    return {True: "**met**", False: "**not met**", None: "**not measurable**"}[ok]
+def _diff(c: dict[str, Any] | None) -> str:
+    if c is None:
+        return "—"
+    return f"{c['a']:.3f} vs {c['b']:.3f} (Δ {c['diff']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}])"
 
 
 ABLATIONS = ("pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact")
-Claim = tuple[str, bool | None, str]
+Claim = tuple[str, str, str]  # (claim, outcome: met | not met | within noise | not measurable, ours)
 
 
 def measure_section(results: dict[str, Any], key: str) -> tuple[list[str], list[Claim]]:
@@ -291,19 +334,18 @@ def measure_section(results: dict[str, Any], key: str) -> tuple[list[str], list[
               "comparisons below that need an in-domain gain are marked not measurable.", ""]
     mt = results["matched"].get(key) or {}
     if mt:
-        a, b = mt["ood_at_target"]["pivotrl"], mt["ood_at_target"]["sft"]
+        both = moved("sft", "pivotrl")
+        c = mt["ood_at_target_diff"]
         L.append(f"- At {name} ≥ {mt['in_domain_target']:.3f} (the highest level both reach), best "
-                 f"OOD: PivotRL {_f(a)} vs SFT {_f(b)} (base OOD {_f(mt['base']['ood'])}).")
+                 f"OOD, PivotRL vs SFT: {_diff(c)} (base OOD {_f(mt['base']['ood'])}).")
         claims.append((f"[{name}] At matched in-domain accuracy PivotRL keeps more OOD accuracy "
                        "than SFT (paper: OOD +0.21 vs −9.83 points against base)",
-                       None if a is None or b is None or not moved("sft", "pivotrl") else a > b,
-                       f"{_f(a)} vs {_f(b)}"))
-        c, d = mt["in_domain_at_ood_target"]["pivotrl"], mt["in_domain_at_ood_target"]["sft"]
-        L.append(f"- At OOD ≥ {mt['ood_target']:.3f} (SFT's final retention), best {name}: "
-                 f"PivotRL {_f(c)} vs SFT {_f(d)}.")
+                       outcome(c, measurable=both), _diff(c)))
+        c = mt["in_domain_at_ood_target_diff"]
+        L.append(f"- At OOD ≥ {mt['ood_target']:.3f} (SFT's final retention), best {name}, "
+                 f"PivotRL vs SFT: {_diff(c)}.")
         claims.append((f"[{name}] At matched OOD retention PivotRL's in-domain ≥ SFT's",
-                       None if c is None or d is None or not moved("sft", "pivotrl") else c >= d,
-                       f"{_f(c)} vs {_f(d)}"))
+                       outcome(c, measurable=both), _diff(c)))
     tm = results.get("turns_to_match_e2e") or {}
     tm = tm.get("by_turn_accuracy", {}) if key == "turn_accuracy" else tm
     if tm:
@@ -313,8 +355,8 @@ def measure_section(results: dict[str, Any], key: str) -> tuple[list[str], list[
                  f"PivotRL {p if p is not None else 'never reached'}, E2E RL {e}"
                  + (f" (ratio {ratio:.1f}×; the paper: 4×)." if ratio else "."))
         claims.append((f"[{name}] PivotRL reaches E2E RL's in-domain accuracy with ≥ 4× fewer "
-                       "rollout turns", None if e is None or not moved("e2e_rl") else
-                       (ratio is not None and ratio >= 4.0),
+                       "rollout turns", "not measurable" if e is None or not moved("e2e_rl") else
+                       "met" if ratio is not None and ratio >= 4.0 else "not met",
                        f"ratio {ratio:.1f}×" if ratio else "PivotRL did not reach it"))
     abl = [m for m in ABLATIONS if m in curves]
     if abl:
@@ -326,14 +368,14 @@ def measure_section(results: dict[str, Any], key: str) -> tuple[list[str], list[
                      for m in abl]
             L.append(f"| {s} | " + " | ".join(cells) + " |")
     if "pivotrl" in abl:
-        final = {m: [p for p in curves[m] if p["lr"] == hl][-1][key] for m in abl}
+        final = {m: [p for p in curves[m] if p["lr"] == hl][-1] for m in abl}
         for m, label in (("pivotrl_no_filter", "removing the pivot filter"),
                          ("pivotrl_exact", "exact-match reward")):
             if m in final:
+                c = compare(final["pivotrl"], final[m], key)
                 claims.append((f"[{name}] Ablation: {label} costs in-domain accuracy (paper τ²: "
                                f"{PAPER['tau2_ablation']['pivotrl']} → {PAPER['tau2_ablation'][m]})",
-                               final[m] < final["pivotrl"] if moved("pivotrl", m) else None,
-                               f"{_f(final['pivotrl'])} → {_f(final[m])}"))
+                               outcome(c, measurable=moved("pivotrl", m)), _diff(c)))
     return L + [""], claims
 
 
@@ -403,9 +445,14 @@ def render_markdown(results: dict[str, Any], plots: list[str]) -> str:
           "| method | KL to base | rank corr. of top tokens |", "|---|---|---|"]
     for m in curves:
         L.append(f"| {m} | {_f(th['ood_kl_to_base'].get(m))} | {_f(th['ood_rank_corr'].get(m))} |")
-    L += ["", "## The paper's claims against ours", "", "| claim | ours | verdict |", "|---|---|---|"]
+    L += ["", "## The paper's claims against ours", "",
+          "A comparison is **met** or **not met** only when the 95% interval of the difference "
+          "excludes zero (standard errors from the eval sample sizes and, with several seeds, the "
+          "seed spread); otherwise it is **within noise**. It is **not measurable** when no compared "
+          "method beat the base on that measure.", "", "| claim | ours: PivotRL vs other (Δ, 95% CI) | verdict |",
+          "|---|---|---|"]
     for text, ok, ours in claims:
-        L.append(f"| {text} | {ours} | {verdict(ok)} |")
+        L.append(f"| {text} | {ours} | **{ok}** |")
     L += ["", "Paper (Qwen3-30B-A3B): in-domain base 17.84 / SFT 27.77 / PivotRL 31.95; OOD change "
           "vs base SFT −9.83 / PivotRL +0.21; E2E accuracy with 4× fewer rollout turns; τ² ablation "
           "full 63.81 / no filter 59.68 / exact-match 57.34 / SFT 58.44. Our testbed is a 2-core CPU "
