@@ -88,6 +88,9 @@ class DemoConfig(BaseModel):
             raise ValueError(f"{path}: {problems}") from None
 
     def full(self) -> "DemoConfig":
+        """More seeds, learning rates, steps and eval tasks. Estimated ~6 h on 2 cores from the
+        default run's per-step costs (not yet run); configs/demo_3seeds.yaml is the cheaper
+        step: the default grid with 3 seeds (~1.5 h)."""
         return self.model_copy(update={
             "seeds": [0, 1, 2], "learning_rates": [3e-5, 1e-4, 3e-4], "steps": 80,
             "eval_every": 20, "profile_turns": 960,
