@@ -1,5 +1,6 @@
-"""The GRPO reward (parse → verify against the pivot's expert action) and the per-step metrics
-PivotRL needs that TRL does not log.
+"""The GRPO reward (parse → verify against the pivot's expert action), the per-step metrics
+PivotRL needs that TRL does not log, and the trainer subclass that logs them (with one CPU speed
+fix to TRL's log-prob head).
 
 Each dataset row carries its Turn as a JSON string column `turn` (Arrow would merge differently
 keyed argument dicts, DESIGN.md); TRL repeats it for each of the G completions and hands it to the
