@@ -400,13 +400,21 @@ def render_markdown(results: dict[str, Any], plots: list[str]) -> str:
     L.append("")
     cols = [MEASURES[k] for k in keys]
     L.append("| method | " + " | ".join(f"{c} | Δ vs base" for c in cols)
-             + " | 95% CI (seeds) | OOD | Δ vs base | KL to base (OOD) | rollout turns |")
-    L.append("|---|" + "---|---|" * len(keys) + "---|---|---|---|---|")
+             + " | OOD | Δ vs base | KL to base (OOD) | rollout turns |")
+    L.append("|---|" + "---|---|" * len(keys) + "---|---|---|---|")
+
+    def value(p: dict[str, Any], k: str) -> str:  # with its 95% interval over seeds, if any
+        ci = p.get(f"{k}_ci95")
+        return _f(p[k]) + (f" {_ci(ci)}" if ci else "")
+
     for m, c in curves.items():
         p = ([p for p in c if m == "base" or p["lr"] == results["headline_lr"]] or c)[-1]
-        cells = [f"{_f(p[k])} | {p[k] - base_ck[k]:+.3f}" for k in keys]
-        L.append(f"| {m} | " + " | ".join(cells) + f" | {_ci(p['in_domain_ci95'])} | {_f(p['ood'])} | "
-                 f"{p['ood'] - base_ck['ood']:+.3f} | {_f(p['kl_to_base'])} | {p['rollout_turns']} |")
+        cells = [f"{value(p, k)} | {p[k] - base_ck[k]:+.3f}" for k in (*keys, "ood")]
+        L.append(f"| {m} | " + " | ".join(cells) + f" | {_f(p['kl_to_base'])} | {p['rollout_turns']} |")
+    if len(results["seeds"]) < 2:
+        L.append("")
+        L.append("One training seed: no interval over seeds (the claims below still carry the "
+                 "eval sample's).")
     L += ["", "Per world (episode success / turn accuracy) and per OOD family (final checkpoint, "
           "headline lr):", ""]
     worlds = sorted({w for v in ms.values() for w in v.get("in_domain", {})})
