@@ -32,6 +32,9 @@ def test_standard_error_adds_the_seed_spread_to_the_eval_sample():
 
     assert abs(standard_error([0.5], 100) - 0.05) < 1e-12  # binomial: sqrt(.25 / 100)
     assert standard_error([0.4, 0.6], 200) > standard_error([0.5, 0.5], 200)
+    # two seeds: the seed part carries the t quantile with 1 degree of freedom (12.706)
+    spread = 0.1414213562 ** 2 / 2 * (12.706 / 1.96) ** 2
+    assert abs(standard_error([0.4, 0.6], 10 ** 9) - spread ** 0.5) < 1e-6
 
 
 def test_ci95_over_seeds():

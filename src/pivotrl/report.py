@@ -46,11 +46,14 @@ def row_ood(row: dict[str, Any]) -> float:
 
 def standard_error(per_seed: list[float], items: int) -> float:
     """Standard error of a rate averaged over seeds: the eval sample's binomial part (`items`
-    scored items over all seeds) plus, with ≥ 2 seeds, the training-seed spread."""
+    scored items over all seeds) plus, with ≥ 2 seeds, the training-seed spread. The seed part is
+    scaled by (t / 1.96)² with seeds − 1 degrees of freedom, so ±1.96·se stays honest with 2–3
+    seeds (a plain normal interval would be far too narrow there)."""
     p = mean(per_seed)
     var = p * (1 - p) / max(items, 1)
-    if len(per_seed) > 1:
-        var += stdev(per_seed) ** 2 / len(per_seed)
+    n = len(per_seed)
+    if n > 1:
+        var += stdev(per_seed) ** 2 / n * (_T95.get(n - 1, 1.96) / 1.96) ** 2
     return math.sqrt(var)
 
 
