@@ -218,8 +218,8 @@ def aggregate(rows: list[dict[str, Any]], *, seeds: list[int], headline_lr: floa
     theory = {**theory,
               "ood_kl_to_base": {m: c[-1]["kl_to_base"] for m, c in curves.items()},
               "ood_rank_corr": {m: c[-1]["rank_corr"] for m, c in curves.items()}}
-    return {"wall_seconds": wall_seconds, "invocations": invocations or [], "seeds": seeds, "headline_lr": headline_lr,
-            "config": config, "methods": methods, "matched": matched,
+    return {"wall_seconds": wall_seconds, "invocations": invocations or [], "seeds": seeds,
+            "headline_lr": headline_lr, "config": config, "methods": methods, "matched": matched,
             "turns_to_match_e2e": turns_match, "theory": theory, "pivots": pivot_stats}
 
 
