@@ -303,10 +303,6 @@ def _f(x: float | None, digits: int = 3) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-def _ci(ci: list[float] | None) -> str:
-    return f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "(1 seed)"
-
-
 def _diff(c: dict[str, Any] | None) -> str:
     if c is None:
         return "—"
@@ -408,7 +404,7 @@ def render_markdown(results: dict[str, Any], plots: list[str]) -> str:
 
     def value(p: dict[str, Any], k: str) -> str:  # with its 95% interval over seeds, if any
         ci = p.get(f"{k}_ci95")
-        return _f(p[k]) + (f" {_ci(ci)}" if ci else "")
+        return _f(p[k]) + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
     for m, c in curves.items():
         p = ([p for p in c if m == "base" or p["lr"] == results["headline_lr"]] or c)[-1]
