@@ -26,7 +26,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def make_pivots(path: Path, n: int) -> None:
-    from pivotrl.testbed.toolshop import SYSTEM_PROMPT, TOOLS
+    from pivotrl.experiment.testbed.toolshop import SYSTEM_PROMPT, TOOLS
 
     with path.open("w") as fh:
         for i in range(n):
@@ -53,7 +53,7 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    from pivotrl.testbed.tiny import build_model, build_tokenizer, save_tiny
+    from pivotrl.experiment.testbed.tiny import build_model, build_tokenizer, save_tiny
     from pivotrl.train.config import GRPORunConfig
     from pivotrl.train.grpo import build_trainer, load_pivot_set
     from pivotrl.train.rewards import score_only_completions_on_cpu

@@ -55,10 +55,10 @@ def main() -> int:
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     from pivotrl.chat import prompt_text
-    from pivotrl.profile import ProfileConfig, profile_file, turn_seed
+    from pivotrl.profiling import ProfileConfig, profile_file, turn_seed
     from pivotrl.records import Turn, iter_valid
     from pivotrl.sampling.hf import HFSampler
-    from pivotrl.testbed.tiny import build_model, build_tokenizer, save_tiny
+    from pivotrl.experiment.testbed.tiny import build_model, build_tokenizer, save_tiny
     from pivotrl.verifiers import get_verifier
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_profile_"))

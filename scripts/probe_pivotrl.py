@@ -22,11 +22,11 @@ from pathlib import Path
 
 import torch
 
-from pivotrl.demo import DemoConfig, Job, prepare_world, train_job
-from pivotrl.episodes import ModelPolicy, turn_accuracy
-from pivotrl.evaluate import evaluate_turns, load_trajectories
+from pivotrl.experiment.demo import DemoConfig, Job, prepare_world, train_job
+from pivotrl.experiment.episodes import ModelPolicy, turn_accuracy
+from pivotrl.experiment.evaluate import evaluate_turns, load_trajectories
 from pivotrl.records import Turn, iter_valid
-from pivotrl.testbed.tiny import load_tiny
+from pivotrl.experiment.testbed.tiny import load_tiny
 from pivotrl.verifiers import get_verifier
 
 

@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from pivotrl.data.bfcl import install_model_config_stub, to_openai_tool  # noqa: F401
+from pivotrl.experiment.bfcl import install_model_config_stub, to_openai_tool  # noqa: F401
 from pivotrl.records import Message, Turn
 
 # Python-language categories with possible answers (Java/JS pass every value as a string).

@@ -37,7 +37,7 @@ def sample_texts(n: int = 200, seed: int = 0) -> list[str]:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A tokenizer (trained on `sample_texts`) + a random tiny Llama, saved in HF format."""
-    from pivotrl.testbed.tiny import TinyModelConfig, build_model, build_tokenizer, save_tiny
+    from pivotrl.experiment.testbed.tiny import TinyModelConfig, build_model, build_tokenizer, save_tiny
 
     tokenizer = build_tokenizer(sample_texts(), vocab_size=512)
     model = build_model(tokenizer, TinyModelConfig(max_positions=2048))

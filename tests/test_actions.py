@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pivotrl.actions import (MAX_COMPLETION_CHARS, ParsedAction, parse_completion, render_action,
-                             score_completion)
+from pivotrl.actions import MAX_COMPLETION_CHARS, ParsedAction, parse_completion, render_action
+from pivotrl.scoring import score_completion
 from pivotrl.records import Message, Turn
 
 

@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("bfcl_eval")
 
-from pivotrl.data.bfcl import CATEGORIES, decode_turns, write_bfcl  # noqa: E402
-from pivotrl.episodes import (ModelPolicy, RandomPolicy, ScriptedPolicy, run_episodes,  # noqa: E402
+from pivotrl.experiment.bfcl import CATEGORIES, decode_turns, write_bfcl  # noqa: E402
+from pivotrl.experiment.episodes import (ModelPolicy, RandomPolicy, ScriptedPolicy, run_episodes,  # noqa: E402
                               split_user_turns, success_rate)
-from pivotrl.evaluate import BFCL_STEP_LIMIT, EvalConfig, evaluate_model  # noqa: E402
+from pivotrl.experiment.evaluate import BFCL_STEP_LIMIT, EvalConfig, evaluate_model  # noqa: E402
 from pivotrl.records import Message, Trajectory, check_trajectory, iter_valid  # noqa: E402
 
 
@@ -166,7 +166,7 @@ def test_random_policy_scores_near_zero(bfcl):
 def test_tiny_model_runs_bfcl_episodes(bfcl, tiny_model_dir):
     """BFCL's tool docs alone exceed the tiny model's window: each such turn is a counted
     invalid action; with a trimmed tool list the model really generates in BFCL's backends."""
-    from pivotrl.testbed.tiny import load_tiny
+    from pivotrl.experiment.testbed.tiny import load_tiny
 
     model, tok = load_tiny(tiny_model_dir)
     tasks = _sample(by_cat := bfcl[1], 1)
@@ -189,7 +189,7 @@ def test_evaluate_with_bfcl_file(bfcl, tiny_model_dir, tmp_path):
     from typer.testing import CliRunner
 
     from pivotrl.cli import app
-    from pivotrl.testbed.tiny import load_tiny
+    from pivotrl.experiment.testbed.tiny import load_tiny
 
     path, _ = bfcl
     model, tok = load_tiny(tiny_model_dir)

@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-import pivotrl.demo as demo
-from pivotrl.demo import METHODS, DemoConfig, run_demo
-from pivotrl.evaluate import EvalConfig
-from pivotrl.testbed.build import TestbedConfig
+import pivotrl.experiment.demo as demo
+from pivotrl.experiment.demo import METHODS, DemoConfig, run_demo
+from pivotrl.experiment.evaluate import EvalConfig
+from pivotrl.experiment.testbed.build import TestbedConfig
 
 
 def ensure_pivots(original):

@@ -13,8 +13,8 @@ from pivotrl.train.config import E2ERunConfig
 @pytest.mark.parametrize("world", ["toolshop", "mixed"])
 def test_e2e_runs_and_counts_rollout_turns(tmp_path, tiny_model_dir, world):
     """`mixed`: one toolshop and one terminal task in each step (world from task metadata)."""
-    from pivotrl.testbed.worlds import make_tasks
-    from pivotrl.train.e2e import train_e2e
+    from pivotrl.experiment.testbed.tasks import make_tasks
+    from pivotrl.experiment.e2e import train_e2e
 
     if world == "mixed":
         from pivotrl import sandbox
@@ -43,8 +43,8 @@ def test_e2e_policy_gradient_step_follows_the_reward(tmp_path, tiny_model_dir):
     those first turns rises and that of the others falls (the loss really is the PG loss)."""
     from transformers import AutoModelForCausalLM
 
-    from pivotrl.testbed.worlds import make_tasks
-    from pivotrl.train import e2e
+    from pivotrl.experiment.testbed.tasks import make_tasks
+    from pivotrl.experiment import e2e
 
     recorded = []
     original = e2e.RecordingPolicy
@@ -90,7 +90,7 @@ def test_token_logps_match_a_full_forward(tiny_model_dir):
     completion, with prompts and completions of different lengths (padding) in one batch."""
     from transformers import AutoModelForCausalLM
 
-    from pivotrl.train import e2e
+    from pivotrl.experiment import e2e
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     batch = [([5, 9, 13, 2], [7, 8, 3]), ([4, 6], [11]), ([3, 3, 3, 3, 3, 3], [9, 10, 12, 14, 2])]

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from pivotrl import sandbox
-from pivotrl.episodes import (ModelPolicy, RandomPolicy, ScriptedPolicy, expert_turns,
+from pivotrl.experiment.episodes import (ModelPolicy, RandomPolicy, ScriptedPolicy, expert_turns,
                               run_episodes, success_rate, turn_accuracy)
 from pivotrl.records import check_trajectory
-from pivotrl.testbed.experts import generate_trajectories
-from pivotrl.testbed.worlds import make_tasks
+from pivotrl.experiment.testbed.experts import generate_trajectories
+from pivotrl.experiment.testbed.tasks import make_tasks
 from pivotrl.verifiers import get_verifier
 
 needs_sandbox = pytest.mark.skipif(not sandbox.sandbox_available(), reason="bubblewrap unavailable")
@@ -121,7 +121,7 @@ def test_turn_accuracy_functional_vs_exact():
 
 
 def test_model_policy_runs_batched_episodes(tiny_model_dir):
-    from pivotrl.testbed.tiny import load_tiny
+    from pivotrl.experiment.testbed.tiny import load_tiny
 
     model, tok = load_tiny(tiny_model_dir)
     tasks = make_tasks("toolshop", "eval", 3)

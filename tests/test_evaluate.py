@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pivotrl.evaluate import _spearman_rows, markdown, wilson
+from pivotrl.experiment.evaluate import _spearman_rows, markdown, wilson
 
 
 @pytest.mark.parametrize("k,n,lo,hi", [
@@ -37,7 +37,7 @@ def test_spearman_rows():
 
 @pytest.fixture(scope="module")
 def quick_testbed(tmp_path_factory):
-    from pivotrl.testbed.build import TestbedConfig, build_testbed
+    from pivotrl.experiment.testbed.build import TestbedConfig, build_testbed
 
     out = tmp_path_factory.mktemp("testbed")
     info = build_testbed(out, TestbedConfig().quick())
@@ -58,7 +58,7 @@ def _check_shape(result):
 
 def test_build_writes_the_contract_layout_and_is_cached(quick_testbed):
     from pivotrl.records import Trajectory, iter_valid
-    from pivotrl.testbed.build import TestbedConfig, build_testbed
+    from pivotrl.experiment.testbed.build import TestbedConfig, build_testbed
 
     out, info = quick_testbed
     assert not info["cached"]
@@ -77,7 +77,7 @@ def test_build_writes_the_contract_layout_and_is_cached(quick_testbed):
     assert again["cached"] and (out / "build.json").stat().st_mtime_ns == before
     # another config is not a cache hit
     other = TestbedConfig().quick().model_copy(update={"n_eval": 9})
-    from pivotrl.testbed.build import is_built
+    from pivotrl.experiment.testbed.build import is_built
     assert not is_built(out, other)
 
 
@@ -114,8 +114,8 @@ def test_evaluate_cli_rejects_missing_dirs(tmp_path):
 def test_ood_logprob_stats(tiny_model_dir):
     import torch
 
-    from pivotrl.evaluate import ood_logprob_stats
-    from pivotrl.testbed.tiny import load_tiny
+    from pivotrl.experiment.evaluate import ood_logprob_stats
+    from pivotrl.experiment.testbed.tiny import load_tiny
 
     model, tok = load_tiny(tiny_model_dir)
     texts = ["<|im_start|>user\nWhat is 3 + 4?<|im_end|>\n<|im_start|>assistant\n7<|im_end|>\n",

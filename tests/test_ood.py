@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from pivotrl.testbed import ood
+from pivotrl.experiment.testbed import ood
 
 
 @pytest.mark.parametrize("family", ood.FAMILIES)

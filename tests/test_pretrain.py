@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
-from pivotrl.testbed.pretrain import PretrainConfig, _assistant_loss, _batches, pretrain
-from pivotrl.testbed.tiny import TinyModelConfig, build_model, load_tiny
+from pivotrl.experiment.testbed.pretrain import PretrainConfig, _assistant_loss, _batches, pretrain
+from pivotrl.experiment.testbed.tiny import TinyModelConfig, build_model, load_tiny
 
 
 @pytest.fixture(scope="module")

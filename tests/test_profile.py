@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from pivotrl.actions import score_completion
+from pivotrl.scoring import score_completion
 from pivotrl.chat import prompt_text
-from pivotrl.profile import (MergeError, ProfileConfig, ReprofileHook, merge_profiles, outcome,
+from pivotrl.profiling import (MergeError, ProfileConfig, ReprofileHook, merge_profiles, outcome,
                              profile_file, reprofile, shard_of, stats_path, turn_seed)
 from pivotrl.records import Message, Profile, Turn, iter_valid, read_records
 from pivotrl.sampling import SamplingParams
 from pivotrl.sampling.hf import HFSampler
-from pivotrl.verifiers.base import Score, get_verifier, register
+from pivotrl.verifiers import Score, get_verifier, register
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_order", "description": "Look up an order.",
@@ -235,9 +235,7 @@ def test_reprofile_drops_turns_that_became_all_pass(tmp_path, sampler):
 
     # The hook fires when the batch reward saturates, at most once every 3 steps.
     # As the training helper builds it: verifier by name, options as plain (YAML) values.
-    from pivotrl.select import ReprofileHook as FromSelect
-
-    hook2 = FromSelect(threshold=0.8, every_n_steps=3, verifier="test_parity", k=2,
+    hook2 = ReprofileHook(threshold=0.8, every_n_steps=3, verifier="test_parity", k=2,
                        max_new_tokens=4)
     assert hook2.params.max_new_tokens == 4 and isinstance(hook2.verifier, ParityVerifier)
     decisions = []

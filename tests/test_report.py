@@ -1,6 +1,6 @@
 import json
 
-from pivotrl.report import ci95, frontier, in_domain_at, ood_at, turns_to_reach, write_report
+from pivotrl.experiment.report import ci95, frontier, in_domain_at, ood_at, turns_to_reach, write_report
 
 
 def row(method, world, seed, lr, step, ind, ood, turns=0, kl=0.0, tacc=None):
@@ -28,7 +28,7 @@ def test_frontier_and_matched_lookups():
 
 
 def test_standard_error_adds_the_seed_spread_to_the_eval_sample():
-    from pivotrl.report import standard_error
+    from pivotrl.experiment.report import standard_error
 
     assert abs(standard_error([0.5], 100) - 0.05) < 1e-12  # binomial: sqrt(.25 / 100)
     assert standard_error([0.4, 0.6], 200) > standard_error([0.5, 0.5], 200)

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from pivotrl.cli import app
 from pivotrl.records import Profile, iter_valid, write_atomic
-from pivotrl.select import LAMBDA_DIFF, SelectConfig, binary_std, select, select_file, success_rate
+from pivotrl.pivots import LAMBDA_DIFF, SelectConfig, binary_std, select, select_file, success_rate
 
 
 def prof(pid: str, rewards: list[float], domain: str = "shop", valid: bool = True) -> Profile:

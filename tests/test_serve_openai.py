@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from pivotrl.profile import ProfileConfig, profile_file
+from pivotrl.profiling import ProfileConfig, profile_file
 from pivotrl.records import Profile, iter_valid
 from pivotrl.sampling import SamplingParams, get_sampler
 from pivotrl.sampling.hf import HFSampler

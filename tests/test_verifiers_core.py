@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pivotrl.actions import parse_completion, score_completion
+from pivotrl.actions import parse_completion
+from pivotrl.scoring import score_completion
 from pivotrl.records import Message, Turn
 from pivotrl.verifiers import get_verifier
 from pivotrl.verifiers.toolcall import ToolcallConfig, build_index, token_similarity

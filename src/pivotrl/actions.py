@@ -278,13 +278,3 @@ def render_action(message: Message) -> str:
         body = body.replace("<", "\\u003c")  # "<" only occurs inside JSON strings: tags stay unambiguous
         parts.append(f"{_OPEN}\n{body}\n{_CLOSE}")
     return "\n".join(parts)
-
-
-def score_completion(verifier, turn, text: str):
-    """Parse, then score; an unparseable completion scores 0 with the parser's reason."""
-    from pivotrl.verifiers.base import Score
-
-    parsed = parse_completion(text)
-    if not parsed.valid:
-        return Score(0.0, False, parsed.reason)
-    return verifier.score(turn, parsed.message)

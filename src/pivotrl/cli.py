@@ -126,7 +126,7 @@ def profile(
     import yaml
     from rich.table import Table
 
-    from pivotrl import profile as prof
+    from pivotrl import profiling as prof
 
     if merge:
         if not shard_files:
@@ -213,7 +213,7 @@ def select(
     """Keep the pivots: mixed outcomes, not too easy (writes PIVOTS.stats.json and a histogram)."""
     from rich.table import Table
 
-    from pivotrl.select import SelectConfig, select_file
+    from pivotrl.pivots import SelectConfig, select_file
 
     try:
         cfg = SelectConfig(lambda_diff=lambda_diff, min_std=min_std, budget=budget,
@@ -312,7 +312,7 @@ def evaluate(
     """In-domain episode success and OOD accuracy of a checkpoint, with 95% intervals."""
     from rich.table import Table
 
-    from pivotrl.evaluate import EvalConfig, evaluate_checkpoint, write_result
+    from pivotrl.experiment.evaluate import EvalConfig, evaluate_checkpoint, write_result
 
     if testbed is None and bfcl is None:
         console.print("[red]give --testbed DIR, --bfcl FILE, or both[/red]")
@@ -352,7 +352,7 @@ def demo(out: Path = typer.Option(Path("pivotrl_demo"), help="Output folder (cac
          config: Optional[Path] = typer.Option(None, help="DemoConfig YAML (default: the built-in "
                                                "grid, as in configs/demo.yaml); --full applies on top.")) -> None:
     """The whole method and its baselines on the built-in testbed, with a report."""
-    from pivotrl.demo import DemoConfig, run_demo
+    from pivotrl.experiment.demo import DemoConfig, run_demo
 
     try:
         cfg = DemoConfig.from_yaml(config) if config else DemoConfig()
@@ -415,7 +415,7 @@ def data_bfcl(out: Path = typer.Option(..., "--out", help="Trajectory JSONL to w
     """BFCL multi-turn ground truth as Trajectory records (expert calls + real backend outputs)."""
     from rich.progress import Progress
 
-    from pivotrl.data.bfcl import CATEGORIES, load_category, write_bfcl
+    from pivotrl.experiment.bfcl import CATEGORIES, load_category, write_bfcl
 
     chosen = [c for item in (categories or list(CATEGORIES)) for c in item.split(",") if c]
     unknown = [c for c in chosen if c not in CATEGORIES]
@@ -439,7 +439,7 @@ def testbed_build(
     force: bool = typer.Option(False, "--force", help="Rebuild even if a build with this config exists."),
 ) -> None:
     """Build the testbed: worlds' data, OOD tasks and the tiny base model (cached)."""
-    from pivotrl.testbed.build import build_testbed, load_config
+    from pivotrl.experiment.testbed.build import build_testbed, load_config
 
     try:
         cfg = load_config(config)

@@ -22,7 +22,8 @@ from pydantic import ValidationError
 
 from pivotrl.actions import parse_completion
 from pivotrl.records import Message, Turn, _first_error
-from pivotrl.verifiers.base import get_verifier
+from pivotrl.scoring import score_actions
+from pivotrl.verifiers import get_verifier
 
 BATCH = 256  # cases per score_batch call (the judge verifier sends a batch concurrently)
 
@@ -98,24 +99,11 @@ def verify_file(cases_path: str | Path, verifier_name: str, config: dict[str, An
     pending: list[tuple[str | None, Turn | None, Message | None, str]] = []
 
     def flush() -> None:
-        todo = [i for i, (_, t, m, _) in enumerate(pending) if t is not None and m is not None]
-        try:
-            scores = verifier.score_batch([pending[i][1] for i in todo], [pending[i][2] for i in todo])
-        except Exception:  # noqa: BLE001 - one bad case must not sink the batch: score one by one
-            scores = []
-            for i in todo:
-                try:
-                    scores.append(verifier.score(pending[i][1], pending[i][2]))
-                except Exception as exc:  # noqa: BLE001
-                    scores.append(_error_score(exc))
-        by_index = dict(zip(todo, scores))
-        for i, (case_id, _, _, problem) in enumerate(pending):
-            if i in by_index:
-                s = by_index[i]
-                reward, valid, reason = float(s.reward), bool(s.valid), s.reason
-            else:
-                reward, valid, reason = 0.0, False, problem
-                summary.bad_lines += problem.startswith("line ")
+        scores = score_actions(verifier, [c[1] for c in pending], [c[2] for c in pending],
+                               [c[3] for c in pending])
+        for (case_id, _, _, problem), s in zip(pending, scores):
+            reward, valid, reason = s.reward, s.valid, s.reason
+            summary.bad_lines += (not valid) and problem.startswith("line ")
             summary.lines += 1
             summary.valid += valid
             summary.reward_sum += reward
@@ -137,12 +125,6 @@ def verify_file(cases_path: str | Path, verifier_name: str, config: dict[str, An
         if out_path is not None:
             out.close()
     return summary
-
-
-def _error_score(exc: Exception):
-    from pivotrl.verifiers.base import Score
-
-    return Score(0.0, False, f"verifier error: {type(exc).__name__}: {exc}")
 
 
 def _reason_kind(reason: str) -> str:

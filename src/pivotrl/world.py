@@ -41,21 +41,24 @@ def register_world(name: str, factory: WorldFactory) -> None:
 
 def make_world(name: str) -> World:
     if name not in _REGISTRY:
-        _load_builtin_worlds()
+        _load_entry_point(name)
     try:
         return _REGISTRY[name]()
     except KeyError:
-        raise KeyError(f"unknown world {name!r}; known: {', '.join(sorted(_REGISTRY)) or 'none'}")
+        raise KeyError(f"unknown world {name!r}; known: {', '.join(sorted(_REGISTRY)) or 'none'} "
+                       "(a package registers a world with register_world() or an entry point in "
+                       "the 'pivotrl.worlds' group)") from None
 
 
-def _load_builtin_worlds() -> None:
-    # Importing the modules registers their worlds; optional ones may be missing.
-    import importlib
+def _load_entry_point(name: str) -> None:
+    """Worlds defined by installed packages (the testbed's and BFCL's included) are found through
+    the 'pivotrl.worlds' entry-point group, so the core never names the modules that define them."""
+    from importlib.metadata import entry_points
 
-    for module in ("pivotrl.testbed.worlds", "pivotrl.data.bfcl_world"):
+    for ep in entry_points(group="pivotrl.worlds", name=name):
         try:
-            importlib.import_module(module)
-        except ImportError:
+            register_world(name, ep.load())
+        except ImportError:  # an optional extra (e.g. BFCL) that is not installed
             pass
 
 

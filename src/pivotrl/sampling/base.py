@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -65,24 +65,3 @@ def prompt_seeds(params: SamplingParams, n_prompts: int, seeds: list[int] | None
     if params.seed is None:
         return [None] * n_prompts
     return [derive_seed(params.seed, i) for i in range(n_prompts)]
-
-
-Backend = Literal["hf", "vllm", "openai"]
-
-
-def get_sampler(backend: Backend, model: Any, **kw: Any) -> Sampler:
-    """Build a sampler. `model`: a HF model dir/name (hf, vllm), a loaded model (hf), or the served
-    model name (openai; None asks the server). Keyword options are the backend's (see its class)."""
-    if backend == "hf":
-        from pivotrl.sampling.hf import HFSampler
-
-        return HFSampler(model, **kw)
-    if backend == "vllm":
-        from pivotrl.sampling.vllm import VLLMSampler
-
-        return VLLMSampler(model, **kw)
-    if backend == "openai":
-        from pivotrl.sampling.openai import OpenAISampler
-
-        return OpenAISampler(model, **kw)
-    raise ValueError(f"unknown sampler backend {backend!r}; known: hf, vllm, openai")

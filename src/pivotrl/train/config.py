@@ -48,7 +48,7 @@ class LoraOptions(_Strict):
 class ReprofileOptions(_Strict):
     enabled: bool = Field(False, description="Re-profile the pivots during training and drop those the "
                           "policy has mastered (the profiling issue's hook; ours: off, the paper profiles once).")
-    threshold: float = Field(0.9, description="Batch reward mean that triggers a re-profile (select.ReprofileHook).")
+    threshold: float = Field(0.9, description="Batch reward mean that triggers a re-profile (profiling.ReprofileHook).")
     every_n_steps: int = Field(50, description="Least number of optimizer steps between two re-profiles.")
     options: dict[str, Any] = Field(default_factory=dict, description="Further ReprofileHook keyword "
                                     "arguments (k, verifier, …), passed through.")

@@ -167,7 +167,7 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     total = cfg.total_steps(max(n_rows, 1), world_size())
     hook = None
     if cfg.reprofile.enabled:
-        from pivotrl.select import ReprofileHook
+        from pivotrl.profiling import ReprofileHook
 
         # Same verifier and sampling as the rollouts unless the options say otherwise; every process
         # re-profiles with the same seed, so all of them continue on the same pivots.

@@ -18,9 +18,9 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from pivotrl.actions import score_completion
 from pivotrl.records import Turn
-from pivotrl.verifiers.base import Score, get_verifier
+from pivotrl.scoring import score_completions
+from pivotrl.verifiers import get_verifier
 
 
 class PivotReward:
@@ -43,24 +43,14 @@ class PivotReward:
             turn = self._turns[raw] = Turn.model_validate_json(raw)
         return turn
 
-    def score(self, turn: Turn, completion: str) -> Score:
-        try:
-            return score_completion(self.verifier, turn, completion)
-        except Exception as exc:  # noqa: BLE001 - a verifier bug on hostile text must not kill a run
-            return Score(0.0, False, f"verifier error: {type(exc).__name__}: {exc}")
-
     def __call__(self, prompts: list[Any], completions: list[Any], turn: list[str], log_metric=None,
                  **_: Any) -> list[float]:
-        rewards, invalid = [], 0
-        for raw, completion in zip(turn, completions, strict=True):
-            if not isinstance(completion, str):  # conversational completion: [{"role", "content"}]
-                completion = completion[-1].get("content") or "" if completion else ""
-            score = self.score(self._turn(raw), completion)
-            if not score.valid:
-                invalid += 1
-                rewards.append(float(self.invalid_action_penalty))
-            else:
-                rewards.append(float(score.reward))
+        # Conversational completions arrive as [{"role", "content"}]: score the last content.
+        texts = [c if isinstance(c, str) else (c[-1].get("content") or "" if c else "")
+                 for c in completions]
+        scores = score_completions(self.verifier, [self._turn(raw) for raw in turn], texts)
+        rewards = [s.reward if s.valid else float(self.invalid_action_penalty) for s in scores]
+        invalid = sum(not s.valid for s in scores)
         if log_metric is not None and completions:
             log_metric("invalid_rate", invalid / len(completions))
         return rewards

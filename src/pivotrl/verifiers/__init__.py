@@ -1,8 +1,44 @@
-"""Verifiers: is a sampled action functionally what the expert did? (one module per verifier)."""
+"""Verifiers: is a sampled action functionally what the expert did? (one module per verifier).
 
-from pivotrl.verifiers.base import Score, Verifier, available, get_verifier, register
+This package is the registry: built-ins are registered here by name, and any package can add its
+own with `register`. The verifier modules themselves never import the registry.
+"""
 
-# Importing each module registers its verifier.
-from pivotrl.verifiers import exact, toolcall, state, shell, judge  # noqa: E402,F401
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pivotrl.verifiers.base import Score, Verifier
+from pivotrl.verifiers.exact import ExactVerifier
+from pivotrl.verifiers.judge import JudgeVerifier
+from pivotrl.verifiers.shell import ShellVerifier
+from pivotrl.verifiers.state import StateVerifier
+from pivotrl.verifiers.toolcall import ToolcallVerifier
 
 __all__ = ["Score", "Verifier", "available", "get_verifier", "register"]
+
+VerifierFactory = Callable[..., Verifier]
+_REGISTRY: dict[str, VerifierFactory] = {
+    "exact": ExactVerifier, "toolcall": ToolcallVerifier, "state": StateVerifier,
+    "shell": ShellVerifier, "judge": JudgeVerifier,
+}
+
+
+def register(name: str) -> Callable[[VerifierFactory], VerifierFactory]:
+    """Class decorator: make a verifier buildable by name (`get_verifier`, `--verifier NAME`)."""
+    def deco(factory: VerifierFactory) -> VerifierFactory:
+        _REGISTRY[name] = factory
+        return factory
+    return deco
+
+
+def get_verifier(name: str, **config: Any) -> Verifier:
+    """Build a registered verifier; `config` are its documented options (YAML keys)."""
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown verifier {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name](**config)
+
+
+def available() -> list[str]:
+    return sorted(_REGISTRY)

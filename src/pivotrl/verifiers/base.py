@@ -1,10 +1,10 @@
-"""The verifier protocol and registry: score(turn, action) -> Score."""
+"""The verifier protocol: score(turn, action) -> Score (the registry is `pivotrl.verifiers`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from pivotrl.records import Message, Turn
 
@@ -26,26 +26,6 @@ class Verifier(Protocol):
         ...
 
 
-VerifierFactory = Callable[..., Verifier]
-_REGISTRY: dict[str, VerifierFactory] = {}
-
-
-def register(name: str) -> Callable[[VerifierFactory], VerifierFactory]:
-    def deco(factory: VerifierFactory) -> VerifierFactory:
-        _REGISTRY[name] = factory
-        return factory
-    return deco
-
-
-def get_verifier(name: str, **config: Any) -> Verifier:
-    """Build a registered verifier; `config` are its documented options (YAML keys)."""
-    import pivotrl.verifiers  # noqa: F401  (importing the package registers the built-ins)
-
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown verifier {name!r}; known: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name](**config)
-
-
 def score_in_threads(verifier: Verifier, turns: Sequence[Turn],
                      actions: Sequence[Message | None], workers: int) -> list[Score]:
     """`score_batch` for verifiers that wait on subprocesses or HTTP: threads overlap the waits."""
@@ -57,9 +37,3 @@ def score_in_threads(verifier: Verifier, turns: Sequence[Turn],
 
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(verifier.score, turns, actions))
-
-
-def available() -> list[str]:
-    import pivotrl.verifiers  # noqa: F401
-
-    return sorted(_REGISTRY)

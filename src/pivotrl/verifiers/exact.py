@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.actions import call_arguments
 from pivotrl.records import Message, Turn, message_text
-from pivotrl.verifiers.base import Score, register
+from pivotrl.verifiers.base import Score
 
 
 class ExactConfig(BaseModel):
@@ -36,7 +36,6 @@ def _norm_text(text: str, case_sensitive: bool) -> str:
     return text if case_sensitive else text.casefold()
 
 
-@register("exact")
 class ExactVerifier:
     name = "exact"
 

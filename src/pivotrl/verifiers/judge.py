@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.records import Message, Turn, message_text
 
-from pivotrl.verifiers.base import Score, register, score_in_threads
+from pivotrl.verifiers.base import Score, score_in_threads
 
 SYSTEM_PROMPT = (
     "You judge whether two actions of an AI assistant are functionally equivalent: whether, in "
@@ -111,7 +111,6 @@ def build_prompt(turn: Turn, first: Message, second: Message, cfg: JudgeConfig) 
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
-@register("judge")
 class JudgeVerifier:
     name = "judge"
 

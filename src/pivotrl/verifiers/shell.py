@@ -44,7 +44,8 @@ from pivotrl.records import Message, Turn, message_text
 from pivotrl.sandbox import (SandboxLimits, copy_workspace, freeze_mtimes,
                              materialize_workspace, remove_workspace, require_sandbox,
                              run_in_sandbox, snapshot_dir, workspace_copy)
-from pivotrl.verifiers.base import Score, get_verifier, register, score_in_threads
+from pivotrl.verifiers.base import Score, score_in_threads
+from pivotrl.verifiers.toolcall import ToolcallVerifier
 
 DEFAULT_TOOL_NAMES = ["run", "bash", "shell", "execute", "terminal", "run_command",
                       "execute_command", "run_shell_command", "exec", "sh"]
@@ -165,7 +166,6 @@ class Outcome:
     problem: str = ""  # "timed out" / "output over the cap" on the failing command
 
 
-@register("shell")
 class ShellVerifier:
     name = "shell"
 
@@ -222,8 +222,8 @@ class ShellVerifier:
 
     def _toolcall(self):
         if self._fallback is None:
-            self._fallback = get_verifier("toolcall", message_rule=self.config.message_rule,
-                                          message_threshold=self.config.message_threshold)
+            self._fallback = ToolcallVerifier(message_rule=self.config.message_rule,
+                                              message_threshold=self.config.message_threshold)
         return self._fallback
 
     # ------------------------------------------------------------ execution

@@ -27,7 +27,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.records import Message, Turn
-from pivotrl.verifiers.base import Score, get_verifier, register
+from pivotrl.verifiers.base import Score
+from pivotrl.verifiers.toolcall import ToolcallVerifier
 from pivotrl.world import world_at_turn
 
 
@@ -79,7 +80,6 @@ def _canonical_snapshot(snap: Any) -> str:
     return _dumps(snap)
 
 
-@register("state")
 class StateVerifier:
     name = "state"
 
@@ -165,8 +165,8 @@ class StateVerifier:
 
     def _toolcall(self):
         if self._fallback is None:
-            self._fallback = get_verifier("toolcall", message_rule=self.config.message_rule,
-                                          message_threshold=self.config.message_threshold)
+            self._fallback = ToolcallVerifier(message_rule=self.config.message_rule,
+                                              message_threshold=self.config.message_threshold)
         return self._fallback
 
 

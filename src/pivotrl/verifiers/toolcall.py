@@ -45,7 +45,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.actions import call_arguments
 from pivotrl.records import Message, Turn, message_text
-from pivotrl.verifiers.base import Score, get_verifier, register
+from pivotrl.verifiers.base import Score
+from pivotrl.verifiers.judge import JudgeVerifier
 
 MISSING = object()  # an argument that is absent (distinct from an explicit null)
 
@@ -472,7 +473,6 @@ def _perfect_matching(ok: list[list[bool]]) -> int:
     return sum(augment(i, [False] * m) for i in range(n))
 
 
-@register("toolcall")
 class ToolcallVerifier:
     name = "toolcall"
 
@@ -548,7 +548,7 @@ class ToolcallVerifier:
             return Score(1.0, True, "any message accepted (message_rule=any)")
         if rule == "judge":
             if self._judge is None:
-                self._judge = get_verifier("judge", **self.config.judge)
+                self._judge = JudgeVerifier(**self.config.judge)
             return self._judge.score(turn, action)
         exp_text, cand_text = message_text(turn.expected), message_text(action)
         if not cand_text.strip():

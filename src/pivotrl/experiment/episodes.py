@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pivotrl.actions import parse_completion, render_action
 from pivotrl.records import Message, Trajectory, Turn, message_text
+from pivotrl.scoring import score_completions
 from pivotrl.world import make_world
 
 MAX_TURNS = 8  # every testbed task needs at most 6 turns (DESIGN: episodes ≤ 8 turns)
@@ -81,7 +82,7 @@ class ScriptedPolicy:
         self.seed, self.habit = seed, habit
 
     def act(self, context: list[Message], tools: list[dict[str, Any]]) -> str:
-        from pivotrl.testbed.experts import expert_message
+        from pivotrl.experiment.testbed.experts import expert_message
 
         key = _user_text(context)
         if key in self.recorded and key not in self.by_text:
@@ -455,20 +456,14 @@ class TurnAccuracy:
     completions: list[str]
 
 
-def turn_accuracy(policy: Any, turns: Sequence[Turn], verifier: Any,
-                  score: Callable | None = None) -> TurnAccuracy:
+def turn_accuracy(policy: Any, turns: Sequence[Turn], verifier: Any) -> TurnAccuracy:
     """Per-turn accuracy of `policy` on expert states: for each Turn (context from an expert
-    trajectory), one action from the policy, scored against the expert's by `verifier`."""
+    trajectory), one action from the policy, scored against the expert's by `verifier` through
+    the one scoring path (`pivotrl.scoring`): invalid actions score 0 and are counted."""
     texts = act_batch(policy, [t.context for t in turns], [t.tools for t in turns])
-    rewards, invalid = [], 0
-    for turn, text in zip(turns, texts):
-        parsed = parse_completion(text)
-        if not parsed.valid:
-            invalid += 1
-            rewards.append(0.0)
-            continue
-        s = score(turn, parsed.message) if score else verifier.score(turn, parsed.message)
-        rewards.append(float(s.reward) if s.valid else 0.0)
+    scores = score_completions(verifier, turns, texts)
+    rewards = [s.reward if s.valid else 0.0 for s in scores]
+    invalid = sum(not s.valid for s in scores)
     acc = sum(rewards) / len(rewards) if rewards else 0.0
     return TurnAccuracy(acc, len(rewards), invalid, rewards, texts)
 

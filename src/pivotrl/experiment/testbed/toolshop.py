@@ -19,6 +19,7 @@ import random
 import re
 from typing import Any
 
+from pivotrl.experiment.testbed.common import compact
 from pivotrl.world import register_world
 
 NAME = "toolshop"
@@ -108,7 +109,6 @@ class ToolshopWorld:
         return copy.deepcopy(self.state)
 
     def execute(self, name: str, arguments: dict[str, Any]) -> str:
-        from pivotrl.testbed.worlds import compact
 
         schema = _SCHEMAS.get(name)
         if schema is None:

@@ -82,7 +82,7 @@ class TerminalWorld:
         return sandbox.snapshot_dir(self.workdir) if self.workdir is not None else {}
 
     def success(self, goal: dict[str, Any], final_message: str | None) -> bool:
-        from pivotrl.testbed.toolshop import mentions
+        from pivotrl.experiment.testbed.toolshop import mentions
 
         if final_message is None or self.snapshot() != goal["files"]:
             return False

@@ -15,7 +15,6 @@ in PROFILE.stats.json (one entry per run, and their totals).
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import time
 from collections import Counter
@@ -30,6 +29,7 @@ from pivotrl.chat import prompt_text
 from pivotrl.records import (AppendWriter, Profile, Reject, Sample, Turn, done_ids, read_records,
                              rejects_path, write_atomic)
 from pivotrl.sampling.base import Completion, SamplingParams, derive_seed
+from pivotrl.scoring import Parser, score_completions
 from pivotrl.verifiers.base import Score
 
 SUCCESS_THRESHOLD = 0.5  # a shaped reward counts as a success from here (DESIGN.md pitfall)
@@ -85,51 +85,18 @@ def shard_of(turn_id: str, n: int) -> int:
 # ---------------------------------------------------------------- pure pieces
 
 
-def score_samples(verifier, turns: Sequence[Turn], completions: Sequence[Sequence[Completion]]
-                  ) -> list[list[Sample]]:
-    """Parse and score every completion. Unparseable → reward 0, valid False, the parser's reason.
-    Valid actions go to the verifier in one `score_batch` call (judges batch their requests)."""
-    parsed = [[parse_completion(c.text) for c in comps] for comps in completions]
-    where, b_turns, b_actions = [], [], []
-    for i, row in enumerate(parsed):
-        for j, p in enumerate(row):
-            if p.valid:
-                where.append((i, j))
-                b_turns.append(turns[i])
-                b_actions.append(p.message)
-    scores = _score_batch(verifier, b_turns, b_actions)
-    by_pos = dict(zip(where, scores))
-    out = []
-    for i, comps in enumerate(completions):
-        row = []
-        for j, c in enumerate(comps):
-            s = by_pos.get((i, j)) or Score(0.0, False, parsed[i][j].reason)
-            reward = float(s.reward) if math.isfinite(float(s.reward)) else 0.0
-            row.append(Sample(completion=c.text, reward=min(1.0, max(0.0, reward)),
-                              valid=bool(s.valid), reason=s.reason, finish_reason=c.finish_reason,
-                              tokens=c.completion_tokens))
-        out.append(row)
-    return out
+def score_samples(verifier, turns: Sequence[Turn], completions: Sequence[Sequence[Completion]],
+                  parse: Parser = parse_completion) -> list[list[Sample]]:
+    """Score every completion through the one scoring path (`pivotrl.scoring`)."""
+    flat_turns = [turns[i] for i, comps in enumerate(completions) for _ in comps]
+    flat = [c for comps in completions for c in comps]
+    scores = iter(score_completions(verifier, flat_turns, [c.text for c in flat], parse))
+    return [[_sample(c, next(scores)) for c in comps] for comps in completions]
 
 
-def _score_batch(verifier, turns: list[Turn], actions: list) -> list[Score]:
-    if not turns:
-        return []
-    batch = getattr(verifier, "score_batch", None)
-    if batch is not None:
-        try:
-            scores = list(batch(turns, actions))
-            if len(scores) == len(turns):
-                return scores
-        except Exception:  # noqa: BLE001 - fall back to one by one, to isolate the bad sample
-            pass
-    out = []
-    for t, a in zip(turns, actions):
-        try:
-            out.append(verifier.score(t, a))
-        except Exception as exc:  # noqa: BLE001 - model text is hostile; a crash loses the run
-            out.append(Score(0.0, False, f"verifier error: {type(exc).__name__}: {exc}"[:300]))
-    return out
+def _sample(c: Completion, s: Score) -> Sample:
+    return Sample(completion=c.text, reward=s.reward, valid=s.valid, reason=s.reason,
+                  finish_reason=c.finish_reason, tokens=c.completion_tokens)
 
 
 def make_profile(turn: Turn, samples: list[Sample]) -> Profile:

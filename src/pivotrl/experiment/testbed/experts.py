@@ -27,7 +27,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from pivotrl.records import FunctionCall, Message, ToolCall, Trajectory
-from pivotrl.testbed.worlds import make_tasks, stable_int
+from pivotrl.experiment.testbed.common import stable_int
+from pivotrl.experiment.testbed.tasks import make_tasks
 from pivotrl.world import make_world
 
 MAX_TURNS = 8  # every task needs at most 6 turns; the weak expert may waste two
@@ -318,7 +319,7 @@ def _wrong_id(world: str, msg: Message, rng: random.Random, index: int) -> Messa
     args = dict(call.args())
     before = dict(args)
     if world == "terminal":
-        from pivotrl.testbed.terminal import BASES
+        from pivotrl.experiment.testbed.terminal import BASES
 
         words = args["command"].split()
         for i, w in enumerate(words):

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from pivotrl.chat import prompt_text
-from pivotrl.episodes import EpisodeResult, run_episodes
+from pivotrl.experiment.episodes import EpisodeResult, run_episodes
 from pivotrl.records import Message, Trajectory, iter_valid
 from pivotrl.train.config import E2ERunConfig
 
@@ -220,7 +220,7 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m pivotrl.train.e2e --config E2E.yaml [--max-steps N]` (keys: E2ERunConfig)."""
+    """`python -m pivotrl.experiment.e2e --config E2E.yaml [--max-steps N]` (keys: E2ERunConfig)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)

@@ -119,7 +119,7 @@ def task_of(traj: Trajectory) -> Trajectory:
 
 def evaluate_world(model, tokenizer, world: str, trajectories: Sequence[Trajectory],
                    cfg: EvalConfig) -> dict[str, Any]:
-    from pivotrl.episodes import ModelPolicy, run_episodes
+    from pivotrl.experiment.episodes import ModelPolicy, run_episodes
 
     policy = ModelPolicy(model, tokenizer, max_new_tokens=cfg.max_new_tokens,
                          temperature=cfg.temperature, seed=cfg.seed, batch_size=cfg.batch_size)
@@ -141,7 +141,7 @@ def evaluate_world(model, tokenizer, world: str, trajectories: Sequence[Trajecto
 def evaluate_turns(policy, trajectories: Sequence[Trajectory], verifier: str) -> dict[str, Any]:
     """Turn accuracy on expert states: the policy's action at every assistant turn of
     `trajectories`, scored against the expert's by the named verifier."""
-    from pivotrl.episodes import expert_turns, turn_accuracy
+    from pivotrl.experiment.episodes import expert_turns, turn_accuracy
     from pivotrl.verifiers import get_verifier
 
     acc = turn_accuracy(policy, expert_turns(list(trajectories)), get_verifier(verifier))
@@ -174,8 +174,8 @@ def evaluate_bfcl(model, tokenizer, path: str | Path, cfg: EvalConfig,
     """`{"bfcl_<category>": {"success", "ci95", "episodes", ...}}` on a BFCL trajectories file
     (`cfg.episodes` tasks per category, 0 = all). Whole trajectories are given to the runner,
     which delivers their later user turns itself."""
-    import pivotrl.data.bfcl_world  # noqa: F401 - registers the "bfcl" world
-    from pivotrl.episodes import ModelPolicy, run_episodes
+    import pivotrl.experiment.bfcl_world  # noqa: F401 - registers the "bfcl" world
+    from pivotrl.experiment.episodes import ModelPolicy, run_episodes
 
     out: dict[str, dict[str, Any]] = {}
     for category, tasks in bfcl_sample(load_trajectories(Path(path)), cfg.episodes).items():
@@ -203,7 +203,7 @@ def evaluate_bfcl(model, tokenizer, path: str | Path, cfg: EvalConfig,
 def ood_answers(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 16,
                 batch_size: int = 64) -> list[str]:
     """Greedy answers to single-turn user prompts (no tools), with the model's chat template."""
-    from pivotrl.episodes import ModelPolicy
+    from pivotrl.experiment.episodes import ModelPolicy
     from pivotrl.records import Message
 
     policy = ModelPolicy(model, tokenizer, max_new_tokens=max_new_tokens, batch_size=batch_size)
@@ -212,7 +212,7 @@ def ood_answers(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 
 
 
 def evaluate_ood(model, tokenizer, tasks: Sequence[Any], batch_size: int = 64) -> dict[str, Any]:
-    from pivotrl.testbed import ood
+    from pivotrl.experiment.testbed import ood
 
     max_new = max(8, max(len(tokenizer(t.answer)["input_ids"]) for t in tasks) + 4) if tasks else 8
     answers = ood_answers(model, tokenizer, [t.prompt for t in tasks], max_new, batch_size)
@@ -227,7 +227,7 @@ def evaluate_ood(model, tokenizer, tasks: Sequence[Any], batch_size: int = 64) -
 
 
 def load_ood_eval(testbed: Path, per_family: int = 0) -> list[Any]:
-    from pivotrl.testbed.ood import load_ood
+    from pivotrl.experiment.testbed.ood import load_ood
 
     tasks, counts = [], {}
     for t in load_ood(testbed / "ood" / "eval.jsonl"):
@@ -275,7 +275,7 @@ def evaluate_checkpoint(model_dir: str | Path, testbed: str | Path | None = None
                         cfg: EvalConfig | None = None, progress=None,
                         bfcl: str | Path | None = None) -> dict[str, Any]:
     """Load any HF checkpoint dir (on the GPU when there is one) and evaluate it."""
-    from pivotrl.testbed.tiny import load_tiny
+    from pivotrl.experiment.testbed.tiny import load_tiny
 
     model, tokenizer = load_tiny(model_dir)
     try:
@@ -376,7 +376,6 @@ def ood_logprob_stats(model, ref_model, tokenizer, prompts: Sequence[str], top_k
 
 def _spearman_rows(a, b):
     """Row-wise Spearman correlation (ties broken by position; fine for continuous log-probs)."""
-    import torch
 
     def ranks(x):
         return x.argsort(-1).argsort(-1).float()

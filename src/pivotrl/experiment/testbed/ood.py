@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pivotrl.records import Message, write_atomic
-from pivotrl.testbed.worlds import EVAL_PERCENT, stable_int
+from pivotrl.experiment.testbed.common import EVAL_PERCENT, stable_int
 
 FAMILIES = ["add", "sub", "next", "reverse", "upper", "recall"]
 LETTERS = "abcdefghijklmnoprstu"

@@ -28,10 +28,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
-from pivotrl.evaluate import EvalConfig
+from pivotrl.experiment.evaluate import EvalConfig
 from pivotrl.records import write_atomic
-from pivotrl.testbed.pretrain import PretrainConfig
-from pivotrl.testbed.tiny import TinyModelConfig
+from pivotrl.experiment.testbed.pretrain import PretrainConfig
+from pivotrl.experiment.testbed.tiny import TinyModelConfig
 
 BUILD_VERSION = 2  # bump when the build's code changes what it writes
 
@@ -42,7 +42,7 @@ class TestbedConfig(BaseModel):
     __test__ = False  # not a pytest test class, despite the name
 
     worlds: list[str] = Field(default_factory=lambda: ["toolshop", "terminal"],
-                              description="Agentic worlds to include (pivotrl.testbed.worlds).")
+                              description="Agentic worlds to include (pivotrl.experiment.testbed.tasks).")
     expert_seed: int = Field(0, description="Seed of the expert's random choice among equivalent forms.")
     n_train: int = Field(400, description="Expert trajectories per world on train tasks (SFT / pivots).")
     n_eval: int = Field(100, description="Expert trajectories per world on eval tasks.")
@@ -123,8 +123,8 @@ def is_built(out: str | Path, cfg: TestbedConfig) -> bool:
 
 def _trajectories(world: str, split: str, n: int, seed: int, expert_cfg=None, start: int = 0,
                   workers: int = 4):
-    from pivotrl.testbed.experts import run_expert
-    from pivotrl.testbed.worlds import make_tasks
+    from pivotrl.experiment.testbed.experts import run_expert
+    from pivotrl.experiment.testbed.tasks import make_tasks
 
     tasks = make_tasks(world, split, n, start)
     with ThreadPoolExecutor(max(1, workers)) as pool:
@@ -148,11 +148,11 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     import torch
 
     from pivotrl.chat import template_messages
-    from pivotrl.evaluate import evaluate_model
-    from pivotrl.testbed import ood
-    from pivotrl.testbed.experts import ExpertConfig
-    from pivotrl.testbed.pretrain import pretrain
-    from pivotrl.testbed.tiny import build_model, build_tokenizer, parameter_count, save_tiny
+    from pivotrl.experiment.evaluate import evaluate_model
+    from pivotrl.experiment.testbed import ood
+    from pivotrl.experiment.testbed.experts import ExpertConfig
+    from pivotrl.experiment.testbed.pretrain import pretrain
+    from pivotrl.experiment.testbed.tiny import build_model, build_tokenizer, parameter_count, save_tiny
 
     cfg = cfg or TestbedConfig()
     out = Path(out_dir)

@@ -12,29 +12,20 @@ words: what an expert may read, never the hidden state).
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import json
 import random
 from typing import Any
 
+from pivotrl.experiment.testbed.common import EVAL_PERCENT, compact, stable_int  # noqa: F401
 from pivotrl.records import Message, Trajectory
 
-WORLD_MODULES = {"toolshop": "pivotrl.testbed.toolshop", "terminal": "pivotrl.testbed.terminal"}
-# One task in five is held out for evaluation, decided by a hash of its id (never by row).
-EVAL_PERCENT = 20
+WORLD_MODULES = {"toolshop": "pivotrl.experiment.testbed.toolshop", "terminal": "pivotrl.experiment.testbed.terminal"}
 
 
 def world_module(name: str):
     if name not in WORLD_MODULES:
         raise KeyError(f"unknown testbed world {name!r}; known: {', '.join(WORLD_MODULES)}")
     return importlib.import_module(WORLD_MODULES[name])
-
-
-def stable_int(*parts: Any) -> int:
-    """A seed from any values, identical across processes (Python's hash() is salted)."""
-    text = "|".join(str(p) for p in parts)
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
 
 def split_of(task_id: str) -> str:
@@ -52,11 +43,6 @@ def task_ids(world: str, split: str, n: int, start: int = 0) -> list[str]:
             out.append(tid)
         i += 1
     return out
-
-
-def compact(obj: Any) -> str:
-    """Observations are compact JSON: fewer tokens for the tiny model."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
 def make_task(world: str, task_id: str) -> Trajectory:
@@ -80,7 +66,7 @@ def make_tasks(world: str, split: str, n: int, start: int = 0) -> list[Trajector
 
 def describe_testbed(n_sample: int = 200) -> dict[str, Any]:
     """Counts and tools of the built-in testbed (for the README and `testbed build`'s summary)."""
-    from pivotrl.testbed import ood
+    from pivotrl.experiment.testbed import ood
 
     worlds = {}
     for name in WORLD_MODULES:
@@ -102,4 +88,4 @@ def describe_testbed(n_sample: int = 200) -> dict[str, Any]:
 
 
 # Importing the world modules registers them (after the helpers above exist: they import them).
-from pivotrl.testbed import terminal, toolshop  # noqa: E402,F401
+from pivotrl.experiment.testbed import terminal, toolshop  # noqa: E402,F401

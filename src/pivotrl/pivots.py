@@ -14,8 +14,7 @@ us (the two seed summaries and public descriptions of arXiv 2603.21383) gives no
 is our choice: with K = 8 it drops turns the reference policy already solves 6 or more times out
 of 8, and keeps every mixed turn it solves ≤ 5 times. Tune it with --lambda-diff.
 
-Re-profiling during training (`reprofile`, `ReprofileHook`) lives in pivotrl.profile and is
-re-exported here.
+Re-profiling during training (`reprofile`, `ReprofileHook`) lives in pivotrl.profiling.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from pivotrl.profile import SUCCESS_THRESHOLD, ReprofileHook, outcome, reprofile  # noqa: F401
+from pivotrl.profiling import SUCCESS_THRESHOLD, outcome
 from pivotrl.records import Profile, Reject, read_records, rejects_path, write_atomic
 
 LAMBDA_DIFF = 0.75  # see the module docstring for where this comes from
@@ -93,7 +92,7 @@ def select(profiles: Sequence[Profile], cfg: SelectConfig) -> list[Profile]:
     return [p for p in profiles if p.id in keep_ids]
 
 
-def statistics(profiles: Sequence[Profile], kept: Sequence[Profile], cfg: SelectConfig
+def selection_stats(profiles: Sequence[Profile], kept: Sequence[Profile], cfg: SelectConfig
                ) -> dict[str, Any]:
     """Outcome counts (binary), kept fraction per domain, and the shape of the rewards."""
     counts = Counter(outcome([s.reward for s in p.samples], cfg.success_threshold) for p in profiles)
@@ -166,7 +165,7 @@ def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfi
         write_atomic(rejects_path(out_path), [r.to_json() for r in rejects])
     kept = select(profiles, cfg)
     write_atomic(out_path, kept)
-    stats = statistics(profiles, kept, cfg)
+    stats = selection_stats(profiles, kept, cfg)
     stats["rejected_lines"] = len(rejects)
     spath, png = output_paths(out_path)
     if plot_png:

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pivotrl.evaluate import EvalConfig
+from pivotrl.experiment.evaluate import EvalConfig
 
 METHODS = ("sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact", "e2e_rl")
 PIVOT_SET_ARMS = ("pivotrl", "pivotrl_exact", "pivotrl_random")  # sized by the pivot set
@@ -122,10 +122,10 @@ def say(msg: str) -> None:
 def prepare_world(testbed: Path, out: Path, world: str, cfg: DemoConfig) -> dict[str, Any]:
     """Extract, profile (resumable) and select the pivots of one world with the base model."""
     from pivotrl.extract import ExtractOptions, extract_file
-    from pivotrl.profile import ProfileConfig, profile_file
+    from pivotrl.profiling import ProfileConfig, profile_file
     from pivotrl.records import iter_valid, Turn, write_atomic
     from pivotrl.sampling import get_sampler
-    from pivotrl.select import SelectConfig, select_file
+    from pivotrl.pivots import SelectConfig, select_file
     from pivotrl.verifiers import get_verifier
 
     wdir = out / "data" / world
@@ -175,7 +175,7 @@ def train_job(job: Job, testbed: Path, out: Path, cfg: DemoConfig) -> Path:
                                per_device_train_batch_size=cfg.sft_batch_size, **common, **trl_only))
     elif job.method == "e2e_rl":
         from pivotrl.train.config import E2ERunConfig
-        from pivotrl.train.e2e import train_e2e
+        from pivotrl.experiment.e2e import train_e2e
 
         train_e2e(E2ERunConfig(world=job.world, tasks=testbed / job.world / "train.jsonl",
                                num_generations=cfg.num_generations,
@@ -220,8 +220,8 @@ class Evaluator:
     """Loads the testbed's eval sets and the base once per process."""
 
     def __init__(self, testbed: Path, cfg: DemoConfig):
-        from pivotrl.evaluate import load_ood_eval, load_trajectories, ood_texts
-        from pivotrl.testbed.tiny import load_tiny
+        from pivotrl.experiment.evaluate import load_ood_eval, load_trajectories, ood_texts
+        from pivotrl.experiment.testbed.tiny import load_tiny
 
         self.cfg, self.testbed = cfg, testbed
         self.base, self.tokenizer = load_tiny(testbed / "base")
@@ -232,8 +232,8 @@ class Evaluator:
         self.trajs = {w: load_trajectories(testbed / w / "eval.jsonl", n) for w in cfg.worlds}
 
     def __call__(self, model_dir: Path | None, world: str) -> dict[str, Any]:
-        from pivotrl.evaluate import evaluate_ood, evaluate_world, ood_logprob_stats
-        from pivotrl.testbed.tiny import load_tiny
+        from pivotrl.experiment.evaluate import evaluate_ood, evaluate_world, ood_logprob_stats
+        from pivotrl.experiment.testbed.tiny import load_tiny
 
         model, tok = (self.base, self.tokenizer) if model_dir is None else load_tiny(model_dir)
         ind = evaluate_world(model, tok, world, self.trajs[world], self.cfg.eval)
@@ -293,10 +293,10 @@ def record_invocation(out: Path, seconds: float, *, trained: int, jobs: int) -> 
 def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
              testbed_config=None, log: Callable[[str], None] = say) -> dict[str, Any]:
     from pivotrl.records import Profile, iter_valid
-    from pivotrl.report import write_report
-    from pivotrl.testbed.build import build_testbed
-    from pivotrl.testbed.tiny import load_tiny
-    from pivotrl.theory import gradient_vs_std
+    from pivotrl.experiment.report import write_report
+    from pivotrl.experiment.testbed.build import build_testbed
+    from pivotrl.experiment.testbed.tiny import load_tiny
+    from pivotrl.experiment.theory import gradient_vs_std
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     start = time.time()

@@ -29,7 +29,7 @@ import keyword
 import re
 from typing import Any
 
-from pivotrl.data.bfcl import (backend_class, call_string, forget_instances, fresh_model_name,
+from pivotrl.experiment.bfcl import (backend_class, call_string, forget_instances, fresh_model_name,
                                is_long_context, parse_call)
 from pivotrl.world import register_world
 

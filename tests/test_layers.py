@@ -1,0 +1,126 @@
+"""The layering rule, read from the code: the core never imports the experiment, and no module
+imports itself back through others. Every import counts: module level, inside functions, and
+module names written as strings (importlib, entry points)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+EXPERIMENT = "pivotrl.experiment"
+# The command line wires both layers together; it is the one core-side module allowed to.
+WIRING = {"pivotrl.cli"}
+
+
+def module_files() -> dict[str, Path]:
+    out = {}
+    for path in (SRC / "pivotrl").rglob("*.py"):
+        name = ".".join(path.relative_to(SRC).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def _owner(name: str, mods: dict[str, Path]) -> str | None:
+    """The module a dotted name lives in (`pivotrl.records.Turn` -> `pivotrl.records`)."""
+    while name and name not in mods:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = module_files()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([base] if base else []))
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if re.fullmatch(r"pivotrl(\.\w+)+(:\w+)?", node.value):
+                    names = [node.value.split(":")[0]]
+            for name in names:
+                target = _owner(name, mods) if name.startswith("pivotrl") else None
+                # A module importing an enclosing package of its own is not an edge (Python
+                # initialises the package first anyway).
+                if target and target != mod and not mod.startswith(target + "."):
+                    graph[mod].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (iterative Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    m = stack.pop()
+                    on_stack.discard(m)
+                    component.append(m)
+                    if m == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def is_experiment(mod: str) -> bool:
+    return mod == EXPERIMENT or mod.startswith(EXPERIMENT + ".")
+
+
+def test_core_never_imports_the_experiment():
+    graph = import_graph()
+    leaks = sorted(f"{m} -> {t}" for m, targets in graph.items()
+                   if not is_experiment(m) and m not in WIRING for t in targets if is_experiment(t))
+    assert leaks == []
+
+
+def test_no_import_cycles():
+    assert cycles(import_graph()) == []
+
+
+def test_the_checker_sees_what_it_must():
+    # The checker itself must be able to fail: a two-module cycle and a function-level import.
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+    graph = import_graph()
+    assert "pivotrl.records" in graph["pivotrl.extract"]
+    assert any(is_experiment(t) for t in graph["pivotrl.cli"])  # imported inside functions
+
+
+def test_no_core_file_over_500_lines():
+    big = {m: n for m, p in module_files().items() if (n := len(p.read_text().splitlines())) > 500}
+    assert big == {}
