@@ -123,7 +123,7 @@ def profile(
 
     Shards: run `pivotrl profile TURNS --shard I/N --out p.I.jsonl …` for I in 0..N-1 (in parallel),
     then `pivotrl profile TURNS --merge --out profile.jsonl p.0.jsonl … p.N-1.jsonl`."""
-    import yaml
+    from pivotrl.yaml_config import read_mapping
     from rich.table import Table
 
     from pivotrl import profiling as prof
@@ -148,13 +148,13 @@ def profile(
     if not turns.is_file():
         console.print(f"[red]{turns}: no such file[/red]")
         raise typer.Exit(2)
-    opts = yaml.safe_load(config.read_text()) if config else {}
-    opts = {key: val for key, val in (opts or {}).items() if key in prof.ProfileConfig.model_fields}
+    opts = read_mapping(config) if config else {}
+    opts = {key: val for key, val in opts.items() if key in prof.ProfileConfig.model_fields}
     given = {"k": k, "verifier": verifier, "seed": seed, "max_new_tokens": max_new_tokens,
              "temperature": temperature, "top_p": top_p, "shard": shard}
     opts.update({key: val for key, val in given.items() if val is not None})
     if verifier_config is not None:
-        opts["verifier_config"] = yaml.safe_load(verifier_config.read_text()) or {}
+        opts["verifier_config"] = read_mapping(verifier_config)
     try:
         cfg = prof.ProfileConfig(**opts)
         prof.parse_shard(cfg.shard)

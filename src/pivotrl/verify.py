@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from pivotrl.actions import parse_completion
 from pivotrl.records import Message, Turn, _first_error
 from pivotrl.scoring import score_actions
+from pivotrl.yaml_config import read_mapping
 from pivotrl.verifiers import get_verifier
 
 BATCH = 256  # cases per score_batch call (the judge verifier sends a batch concurrently)
@@ -33,9 +33,7 @@ def load_config(path: str | Path | None, verifier_name: str) -> dict[str, Any]:
     (`toolcall: {...}`) from which the named verifier's section is taken."""
     if path is None:
         return {}
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a verifier config must be a YAML mapping, got {type(data).__name__}")
+    data = read_mapping(path)
     if isinstance(data.get(verifier_name), dict):
         return dict(data[verifier_name])
     return data

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.experiment.evaluate import EvalConfig
+from pivotrl.yaml_config import load_model
 
 METHODS = ("sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact", "e2e_rl")
 PIVOT_SET_ARMS = ("pivotrl", "pivotrl_exact", "pivotrl_random")  # sized by the pivot set
@@ -76,16 +77,7 @@ class DemoConfig(BaseModel):
 
     @classmethod
     def from_yaml(cls, path: Path) -> "DemoConfig":
-        import yaml
-
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-            return cls.model_validate(data)
-        except (OSError, yaml.YAMLError) as exc:
-            raise ValueError(f"{path}: {exc}") from None
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ValueError(f"{path}: {problems}") from None
+        return load_model(cls, path)
 
     def full(self) -> "DemoConfig":
         """More seeds, learning rates, steps and eval tasks. Estimated ~6 h on 2 cores from the

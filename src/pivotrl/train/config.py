@@ -18,8 +18,9 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
+
+from pivotrl.yaml_config import build_model, read_mapping
 
 
 class _Strict(BaseModel):
@@ -89,12 +90,7 @@ class _RunCommon(_Strict):
     def from_yaml(cls, path: str | Path, **overrides: Any):
         """Load a YAML run file; relative paths are taken relative to the YAML's folder."""
         path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{path}: not valid YAML: {exc}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: a run config must be a YAML mapping")
+        data = read_mapping(path)
         for key in cls._path_fields():
             if isinstance(data.get(key), list):
                 data[key] = [v if Path(str(v)).is_absolute() else str(path.parent / str(v)) for v in data[key]]
@@ -105,11 +101,7 @@ class _RunCommon(_Strict):
                     data[key] = str(candidate)
         # CLI overrides come last; their paths are relative to the working directory, as usual.
         data.update({k: v for k, v in overrides.items() if v is not None})
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ValueError(f"{path}: {problems}") from None
+        return build_model(cls, data, path)
 
     @classmethod
     def _path_fields(cls) -> tuple[str, ...]:

@@ -25,11 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, Field
 
 from pivotrl.experiment.evaluate import EvalConfig
 from pivotrl.records import write_atomic
+from pivotrl.yaml_config import load_model
 from pivotrl.experiment.testbed.pretrain import PretrainConfig
 from pivotrl.experiment.testbed.tiny import TinyModelConfig
 
@@ -91,17 +91,7 @@ class TestbedConfig(BaseModel):
 def load_config(path: str | Path | None) -> TestbedConfig:
     if path is None:
         return TestbedConfig()
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"{path}: cannot read the testbed config: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: the testbed config must be a mapping")
-    try:
-        return TestbedConfig.model_validate(data)
-    except Exception as exc:
-        raise ValueError(f"{path}: {exc}") from exc
+    return load_model(TestbedConfig, path)
 
 
 def expected_outputs(out: Path, cfg: TestbedConfig) -> list[Path]:
