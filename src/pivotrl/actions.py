@@ -11,7 +11,7 @@ Formats read (what real models emit):
   templates that open the think block in the prompt).
 
 Anything else that looks like a call but is not one is an *invalid* action (reward 0, counted,
-with the reason): a permissive parser is a reward leak (DESIGN.md). In particular the action must
+with the reason): a permissive parser is a reward leak (docs/DESIGN.md). In particular the action must
 be cleanly terminated: after the last `</tool_call>` only whitespace and end-of-turn markers.
 Model text is hostile: `parse_completion` never raises.
 """

@@ -1,4 +1,4 @@
-"""The `pivotrl` command line: each verb a few lines over the library (DESIGN.md, contract)."""
+"""The `pivotrl` command line: each verb a few lines over the library (docs/DESIGN.md, contract)."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ class ExtractOptions(BaseModel):
         1, description="Skip turns with fewer context messages (1: a turn needs at least a prompt).")
     eval_fraction: float = Field(
         0.0, ge=0.0, lt=1.0, description="Fraction of trajectories held out for evaluation, split "
-        "by trajectory id (never by row: turns of one trajectory share context, DESIGN.md).")
+        "by trajectory id (never by row: turns of one trajectory share context, docs/DESIGN.md).")
     seed: int = Field(0, description="Seed of the train/eval split.")
 
 

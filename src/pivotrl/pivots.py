@@ -7,7 +7,7 @@ easy turns give little.
 
 We apply it to the BINARY outcome (success = reward ≥ `success_threshold`, default 0.5): with a
 shaped reward, a group of failures scored 0.1, 0.2, 0.3 has variance > 0 and would pass the
-filter though no sample succeeded (DESIGN.md pitfall). For binary rewards both readings agree.
+filter though no sample succeeded (docs/DESIGN.md pitfall). For binary rewards both readings agree.
 
 λ_diff default 0.75. The paper states the rule with a free λ_diff; the material available to
 us (the two seed summaries and public descriptions of arXiv 2603.21383) gives no value, so this

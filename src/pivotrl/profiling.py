@@ -1,5 +1,5 @@
 """Profiling (PivotRL step 2): K samples per turn from the frozen reference policy, each parsed and
-scored by a verifier, summarised as a Profile record (DESIGN.md): reward mean and std.
+scored by a verifier, summarised as a Profile record (docs/DESIGN.md): reward mean and std.
 
 A run streams the Turn file, appends one Profile per line with a flush per record, and can be
 killed at any moment: the same command resumes, skipping the ids already written (a torn last
@@ -32,14 +32,14 @@ from pivotrl.sampling.base import Completion, SamplingParams, derive_seed
 from pivotrl.scoring import Parser, score_completions
 from pivotrl.verifiers.base import Score
 
-SUCCESS_THRESHOLD = 0.5  # a shaped reward counts as a success from here (DESIGN.md pitfall)
+SUCCESS_THRESHOLD = 0.5  # a shaped reward counts as a success from here (docs/DESIGN.md pitfall)
 
 
 class ProfileConfig(BaseModel):
     """Options of a profiling run (CLI flags and configs/profile.yaml keys)."""
 
-    k: int = Field(8, ge=1, description="Samples per turn (the issue's default; the paper profiles "
-                   "each candidate with K samples of π0).")
+    k: int = Field(8, ge=1, description="Samples per turn (the paper profiles each candidate "
+                   "with K samples of π0; 8 gives outcome rates in steps of 1/8).")
     verifier: str = Field("toolcall", description="Verifier name (pivotrl.verifiers registry).")
     verifier_config: dict[str, Any] = Field(default_factory=dict,
                                             description="The verifier's options (its YAML keys).")

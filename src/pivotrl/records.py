@@ -1,4 +1,4 @@
-"""Records of the data flow (DESIGN.md, contract) and their JSON Lines I/O.
+"""Records of the data flow (docs/DESIGN.md, contract) and their JSON Lines I/O.
 
 Every reader here streams: one line in memory at a time. A bad line never raises a traceback;
 it becomes a `Reject` (file, line, field, reason) that the caller writes to a rejects file, or,
@@ -326,7 +326,7 @@ def done_ids(path: str | Path, key: str = "id") -> set[str]:
 
 
 def rejects_path(out: str | Path) -> Path:
-    """`turns.jsonl` → `turns.rejects.jsonl`, next to the output (DESIGN.md contract)."""
+    """`turns.jsonl` → `turns.rejects.jsonl`, next to the output (docs/DESIGN.md contract)."""
     out = Path(out)
     stem = out.name[: -len(".jsonl")] if out.name.endswith(".jsonl") else out.name
     return out.with_name(f"{stem}.rejects.jsonl")

@@ -1,4 +1,4 @@
-"""Score a file of verify cases (DESIGN.md contract behind `pivotrl verify`).
+"""Score a file of verify cases (docs/DESIGN.md contract behind `pivotrl verify`).
 
 A case is a Turn plus `"candidate"` (an assistant message) or `"completion"` (raw model text,
 parsed with `parse_completion`, exactly as profiling and training parse it); when both are

@@ -41,7 +41,7 @@ class DemoConfig(BaseModel):
     seeds: list[int] = Field(default_factory=lambda: [0], description="Training seeds (--full: 3).")
     learning_rates: list[float] = Field(
         default_factory=lambda: [1e-4, 3e-4], description="The lr grid, the same for every method. "
-        "DESIGN.md: keep RL at ≤ 3e-4 on these tiny models. Measured on this testbed (session 2): "
+        "docs/DESIGN.md: keep RL at ≤ 3e-4 on these tiny models. Measured on this testbed: "
         "a constant 1e-3 collapsed one-turn GRPO within 10 steps (OOD 0.96 → 0.28), so the grid "
         "is 1e-4–3e-4; --full adds 3e-5.")
     headline_lr: float = Field(3e-4, description="The lr of the report's headline table and "
@@ -50,7 +50,7 @@ class DemoConfig(BaseModel):
     steps: int = Field(30, description="Optimizer steps per training run (sized for the default "
                        "demo on 2 cores; --full: 80).")
     eval_every: int = Field(10, description="Checkpoint and evaluate every N steps.")
-    k: int = Field(8, description="Profiling samples per turn (issue #5's default).")
+    k: int = Field(8, description="Profiling samples per turn (the paper profiles with K samples of π0).")
     profile_turns: int = Field(480, description="Candidate turns profiled per world (the first N "
                                "of the SFT data's turns; ~120 pivots in toolshop. 120 turns gave "
                                "32 pivots, too few states to generalise from).")

@@ -14,7 +14,7 @@ With a BFCL trajectories file (`pivotrl data bfcl --out F`), `evaluate_bfcl` add
 entry per category, `"bfcl_<category>"`, in the same shape: episodes driven by the same runner in
 BFCL's executable backends (`make_world("bfcl")`), every user turn delivered in order (held-out
 functions added at their turn), BFCL's step limit per user turn, success = BFCL's own
-`multi_turn_checker`. The JSON shape is a contract (DESIGN.md):
+`multi_turn_checker`. The JSON shape is a contract (docs/DESIGN.md):
 `{"in_domain": {world: {"success", "ci95", "episodes", "turn_accuracy", ...}},
   "ood": {family: {"accuracy", "ci95", "n"}}}`, and `write_result` puts a markdown table next to it.
 

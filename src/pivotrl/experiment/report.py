@@ -13,7 +13,7 @@ from pathlib import Path
 from statistics import mean, stdev
 from typing import Any
 
-PAPER = {  # Published figures (Qwen3-30B-A3B), as DESIGN.md reports them.
+PAPER = {  # Published figures (Qwen3-30B-A3B), as docs/DESIGN.md reports them.
     "in_domain": {"base": 17.84, "sft": 27.77, "pivotrl": 31.95},
     "ood_change": {"sft": -9.83, "pivotrl": 0.21},
     "tau2_ablation": {"pivotrl": 63.81, "pivotrl_no_filter": 59.68, "pivotrl_exact": 57.34,
@@ -59,7 +59,7 @@ def standard_error(per_seed: list[float], items: int) -> float:
 
 def checkpoint_curve(rows: list[dict[str, Any]], method: str) -> list[dict[str, Any]]:
     """Per (lr, step): in-domain = mean success over worlds, OOD = mean over families, each
-    averaged over seeds (DESIGN.md's `checkpoints` shape), plus the seed spread and each rate's
+    averaged over seeds (docs/DESIGN.md's `checkpoints` shape), plus the seed spread and each rate's
     standard error (`<key>_se`, see standard_error)."""
     by_seed: dict[tuple, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
@@ -93,7 +93,7 @@ def checkpoint_curve(rows: list[dict[str, Any]], method: str) -> list[dict[str, 
 
 def headline(rows: list[dict[str, Any]], method: str, lr: float | None) -> dict[str, Any]:
     """The method's final checkpoint at the pre-chosen headline lr, in evaluate's JSON shape
-    (DESIGN.md contract), averaged over seeds with intervals over seeds."""
+    (docs/DESIGN.md contract), averaged over seeds with intervals over seeds."""
     mine = [r for r in rows if r["method"] == method and (lr is None or r["lr"] == lr)]
     if not mine:
         return {}
@@ -210,7 +210,7 @@ def aggregate(rows: list[dict[str, Any]], *, seeds: list[int], headline_lr: floa
         methods[m] = entry
     curves = {m: v["checkpoints"] for m, v in methods.items()}
     keys = measures(curves)
-    # Episode success keeps the top-level keys (DESIGN.md's shape); turn accuracy sits beside it.
+    # Episode success keeps the top-level keys (docs/DESIGN.md's shape); turn accuracy sits beside it.
     matched = {k: matched_points(curves, k) for k in keys}
     turns_match = turns_to_match(curves, "in_domain")
     if "turn_accuracy" in keys and turns_match:

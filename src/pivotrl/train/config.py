@@ -4,7 +4,7 @@ One YAML file per run; every field says where its default comes from. "paper" is
 (arXiv 2603.21383) and its published τ² recipe; "TRL" is the TRL 1.16 default; "ours" is a choice
 made here, with the reason. CLI overrides (`--max-steps`, …) are applied on top of the YAML.
 
-How the schedule counts (DESIGN.md: "count steps and schedule by pivots, not by rows"): the train
+How the schedule counts (docs/DESIGN.md: "count steps and schedule by pivots, not by rows"): the train
 set holds ONE row per pivot. One optimizer step consumes
 `pivots_per_step = per_device_train_batch_size * num_processes * gradient_accumulation_steps
 / num_generations` pivots (each with its G completions). `num_epochs` passes over the pivot set
@@ -48,7 +48,7 @@ class LoraOptions(_Strict):
 
 class ReprofileOptions(_Strict):
     enabled: bool = Field(False, description="Re-profile the pivots during training and drop those the "
-                          "policy has mastered (the profiling issue's hook; ours: off, the paper profiles once).")
+                          "policy has mastered (off: the paper profiles once).")
     threshold: float = Field(0.9, description="Batch reward mean that triggers a re-profile (profiling.ReprofileHook).")
     every_n_steps: int = Field(50, description="Least number of optimizer steps between two re-profiles.")
     options: dict[str, Any] = Field(default_factory=dict, description="Further ReprofileHook keyword "
@@ -79,7 +79,7 @@ class _RunCommon(_Strict):
     logging_steps: int = Field(1, description="Log (and append to metrics.jsonl) every N steps (ours: every step).")
     seed: int = Field(0, description="Seed of sampling, shuffling and init (ours).")
     precision: Literal["auto", "bf16", "fp32"] = Field("auto", description="auto: bf16 on GPUs that support it, "
-                                                      "fp32 on CPU (bf16 autocast on CPU is ~16× slower, DESIGN.md).")
+                                                      "fp32 on CPU (bf16 autocast on CPU is ~16× slower, docs/DESIGN.md).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations (TRL: True; ours: False, "
                                          "2× slower on small models — turn on for big ones).")
     lora: LoraOptions = Field(default_factory=LoraOptions, description="PEFT LoRA options.")
@@ -127,7 +127,7 @@ class GRPORunConfig(_RunCommon):
     verifier: str = Field("toolcall", description="Verifier that rewards a completion against the expert "
                           "action (paper: functional; 'exact' is the string-match ablation).")
     verifier_config: dict[str, Any] = Field(default_factory=dict, description="Verifier options (YAML keys).")
-    invalid_action_penalty: float = Field(0.0, description="Reward of an unparseable completion (DESIGN.md: "
+    invalid_action_penalty: float = Field(0.0, description="Reward of an unparseable completion (docs/DESIGN.md: "
                                           "0, never more than a wrong action; use <0 to punish format errors).")
     num_generations: int = Field(16, description="G completions per pivot (paper τ² recipe: 16).")
     temperature: float = Field(1.0, description="Sampling temperature of rollouts (TRL: 1.0).")

@@ -3,7 +3,7 @@ PivotRL needs that TRL does not log, and the trainer subclass that logs them (wi
 fix to TRL's log-prob head).
 
 Each dataset row carries its Turn as a JSON string column `turn` (Arrow would merge differently
-keyed argument dicts, DESIGN.md); TRL repeats it for each of the G completions and hands it to the
+keyed argument dicts, docs/DESIGN.md); TRL repeats it for each of the G completions and hands it to the
 reward function as a keyword argument.
 """
 

@@ -6,7 +6,7 @@ The trajectories are tokenized here, not by TRL: `apply_chat_template(..., retur
 _mask=True)` (the call TRL's `assistant_only_loss=True` makes, driven by the template's
 `{% generation %}` markers) on messages whose tool-call arguments are real dicts. Handing TRL a
 conversational `datasets` column instead would let Arrow merge every call's differently keyed
-argument dicts into one struct, filling missing keys with null (DESIGN.md), and the model would
+argument dicts into one struct, filling missing keys with null (docs/DESIGN.md), and the model would
 be trained on arguments the expert never sent. TRL gets `input_ids` + `labels` (-100 outside
 assistant turns) and does the rest: batching, schedule, checkpoints, DDP/DeepSpeed/FSDP.
 """

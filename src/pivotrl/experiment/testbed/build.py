@@ -1,6 +1,6 @@
 """`pivotrl testbed build --out DIR`: the whole built-in testbed, built once and cached.
 
-Writes (DESIGN.md, contract):
+Writes (docs/DESIGN.md, contract):
     DIR/<world>/train.jsonl, eval.jsonl   expert Trajectory records (train / eval tasks)
     DIR/ood/train.jsonl, eval.jsonl       OOD tasks of every family
     DIR/base/                             the tiny base model + tokenizer (HF format)

@@ -36,7 +36,7 @@ MAX_TURNS = 8  # every task needs at most 6 turns; the weak expert may waste two
 
 class ExpertConfig(BaseModel):
     noise: float = Field(0.0, description="Probability of a mistake at each turn (0 = the expert; "
-                         "0.3 gives the tiny base partial skill, issue 4).")
+                         "0.3 gives the tiny base partial skill).")
     habit: float = Field(0.0, description="Probability of using its habitual (last-listed) form "
                          "instead of a uniformly random one: the base's own style.")
     mistakes: dict[str, float] = Field(

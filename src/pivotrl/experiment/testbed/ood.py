@@ -19,7 +19,7 @@ from pivotrl.experiment.testbed.common import EVAL_PERCENT, stable_int
 
 FAMILIES = ["add", "sub", "next", "reverse", "upper", "recall"]
 LETTERS = "abcdefghijklmnoprstu"
-MAX_NUMBER = 50  # small operands: the tiny base must reach ≥ 80% (issue 4)
+MAX_NUMBER = 50  # small operands: the tiny base must reach ≥ 80% within the build
 MAX_NEXT = 2000  # `next`: arithmetic a 2-layer base learns in the build (a carry only after a 9)
 
 _PROMPTS = {

@@ -5,7 +5,7 @@ Each world lives in its own module (`toolshop`, `terminal`) and exposes the same
 rng) -> dict(user, world_config, goal, task)` and a World class registered with `register_world`.
 
 A task is a Trajectory record holding only the system prompt and the user request; its metadata
-carries everything an executor needs (DESIGN.md): `world`, `world_config` (the initial state),
+carries everything an executor needs (docs/DESIGN.md): `world`, `world_config` (the initial state),
 `goal` (what success means), `task_id`, `split`, and `task` (the parameters the user stated in
 words: what an expert may read, never the hidden state).
 """

@@ -2,7 +2,7 @@
 
 Nothing is downloaded. The tokenizer is trained with `tokenizers` on the testbed's own text; the
 model is a transformers Llama (not qwen2: with a qwen2 config, `AutoTokenizer.from_pretrained`
-in transformers 5.x swaps in Qwen's pre-tokenizer and ids change — DESIGN.md) sized for 2 CPU cores.
+in transformers 5.x swaps in Qwen's pre-tokenizer and ids change — docs/DESIGN.md) sized for 2 CPU cores.
 
 Chat format (what Qwen2.5/Hermes models emit):
 
@@ -170,12 +170,12 @@ def wrap_tokenizer(tok):
 
 
 class TinyModelConfig(BaseModel):
-    """The base model's shape. Defaults: DESIGN.md's measured facts (hidden 128 × 2 layers is
+    """The base model's shape. Defaults: docs/DESIGN.md's measured facts (hidden 128 × 2 layers is
     the size for 2 CPU cores; hidden 256 × 4 layers trains 10× slower)."""
 
-    hidden_size: int = Field(128, description="Model width (DESIGN.md: 128 for 2 cores).")
-    num_layers: int = Field(2, description="Transformer blocks (DESIGN.md: 2).")
-    num_heads: int = Field(4, description="Attention heads (DESIGN.md: 4; head dim 32).")
+    hidden_size: int = Field(128, description="Model width (docs/DESIGN.md: 128 for 2 cores).")
+    num_layers: int = Field(2, description="Transformer blocks (docs/DESIGN.md: 2).")
+    num_heads: int = Field(4, description="Attention heads (docs/DESIGN.md: 4; head dim 32).")
     intermediate_size: int = Field(384, description="MLP width (3× hidden, Llama-style SwiGLU).")
     max_positions: int = Field(2048, description="Longest sequence (prompt + completion) in tokens; "
                                                   "the testbed's longest episode prompts fit.")
