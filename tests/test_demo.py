@@ -79,3 +79,31 @@ def test_demo_yaml_is_the_default_and_typos_are_errors(tmp_path):
     bad.write_text("steps: [\n")
     with pytest.raises(ValueError, match="demo.yaml"):
         DemoConfig.from_yaml(bad)
+
+
+def test_strict_exact_is_the_raw_text_ablation():
+    """The demo's exact arm: key order, case and message spacing all count; the default
+    normalised `exact` forgives them."""
+    import json as _json
+
+    from pivotrl.records import Turn
+    from pivotrl.scoring import score_completion
+    from pivotrl.verifiers import get_verifier
+
+    def call(args):
+        return "<tool_call>\n" + _json.dumps({"name": "get_order", "arguments": args}) + "\n</tool_call>"
+
+    turn = Turn(id="t/1", trajectory_id="t", turn=1, context=[], expected={
+        "role": "assistant", "tool_calls": [{"id": "a", "function": {
+            "name": "get_order", "arguments": _json.dumps({"order_id": "o1", "verbose": True})}}]})
+    strict, loose = get_verifier("exact", strict=True), get_verifier("exact")
+    same = call({"order_id": "o1", "verbose": True})
+    reordered = call({"verbose": True, "order_id": "o1"})
+    assert score_completion(strict, turn, same).reward == 1.0
+    assert score_completion(strict, turn, reordered).reward == 0.0
+    assert score_completion(loose, turn, reordered).reward == 1.0
+    msg = Turn(id="t/2", trajectory_id="t", turn=2, context=[],
+               expected={"role": "assistant", "content": "Done.  Booked!"})
+    assert score_completion(strict, msg, "Done.  Booked!").reward == 1.0
+    assert score_completion(strict, msg, "done. booked!").reward == 0.0
+    assert score_completion(loose, msg, "done. booked!").reward == 1.0

@@ -165,7 +165,9 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
 
         # 3. Group-normalised advantages: reward = success (0/1), one group = G episodes of a task.
         rewards = torch.tensor([float(reward_fn(r) if reward_fn else r.success) for r in results]).view(-1, G)
-        std = rewards.std(dim=1, unbiased=False, keepdim=True)
+        # The sample std (Bessel-corrected), as TRL's GRPOTrainer normalises PivotRL's groups: the
+        # two RL arms must scale their advantages the same way.
+        std = rewards.std(dim=1, unbiased=True, keepdim=True)
         advantages = ((rewards - rewards.mean(dim=1, keepdim=True)) / (std + 1e-4)).view(-1)
 
         # 4. Token-level clipped policy gradient over every generated token of every episode.

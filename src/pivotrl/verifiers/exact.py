@@ -4,6 +4,12 @@ A call turn matches when the candidate makes the same calls, in the same order, 
 canonical JSON arguments (sorted keys, no whitespace: key order and spacing are not "text").
 A message turn matches when the texts are equal after case folding and whitespace collapsing.
 Nothing else is forgiven: 5 vs 5.0, an omitted default or a reworded message all score 0.
+
+`strict=True` is the paper's strict string-match ablation: the candidate's rendered action text
+(`actions.render_action`: message text, then each call's JSON with its keys in the order the
+model wrote them) must equal the expert's rendered text character for character, so key order,
+case and message whitespace count too. The one thing it cannot see is whitespace inside a
+tool-call's JSON, which the completion parser does not keep.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pivotrl.actions import call_arguments
+from pivotrl.actions import call_arguments, render_action
 from pivotrl.records import Message, Turn, message_text
 from pivotrl.verifiers.base import Score
 
@@ -23,6 +29,10 @@ class ExactConfig(BaseModel):
     case_sensitive: bool = Field(
         False, description="Compare message text case-sensitively (default False: the paper's "
                            "baseline normalises case and whitespace).")
+    strict: bool = Field(
+        False, description="Raw-text match of the rendered action (key order, case and spacing "
+                           "count; default False: the normalised match above). The demo's "
+                           "exact-match arm sets it: the paper's strict string-match ablation.")
 
 
 def _canonical_calls(message: Message) -> list[tuple[str, str]]:
@@ -45,6 +55,13 @@ class ExactVerifier:
     def score(self, turn: Turn, action: Message | None) -> Score:
         if action is None:
             return Score(0.0, False, "unparseable action")
+        if self.config.strict:
+            # Safe by construction: only an identical text is rewarded, so no wrong action can be.
+            try:
+                same = render_action(action) == render_action(turn.expected)
+            except (ValueError, TypeError, RecursionError) as exc:
+                return Score(0.0, False, f"action arguments are not a JSON object: {exc}")
+            return Score(1.0, True, "") if same else Score(0.0, True, "action text differs")
         try:
             cand = _canonical_calls(action)
         except (ValueError, TypeError, RecursionError) as exc:
