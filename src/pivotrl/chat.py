@@ -38,7 +38,10 @@ def _args_or_raw(arguments: Any) -> Any:
 
 
 def template_messages(messages: list[Message]) -> list[dict[str, Any]]:
-    return [template_message(m) for m in messages]
+    """Messages for the chat template. Reasoning that is in the messages is passed on: the Turn
+    file decides (`extract --keep-reasoning` keeps earlier turns' reasoning, the default drops it),
+    and the template decides whether it renders it (Qwen3's drops reasoning before the last user turn)."""
+    return [template_message(m, keep_reasoning=True) for m in messages]
 
 
 def prompt_text(tokenizer: Any, context: list[Message], tools: list[dict[str, Any]] | None) -> str:
