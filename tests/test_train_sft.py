@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
 import yaml
 
 from pivotrl.records import Trajectory
@@ -66,6 +67,8 @@ def test_sft_lowers_the_loss_and_reports_rejects(tmp_path, tiny_model_dir):
     rejects = [json.loads(line) for line in (out / "sft_data.rejects.jsonl").read_text().splitlines()]
     assert rejects[0]["where"].endswith("trajectories.jsonl:7")
     assert (out / "checkpoint-6" / "trainer_state.json").exists()
+    # The final model written to output_dir is the trained one, not the starting weights.
     from transformers import AutoModelForCausalLM
 
-    assert AutoModelForCausalLM.from_pretrained(out) is not None
+    trained, start = AutoModelForCausalLM.from_pretrained(out), AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert any(not torch.equal(a, b) for a, b in zip(trained.parameters(), start.parameters()))
