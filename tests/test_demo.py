@@ -107,3 +107,12 @@ def test_strict_exact_is_the_raw_text_ablation():
     assert score_completion(strict, msg, "Done.  Booked!").reward == 1.0
     assert score_completion(strict, msg, "done. booked!").reward == 0.0
     assert score_completion(loose, msg, "done. booked!").reward == 1.0
+
+
+def test_grpo_default_batch_is_four_pivots_per_step():
+    from pivotrl.train.config import GRPORunConfig
+
+    common = dict(model="m", output_dir="o", pivots="p")
+    assert GRPORunConfig(**common).pivots_per_step() == 4.0
+    assert GRPORunConfig(**common, num_generations=8).pivots_per_step() == 4.0
+    assert GRPORunConfig(**common, num_generations=8, per_device_train_batch_size=8).pivots_per_step() == 1.0
