@@ -1,0 +1,234 @@
+"""Paired comparisons from per-item outcomes: the demo's checkpoint choice and verdict rule.
+
+The demo saves one row per scored item (`items.jsonl`):
+`{"method", "world", "seed", "lr", "step", "split", "measure", "item", "cluster", "outcome"}`
+(`measure` is "episode", "turn" or "ood"; `cluster` is the task or trajectory the item belongs
+to). Everything the report concludes is recomputed here from those rows, by these rules:
+
+Checkpoint choice (`choose`), on the **dev** split only:
+  the score of a checkpoint (method, lr, seed, step) is its mean outcome over every dev item of
+  the selection measure, all worlds pooled. Each run (method, lr, seed) keeps its best step
+  (ties: the earlier step); each method keeps the lr whose kept checkpoints have the best mean
+  score over seeds (ties: the smaller lr). The eval split never takes part in a choice.
+
+Paired difference (`paired`), on the **eval** split:
+  a side is (method, lr, {seed: step}). Item (world, item) at seed s pairs side a's outcome with
+  side b's; only pairs present on both sides count. diff = Σ (outcome_a − outcome_b) / n over
+  every pair of every seed: the difference of the two sides' mean outcomes on the same items.
+
+95% interval (`paired`, `bootstrap_weights`): percentile bootstrap, B = 2000 replicates from
+  `numpy.random.default_rng(0)`. A replicate draws the seeds with replacement (S of S; with one
+  seed no draw is made), then the clusters with replacement (C of C, one draw shared by every
+  seed, since every seed is scored on the same tasks; clusters are (world, cluster) in sorted
+  order, seeds in sorted order), and recomputes diff with each (seed, cluster) cell counted as
+  often as it was drawn (seed count × cluster count). The interval is the 2.5% and 97.5%
+  quantiles of the replicates (numpy's default linear interpolation).
+
+Verdict (`verdict`): "met" when the interval lies above 0, "not met" when it lies below 0,
+  otherwise "within noise".
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+BOOTSTRAP_REPLICATES = 2000
+BOOTSTRAP_SEED = 0
+Row = dict[str, Any]
+
+
+def verdict(ci: Sequence[float] | None) -> str:
+    if ci is None:
+        return "not measurable"
+    lo, hi = ci
+    return "met" if lo > 0 else "not met" if hi < 0 else "within noise"
+
+
+def side_outcomes(items: Iterable[Row], method: str, lr: float, steps: dict[int, int], *,
+                  split: str, measure: str) -> dict[tuple[int, str, str], tuple[str, float]]:
+    """{(seed, world, item): (cluster key, outcome)} of one side's checkpoints."""
+    out = {}
+    for r in items:
+        if (r["method"] == method and r["split"] == split and r["measure"] == measure
+                and math.isclose(r["lr"], lr) and steps.get(r["seed"]) == r["step"]):
+            out[(r["seed"], r["world"], str(r["item"]))] = (f"{r['world']}/{r['cluster']}",
+                                                            float(r["outcome"]))
+    return out
+
+
+def bootstrap_weights(n_seeds: int, n_clusters: int, replicates: int = BOOTSTRAP_REPLICATES,
+                      seed: int = BOOTSTRAP_SEED) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Per replicate: how often each seed and each cluster was drawn (see the module doc)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(replicates):
+        if n_seeds > 1:
+            w_seed = np.bincount(rng.integers(0, n_seeds, n_seeds), minlength=n_seeds)
+        else:
+            w_seed = np.ones(n_seeds, dtype=np.int64)
+        w_cluster = np.bincount(rng.integers(0, n_clusters, n_clusters), minlength=n_clusters)
+        yield w_seed, w_cluster
+
+
+def cell_sums(values: dict[tuple[int, str, str], tuple[str, float]], seeds: list[int],
+              clusters: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(sum of values, count) per (seed, cluster) cell, as S × C arrays."""
+    si = {s: i for i, s in enumerate(seeds)}
+    ci = {c: j for j, c in enumerate(clusters)}
+    total = np.zeros((len(seeds), len(clusters)))
+    count = np.zeros((len(seeds), len(clusters)))
+    for (seed, _, _), (cluster, value) in values.items():
+        total[si[seed], ci[cluster]] += value
+        count[si[seed], ci[cluster]] += 1
+    return total, count
+
+
+def weighted_mean(total: np.ndarray, count: np.ndarray, w_seed: np.ndarray,
+                  w_cluster: np.ndarray) -> float:
+    n = w_seed @ count @ w_cluster
+    return float(w_seed @ total @ w_cluster / n) if n else float("nan")
+
+
+def paired(items: Sequence[Row], a: dict[str, Any], b: dict[str, Any], *, measure: str,
+           split: str = "eval", replicates: int = BOOTSTRAP_REPLICATES) -> dict[str, Any] | None:
+    """The paired difference a − b on `measure` with its cluster-bootstrap 95% interval.
+    `a` and `b` are sides: {"method", "lr", "steps": {seed: step}}. None when nothing pairs."""
+    sa = side_outcomes(items, a["method"], a["lr"], a["steps"], split=split, measure=measure)
+    sb = side_outcomes(items, b["method"], b["lr"], b["steps"], split=split, measure=measure)
+    common = sorted(set(sa) & set(sb))
+    if not common:
+        return None
+    diffs = {k: (sa[k][0], sa[k][1] - sb[k][1]) for k in common}
+    seeds = sorted({k[0] for k in common})
+    clusters = sorted({c for c, _ in diffs.values()})
+    total, count = cell_sums(diffs, seeds, clusters)
+    diff = float(total.sum() / count.sum())
+    reps = [weighted_mean(total, count, ws, wc)
+            for ws, wc in bootstrap_weights(len(seeds), len(clusters), replicates)]
+    reps = np.array([r for r in reps if not math.isnan(r)])
+    lo, hi = (float(np.quantile(reps, 0.025)), float(np.quantile(reps, 0.975)))
+    return {"diff": diff, "ci95": [lo, hi], "verdict": verdict([lo, hi]),
+            "a_mean": sum(sa[k][1] for k in common) / len(common),
+            "b_mean": sum(sb[k][1] for k in common) / len(common),
+            "pairs": len(common), "clusters": len(clusters), "seeds": len(seeds)}
+
+
+# ------------------------------------------------------------------ checkpoint choice on dev
+
+
+def checkpoint_scores(items: Iterable[Row], *, split: str, measure: str) -> dict[tuple, float]:
+    """{(method, lr, seed, step): mean outcome} over the split's items of `measure`, worlds pooled."""
+    acc: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0])
+    for r in items:
+        if r["split"] == split and r["measure"] == measure:
+            cell = acc[(r["method"], float(r["lr"]), int(r["seed"]), int(r["step"]))]
+            cell[0] += float(r["outcome"])
+            cell[1] += 1
+    return {k: s / n for k, (s, n) in acc.items() if n}
+
+
+def choose(items: Sequence[Row], *, measure: str, split: str = "dev") -> dict[str, dict[str, Any]]:
+    """Each method's checkpoints chosen on `split` (module doc): {method: {"method", "lr",
+    "steps": {seed: step}, "dev_score"}}."""
+    scores = checkpoint_scores(items, split=split, measure=measure)
+    runs: dict[tuple[str, float], dict[int, tuple[int, float]]] = defaultdict(dict)
+    for (method, lr, seed, step), score in sorted(scores.items()):
+        best = runs[(method, lr)].get(seed)
+        if best is None or score > best[1] + 1e-12:  # sorted by step: ties keep the earlier step
+            runs[(method, lr)][seed] = (step, score)
+    chosen: dict[str, dict[str, Any]] = {}
+    for (method, lr), per_seed in sorted(runs.items()):  # sorted by lr: ties keep the smaller
+        mean_score = sum(s for _, s in per_seed.values()) / len(per_seed)
+        if method not in chosen or mean_score > chosen[method]["dev_score"] + 1e-12:
+            chosen[method] = {"method": method, "lr": lr,
+                              "steps": {seed: step for seed, (step, _) in sorted(per_seed.items())},
+                              "dev_score": mean_score}
+    return chosen
+
+
+def eval_mean(items: Sequence[Row], side: dict[str, Any], *, measure: str,
+              split: str = "eval") -> float | None:
+    vals = side_outcomes(items, side["method"], side["lr"], side["steps"], split=split,
+                         measure=measure)
+    return sum(v for _, v in vals.values()) / len(vals) if vals else None
+
+
+# ------------------------------------------------------------------ power before results
+
+
+def paired_halfwidth(items: Sequence[Row], *, measure: str, seeds: int, split: str = "eval",
+                     method: str = "base") -> dict[str, Any] | None:
+    """The 95% half-width a paired difference would have if the two arms' item outcomes were
+    independent draws at `method`'s rate (the base's, before any training), with the eval
+    split's cluster structure and `seeds` independent seeds: 1.96 × √2 × (cluster-bootstrap
+    standard error of the base's mean) / √seeds. Arms that agree on most items (checkpoints of
+    one base usually do) get narrower intervals; this is the pessimistic planning number. The
+    minimum detectable effect at 80% power is (1.96 + 0.84) / 1.96 of it."""
+    mine = [r for r in items if r["method"] == method and r["split"] == split
+            and r["measure"] == measure]
+    first = min((r["seed"] for r in mine), default=None)
+    vals = {(0, r["world"], str(r["item"])): (f"{r['world']}/{r['cluster']}", float(r["outcome"]))
+            for r in mine if r["seed"] == first}
+    if not vals:
+        return None
+    clusters = sorted({c for c, _ in vals.values()})
+    total, count = cell_sums(vals, [0], clusters)
+    reps = np.array([weighted_mean(total, count, ws, wc)
+                     for ws, wc in bootstrap_weights(1, len(clusters))])
+    half = 1.96 * math.sqrt(2.0) * float(reps.std(ddof=1)) / math.sqrt(max(seeds, 1))
+    return {"measure": measure, "items": len(vals), "clusters": len(clusters), "seeds": seeds,
+            "rate": float(total.sum() / count.sum()), "half_width": half,
+            "mde_80": half * (1.96 + 0.8416) / 1.96}
+
+
+# ------------------------------------------------------------------ rollout turns to match E2E
+
+
+def rollout_ratio(items: Sequence[Row], turns: dict[tuple, float], e2e: dict[str, Any],
+                  pivotrl: dict[str, Any], *, measure: str, claimed: float = 4.0,
+                  split: str = "eval", replicates: int = BOOTSTRAP_REPLICATES) -> dict[str, Any] | None:
+    """Rollout turns PivotRL spends to reach E2E RL's accuracy, against E2E RL's own.
+
+    Target: E2E RL's mean `split` outcome at its dev-chosen checkpoints (side `e2e`); E2E's cost:
+    the rollout turns at those checkpoints (mean over seeds). PivotRL (at its dev-chosen lr,
+    `pivotrl["lr"]`) reaches the target at its earliest step whose mean outcome over seeds is ≥
+    the target; its cost is that step's rollout turns (mean over seeds; profiling included, as
+    `turns` counts it). ratio = E2E's turns / PivotRL's (0 when PivotRL never reaches it). The
+    interval redraws target and curve together under the same bootstrap as `paired`;
+    "met" when its lower end is ≥ `claimed`, "not met" when its upper end is below."""
+    e2e_vals = side_outcomes(items, e2e["method"], e2e["lr"], e2e["steps"], split=split,
+                             measure=measure)
+    steps = sorted({k[3] for k in turns if k[0] == pivotrl["method"] and math.isclose(k[1], pivotrl["lr"])})
+    seeds = sorted(e2e["steps"])
+    curve = {t: side_outcomes(items, pivotrl["method"], pivotrl["lr"], {s: t for s in seeds},
+                              split=split, measure=measure) for t in steps}
+    curve = {t: v for t, v in curve.items() if v}
+    if not e2e_vals or not curve:
+        return None
+    clusters = sorted({c for c, _ in e2e_vals.values()} | {c for v in curve.values() for c, _ in v.values()})
+    e2e_cells = cell_sums(e2e_vals, seeds, clusters)
+    curve_cells = {t: cell_sums(v, seeds, clusters) for t, v in curve.items()}
+    e2e_turns = sum(turns[(e2e["method"], e2e["lr"], s, st)] for s, st in e2e["steps"].items()) / len(seeds)
+    pivot_turns = {t: sum(turns[(pivotrl["method"], pivotrl["lr"], s, t)] for s in seeds) / len(seeds)
+                   for t in curve}
+
+    def reach(ws: np.ndarray, wc: np.ndarray) -> tuple[float, float | None]:
+        target = weighted_mean(*e2e_cells, ws, wc)
+        hit = [pivot_turns[t] for t in sorted(curve) if weighted_mean(*curve_cells[t], ws, wc) >= target - 1e-12]
+        return target, (min(hit) if hit else None)
+
+    ones = (np.ones(len(seeds)), np.ones(len(clusters)))
+    target, reached = reach(*ones)
+    reps = []
+    for ws, wc in bootstrap_weights(len(seeds), len(clusters), replicates):
+        _, got = reach(ws, wc)
+        reps.append(e2e_turns / got if got else 0.0)
+    lo, hi = float(np.quantile(reps, 0.025)), float(np.quantile(reps, 0.975))
+    ratio = e2e_turns / reached if reached else 0.0
+    return {"target": target, "e2e_rl": e2e_turns, "pivotrl": reached, "ratio": ratio,
+            "ci95": [lo, hi], "claimed": claimed,
+            "verdict": "met" if lo >= claimed else "not met" if hi < claimed else "within noise"}

@@ -1,0 +1,114 @@
+"""The verdict rule: paired differences over the same items, cluster bootstrap, dev-only choice."""
+
+import random
+
+import pytest
+
+from pivotrl.experiment.stats import choose, paired, paired_halfwidth, rollout_ratio, verdict
+
+
+def item(method, seed, step, item_id, cluster, outcome, *, lr=1e-4, split="eval", measure="turn",
+         world="w"):
+    return {"method": method, "world": world, "seed": seed, "lr": lr, "step": step, "split": split,
+            "measure": measure, "item": item_id, "cluster": cluster, "outcome": outcome}
+
+
+def side(method, seeds=(0,), step=10, lr=1e-4):
+    return {"method": method, "lr": lr, "steps": {s: step for s in seeds}}
+
+
+def test_paired_difference_is_the_mean_item_difference_and_deterministic():
+    rows = []
+    for i, (a, b) in enumerate([(1, 0), (1, 1), (0, 0), (1, 0), (0, 1), (1, 1)]):
+        rows += [item("pivotrl", 0, 10, i, i // 2, a), item("sft", 0, 10, i, i // 2, b)]
+    rows.append(item("sft", 0, 10, 99, 9, 1))  # unpaired: b only, must not count
+    got = paired(rows, side("pivotrl"), side("sft"), measure="turn")
+    assert got["diff"] == pytest.approx((1 + 0 + 0 + 1 - 1 + 0) / 6) and got["pairs"] == 6
+    assert got["clusters"] == 3 and got["ci95"][0] <= got["diff"] <= got["ci95"][1]
+    assert paired(rows, side("pivotrl"), side("sft"), measure="turn") == got
+    assert paired(rows, side("pivotrl"), side("sft"), measure="episode") is None
+
+
+def test_pairing_sees_a_small_consistent_gain_that_independent_errors_would_hide():
+    """Two arms that agree on most items: +0.05 on 600 items is decided when paired, although
+    each arm's own 95% interval is about ±0.04 wide."""
+    rng = random.Random(0)
+    rows = []
+    for i in range(600):
+        b = int(rng.random() < 0.5)
+        a = 1 if (b == 0 and i % 10 == 0) else b
+        rows += [item("pivotrl", 0, 10, i, i, a), item("sft", 0, 10, i, i, b)]
+    got = paired(rows, side("pivotrl"), side("sft"), measure="turn")
+    assert got["diff"] > 0.03 and got["verdict"] == "met"
+    same = paired(rows, side("sft"), side("sft"), measure="turn")
+    assert same["diff"] == 0.0 and same["ci95"] == [0.0, 0.0] and same["verdict"] == "within noise"
+
+
+def test_clustered_items_get_a_wider_interval_than_independent_ones():
+    rng = random.Random(1)
+    clustered, independent = [], []
+    for c in range(40):
+        d = int(rng.random() < 0.5)  # the whole trajectory moves together
+        for j in range(5):
+            i = c * 5 + j
+            clustered += [item("a", 0, 10, i, c, d), item("b", 0, 10, i, c, 0)]
+            independent += [item("a", 0, 10, i, i, d), item("b", 0, 10, i, i, 0)]
+    wide = paired(clustered, side("a"), side("b"), measure="turn")
+    narrow = paired(independent, side("a"), side("b"), measure="turn")
+    assert wide["diff"] == narrow["diff"]
+    assert (wide["ci95"][1] - wide["ci95"][0]) > 1.8 * (narrow["ci95"][1] - narrow["ci95"][0])
+
+
+def test_seed_spread_widens_the_interval():
+    """Same tasks under three seeds: a gain that only one seed shows is not decided."""
+    rows = []
+    for seed in (0, 1, 2):
+        for i in range(100):
+            a = 1 if seed == 0 else 0
+            rows += [item("a", seed, 10, i, i, a), item("b", seed, 10, i, i, 0)]
+    got = paired(rows, side("a", (0, 1, 2)), side("b", (0, 1, 2)), measure="turn")
+    assert got["diff"] == pytest.approx(1 / 3) and got["seeds"] == 3
+    assert got["ci95"][0] == 0.0 and got["verdict"] == "within noise"
+
+
+def test_choice_uses_dev_only_and_breaks_ties_early_and_small():
+    rows = []
+    for lr, dev, ev in ((1e-4, {10: 0.6, 20: 0.4}, {10: 0.1, 20: 0.9}),
+                        (3e-4, {10: 0.5, 20: 0.5}, {10: 0.9, 20: 0.9})):
+        for step in (10, 20):
+            for i in range(10):
+                rows.append(item("pivotrl", 0, step, i, i, int(i < 10 * dev[step]), lr=lr, split="dev"))
+                rows.append(item("pivotrl", 0, step, i, i, int(i < 10 * ev[step]), lr=lr))
+    got = choose(rows, measure="turn")["pivotrl"]
+    assert got["lr"] == 1e-4 and got["steps"] == {0: 10} and got["dev_score"] == pytest.approx(0.6)
+    flat = [r for r in rows if r["lr"] == 3e-4]
+    assert choose(flat, measure="turn")["pivotrl"]["steps"] == {0: 10}  # tie: the earlier step
+
+
+def test_rollout_ratio_and_its_interval():
+    rows, turns = [], {}
+    for step, acc in ((10, 0.2), (20, 0.6)):
+        turns[("pivotrl", 1e-4, 0, step)] = 100 * step
+        turns[("e2e_rl", 1e-4, 0, step)] = 1000 * step
+        for i in range(50):
+            rows.append(item("pivotrl", 0, step, i, i, int(i < 50 * acc)))
+            rows.append(item("e2e_rl", 0, step, i, i, int(i < 25)))
+    got = rollout_ratio(rows, turns, side("e2e_rl", step=20), {"method": "pivotrl", "lr": 1e-4},
+                        measure="turn")
+    assert got["target"] == 0.5 and got["pivotrl"] == 2000 and got["e2e_rl"] == 20000
+    assert got["ratio"] == 10.0 and got["ci95"][0] <= 10.0 <= got["ci95"][1]
+    assert got["verdict"] in ("met", "within noise")
+    never = rollout_ratio(rows, turns, side("e2e_rl", step=20), {"method": "pivotrl", "lr": 3e-4},
+                          measure="turn")
+    assert never is None  # no PivotRL checkpoints at that lr: nothing to compare
+
+
+def test_halfwidth_of_independent_arms_matches_the_binomial_formula():
+    rng = random.Random(2)
+    rows = [item("base", 0, 0, i, i, int(rng.random() < 0.5), lr=0.0) for i in range(400)]
+    got = paired_halfwidth(rows, measure="turn", seeds=1)
+    expected = 1.96 * (2 * 0.25 / 400) ** 0.5  # ≈ 0.069
+    assert got["half_width"] == pytest.approx(expected, rel=0.15)
+    assert paired_halfwidth(rows, measure="turn", seeds=4)["half_width"] == pytest.approx(
+        got["half_width"] / 2)
+    assert verdict([-0.1, -0.01]) == "not met" and verdict([0.01, 0.2]) == "met"
