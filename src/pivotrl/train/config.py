@@ -83,6 +83,10 @@ class _RunCommon(_Strict):
     gradient_checkpointing: bool = Field(False, description="Recompute activations (TRL: True; ours: False, "
                                          "2× slower on small models — turn on for big ones).")
     lora: LoraOptions = Field(default_factory=LoraOptions, description="PEFT LoRA options.")
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra chat-template "
+                                                 "variables for every prompt/trajectory rendered (e.g. "
+                                                 "enable_thinking: false for Qwen3/GLM, reasoning_effort: low "
+                                                 "for gpt-oss); the same ones profiling used (ours: none).")
     trl_overrides: dict[str, Any] = Field(default_factory=dict, description="Any further TRL config fields, "
                                           "passed through verbatim (e.g. deepspeed, fsdp, top_p).")
 
@@ -135,7 +139,13 @@ class GRPORunConfig(_RunCommon):
     max_prompt_length: int | None = Field(None, description="Pivots whose prompt is longer (tokens) are "
                                           "dropped and counted (TRL 1.16 has no prompt truncation; cutting a "
                                           "chat prompt would break it).")
-    max_completion_length: int = Field(256, description="Tokens per completion (one action; ours).")
+    max_completion_length: int | None = Field(None, description="Tokens per completion. None (ours): 4096 "
+                                              "for a thinking model (its reasoning comes first), else 256 (one "
+                                              "action); see pivotrl.formats.token_budget. Cut completions are "
+                                              "logged as truncated_rate.")
+    response_format: str | None = Field(None, description="Tool-call format of the model's completions "
+                                        "(hermes, qwen-xml, glm, deepseek, harmony, response-template); "
+                                        "None: detected from the chat template (pivotrl.formats).")
     epsilon: float = Field(0.2, description="Lower clip ε (paper/DAPO clip-higher recipe: 0.2).")
     epsilon_high: float = Field(0.28, description="Upper clip ε_high (paper/DAPO clip-higher: 0.28).")
     beta: float = Field(0.0, description="KL coefficient to the reference model (paper: 0, no KL).")
@@ -148,6 +158,11 @@ class GRPORunConfig(_RunCommon):
     vllm_mode: Literal["colocate", "server"] = Field("colocate", description="vLLM in the training processes "
                                                      "(colocate) or a separate `trl vllm-serve` (server); TRL.")
     vllm_gpu_memory_utilization: float = Field(0.3, description="GPU memory share of colocated vLLM (TRL: 0.3).")
+    shared_prefix_loss: bool = Field(True, description="Encode each pivot's prompt once per group in the "
+                                     "GRPO loss forward/backward, every completion attending to its keys/values "
+                                     "(ours, Prefix Grouper; same log-probs and gradients as TRL's repeated-prompt "
+                                     "path, train/shared_prefix.py). Models it cannot serve (multimodal, "
+                                     "gradient checkpointing, non-full-attention layers) and False use TRL's path.")
     reprofile: ReprofileOptions = Field(default_factory=ReprofileOptions, description="Re-profiling hook.")
     per_device_train_batch_size: int = Field(64, description="Completions per device per micro-step. "
                                              "Default (ours): 4 × num_generations, i.e. 4 pivots per step "

@@ -20,6 +20,8 @@ from trl import GRPOTrainer
 
 from pivotrl.records import Turn
 from pivotrl.scoring import score_completions
+from pivotrl.train.shared_prefix import (enable_shared_prefix_forward, has_shared_prefix_forward,
+                                         shared_prefix_logps, unsupported_reason)
 from pivotrl.verifiers import get_verifier
 
 
@@ -101,9 +103,32 @@ class PivotGRPOTrainer(GRPOTrainer):
 
     rollout_turns: int = 0
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, shared_prefix: bool = True, **kwargs):
         score_only_completions_on_cpu()
         super().__init__(*args, **kwargs)
+        # After TRL added its fused LM head to the same (PEFT base) model, and before any wrapping.
+        self.shared_prefix = shared_prefix and enable_shared_prefix_forward(self._causal_lm(self.model))
+
+    def _causal_lm(self, model):
+        """The transformers model under a DDP/DeepSpeed/FSDP wrapper and a PEFT adapter."""
+        model = self.accelerator.unwrap_model(model)
+        return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                           batch_size=None, compute_entropy=False, compute_aux_loss=False,
+                                           **extra):
+        """TRL's log-probs, with each distinct prompt encoded once (train/shared_prefix.py) when the
+        switch is on and the call is a plain text one on the policy; otherwise TRL's own path."""
+        lm = self._causal_lm(model)
+        if (self.shared_prefix and not compute_aux_loss and all(v is None for v in extra.values())
+                and input_ids.size(1) - logits_to_keep >= 2 and has_shared_prefix_forward(lm)
+                and unsupported_reason(lm) is None):
+            logps, entropies = shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep, batch_size,
+                                                   compute_entropy, autocast=self.accelerator.autocast)
+            return logps, entropies, None
+        return super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+            compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **extra)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)

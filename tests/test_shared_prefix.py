@@ -1,0 +1,210 @@
+"""Shared-prefix GRPO log-probs (train/shared_prefix.py) against TRL's own repeated-prompt path:
+same per-token log-probs, entropies, loss and every parameter's gradient."""
+
+from __future__ import annotations
+
+import random
+from contextlib import nullcontext
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+PAD = 0
+
+
+def tiny_llama(seed: int = 0):
+    """A random 2-layer Llama with grouped-query attention, as small as the maths allows."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         tie_word_embeddings=False, pad_token_id=PAD)
+    return LlamaForCausalLM(config).float().train()
+
+
+def grpo_batch(prompt_lengths=(9, 14, 6), group=3, seed=0):
+    """[left-padded prompts | right-padded completions] for `group` completions per prompt, rows
+    shuffled (TRL shuffles a generation batch before splitting it). Prompt lengths differ; one
+    prompt starts with the pad id as a real token; one completion is fully masked."""
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(1, 96) for _ in range(n)] for n in prompt_lengths]
+    prompts[0][0] = PAD  # a real token equal to the pad id is not padding
+    rows = [(p, [rng.randrange(1, 96) for _ in range(rng.randint(1, 7))]) for p in prompts for _ in range(group)]
+    rng.shuffle(rows)
+    n_prompt, n_completion = max(prompt_lengths), max(len(c) for _, c in rows)
+    ids = torch.full((len(rows), n_prompt + n_completion), PAD)
+    mask = torch.zeros_like(ids)
+    for i, (p, c) in enumerate(rows):
+        ids[i, n_prompt - len(p):n_prompt] = torch.tensor(p)
+        mask[i, n_prompt - len(p):n_prompt] = 1
+        ids[i, n_prompt:n_prompt + len(c)] = torch.tensor(c)
+        mask[i, n_prompt:n_prompt + len(c)] = 1
+    mask[-1, n_prompt:] = 0  # e.g. a truncated completion TRL masked out
+    return ids, mask, n_completion
+
+
+def trl_logps(model, ids, mask, n_completion, batch_size=None):
+    """TRL 1.16's own `_get_per_token_logps_and_entropies` (unbound; it only needs an autocast)."""
+    from trl import GRPOTrainer
+
+    fake = SimpleNamespace(accelerator=SimpleNamespace(autocast=nullcontext))
+    logps, ent, _ = GRPOTrainer._get_per_token_logps_and_entropies.__wrapped__(
+        fake, model, ids, mask, n_completion, batch_size=batch_size, compute_entropy=True)
+    return logps, ent
+
+
+def prepared(model, causal_lm=None):
+    from trl.trainer.utils import add_fused_lm_head
+
+    from pivotrl.train.shared_prefix import enable_shared_prefix_forward
+
+    causal_lm = causal_lm or model
+    add_fused_lm_head(causal_lm, outputs=("log_probs", "entropy"))
+    assert enable_shared_prefix_forward(causal_lm)
+    return model
+
+
+def grads_of(model, logps, ent, mask, n_completion):
+    """Backward through a GRPO-like loss (random per-row advantages, an entropy term)."""
+    weights = torch.linspace(-1.0, 1.0, logps.size(0))[:, None]
+    cmask = mask[:, -n_completion:].float()
+    ((logps * weights + 0.1 * ent) * cmask).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def assert_same(model, ids, mask, n_completion, batch_size=None):
+    from pivotrl.train.shared_prefix import shared_prefix_logps
+
+    ref_lp, ref_ent = trl_logps(model, ids, mask, n_completion, batch_size)
+    ref_grads = grads_of(model, ref_lp, ref_ent, mask, n_completion)
+    lp, ent = shared_prefix_logps(model, ids, mask, n_completion, batch_size, compute_entropy=True)
+    grads = grads_of(model, lp, ent, mask, n_completion)
+
+    cmask = mask[:, -n_completion:].bool()
+    assert lp.shape == ref_lp.shape and (ref_lp[cmask] != 0).all() and (ref_lp[~cmask] == 0).all()
+    assert (lp - ref_lp).abs().max() <= 1e-5
+    assert (ent - ref_ent).abs().max() <= 1e-5
+    assert ref_grads.keys() == grads.keys() and ref_grads
+    for name, ref in ref_grads.items():
+        assert ref.abs().max() > 0, f"{name}: no gradient on TRL's path; the check would be vacuous"
+        rel = (grads[name] - ref).abs().max() / ref.abs().max()
+        assert rel <= 1e-4, f"{name}: gradient differs by {rel:.2e} (relative)"
+
+
+def test_prefix_groups_key_on_tokens_and_mask():
+    from pivotrl.train.shared_prefix import prefix_groups
+
+    ids = torch.tensor([[PAD, 5, 6], [PAD, 5, 6], [7, 5, 6], [PAD, 5, 6]])
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1], [1, 1, 1], [0, 1, 1]])
+    first, inverse = prefix_groups(ids, mask)
+    assert len(first) == 3  # row 1 has a real pad-id token: its own group
+    assert inverse[0] == inverse[3] and len({int(inverse[i]) for i in (0, 1, 2)}) == 3
+    for u, row in enumerate(first.tolist()):
+        assert inverse[row] == u
+
+
+def test_logprobs_entropies_and_gradients_match_trl():
+    model = prepared(tiny_llama())
+    ids, mask, n_completion = grpo_batch()
+    assert_same(model, ids, mask, n_completion)
+
+
+def test_groups_split_over_chunks_still_match():
+    """batch_size 4 over 9 shuffled rows: every group straddles chunks and is encoded per chunk."""
+    model = prepared(tiny_llama(1))
+    ids, mask, n_completion = grpo_batch(prompt_lengths=(5, 11, 8), seed=1)
+    assert_same(model, ids, mask, n_completion, batch_size=4)
+
+
+def test_lora_gradients_match_trl():
+    from peft import LoraConfig, get_peft_model
+
+    base = tiny_llama(2)
+    # Random B as well as A: with PEFT's zero-initialised B, A's gradient is zero and proves nothing.
+    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear",
+                                                 init_lora_weights=False))
+    model = prepared(peft_model, peft_model.get_base_model())
+    assert any("lora_A" in n for n, p in model.named_parameters() if p.requires_grad)
+    ids, mask, n_completion = grpo_batch(seed=2)
+    assert_same(model, ids, mask, n_completion)
+
+
+def test_shared_prefix_encodes_each_prompt_once():
+    """The point of it all: the backbone sees each distinct prompt once, not G times."""
+    from pivotrl.train.shared_prefix import shared_prefix_logps
+
+    model = prepared(tiny_llama())
+    ids, mask, n_completion = grpo_batch(prompt_lengths=(9, 14, 6), group=3)
+    seen = []
+    hook = model.model.embed_tokens.register_forward_hook(lambda m, a, out: seen.append(tuple(a[0].shape)))
+    try:
+        shared_prefix_logps(model, ids, mask, n_completion)
+    finally:
+        hook.remove()
+    n_prompt = ids.size(1) - n_completion
+    assert seen == [(3, n_prompt - 1), (9, n_completion + 1)]
+
+
+def test_gradient_checkpointing_is_unsupported():
+    from pivotrl.train.shared_prefix import unsupported_reason
+
+    model = tiny_llama()
+    assert unsupported_reason(model) is None
+    model.gradient_checkpointing_enable()
+    assert "checkpointing" in unsupported_reason(model)
+
+
+@pytest.mark.parametrize("switch", [True, False])
+def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_path, switch):
+    """PivotGRPOTrainer's GRPO loss on one micro-batch: shared-prefix path == TRL's path; with the
+    switch off the trainer never takes the shared-prefix path."""
+    from transformers import AutoTokenizer
+
+    from pivotrl.train import shared_prefix
+    from pivotrl.train.grpo import build_trainer, load_pivot_set
+    from tests.test_train_grpo import small_config
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    cfg = small_config(tmp_path, tiny_model_dir, shared_prefix_loss=switch, num_generations=3,
+                       per_device_train_batch_size=9)
+    trainer = build_trainer(cfg, load_pivot_set(cfg), reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+                            tokenizer=tok)
+    assert trainer.shared_prefix is switch
+    ids, mask, n_completion = grpo_batch(prompt_lengths=(30, 41, 25))
+    ids = ids % len(tok)
+    n_prompt = ids.size(1) - n_completion
+    inputs = {"prompt_ids": ids[:, :n_prompt], "prompt_mask": mask[:, :n_prompt],
+              "completion_ids": ids[:, n_prompt:], "completion_mask": mask[:, n_prompt:],
+              "advantages": torch.linspace(-1.0, 1.0, ids.size(0)), "old_per_token_logps": None,
+              "num_items_in_batch": mask[:, n_prompt:].sum().float()}
+    model = trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train() in a real run
+    calls = []
+    original = shared_prefix.shared_prefix_logps
+
+    def losses_and_grads(on: bool):
+        trainer.shared_prefix = on and switch
+        loss = trainer.compute_loss(model, inputs)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad(set_to_none=True)
+        return loss.detach(), grads
+
+    import pivotrl.train.rewards as rewards
+
+    rewards.shared_prefix_logps = lambda *a, **k: calls.append(1) or original(*a, **k)
+    try:
+        ref_loss, ref_grads = losses_and_grads(False)
+        assert not calls
+        loss, grads = losses_and_grads(True)
+    finally:
+        rewards.shared_prefix_logps = original
+    assert bool(calls) is switch
+    assert ref_loss != 0 and abs(loss - ref_loss) <= 1e-5 * abs(ref_loss)
+    assert grads.keys() == ref_grads.keys() and grads
+    for name, ref in ref_grads.items():
+        assert (grads[name] - ref).abs().max() <= 1e-4 * ref.abs().max(), name
