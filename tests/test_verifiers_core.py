@@ -101,17 +101,21 @@ def test_parallel_calls_are_a_multiset(toolcall):
     assert reward(toolcall, turn, hermes(a)) == 0.0
 
 
-def test_partial_credit_is_opt_in():
+def test_partial_credit_is_opt_in_and_never_pays_a_wrong_call():
     turn = call_turn(("get_user", {"user_id": "u1"}), ("get_user", {"user_id": "u2"}))
-    text = hermes(("get_user", {"user_id": "u1"}), ("get_user", {"user_id": "u9"}))
-    assert reward(get_verifier("toolcall"), turn, text) == 0.0
-    assert reward(get_verifier("toolcall", partial_credit=True), turn, text) == 0.5
+    half = hermes(("get_user", {"user_id": "u1"}))
+    partial = get_verifier("toolcall", partial_credit=True)
+    assert reward(get_verifier("toolcall"), turn, half) == 0.0
+    assert reward(partial, turn, half) == 0.5
+    wrong = hermes(("get_user", {"user_id": "u1"}), ("get_user", {"user_id": "u9"}))
+    assert reward(partial, turn, wrong) == 0.0  # u9 is a call the expert never made
 
 
 @pytest.mark.parametrize("cand,why", [
     ({**BASE, "origin": "sfo"}, "identifier compared exactly"),
-    ({**BASE, "cabin": "Economy"}, "enum compared exactly"),
-    ({**BASE, "passengers": "1"}, "string for an integer"),
+    ({**BASE, "cabin": "Business"}, "another enum value"),
+    ({**BASE, "passengers": "2"}, "another number as a string"),
+    ({**BASE, "passengers": "01"}, "not a canonical integer literal"),
     ({**BASE, "passengers": 2.0, "cabin": "economy"}, "other value"),
     ({**BASE, "nonstop": 0}, "number for a boolean"),
     ({**BASE, "stops": ["ORD", "DEN"]}, "argument the expert did not give, no default"),
@@ -120,6 +124,14 @@ def test_partial_credit_is_opt_in():
 def test_differences_score_zero(toolcall, cand, why):
     turn = call_turn(("search_flights", {**BASE, "stops": None} if "stops" not in cand else BASE))
     assert reward(toolcall, turn, hermes(("search_flights", cand))) == 0.0, why
+
+
+def test_equivalences_the_schema_grants():
+    turn = call_turn(("search_flights", {**BASE, "passengers": 2, "cabin": "business"}))
+    same = {**BASE, "passengers": "2", "cabin": "Business"}
+    assert reward(get_verifier("toolcall"), turn, hermes(("search_flights", same))) == 1.0
+    strict = get_verifier("toolcall", numeric_strings=False)
+    assert reward(strict, turn, hermes(("search_flights", same))) == 0.0
 
 
 def test_float_for_integer_parameter_is_configurable():

@@ -30,6 +30,12 @@ class World(Protocol):
     def success(self, goal: dict[str, Any], final_message: str | None) -> bool:
         """Whether the task's goal is met now (`Trajectory.metadata["goal"]`)."""
 
+    # Optional: `canonical_call(self, name, arguments) -> dict | None`, the arguments exactly as
+    # this world would execute them (defaults filled, values folded where the world folds them:
+    # "2" -> 2, "Rome" -> "rome"), or None when the world would reject the call or has no rule
+    # for it. It must not depend on the state. Verifiers treat two calls of a tool as the same
+    # action when their canonical forms are equal (`action_rule`).
+
 
 WorldFactory = Callable[[], World]
 _REGISTRY: dict[str, WorldFactory] = {}
@@ -60,6 +66,25 @@ def _load_entry_point(name: str) -> None:
             register_world(name, ep.load())
         except ImportError:  # an optional extra (e.g. BFCL) that is not installed
             pass
+
+
+ActionRule = Callable[[str, dict[str, Any]], "dict[str, Any] | None"]
+_RULES: dict[str, ActionRule | None] = {}
+
+
+def action_rule(name: str | None) -> ActionRule | None:
+    """The world's own `canonical_call`, or None when the world is unknown or defines none.
+    Cached per name: verifiers ask for every sample."""
+    if not name:
+        return None
+    if name not in _RULES:
+        try:
+            world = make_world(name)
+        except Exception:  # noqa: BLE001  (an unknown or broken world has no rule to offer)
+            world = None
+        rule = getattr(world, "canonical_call", None)
+        _RULES[name] = rule if callable(rule) else None
+    return _RULES[name]
 
 
 def world_at_turn(turn: Turn) -> World:

@@ -69,6 +69,9 @@ KINDS = ["cancel", "return", "buy", "move", "count", "change", "swap"]
 CALLS_PER_KIND = {"cancel": 3, "return": 4, "buy": 3, "move": 2, "count": 2, "change": 4, "swap": 5}
 
 
+_FOLDED = {"email", "name", "city"}  # the tools look these up / store them lower-cased
+
+
 class ToolError(Exception):
     pass
 
@@ -125,6 +128,31 @@ class ToolshopWorld:
             return compact(getattr(self, "_" + name)(arguments))
         except ToolError as exc:
             return compact({"error": str(exc)})
+
+    def canonical_call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any] | None:
+        """The arguments as `execute` reads them (ids stripped; emails, names and cities
+        lower-cased; statuses and reasons folded; qty parsed; defaults filled), or None when
+        `execute` rejects the call before it looks at the state. The verifiers' action rule:
+        calls with equal forms do the same thing here."""
+        schema = _SCHEMAS.get(name)
+        if schema is None or not isinstance(arguments, dict):
+            return None
+        props = schema["properties"]
+        if set(arguments) - set(props) or any(k not in arguments for k in schema["required"]):
+            return None
+        out: dict[str, Any] = {}
+        try:
+            for key, spec in props.items():
+                if key == "qty":
+                    out[key] = _qty(arguments, key, spec.get("default"))
+                elif "enum" in spec:
+                    out[key] = _choice(arguments, key, spec["enum"], spec["default"])
+                else:
+                    value = _text(arguments, key)
+                    out[key] = value.lower() if key in _FOLDED else value
+        except ToolError:
+            return None
+        return out
 
     def success(self, goal: dict[str, Any], final_message: str | None) -> bool:
         if final_message is None or self.state != goal["state"]:
