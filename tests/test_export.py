@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pivotrl.export import (export_file, import_nemo_gym, nemo_gym_to_turn, turn_to_nemo_gym)
+from pivotrl.export import (DEFAULT_AGENT_NAME, export_file, import_nemo_gym, nemo_gym_to_turn,
+                            tool_config_path, turn_to_nemo_gym)
 from pivotrl.records import Turn, iter_valid, rejects_path, write_atomic
 
 TOOLS = [
@@ -69,21 +70,26 @@ def _semantic(turn: Turn) -> dict:
 def test_nemo_gym_row_shape():
     row = turn_to_nemo_gym(sample_turns()[0])
     params = row["responses_create_params"]
-    kinds = [item.get("type", "message:" + item.get("role", "?")) for item in params["input"]]
+    kinds = [item["type"] + (":" + item["role"] if "role" in item else "") for item in params["input"]]
     assert kinds == ["message:system", "message:user", "reasoning", "function_call",
                      "function_call_output", "message:assistant", "function_call", "function_call",
                      "function_call_output", "function_call_output", "message:user"]
+    assert params["input"][2]["id"] and params["input"][2]["summary"][0]["text"] == "Look it up first."
     call = params["input"][3]
     assert call["call_id"] == "c1" and json.loads(call["arguments"]) == {"order_id": "O-7"}
     assert params["input"][-1]["content"] == [{"type": "input_text", "text": "Go on."}]
     assert params["tools"][0] == {"type": "function", "name": "get_order",
                                   "description": "Look up an order.",
                                   "parameters": TOOLS[0]["function"]["parameters"], "strict": False}
-    assert row["expected_action"]["type"] == "function_call"
-    assert row["expected_action"]["output"][0]["name"] == "refund"
+    assert (params["tool_choice"], params["parallel_tool_calls"]) == ("auto", False)
+    assert row["expected_action"] == {"type": "function_call", "name": "refund",
+                                      "arguments": '{"order_id": "O-7", "amount": 20.0}'}
+    assert row["agent_ref"] == {"type": "responses_api_agents", "name": DEFAULT_AGENT_NAME}
     assert row["id"] == "t1/8" and row["metadata"]["turn_metadata"]["world"] == "shop"
-    text = turn_to_nemo_gym(sample_turns()[1])["expected_action"]
-    assert text["type"] == "message" and text["output"][-1]["content"] == "Hello! How can I help?"
+    text = turn_to_nemo_gym(sample_turns()[1], agent_name="shop_agent")
+    assert text["expected_action"] == {"type": "message", "content": "Hello! How can I help?"}
+    assert text["agent_ref"]["name"] == "shop_agent"
+    assert text["metadata"]["expected_extra"] == {"reasoning_content": "greet"}
 
 
 def test_round_trip_turns_nemo_gym_turns(tmp_path):
@@ -127,8 +133,10 @@ def test_verl_parquet(tmp_path):
     summary = export_file(src, out, "verl", batch_rows=1)  # several row groups
     assert summary.written == 2 and not rejects_path(out).exists()
     table = pq.read_table(out)
-    assert table.column_names == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+    assert table.column_names == ["data_source", "prompt", "ability", "reward_model", "extra_info",
+                                  "agent_name"]
     rows = table.to_pylist()
+    assert {r["agent_name"] for r in rows} == {"single_turn_agent"}
     assert rows[0]["data_source"] == "shop" and rows[1]["data_source"] == "pivotrl"
     assert [m["role"] for m in rows[0]["prompt"]] == [m.role for m in turns[0].context]
     assert "<tool_call>" in rows[0]["prompt"][2]["content"]  # calls rendered as training parses them
@@ -139,6 +147,23 @@ def test_verl_parquet(tmp_path):
     assert (info["index"], info["id"], info["turn"]) == (0, "t1/8", 8)
     assert json.loads(info["tools"]) == TOOLS
     assert json.loads(info["metadata"])["goal"] == {"refunded": ["O-7"]}
+
+    # verl's agent loops read tool schemas only from the tool config YAML: every row's tools are
+    # there, each loadable by verl's tool registry (class_name, native config, OpenAI schema).
+    import yaml
+
+    config = yaml.safe_load(tool_config_path(out).read_text())
+    assert summary.files == [tool_config_path(out)]
+    assert [t["tool_schema"]["function"]["name"] for t in config["tools"]] == ["get_order", "refund"]
+    for entry, tool in zip(config["tools"], TOOLS):
+        assert entry["class_name"] == "verl.tools.base_tool.BaseTool"
+        assert entry["config"] == {"type": "native"}
+        fn = entry["tool_schema"]["function"]
+        assert fn["description"] == tool["function"]["description"]
+        assert fn["parameters"]["properties"] == tool["function"]["parameters"]["properties"]
+        assert isinstance(fn["parameters"]["required"], list)  # verl's schema requires the key
+    # two tool sets (t2 has none): verl shows the union to every row, and the summary says so
+    assert any("different tool sets" in w for w in summary.warnings)
 
     ds = load_dataset("parquet", data_files=str(out), split="train")
     assert len(ds) == 2
@@ -176,21 +201,37 @@ def test_bad_nemo_gym_rows_go_to_rejects(tmp_path):
     good = turn_to_nemo_gym(sample_turns()[0])
     unknown_item = json.loads(json.dumps(good))
     unknown_item["responses_create_params"]["input"].append({"type": "web_search_call"})
-    two_messages = json.loads(json.dumps(good))
-    two_messages["expected_action"]["output"] = [{"role": "user", "content": "x"}]
+    unknown_action = json.loads(json.dumps(good))
+    unknown_action["expected_action"] = {"type": "computer_call"}
     no_name = json.loads(json.dumps(good))
-    del no_name["expected_action"]["output"][0]["name"]
+    del no_name["expected_action"]["name"]
+    empty_batch = json.loads(json.dumps(good))
+    empty_batch["expected_action"] = {"type": "function_call_batch", "calls": []}
     lines = [json.dumps(good), "{", json.dumps({"expected_action": {}}), json.dumps(unknown_item),
-             json.dumps(two_messages), json.dumps(no_name), json.dumps([1, 2])]
+             json.dumps(unknown_action), json.dumps(no_name), json.dumps([1, 2]),
+             json.dumps(empty_batch)]
     rows = tmp_path / "rows.jsonl"
     rows.write_text("\n".join(lines) + "\n")
     out = tmp_path / "turns.jsonl"
     summary = import_nemo_gym(rows, out)
-    assert (summary.read, summary.written) == (7, 1)
+    assert (summary.read, summary.written) == (8, 1)
     rejects = [json.loads(line) for line in rejects_path(out).open()]
-    assert [r["line"] for r in rejects] == [2, 3, 4, 5, 6, 7]
+    assert [r["line"] for r in rejects] == [2, 3, 4, 5, 6, 7, 8]
     assert "unsupported item type" in rejects[2]["reason"]
-    assert rejects[4]["field"] == "expected_action.output[0].name"
+    assert rejects[3]["field"] == "expected_action.type"
+    assert rejects[4]["field"] == "expected_action.name"
+    assert rejects[6]["field"] == "expected_action.calls"
+
+
+def test_export_never_overwrites_its_input(tmp_path):
+    src = tmp_path / "turns.jsonl"
+    write_atomic(src, sample_turns())
+    before = src.read_bytes()
+    with pytest.raises(ValueError, match="input file"):
+        export_file(src, src, "nemo-gym")
+    with pytest.raises(ValueError, match="input file"):
+        import_nemo_gym(src, src)
+    assert src.read_bytes() == before
 
 
 def test_cli_export_and_import(tmp_path):

@@ -1,0 +1,159 @@
+"""Turns -> verl parquet, plus the tool config YAML verl's agent loops read the tools from.
+
+Columns (verl's RL dataset): `data_source` (the domain), `prompt` (the context as `{role,
+content}` chat messages; assistant tool calls rendered as the Hermes text training parses, see
+`pivotrl.actions.render_action`), `ability`, `reward_model` = `{"style": "rule", "ground_truth":
+JSON of the expert message}`, `extra_info` = `{index, id, trajectory_id, turn, domain, tools,
+context, expected, metadata}` (structured parts as JSON strings: Arrow would otherwise merge
+differently-keyed dicts and fill holes with nulls), and `agent_name` (the agent loop verl runs
+for the row; a pivot is one action, so `single_turn_agent` by default).
+
+verl's agent loops take tool schemas from one YAML file only (`data.tool_config_path` for
+`single_turn_agent`, `actor_rollout_ref.rollout.multi_turn.tool_config_path` for `tool_agent`),
+never from a row, so the export writes `<out stem>.tool_config.yaml` next to the parquet with
+every tool the rows use (each as verl's `BaseTool`, whose schema is all the chat template needs).
+When rows have different tool sets, verl shows the union to every row: the summary says so.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pivotrl.records import Message, Turn, message_text
+
+DEFAULT_AGENT_LOOP = "single_turn_agent"
+# verl's tool registry imports this class by name; BaseTool carries a schema and executes nothing.
+VERL_TOOL_CLASS = "verl.tools.base_tool.BaseTool"
+
+
+def verl_schema():
+    import pyarrow as pa
+
+    return pa.schema([
+        ("data_source", pa.string()),
+        ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ("ability", pa.string()),
+        ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+        ("extra_info", pa.struct([("index", pa.int64()), ("id", pa.string()),
+                                  ("trajectory_id", pa.string()), ("turn", pa.int64()),
+                                  ("domain", pa.string()), ("tools", pa.string()),
+                                  ("context", pa.string()), ("expected", pa.string()),
+                                  ("metadata", pa.string())])),
+        ("agent_name", pa.string()),
+    ])
+
+
+def _chat(message: Message) -> dict[str, Any]:
+    return message.model_dump(mode="json", exclude_none=True)
+
+
+def turn_to_verl(turn: Turn, index: int, ability: str = "agent",
+                 agent_name: str = DEFAULT_AGENT_LOOP) -> dict[str, Any]:
+    from pivotrl.actions import render_action
+
+    prompt = [{"role": m.role, "content": render_action(m) if m.role == "assistant" else message_text(m)}
+              for m in turn.context]
+    expected = _chat(turn.expected)
+    return {
+        "data_source": turn.domain or "pivotrl",
+        "prompt": prompt,
+        "ability": ability,
+        "reward_model": {"style": "rule", "ground_truth": json.dumps(expected, ensure_ascii=False)},
+        "extra_info": {"index": index, "id": turn.id, "trajectory_id": turn.trajectory_id,
+                       "turn": turn.turn, "domain": turn.domain or "",
+                       "tools": json.dumps(turn.tools, ensure_ascii=False),
+                       "context": json.dumps([_chat(m) for m in turn.context], ensure_ascii=False),
+                       "expected": json.dumps(expected, ensure_ascii=False),
+                       "metadata": json.dumps(turn.metadata, ensure_ascii=False)},
+        "agent_name": agent_name,
+    }
+
+
+def tool_config_path(out: str | Path) -> Path:
+    """`train.parquet` -> `train.tool_config.yaml`, next to it."""
+    out = Path(out)
+    stem = out.name[: -len(".parquet")] if out.name.endswith(".parquet") else out.name
+    return out.with_name(f"{stem}.tool_config.yaml")
+
+
+def verl_tool_problems(tool: dict[str, Any]) -> list[str]:
+    """What verl's OpenAIFunctionToolSchema would refuse or drop in `tool` (its parameters are
+    one flat level of typed properties; nested keys such as `items` are dropped silently)."""
+    fn = tool.get("function") if isinstance(tool, dict) else None
+    if tool.get("type") != "function" or not isinstance(fn, dict) or not fn.get("name"):
+        return ["not a function tool with a name"]
+    problems = []
+    props = (fn.get("parameters") or {}).get("properties") or {}
+    for key, prop in props.items() if isinstance(props, dict) else ():
+        if not isinstance(prop, dict) or not isinstance(prop.get("type"), str):
+            problems.append(f"property {key!r} has no single string type")
+        elif prop.get("enum") is not None and not all(isinstance(v, str) for v in prop["enum"]):
+            problems.append(f"property {key!r} has a non-string enum")
+        elif set(prop) - {"type", "description", "enum"}:
+            problems.append(f"property {key!r}: verl keeps only type/description/enum "
+                            f"(drops {sorted(set(prop) - {'type', 'description', 'enum'})})")
+    return problems
+
+
+class ToolUnion:
+    """The tools of all rows by name, for verl's one tool config (first definition wins)."""
+
+    def __init__(self) -> None:
+        self.tools: dict[str, dict[str, Any]] = {}
+        self.tool_sets: set[tuple[str, ...]] = set()
+        self.conflicts: set[str] = set()
+
+    def add(self, turn: Turn) -> None:
+        names = []
+        for tool in turn.tools:
+            fn = tool.get("function") if isinstance(tool, dict) else None
+            name = fn.get("name") if isinstance(fn, dict) else None
+            if not isinstance(name, str):
+                continue
+            names.append(name)
+            if name not in self.tools:
+                self.tools[name] = tool
+            elif self.tools[name] != tool:
+                self.conflicts.add(name)
+        self.tool_sets.add(tuple(sorted(names)))
+
+    def config(self) -> dict[str, Any]:
+        entries = []
+        for tool in self.tools.values():
+            fn = dict(tool["function"])
+            fn.setdefault("description", "")  # verl's schema requires one
+            params = dict(fn.get("parameters") or {"type": "object", "properties": {}})
+            params.setdefault("type", "object")
+            params.setdefault("properties", {})
+            params.setdefault("required", [])
+            fn["parameters"] = params
+            entries.append({"class_name": VERL_TOOL_CLASS, "config": {"type": "native"},
+                            "tool_schema": {"type": "function", "function": fn}})
+        return {"tools": entries}
+
+    def warnings(self) -> list[str]:
+        out = []
+        if len(self.tool_sets) > 1:
+            out.append(f"rows have {len(self.tool_sets)} different tool sets; verl shows all "
+                       f"{len(self.tools)} tools of the tool config to every row")
+        for name in sorted(self.conflicts):
+            out.append(f"tool {name!r} is defined differently by different rows; the tool "
+                       "config keeps the first definition")
+        for name, tool in self.tools.items():
+            for problem in verl_tool_problems(tool):
+                out.append(f"tool {name!r}: {problem}")
+        return out
+
+
+def write_tool_config(path: Path, union: ToolUnion) -> None:
+    import yaml
+
+    header = ("# verl tool config written by `pivotrl export --format verl`: the tools of the rows\n"
+              "# of the parquet next to it. Point data.tool_config_path (single_turn_agent) or\n"
+              "# actor_rollout_ref.rollout.multi_turn.tool_config_path (tool_agent) at this file.\n")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(header + yaml.safe_dump(union.config(), sort_keys=False, allow_unicode=True),
+                   encoding="utf-8")
+    tmp.replace(path)
