@@ -1,0 +1,1 @@
+"""Hooks other training engines call into (verl's custom reward function)."""

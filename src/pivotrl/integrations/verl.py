@@ -1,0 +1,68 @@
+"""verl's custom reward function: `compute_score` scores a rollout with pivotrl's verifiers.
+
+verl loads it by file path (`custom_reward_function.path`, `.name: compute_score`) and calls
+`compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)` once per
+rollout, where `ground_truth` is `reward_model.ground_truth` and `extra_info` the row's
+`extra_info` of a parquet written by `pivotrl export --format verl`. The rollout text is parsed
+and scored through `pivotrl.scoring` (the one path profiling and GRPO use), so a reward in verl
+is the reward pivotrl would give: the expert's own action scores 1, unparseable text 0.
+
+reward_kwargs (verl config `custom_reward_function.reward_kwargs`): `verifier` (a registered
+name, default "toolcall") and `verifier_config` (its options, as in configs/verifiers/*.yaml).
+Every import is absolute: verl executes this file as a standalone module.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+from pivotrl.records import Turn
+from pivotrl.scoring import score_completion
+
+DEFAULT_VERIFIER = "toolcall"
+
+
+@lru_cache(maxsize=16)
+def _verifier(name: str, config_json: str):
+    from pivotrl.verifiers import get_verifier
+
+    return get_verifier(name, **json.loads(config_json))
+
+
+def _json_field(info: dict[str, Any], key: str, default: Any) -> Any:
+    value = info.get(key)
+    if isinstance(value, str):
+        return json.loads(value)
+    return default if value is None else value
+
+
+def turn_from_verl(ground_truth: Any, extra_info: dict[str, Any] | None) -> Turn:
+    """The Turn a verl row was exported from (context and tools from extra_info; the expected
+    message from ground_truth, else extra_info["expected"])."""
+    info = dict(extra_info or {})
+    expected = json.loads(ground_truth) if isinstance(ground_truth, str) and ground_truth else None
+    if not isinstance(expected, dict):
+        expected = _json_field(info, "expected", None)
+    if not isinstance(expected, dict):
+        raise ValueError("ground_truth: not the JSON of the expert message (export with "
+                         "`pivotrl export --format verl`)")
+    row_id = str(info.get("id") or "verl")
+    return Turn.model_validate({
+        "id": row_id, "trajectory_id": str(info.get("trajectory_id") or row_id),
+        "turn": int(info.get("turn") or 0), "domain": info.get("domain") or None,
+        "tools": _json_field(info, "tools", []), "context": _json_field(info, "context", []),
+        "expected": expected, "metadata": _json_field(info, "metadata", {}),
+    })
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: Any,
+                  extra_info: dict[str, Any] | None = None, *, verifier: str = DEFAULT_VERIFIER,
+                  verifier_config: dict[str, Any] | None = None, **_: Any) -> float:
+    """The reward of `solution_str` (the decoded rollout) at the row's pivot, in [0, 1].
+    `data_source` is not needed: the row itself says what the expert did."""
+    del data_source
+    turn = turn_from_verl(ground_truth, extra_info)
+    scorer = _verifier(verifier, json.dumps(verifier_config or {}, sort_keys=True))
+    return float(score_completion(scorer, turn, solution_str or "").reward)
