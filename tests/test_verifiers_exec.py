@@ -105,9 +105,15 @@ def test_shell_state_replays_context(shell):
 
 @needs_bwrap
 def test_shell_fenced_blocks_and_parsed_completions(shell):
+    fenced = Turn(id="fence/0", trajectory_id="t", turn=1, expected=say(
+        "```bash\nsort notes.txt | head -2\n```"), context=[Message(role="user", content="x")],
+        metadata={"workspace": WORKSPACE})  # an agent whose harness runs markdown blocks
+    assert shell.score(fenced, say("Sorting:\n```bash\nsort notes.txt | head -n 2\n```")).reward == 1
+    assert shell.score(fenced, say("```console\n$ sort < notes.txt | head -2\n```")).reward == 1
+    assert shell.score(fenced, run("sort notes.txt | head -n 2")).reward == 0
     turn = shell_turn("sort notes.txt | head -2", tid="fence/1")
-    assert shell.score(turn, say("Sorting:\n```bash\nsort notes.txt | head -n 2\n```")).reward == 1
-    assert shell.score(turn, say("```console\n$ sort < notes.txt | head -2\n```")).reward == 1
+    sc = shell.score(turn, say("Sorting:\n```bash\nsort notes.txt | head -n 2\n```"))
+    assert sc.reward == 0 and "fenced" in sc.reason  # a message is not a run() call
     parsed = parse_completion('<tool_call>{"name": "run", "arguments": '
                               '{"command": "head -2 <(sort notes.txt)"}}</tool_call>')
     assert parsed.valid and shell.score(turn, parsed.message).reward == 1.0

@@ -118,13 +118,19 @@ def task_of(traj: Trajectory) -> Trajectory:
 
 
 def evaluate_world(model, tokenizer, world: str, trajectories: Sequence[Trajectory],
-                   cfg: EvalConfig) -> dict[str, Any]:
+                   cfg: EvalConfig, items: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Episode success and turn accuracy in one world. With `items` (a list), one row per scored
+    item is appended to it: {"measure": "episode"|"turn", "item", "cluster", "outcome"}, the
+    cluster being the task (episodes) or the trajectory (turns) the item belongs to."""
     from pivotrl.experiment.episodes import ModelPolicy, run_episodes
 
     policy = ModelPolicy(model, tokenizer, max_new_tokens=cfg.max_new_tokens,
                          temperature=cfg.temperature, seed=cfg.seed, batch_size=cfg.batch_size)
     tasks = [task_of(t) for t in (trajectories[:cfg.episodes] if cfg.episodes else trajectories)]
     results = run_episodes(world, tasks, policy, max_turns=cfg.max_turns)
+    if items is not None:
+        items += [{"measure": "episode", "item": t.id, "cluster": t.id, "outcome": float(r.success)}
+                  for t, r in zip(tasks, results, strict=True)]
     k = sum(r.success for r in results)
     success, ci = _rate(k, len(results))
     out: dict[str, Any] = {
@@ -134,17 +140,22 @@ def evaluate_world(model, tokenizer, world: str, trajectories: Sequence[Trajecto
     }
     if cfg.turn_trajectories:
         out.update(evaluate_turns(policy, trajectories[:cfg.turn_trajectories],
-                                  cfg.verifiers.get(world, "toolcall")))
+                                  cfg.verifiers.get(world, "toolcall"), items))
     return out
 
 
-def evaluate_turns(policy, trajectories: Sequence[Trajectory], verifier: str) -> dict[str, Any]:
+def evaluate_turns(policy, trajectories: Sequence[Trajectory], verifier: str,
+                   items: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Turn accuracy on expert states: the policy's action at every assistant turn of
     `trajectories`, scored against the expert's by the named verifier."""
     from pivotrl.experiment.episodes import expert_turns, turn_accuracy
     from pivotrl.verifiers import get_verifier
 
-    acc = turn_accuracy(policy, expert_turns(list(trajectories)), get_verifier(verifier))
+    turns = expert_turns(list(trajectories))
+    acc = turn_accuracy(policy, turns, get_verifier(verifier))
+    if items is not None:
+        items += [{"measure": "turn", "item": t.id, "cluster": t.trajectory_id, "outcome": r}
+                  for t, r in zip(turns, acc.rewards, strict=True)]
     return {"turn_accuracy": acc.accuracy, "turn_ci95": list(wilson(sum(acc.rewards), acc.n)),
             "turns": acc.n, "turn_invalid": acc.invalid}
 
@@ -211,14 +222,20 @@ def ood_answers(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 
                             [[] for _ in prompts])
 
 
-def evaluate_ood(model, tokenizer, tasks: Sequence[Any], batch_size: int = 64) -> dict[str, Any]:
+def evaluate_ood(model, tokenizer, tasks: Sequence[Any], batch_size: int = 64,
+                 items: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Accuracy per OOD family; with `items`, one row per task is appended (each task is its own
+    cluster: OOD problems are independent draws)."""
     from pivotrl.experiment.testbed import ood
 
     max_new = max(8, max(len(tokenizer(t.answer)["input_ids"]) for t in tasks) + 4) if tasks else 8
     answers = ood_answers(model, tokenizer, [t.prompt for t in tasks], max_new, batch_size)
     by_family: dict[str, list[bool]] = {}
     for task, answer in zip(tasks, answers):
-        by_family.setdefault(task.family, []).append(ood.check(task.family, answer, task.answer))
+        hit = ood.check(task.family, answer, task.answer)
+        by_family.setdefault(task.family, []).append(hit)
+        if items is not None:
+            items.append({"measure": "ood", "item": task.id, "cluster": task.id, "outcome": float(hit)})
     out = {}
     for family, hits in by_family.items():
         acc, ci = _rate(sum(hits), len(hits))

@@ -1,17 +1,39 @@
-"""Theorem 3.2 check: the policy-gradient signal at a state grows with the reward's std there.
+"""The demo's theory checks, each beside a null control that shows what it gives by construction.
 
-The paper: the natural-gradient norm of the state-wise objective is sqrt(Var_a r(s,a)) / β².
-We measure the plain (Euclidean) gradient of the unnormalised one-turn objective at each profiled
-state, using the profile's own K samples:  g(s) = ∇θ (1/K) Σ_i (r_i − r̄) log π(a_i|s),
-and correlate ‖g(s)‖ with std(r) across states. It is a proxy (no Fisher preconditioning), and
-the report says so. Zero-std states give g = 0 by construction; the informative part is whether
-the norm rises with the std among the others.
+Both work on sampled actions kept as the token ids the model generated (never re-tokenised from
+decoded text; a sample cut at the token limit stays cut, no end token added), scored by the
+world's functional verifier through the one scoring path.
+
+Theorem 3.2 (a state's learning signal grows with its reward std). Per state s, 2G actions are
+sampled from the base and split in half: A (the update's batch) and B (held out).
+- g_A = ∇ (1/G) Σ_A (r_i − r̄) log π(a_i|s), the plain policy gradient of the one-turn
+  objective; its norm scales with std(r) for ANY model and rewards (the coefficients r_i − r̄
+  do), so `grad_norm_vs_std_corr` is shown beside the same number with A's rewards shuffled
+  within the state (`null`: same std, reward–action link broken). Equal numbers mean the
+  correlation is the construction, not the theorem.
+- `progress`: the first-order gain in expected reward on the HELD-OUT samples B from a unit step
+  along g_A: (g_A / ‖g_A‖) · g_B, g_B the same gradient on B. It is positive only if what A
+  rewards generalises to other actions at s; under the null (A's rewards shuffled) its mean is
+  ~0. The theorem predicts real progress > null, rising with std.
+- `grad_norm_grpo`: the GRPO-normalised gradient (advantages ÷ the sample std, as TRL), pivots
+  vs other mixed states; zero-std states are 0 by construction and are counted, not correlated.
+
+Theorem 3.3 (a functional reward keeps the base's preferences among actions not equivalent to
+the expert's). At pivot states, the sampled actions the verifier rejects are the non-equivalent
+ones; for a checkpoint θ, ℓ(a) = log π_θ(a|s) − log π_0(a|s). `dispersion` = std of ℓ over
+those actions (0: every one scaled by the same factor, i.e. the base's preferences kept exactly)
+and `rank_corr` = Spearman of log π_θ vs log π_0 among them, per state, averaged. PivotRL and SFT
+(their dev-chosen checkpoints, first seed) against a null: the base moved in a random direction
+by the same parameter distance as PivotRL's checkpoint.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import random
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pivotrl.chat import prompt_text
@@ -29,44 +51,252 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float:
     return sxy / (sx * sy) if sx > 0 and sy > 0 else float("nan")
 
 
-def state_gradient_norm(model: Any, tokenizer: Any, profile: Profile) -> float:
-    """‖∇ (1/K) Σ (r_i − r̄) log π(a_i|s)‖ for one profiled state."""
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    def ranks(v: Sequence[float]) -> list[float]:
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        for rank, i in enumerate(order):
+            r[i] = float(rank)
+        return r
+
+    return pearson(ranks(x), ranks(y))
+
+
+# ------------------------------------------------------------------ sampling with token ids
+
+
+def sample_actions(model: Any, tokenizer: Any, turn: Profile, n: int, max_new_tokens: int,
+                   seed: int) -> tuple[list[int], list[list[int]], list[str]]:
+    """(prompt ids, n completions as generated token ids, their decoded texts). A completion is
+    cut after its end token; one that hit the limit stays as generated (no end token added)."""
     import torch
 
-    rewards = [s.reward for s in profile.samples]
-    mean_r = sum(rewards) / len(rewards)
-    if all(abs(r - mean_r) < 1e-12 for r in rewards):
-        return 0.0
-    prompt_ids = tokenizer(prompt_text(tokenizer, profile.context, profile.tools),
-                           add_special_tokens=False)["input_ids"]
-    model.zero_grad(set_to_none=True)
-    objective = 0.0
-    for sample, r in zip(profile.samples, rewards):
-        if abs(r - mean_r) < 1e-12:
-            continue
-        completion = tokenizer(sample.completion, add_special_tokens=False)["input_ids"]
-        if tokenizer.eos_token_id is not None:  # the sampler decoded without the end token
-            completion = completion + [tokenizer.eos_token_id]
-        ids = torch.tensor([prompt_ids + completion])
-        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1:-1].float()
-        logp = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt_ids):, None]).sum()
-        objective = objective + (r - mean_r) * logp / len(rewards)
-    objective.backward()
-    sq = sum(float(p.grad.pow(2).sum()) for p in model.parameters() if p.grad is not None)
-    model.zero_grad(set_to_none=True)
-    return math.sqrt(sq)
+    prompt = list(tokenizer(prompt_text(tokenizer, turn.context, turn.tools),
+                            add_special_tokens=False)["input_ids"])
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        gen = model.generate(input_ids=torch.tensor([prompt] * n), max_new_tokens=max_new_tokens,
+                             do_sample=True, temperature=1.0, top_k=0, top_p=1.0, pad_token_id=pad,
+                             attention_mask=torch.ones(n, len(prompt), dtype=torch.long))
+    completions = []
+    for row in gen[:, len(prompt):].tolist():
+        if eos in row:
+            row = row[: row.index(eos) + 1]
+        completions.append(row)
+    texts = [tokenizer.decode([t for t in c if t != eos], skip_special_tokens=True) for c in completions]
+    return prompt, completions, texts
 
 
-def gradient_vs_std(model: Any, tokenizer: Any, profiles: Sequence[Profile]) -> dict[str, Any]:
-    points = [{"id": p.id, "reward_std": p.reward_std,
-               "grad_norm": state_gradient_norm(model, tokenizer, p)} for p in profiles]
+def sequence_logps(model: Any, prompt: list[int], completions: Sequence[list[int]]):
+    """log π(completion | prompt) summed over the completion's tokens, one per completion (a
+    tensor with the graph kept, so callers may differentiate it)."""
+    import torch
+
+    keep = [c for c in completions if c]
+    if not keep:
+        return torch.zeros(len(completions))
+    width = max(len(prompt) + len(c) for c in keep)
+    ids = torch.tensor([prompt + c + [0] * (width - len(prompt) - len(c)) for c in keep])
+    mask = torch.tensor([[1] * (len(prompt) + len(c)) + [0] * (width - len(prompt) - len(c)) for c in keep])
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, len(prompt) - 1:-1].float()
+    logp = torch.log_softmax(logits, -1).gather(-1, ids[:, len(prompt):, None]).squeeze(-1)
+    tok_mask = mask[:, len(prompt):].float()
+    per_seq = iter((logp * tok_mask).sum(-1))
+    return torch.stack([next(per_seq) if c else torch.zeros(()) for c in completions])
+
+
+def policy_gradient(model: Any, prompt: list[int], completions: Sequence[list[int]],
+                    coefficients: Sequence[float]):
+    """∇ (1/n) Σ c_i log π(a_i|s) as one flat vector (zeros when every coefficient is 0)."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    if all(abs(c) < 1e-12 for c in coefficients):
+        return torch.zeros(sum(p.numel() for p in params))
+    logps = sequence_logps(model, prompt, completions)
+    objective = (torch.tensor(list(coefficients), dtype=logps.dtype) * logps).sum() / len(coefficients)
+    grads = torch.autograd.grad(objective, params, allow_unused=True)
+    return torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1)
+                      for g, p in zip(grads, params)])
+
+
+def _centred(rewards: Sequence[float], normalise: bool = False) -> list[float]:
+    mean = sum(rewards) / len(rewards)
+    coef = [r - mean for r in rewards]
+    if normalise:  # TRL's group scaling: the sample (Bessel-corrected) std, + 1e-4
+        std = math.sqrt(sum(c * c for c in coef) / max(len(coef) - 1, 1))
+        coef = [c / (std + 1e-4) for c in coef]
+    return coef
+
+
+# ------------------------------------------------------------------ Theorem 3.2
+
+
+def state_signal(model: Any, prompt: list[int], completions: list[list[int]], rewards: list[float],
+                 rng: random.Random) -> dict[str, float]:
+    """Gradient norms and held-out progress at one state (module doc), real and null."""
+    half = len(completions) // 2
+    ca, cb, ra, rb = completions[:half], completions[half:], rewards[:half], rewards[half:]
+    shuffled = ra[:]
+    rng.shuffle(shuffled)
+    g_b = policy_gradient(model, prompt, cb, _centred(rb))
+    out: dict[str, float] = {}
+    for tag, r in (("", ra), ("null_", shuffled)):
+        g_a = policy_gradient(model, prompt, ca, _centred(r))
+        norm = float(g_a.norm())
+        out[f"{tag}grad_norm"] = norm
+        out[f"{tag}progress"] = float(g_a @ g_b) / norm if norm > 0 else 0.0
+    out["grad_norm_grpo"] = float(policy_gradient(model, prompt, ca, _centred(ra, True)).norm())
+    return out
+
+
+def gradient_check(model: Any, tokenizer: Any, states: Sequence[tuple[Profile, bool]], verifier: Any,
+                   *, samples: int, max_new_tokens: int, seed: int = 0) -> dict[str, Any]:
+    """Theorem 3.2 with its null control over `states` ((profile, is_pivot) pairs)."""
+    from pivotrl.scoring import score_completions
+
+    rng = random.Random(seed)
+    points = []
+    for i, (turn, pivot) in enumerate(states):
+        prompt, comps, texts = sample_actions(model, tokenizer, turn, 2 * samples, max_new_tokens,
+                                              seed * 100_003 + i)
+        rewards = [s.reward for s in score_completions(verifier, [turn] * len(texts), texts)]
+        ra = rewards[:samples]
+        std = math.sqrt(sum((r - sum(ra) / len(ra)) ** 2 for r in ra) / len(ra))
+        points.append({"id": turn.id, "pivot": pivot, "reward_std": std,
+                       **state_signal(model, prompt, comps, rewards, rng)})
+    return summarise_gradient(points)
+
+
+def summarise_gradient(points: list[dict[str, Any]]) -> dict[str, Any]:
     mixed = [p for p in points if p["reward_std"] > 0]
-    zero = [p["grad_norm"] for p in points if p["reward_std"] == 0]
-    return {"points": points,
-            "grad_norm_vs_std_corr": pearson([p["reward_std"] for p in points],
-                                             [p["grad_norm"] for p in points]),
-            "grad_norm_vs_std_corr_mixed_only": pearson([p["reward_std"] for p in mixed],
-                                                        [p["grad_norm"] for p in mixed]),
-            "zero_std_grad_norm": max(zero) if zero else None,
-            "note": "Euclidean gradient of the unnormalised one-turn objective with the profile's "
-                    "K samples (a proxy for the paper's natural-gradient norm)."}
+
+    def corr(key: str) -> float:
+        return pearson([p["reward_std"] for p in mixed], [p[key] for p in mixed])
+
+    def mean(vals: list[float]) -> float | None:
+        return sum(vals) / len(vals) if vals else None
+
+    return {"points": points, "states": len(points), "mixed_states": len(mixed),
+            "zero_std_states": len(points) - len(mixed),
+            "grad_norm_vs_std_corr": corr("grad_norm"),
+            "null_grad_norm_vs_std_corr": corr("null_grad_norm"),
+            "progress_mean": mean([p["progress"] for p in mixed]),
+            "null_progress_mean": mean([p["null_progress"] for p in mixed]),
+            "progress_positive": mean([float(p["progress"] > 0) for p in mixed]),
+            "null_progress_positive": mean([float(p["null_progress"] > 0) for p in mixed]),
+            "progress_vs_std_corr": corr("progress"),
+            "null_progress_vs_std_corr": corr("null_progress"),
+            "grad_norm_grpo_pivots": mean([p["grad_norm_grpo"] for p in mixed if p["pivot"]]),
+            "grad_norm_grpo_other_mixed": mean([p["grad_norm_grpo"] for p in mixed if not p["pivot"]])}
+
+
+# ------------------------------------------------------------------ Theorem 3.3
+
+
+def preference_check(base: Any, models: dict[str, Any], tokenizer: Any, states: Sequence[Profile],
+                     verifier: Any, *, samples: int, max_new_tokens: int, seed: int = 0) -> dict[str, Any]:
+    """Dispersion and rank correlation of log π_θ/π_0 over the non-equivalent sampled actions at
+    each state (module doc), per model in `models`."""
+    import torch
+
+    from pivotrl.scoring import score_completions
+
+    per_model: dict[str, dict[str, list[float]]] = {m: {"dispersion": [], "rank_corr": []} for m in models}
+    used = 0
+    for i, turn in enumerate(states):
+        prompt, comps, texts = sample_actions(base, tokenizer, turn, samples, max_new_tokens,
+                                              seed * 100_003 + 7 + i)
+        scores = score_completions(verifier, [turn] * len(texts), texts)
+        wrong = list({tuple(c): None for c, s in zip(comps, scores) if c and s.reward < 0.5})
+        if len(wrong) < 3:
+            continue
+        used += 1
+        wrong_ids = [list(c) for c in wrong]
+        with torch.no_grad():
+            lp0 = sequence_logps(base, prompt, wrong_ids).tolist()
+            for name, model in models.items():
+                lp = sequence_logps(model, prompt, wrong_ids).tolist()
+                ratio = [a - b for a, b in zip(lp, lp0)]
+                m = sum(ratio) / len(ratio)
+                per_model[name]["dispersion"].append(math.sqrt(sum((x - m) ** 2 for x in ratio) / len(ratio)))
+                per_model[name]["rank_corr"].append(spearman(lp, lp0))
+    summary = {}
+    for name, v in per_model.items():
+        rc = [x for x in v["rank_corr"] if not math.isnan(x)]
+        summary[name] = {"dispersion": sum(v["dispersion"]) / len(v["dispersion"]) if v["dispersion"] else None,
+                         "rank_corr": sum(rc) / len(rc) if rc else None}
+    return {"states": used, "models": summary}
+
+
+def perturbed_like(base: Any, target: Any, seed: int = 0) -> Any:
+    """A copy of `base` moved in a random direction by the parameter distance ‖target − base‖."""
+    import copy
+
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    pb, pt = list(base.parameters()), list(target.parameters())
+    dist = math.sqrt(sum(float((a - b).detach().pow(2).sum()) for a, b in zip(pt, pb)))
+    noise = [torch.randn(p.shape, generator=gen) for p in pb]
+    scale = dist / max(math.sqrt(sum(float(n.pow(2).sum()) for n in noise)), 1e-12)
+    model = copy.deepcopy(base)
+    with torch.no_grad():
+        for p, n in zip(model.parameters(), noise):
+            p.add_(n * scale)
+    return model
+
+
+# ------------------------------------------------------------------ the demo's stage
+
+
+def theory_states(data_dir: Path, n: int) -> list[tuple[Profile, bool]]:
+    """Up to n profiled states of one world: half pivots, half other turns (file order)."""
+    from pivotrl.records import iter_valid
+
+    pivots = {p.id for p in iter_valid(data_dir / "pivots.jsonl", Profile)}
+    profiles = list(iter_valid(data_dir / "profile.jsonl", Profile))
+    yes = [(p, True) for p in profiles if p.id in pivots][: n - n // 2]
+    no = [(p, False) for p in profiles if p.id not in pivots][: n // 2]
+    return yes + no
+
+
+def run_theory(out: Path, testbed: Path, cfg: Any, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Both checks on every world (cached in OUT/theory.json)."""
+    from pivotrl.experiment.stats import choose
+    from pivotrl.experiment.testbed.tiny import load_tiny
+    from pivotrl.verifiers import get_verifier
+
+    path = out / "theory.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    base, tok = load_tiny(testbed / "base")
+    verifier = get_verifier(cfg.verifier)
+    chosen = choose(items, measure=cfg.select_on)
+    per_world = max(1, cfg.theory_turns // len(cfg.worlds))
+    states, grad_points, prefs = [], [], {}
+    for world in cfg.worlds:
+        got = theory_states(out / "data" / world, per_world)
+        states += got
+        grad_points += gradient_check(base, tok, got, verifier, samples=cfg.theory_samples,
+                                      max_new_tokens=cfg.max_completion_length)["points"]
+        models = {}
+        for method in ("pivotrl", "sft"):
+            side = chosen.get(method)
+            if side:
+                seed = min(side["steps"])
+                step = side["steps"][seed]
+                run = out / "runs" / f"{world}/{method}/lr{side['lr']:g}-seed{seed}"
+                ckpt = run / f"checkpoint-{step}"
+                models[method] = load_tiny(ckpt if (ckpt / "config.json").exists() else run)[0]
+        if "pivotrl" in models:
+            models["null: random direction, PivotRL's distance"] = perturbed_like(base, models["pivotrl"])
+        if models:
+            prefs[world] = preference_check(base, models, tok, [p for p, pivot in got if pivot], verifier,
+                                            samples=cfg.theory_samples, max_new_tokens=cfg.max_completion_length)
+    result = {**summarise_gradient(grad_points), "preferences": prefs,
+              "checkpoints": {m: chosen[m] for m in ("pivotrl", "sft") if m in chosen}}
+    path.write_text(json.dumps(result))
+    return result

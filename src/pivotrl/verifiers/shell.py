@@ -19,8 +19,14 @@ the normalised stdouts are equal and the resulting file trees (`snapshot_dir`) a
   (messages differ between tools that fail the same way) unless `compare_stderr`.
 - A candidate that times out or passes the output cap scores 0; so does every candidate of a
   turn whose expert command does (the turn cannot be verified: reason says so).
+- Reads and writes, not only output: a candidate that matches is run again on perturbed copies
+  of the workspace (`pivotrl.verifiers.probes`: lines doubled, a line appended, an extra file)
+  wherever the expert's outcome changes under the perturbation, and must still match. `echo 4`
+  prints what `grep -c apple notes.txt` printed, but not what it prints once the file changes.
 - Call vs message: a command where the expert answered with a message, or a message where the
-  expert ran a command, scores 0. Message vs message, and turns whose expert called non-shell
+  expert ran a command, scores 0. A fenced block is a message, not a tool call: it matches only
+  an expert who also answered in fenced blocks (in a harness that runs them), never an expert
+  who called the shell tool (a harness that runs tools does not run a message's markdown). Message vs message, and turns whose expert called non-shell
   tools, are scored by the `toolcall` verifier (its message rule: similarity or judge).
 - The expert's outcome is cached per turn (id + content hash): K samples cost one expert run.
 """
@@ -45,6 +51,7 @@ from pivotrl.sandbox import (SandboxLimits, copy_workspace, freeze_mtimes,
                              materialize_workspace, remove_workspace, require_sandbox,
                              run_in_sandbox, snapshot_dir, workspace_copy)
 from pivotrl.verifiers.base import Score, score_in_threads
+from pivotrl.verifiers.probes import PROBES, perturb_workspace, writes
 from pivotrl.verifiers.toolcall import ToolcallVerifier
 
 DEFAULT_TOOL_NAMES = ["run", "bash", "shell", "execute", "terminal", "run_command",
@@ -72,6 +79,11 @@ class ShellConfig(BaseModel):
     compare_exit_code: bool = Field(True, description="Exit codes must be equal.")
     compare_files: bool = Field(True, description="Resulting file trees must be equal.")
     compare_stderr: bool = Field(False, description="Normalised stderr must be equal too.")
+    probes: bool = Field(
+        True, description="Re-run a matching candidate on perturbed copies of the workspace "
+                          "(lines doubled, a line appended, an extra file) where the expert's "
+                          "outcome changes, so a command that only prints the expected output "
+                          "(echo 4) without the expert's reads and writes scores 0.")
     replay_context: bool = Field(
         True, description="Replay the context's shell commands on the workspace before the turn.")
     timeout_s: float = Field(5.0, description="Wall clock per command (SandboxLimits default).")
@@ -100,6 +112,7 @@ class Action:
     kind: str  # "commands" | "message" | "other" | "invalid"
     commands: list[str] = field(default_factory=list)
     reason: str = ""
+    form: str = ""  # for commands: "call" (a shell tool call) or "fenced" (blocks in a message)
 
 
 def extract_action(message: Message, cfg: ShellConfig) -> Action:
@@ -122,12 +135,12 @@ def extract_action(message: Message, cfg: ShellConfig) -> Action:
                 return Action("invalid", reason=f"{c.function.name!r} call without a command "
                                                 f"(one of {', '.join(cfg.arg_names)})")
             commands.append(cmd)
-        return Action("commands", commands)
+        return Action("commands", commands, form="call")
     if cfg.fenced_blocks:
         blocks = [_block(lang, body) for lang, body in _FENCE.findall(message_text(message))]
         blocks = [b for b in blocks if b.strip()]
         if blocks:
-            return Action("commands", blocks)
+            return Action("commands", blocks, form="fenced")
     return Action("message")
 
 
@@ -177,6 +190,7 @@ class ShellVerifier:
         self._cache: OrderedDict[str, tuple[Path, Outcome]] = OrderedDict()
         self._users: dict[Path, int] = {}  # workspaces being copied right now
         self._evicted: set[Path] = set()  # evicted while in use: removed on last release
+        self._probes: dict[Path, dict] = {}  # base -> perturbed workspaces and expert outcomes
         self._fallback = None
 
     # ------------------------------------------------------------ scoring
@@ -198,6 +212,10 @@ class ShellVerifier:
             return Score(0.0, True, f"ran a command where the expert sent {what}")
         if exp.kind != "commands":  # message vs message, or non-shell tools
             return self._toolcall().score(turn, action)
+        if cand.form != exp.form:
+            return Score(0.0, True, "a message with a fenced block where the expert called the "
+                                    "shell tool" if cand.form == "fenced" else
+                         "a shell tool call where the expert answered with a fenced block")
         if len(cand.commands) != len(exp.commands):
             return Score(0.0, True, f"{len(cand.commands)} commands where the expert ran "
                                     f"{len(exp.commands)}")
@@ -210,11 +228,13 @@ class ShellVerifier:
                 return Score(0.0, True, f"expert command {expert.problem}: turn cannot be "
                                         f"verified")
             got = self._execute(base, cand.commands)
+            if got.problem:
+                return Score(0.0, True, f"candidate command {got.problem}")
+            diff = self._compare(expert, got)
+            if not diff and self.config.probes:
+                diff = self._probe(base, expert, exp.commands, cand.commands)
         finally:
             self._release(base)
-        if got.problem:
-            return Score(0.0, True, f"candidate command {got.problem}")
-        diff = self._compare(expert, got)
         return Score(0.0 if diff else 1.0, True, diff)
 
     def score_batch(self, turns: Sequence[Turn], actions: Sequence[Message | None]) -> list[Score]:
@@ -226,9 +246,54 @@ class ShellVerifier:
                                               message_threshold=self.config.message_threshold)
         return self._fallback
 
+    # ------------------------------------------------------------ probes
+
+    def _probe(self, base: Path, expert: Outcome, expert_cmds: list[str],
+               cand_cmds: list[str]) -> str:
+        """"" when the candidate also matches wherever a perturbation changes the expert."""
+        for i, name in enumerate(PROBES):
+            probe = self._probe_outcome(base, expert, expert_cmds, i)
+            if probe is None:
+                continue  # the expert does not read what this probe changes
+            where, exp_i = probe
+            got = self._execute(where, cand_cmds)
+            if got.problem:
+                return f"on a perturbed workspace ({name}) the candidate {got.problem}"
+            diff = self._compare(exp_i, got)
+            if diff:
+                return (f"on a perturbed workspace ({name}): {diff}; the command does not read "
+                        f"or write what the expert's does")
+        return ""
+
+    def _probe_outcome(self, base: Path, expert: Outcome, commands: list[str],
+                       i: int) -> tuple[Path, Outcome] | None:
+        """(perturbed workspace, expert outcome there), or None when the probe changes nothing
+        the expert's command shows or does; built once per turn and probe."""
+        with self._lock:
+            entry = self._probes.setdefault(base, {"lock": threading.Lock()})
+        with entry["lock"]:
+            if i not in entry:
+                if "before" not in entry:
+                    entry["before"] = snapshot_dir(base)
+                where = copy_workspace(base)
+                entry.setdefault("paths", []).append(where)
+                perturb_workspace(where, i)
+                freeze_mtimes(where)
+                before = snapshot_dir(where)
+                out = self._execute(where, commands)
+                same = (not out.problem and not self._compare(expert, out, files=False)
+                        and writes(before, out.files) == writes(entry["before"], expert.files))
+                entry[i] = None if out.problem or same else (where, out)
+            return entry[i]
+
+    def _remove(self, base: Path) -> None:
+        for where in self._probes.pop(base, {}).get("paths", []):
+            remove_workspace(where)
+        remove_workspace(base)
+
     # ------------------------------------------------------------ execution
 
-    def _compare(self, exp: Outcome, got: Outcome) -> str:
+    def _compare(self, exp: Outcome, got: Outcome, files: bool = True) -> str:
         for i, ((ec, eo, ee), (cc, co, ce)) in enumerate(zip(exp.steps, got.steps)):
             at = f" (command {i + 1})" if len(exp.steps) > 1 else ""
             if self.config.compare_exit_code and ec != cc:
@@ -237,7 +302,7 @@ class ShellVerifier:
                 return f"stdout differs{at}"
             if self.config.compare_stderr and ee != ce:
                 return f"stderr differs{at}"
-        if self.config.compare_files and exp.files != got.files:
+        if files and self.config.compare_files and exp.files != got.files:
             changed = sorted(set(exp.files.items()) ^ set(got.files.items()))
             return f"files differ: {', '.join(sorted({k for k, _ in changed})[:5])}"
         return ""
@@ -277,7 +342,7 @@ class ShellVerifier:
                 del self._users[base]
                 if base in self._evicted:
                     self._evicted.discard(base)
-                    remove_workspace(base)
+                    self._remove(base)
 
     def _prepared(self, turn: Turn, expert_commands: list[str]) -> tuple[Path, Outcome]:
         """(workspace as the expert saw it, expert outcome), built once per turn; the caller
@@ -317,16 +382,16 @@ class ShellVerifier:
                     if self._users.get(old):
                         self._evicted.add(old)
                     else:
-                        remove_workspace(old)
+                        self._remove(old)
                 return self._acquire(key)  # type: ignore[return-value]
 
     def close(self) -> None:
         """Remove the prepared workspaces (also done when the verifier is garbage-collected)."""
         with self._lock:
             for base, _ in self._cache.values():
-                remove_workspace(base)
+                self._remove(base)
             for base in self._evicted:
-                remove_workspace(base)
+                self._remove(base)
             self._cache.clear()
             self._evicted.clear()
 

@@ -6,7 +6,12 @@ agent the same observations as executing the expert's calls:
   context's calls replayed); every sample gets its own world, never shared;
 - expert calls run on one, candidate calls on the other, in the order given;
 - equal iff `snapshot()`s are equal AND the observations are equal as a multiset (parallel calls
-  in another order read the same; a call that changes state shows in the snapshot anyway).
+  in another order read the same; a call that changes state shows in the snapshot anyway)
+  AND the calls are the same *action* (`same_action`): the same functions with arguments equal
+  under the world's own rule (`World.canonical_call`, see `pivotrl.world`) or, for calls it has
+  no rule for, the `toolcall` verifier's schema rules. Equal observations are not equal actions:
+  a read for another customer can return the same `[]`, another tool the same error text;
+  paying those would teach the policy to read the wrong thing and be lucky.
   Observations are compared as parsed JSON when they parse (key order, spacing), else as text
   with trailing whitespace dropped.
 - call vs message: 0; message vs message: the `toolcall` verifier's message rule.
@@ -43,6 +48,11 @@ class StateConfig(BaseModel):
         "similarity", description="Rule for message turns, passed to the toolcall verifier.")
     message_threshold: float = Field(
         0.8, description="Similarity threshold for message turns (toolcall's default).")
+    same_action: bool = Field(
+        True, description="The candidate's calls must also be the expert's action (same functions, "
+                          "arguments equal under the world's canonical_call or the toolcall "
+                          "verifier's schema rules), not only produce the same state and "
+                          "observations.")
     max_calls: int = Field(
         16, description="A candidate with more calls than this scores 0 (runaway output).")
     cache_turns: int = Field(4096, description="Turns whose expert outcome is kept (LRU).")
@@ -117,7 +127,13 @@ class StateVerifier:
         except Exception as exc:  # noqa: BLE001
             return Score(0.0, True, f"world raised on the candidate's call: "
                                     f"{type(exc).__name__}: {exc}")
-        return self._compare(expert, got)
+        verdict = self._compare(expert, got)
+        if verdict.reward == 1.0 and self.config.same_action:
+            action_score = self._toolcall().score(turn, action)
+            if action_score.reward < 1.0:
+                return Score(0.0, True, "same state and observations, but not the expert's "
+                                        f"action: {action_score.reason}")
+        return verdict
 
     def score_batch(self, turns: Sequence[Turn], actions: Sequence[Message | None]) -> list[Score]:
         if len(turns) != len(actions):
