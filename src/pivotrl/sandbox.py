@@ -14,15 +14,25 @@ What a command inside `run_in_sandbox` sees and may do:
 - no capabilities: when we are root, bwrap runs under a throwaway uid via `setpriv` (as root it
   would keep all capabilities in the sandbox, and the kernel does not enforce RLIMIT_NPROC for
   root); the workspace is chowned to that uid for the run and back afterwards (lchown: a planted
-  symlink never redirects it). A workspace under a directory that uid cannot enter (0700) is
-  run on a staged copy and copied back.
-- rlimits via `prlimit`: address space, processes, CPU seconds, file size, open files, no cores;
-  a wall-clock timeout that kills the whole sandbox; stdout+stderr capped (the run is killed when
-  the cap is passed, `truncated=True`).
-- limits of the limits: RLIMIT_FSIZE bounds each file, not the number of files a command writes
-  before the timeout; timestamps of files a command writes are real (two runs minutes apart
-  differ in `ls -l` of new files).
-There is no fallback: without a working bwrap, `SandboxUnavailable` is raised.
+  symlink never redirects it).
+- no secrets: bwrap itself (pid 1 in the sandbox, whose /proc/1/environ a command can read) is
+  started with `HOST_ENV` only, never the caller's environment; the command gets `--clearenv`
+  plus PATH, HOME, LANG, TERM, USER.
+- limits of the whole sandbox (`sandbox_limits_in_force()` says which hold here):
+  * memory and processes: a cgroup per run (`pivotrl.cgroups`: v2 when delegated, else v1 as
+    root) caps the sum over all its processes (`total_memory_mb`, `max_processes`). Without a
+    cgroup only rlimits remain: RLIMIT_AS per process (`memory_mb`) and RLIMIT_NPROC per uid, so
+    the sandbox's memory is bounded by memory_mb x max_processes, not by total_memory_mb.
+  * disk: as root every run writes into a size-limited tmpfs (`pivotrl.workspace`): a
+    workspace from `copy_workspace` is one; any other workdir is staged on one (`disk_mb`) and
+    copied back. Without it, RLIMIT_FSIZE bounds each file, not their number.
+  * per process: address space, CPU seconds, file size, open files, no cores (prlimit); a
+    wall-clock timeout that kills the whole sandbox; stdout+stderr capped (the run is killed
+    when the cap is passed, `truncated=True`).
+- timestamps of files a command writes are real (two runs minutes apart differ in `ls -l` of
+  new files).
+There is no fallback: without a working bwrap, `SandboxUnavailable` is raised; it tells to
+install bubblewrap only when a binary is missing, else it quotes why bwrap could not start.
 """
 
 from __future__ import annotations
@@ -38,21 +48,24 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
+
+from pivotrl.cgroups import SandboxCgroup, layout
+from pivotrl.workspace import (DEFAULT_DISK_MB, FIXED_MTIME, WORKSPACE_DIR_ENV,  # noqa: F401
+                               chown_tree, copy_workspace, disk_quota_available, freeze_mtimes,
+                               is_quota_workspace, materialize_workspace, remove_workspace,
+                               replace_contents, snapshot_dir, workspace_copy)
 
 INSTALL_HINT = ("install bubblewrap: `apt-get install -y bubblewrap` (Debian/Ubuntu), "
                 "`dnf install bubblewrap` (Fedora/RHEL) or `apk add bubblewrap` (Alpine); "
                 "non-root users also need unprivileged user namespaces "
                 "(`sysctl kernel.unprivileged_userns_clone=1`)")
-FIXED_MTIME = 1_704_067_200  # 2024-01-01 UTC: workspaces start with equal timestamps
 MAX_COMMAND_BYTES = 65536  # below Linux's 128 KiB limit on one exec argument
 SANDBOX_UID = 1000  # uid/gid the command sees (named "user" in the sandbox's /etc/passwd)
 PATH_IN_SANDBOX = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# Where workspace copies go (default: the temp dir). A tmpfs such as /dev/shm halves the copy
-# cost, but a command may then fill RAM (RLIMIT_FSIZE bounds each file, not their number).
-WORKSPACE_DIR_ENV = "PIVOTRL_WORKSPACE_DIR"
+# The whole environment bwrap (and the setpriv / sh before it) starts with: nothing of the caller's.
+HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 _HOST_UID_BASE = 200_000  # root mode: throwaway host uids are drawn from [BASE, BASE + SPAN)
 _HOST_UID_SPAN = 100_000
 
@@ -65,7 +78,9 @@ class SandboxUnavailable(RuntimeError):
 class SandboxLimits:
     timeout_s: float = 5.0  # wall clock for the whole command; then every process is killed
     memory_mb: int = 256  # RLIMIT_AS per process (virtual memory)
-    max_processes: int = 64  # RLIMIT_NPROC for the sandbox's own uid (bounds fork bombs)
+    total_memory_mb: int = 512  # memory of the whole sandbox (cgroup; tmpfs pages included)
+    max_processes: int = 64  # processes of the whole sandbox (cgroup pids.max and RLIMIT_NPROC)
+    disk_mb: int = DEFAULT_DISK_MB  # tmpfs size a staged workdir gets (root; module docstring)
     max_output_bytes: int = 65536  # stdout + stderr; past this the run is killed, truncated=True
     cpu_s: int = 5  # RLIMIT_CPU per process (CPU seconds, a busy loop ends even if it forks)
     max_file_mb: int = 16  # RLIMIT_FSIZE: the largest file a command may write
@@ -184,7 +199,7 @@ def _build_skeleton(root: Path) -> None:
         if host.is_symlink():
             os.symlink(os.readlink(host), etc / name)
         elif host.is_dir():
-            shutil.copytree(host, etc / name, symlinks=True, copy_function=_copy_file)
+            shutil.copytree(host, etc / name, symlinks=True)
         elif host.is_file():
             shutil.copy2(host, etc / name)
             os.chmod(etc / name, 0o644)
@@ -192,7 +207,8 @@ def _build_skeleton(root: Path) -> None:
         os.utime(p, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
 
 
-def _bwrap_argv(skeleton: Path, limits: SandboxLimits, nproc: int, workfd: int) -> list[str]:
+def _bwrap_argv(skeleton: Path, limits: SandboxLimits, nproc: int, workfd: int,
+                markfd: int) -> list[str]:
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session",
             "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             "--disable-userns", "--hostname", "sandbox", "--clearenv",
@@ -206,10 +222,33 @@ def _bwrap_argv(skeleton: Path, limits: SandboxLimits, nproc: int, workfd: int) 
     argv += ["--proc", "/proc", "--dev", "/dev",
              "--size", str(limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp",
              "--bind-fd", str(workfd), "/work", "--chdir", "/work", "--",
+             # The first process inside writes one byte to `markfd`: the sandbox is up, so any
+             # `bwrap: ...` on stderr from here on is the command's own text.
+             "bash", "--norc", "--noprofile", "-c",  # bash: dash redirects fds 0-9 only
+             f'printf x >&{markfd}; exec {markfd}>&-; exec "$@"', "sh",
              "prlimit", f"--as={limits.memory_mb * 1024 * 1024}", f"--nproc={nproc}",
              f"--cpu={max(1, int(limits.cpu_s))}", f"--fsize={limits.max_file_mb * 1024 * 1024}",
              f"--nofile={limits.max_open_files}", "--core=0", "--"]
     return argv
+
+
+def _cgroup_prefix(group: SandboxCgroup | None) -> list[str]:
+    # The process joins the cgroup before it execs bwrap, so every sandbox process is inside
+    # from its first fork (Popen(preexec_fn=...) would forbid vfork: costly under torch).
+    if group is None:
+        return []
+    joins = "; ".join(f'echo $$ > "{f}" || exit 125' for f in group.procs_files)
+    return ["/bin/sh", "-c", f'{joins}; exec "$@"', "sh"]
+
+
+def sandbox_limits_in_force() -> dict[str, str]:
+    """How each whole-sandbox limit is enforced on this machine (module docstring)."""
+    group = layout()
+    return {"memory": f"cgroup {group}" if group else "rlimit AS per process only",
+            "processes": f"cgroup {group}" if group else
+            ("rlimit NPROC of a throwaway uid" if os.geteuid() == 0 else
+             "rlimit NPROC of the caller's uid"),
+            "disk": "tmpfs quota" if disk_quota_available() else "rlimit FSIZE per file only"}
 
 
 # ---------------------------------------------------------------- running
@@ -235,15 +274,6 @@ def _user_process_count(uid: int) -> int:
     return n
 
 
-def _chown_tree(path: Path, uid: int, gid: int) -> None:
-    # lchown only: a symlink the command planted must never redirect a chown to a host file.
-    os.chown(path, uid, gid, follow_symlinks=False)
-    for dirpath, dirnames, filenames in os.walk(path, followlinks=False):
-        for name in dirnames + filenames:
-            with contextlib.suppress(OSError):
-                os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
-
-
 def run_in_sandbox(command: str, workdir: Path | str,
                    limits: SandboxLimits | None = None) -> SandboxResult:
     """Run `bash -c command` in the sandbox with `workdir` mounted (writable) at /work."""
@@ -266,30 +296,28 @@ def _traversable(path: Path) -> bool:
     return all(os.stat(p).st_mode & 0o001 for p in path.parents)
 
 
-def _replace_contents(dst: Path, src: Path) -> None:
-    for entry in list(dst.iterdir()):
-        if entry.is_dir() and not entry.is_symlink():
-            remove_workspace(entry)
-        else:
-            entry.unlink()
-    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, copy_function=_copy_file)
-    st = os.stat(src)
-    os.chmod(dst, st.st_mode & 0o7777)
-    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+def _needs_stage(workdir: Path) -> bool:
+    if os.geteuid() != 0:
+        return False
+    if not _traversable(workdir):  # e.g. under a 0700 directory
+        return True
+    return disk_quota_available() and not is_quota_workspace(workdir)
 
 
 def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
     workdir = workdir.resolve()
     if not workdir.is_dir():
         raise FileNotFoundError(f"sandbox workdir {workdir} is not a directory")
-    if os.geteuid() == 0 and not _traversable(workdir):
-        # e.g. under a 0700 directory: run on a staged copy, then put the result back
-        stage = copy_workspace(workdir)
+    if _needs_stage(workdir):
+        # run on a size-limited copy the throwaway uid can reach, then put the result back
+        stage = copy_workspace(workdir, limits.disk_mb)
         try:
             return _run(cmd, stage, limits)
         finally:
             try:
-                _replace_contents(workdir, stage)
+                replace_contents(workdir, stage)
+                owner = workdir.stat()
+                chown_tree(workdir, owner.st_uid, owner.st_gid)
             finally:
                 remove_workspace(stage)
     skeleton = _skeleton_root()
@@ -298,40 +326,58 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
     prefix: list[str] = []
     if as_root:
         uid = _host_uid()
-        nproc = limits.max_processes + 4  # outer bwrap, its pid 1, prlimit/bash
+        nproc = limits.max_processes + 4  # outer bwrap, its pid 1, sh/prlimit/bash
         # setpriv, not Popen(user=...): the latter forbids vfork, and forking a process that
         # holds torch costs ~70 ms; setpriv costs one small exec
         prefix = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
-        _chown_tree(workdir, uid, uid)
+        chown_tree(workdir, uid, uid)
     else:
         nproc = _user_process_count(os.getuid()) + limits.max_processes + 4
+    group = SandboxCgroup.create(limits.total_memory_mb * 1024 * 1024, limits.max_processes + 4)
     workfd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
+    mark_r, mark_w = os.pipe()
+    started = False
     try:
-        argv = prefix + _bwrap_argv(skeleton, limits, nproc, workfd) + cmd
+        argv = (_cgroup_prefix(group) + prefix
+                + _bwrap_argv(skeleton, limits, nproc, workfd, mark_w) + cmd)
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, pass_fds=(workfd,),
-                                    start_new_session=True, cwd="/")
+                                    stderr=subprocess.PIPE, pass_fds=(workfd, mark_w),
+                                    start_new_session=True, cwd="/", env=HOST_ENV)
         except FileNotFoundError as exc:
             raise SandboxUnavailable(f"{exc.filename or 'bwrap'} not found; {INSTALL_HINT}") \
                 from exc
-        os.close(workfd)
-        workfd = -1
+        for fd in (workfd, mark_w):
+            os.close(fd)
+        workfd = mark_w = -1
         out, err, timed_out, truncated = _collect(proc, limits)
         code = proc.returncode
+        os.set_blocking(mark_r, False)
+        with contextlib.suppress(BlockingIOError):
+            started = os.read(mark_r, 1) == b"x"
     finally:
-        if workfd >= 0:
-            os.close(workfd)
+        for fd in (workfd, mark_w, mark_r):
+            if fd >= 0:
+                os.close(fd)
+        if group is not None:
+            group.destroy()
         if as_root:
-            _chown_tree(workdir, owner.st_uid, owner.st_gid)
+            chown_tree(workdir, owner.st_uid, owner.st_gid)
+    stderr = err.decode("utf-8", "replace")
+    if not started and not timed_out:
+        _raise_not_started(stderr)
     if code is None or timed_out or truncated:
         code = -1
     elif code < 0:
         code = 128 - code
-    stderr = err.decode("utf-8", "replace")
-    if code == 1 and stderr.startswith(("bwrap:", "setpriv:")):  # the sandbox failed to start
-        raise SandboxUnavailable(f"bwrap failed: {stderr.strip()}; {INSTALL_HINT}")
     return SandboxResult(code, out.decode("utf-8", "replace"), stderr, timed_out, truncated)
+
+
+def _raise_not_started(stderr: str) -> None:
+    missing = [b for b in _needed_binaries() if shutil.which(b) is None]
+    if missing:
+        raise SandboxUnavailable(f"missing {', '.join(missing)}; {INSTALL_HINT}")
+    raise SandboxUnavailable(f"bwrap could not start the sandbox: {stderr.strip()[-2000:]}")
 
 
 def _collect(proc: subprocess.Popen, limits: SandboxLimits) -> tuple[bytes, bytes, bool, bool]:
@@ -382,129 +428,3 @@ def _kill(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
         proc.kill()
-
-
-# ---------------------------------------------------------------- workspaces
-
-
-def _safe_relpath(rel: str) -> PurePosixPath:
-    p = PurePosixPath(rel)
-    if p.is_absolute() or not p.parts or ".." in p.parts or "\x00" in rel:
-        raise ValueError(f"workspace path {rel!r} must be relative and stay inside the workspace")
-    return p
-
-
-def materialize_workspace(files: dict[str, str | None], dest: Path | str) -> Path:
-    """Write `{relative path: content}` under `dest` (a path ending in "/" or content None is a
-    directory), then set every timestamp to FIXED_MTIME. Raises ValueError on escaping paths."""
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    for rel, content in sorted(files.items()):
-        target = dest / _safe_relpath(rel)
-        if rel.endswith("/") or content is None:
-            target.mkdir(parents=True, exist_ok=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(str(content), encoding="utf-8")
-    freeze_mtimes(dest)
-    return dest
-
-
-def freeze_mtimes(path: Path | str, when: int = FIXED_MTIME) -> None:
-    """Set every timestamp under `path` (without following symlinks) to `when`."""
-    path = Path(path)
-    for dirpath, dirnames, filenames in os.walk(path, topdown=False, followlinks=False):
-        for name in filenames + dirnames:
-            with contextlib.suppress(OSError):
-                os.utime(os.path.join(dirpath, name), (when, when), follow_symlinks=False)
-    os.utime(path, (when, when), follow_symlinks=False)
-
-
-def copy_workspace(src: Path | str | None) -> Path:
-    """A fresh temp directory (under $PIVOTRL_WORKSPACE_DIR if set) holding a copy of `src`
-    (symlinks copied as links, fifos recreated, times kept); an empty one when `src` is None.
-    The caller removes it (`remove_workspace`), or use `workspace_copy`."""
-    dst = Path(tempfile.mkdtemp(prefix="pivotrl-ws-", dir=os.environ.get(WORKSPACE_DIR_ENV)))
-    os.chmod(dst, 0o755)
-    if src is not None:
-        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, copy_function=_copy_file)
-        st = os.stat(src)
-        os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
-    return dst
-
-
-def _copy_file(src: str, dst: str) -> None:
-    # Commands can leave fifos/sockets behind: fifos are recreated, other special files skipped.
-    import stat as S
-
-    mode = os.lstat(src).st_mode
-    if S.S_ISFIFO(mode):
-        os.mkfifo(dst, S.S_IMODE(mode))
-    elif S.S_ISREG(mode):
-        shutil.copy2(src, dst)
-
-
-def remove_workspace(path: Path | str) -> None:
-    def _retry(func, p, _exc):  # a command may have chmod-ed things unwritable
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(p), 0o755)
-            os.chmod(p, 0o755)
-            func(p)
-    shutil.rmtree(path, onerror=_retry)
-
-
-@contextlib.contextmanager
-def workspace_copy(src: Path | str | None) -> Iterator[Path]:
-    """`with workspace_copy(src) as wd:` a throwaway copy of `src`, removed afterwards."""
-    dst = copy_workspace(src)
-    try:
-        yield dst
-    finally:
-        remove_workspace(dst)
-
-
-# ---------------------------------------------------------------- comparing trees
-
-
-def snapshot_dir(path: Path | str, inline_bytes: int = 4096) -> dict[str, str]:
-    """`{relative path: description}` of every entry under `path`, never following symlinks and
-    never opening anything but regular files. A file is its text when it is UTF-8 and at most
-    `inline_bytes` long, else `sha256:<hex>`; executables get a `[+x] ` prefix; directories are
-    `<dir>` (keys end in "/"), symlinks `<symlink> target`, anything else `<special>`."""
-    root = Path(path)
-    out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        rel_dir = os.path.relpath(dirpath, root)
-        for name in sorted(dirnames + filenames):
-            full = os.path.join(dirpath, name)
-            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            try:
-                st = os.lstat(full)
-                out.update(_describe(full, rel, st, inline_bytes))
-            except OSError as exc:
-                out[rel] = f"<unreadable> {exc.strerror}"
-    return dict(sorted(out.items()))
-
-
-def _describe(full: str, rel: str, st: os.stat_result, inline_bytes: int) -> dict[str, str]:
-    import stat as S
-
-    if S.S_ISLNK(st.st_mode):
-        return {rel: f"<symlink> {os.readlink(full)}"}
-    if S.S_ISDIR(st.st_mode):
-        return {rel + "/": "<dir>"}
-    if not S.S_ISREG(st.st_mode):
-        return {rel: "<special>"}
-    prefix = "[+x] " if st.st_mode & 0o111 else ""
-    fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as fh:
-        if st.st_size <= inline_bytes:
-            data = fh.read(inline_bytes + 1)
-            try:
-                return {rel: prefix + data.decode("utf-8")}
-            except UnicodeDecodeError:
-                return {rel: prefix + "sha256:" + hashlib.sha256(data).hexdigest()}
-        h = hashlib.sha256()
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-        return {rel: prefix + "sha256:" + h.hexdigest()}
