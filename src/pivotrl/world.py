@@ -35,6 +35,11 @@ class World(Protocol):
     # "2" -> 2, "Rome" -> "rome"), or None when the world would reject the call or has no rule
     # for it. It must not depend on the state. Verifiers treat two calls of a tool as the same
     # action when their canonical forms are equal (`action_rule`).
+    #
+    # Optional: `perturb(self, probe: int) -> bool`, for worlds whose actions are programs (a
+    # shell): change the state's contents in place the way probe number `probe` does (every
+    # honest read sees it; nothing a call names is renamed), False when there is no such probe.
+    # The `state` verifier then judges a call by behaviour on the perturbed copies too.
 
 
 WorldFactory = Callable[[], World]

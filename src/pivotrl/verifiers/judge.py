@@ -10,6 +10,10 @@ conversation and the two actions labelled A and B and asks for one word, YES or 
   first standalone YES/NO (also "equivalent"/"not equivalent"); a reply with neither counts as NO
   (reason says "unparseable judge reply").
 - Call vs message is decided before asking: a call answering a message (or the reverse) is 0.
+- The judge sees both actions whole, never cut: an action cut to a prefix can say the opposite
+  after the cut (repeat the expert's answer, pad, then reverse it). An action longer than
+  `max_action_chars` is not judged: the candidate's scores an invalid 0, and so does every
+  candidate of a turn whose expert action is that long. Only context messages are cut.
 - Answers are cached by a hash of (model, prompt): in memory, and in `cache_path` (JSONL, one
   `{"key", "answer"}` per line, appended) when set, so re-scoring costs nothing.
 - A down endpoint raises `JudgeUnavailable` naming the URL; it never turns into reward 0.
@@ -53,7 +57,11 @@ class JudgeConfig(BaseModel):
     context_messages: int = Field(
         6, description="How many context messages (the last ones) the prompt shows.")
     max_chars: int = Field(
-        4000, description="Each shown message/action is cut to this many characters.")
+        4000, description="Each shown *context* message is cut to this many characters (the two "
+                          "actions are never cut).")
+    max_action_chars: int = Field(
+        16000, description="An action (text + calls as JSON) longer than this is not judged: "
+                           "invalid 0 (the judge must see both actions whole).")
     max_tokens: int = Field(
         16, description="Tokens the judge may answer with (raise for thinking models).")
     cache_path: str | None = Field(
@@ -84,7 +92,7 @@ def parse_verdict(reply: str) -> bool | None:
     return m.group(1).lower() in ("yes", "equivalent")
 
 
-def render(message: Message, limit: int) -> str:
+def render(message: Message, limit: int | None = None) -> str:
     """A message as the judge reads it: its text, then its calls as JSON lines."""
     parts = []
     text = message_text(message).strip()
@@ -98,15 +106,15 @@ def render(message: Message, limit: int) -> str:
         parts.append("CALL " + json.dumps({"name": c.function.name, "arguments": args},
                                           sort_keys=True, ensure_ascii=False, default=str))
     out = "\n".join(parts) or "(empty)"
-    return out if len(out) <= limit else out[:limit] + " …[cut]"
+    return out if limit is None or len(out) <= limit else out[:limit] + " …[cut]"
 
 
 def build_prompt(turn: Turn, first: Message, second: Message, cfg: JudgeConfig) -> list[dict]:
     shown = turn.context[-cfg.context_messages:] if cfg.context_messages > 0 else []
     convo = "\n\n".join(f"[{m.role}] {render(m, cfg.max_chars)}" for m in shown)
     user = (f"Conversation so far:\n{convo or '(none)'}\n\n"
-            f"Action A:\n{render(first, cfg.max_chars)}\n\n"
-            f"Action B:\n{render(second, cfg.max_chars)}\n\n"
+            f"Action A:\n{render(first)}\n\n"
+            f"Action B:\n{render(second)}\n\n"
             "Are actions A and B functionally equivalent here? Answer YES or NO.")
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
@@ -134,6 +142,12 @@ class JudgeVerifier:
             return Score(0.0, True, f"{what} where the expert did the other")
         if not message_text(action).strip() and not action.tool_calls:
             return Score(0.0, True, "empty message")
+        limit = self.config.max_action_chars
+        for who, msg in (("candidate", action), ("expert", exp)):
+            size = len(render(msg))
+            if size > limit:
+                return Score(0.0, False, f"{who} action too long for the judge to see whole "
+                                         f"({size} > {limit} characters)")
         first = self._ask(build_prompt(turn, exp, action, self.config))
         v1 = parse_verdict(first)
         if v1 is not True:

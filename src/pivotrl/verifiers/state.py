@@ -7,11 +7,16 @@ agent the same observations as executing the expert's calls:
 - expert calls run on one, candidate calls on the other, in the order given;
 - equal iff `snapshot()`s are equal AND the observations are equal as a multiset (parallel calls
   in another order read the same; a call that changes state shows in the snapshot anyway)
-  AND the calls are the same *action* (`same_action`): the same functions with arguments equal
-  under the world's own rule (`World.canonical_call`, see `pivotrl.world`) or, for calls it has
-  no rule for, the `toolcall` verifier's schema rules. Equal observations are not equal actions:
-  a read for another customer can return the same `[]`, another tool the same error text;
-  paying those would teach the policy to read the wrong thing and be lucky.
+  AND the calls are the same *action* (`same_action`). Equal observations are not equal
+  actions: a read for another customer can return the same `[]`, another tool the same error
+  text, `echo 4` the same output as a count; paying those teaches the policy to be lucky.
+  * Worlds whose actions are programs (a shell: `World.perturb`, see `pivotrl.world`) judge them
+    by behaviour: the calls must also agree on every perturbed copy of the world under which the
+    expert's observations or changes differ (`pivotrl.verifiers.probes`), so a call that only
+    reproduces the expert's output without its reads and writes scores 0.
+  * Other worlds: the same functions with arguments equal under the world's own rule
+    (`World.canonical_call`) or, for calls it has no rule for, the `toolcall` verifier's schema
+    rules.
   Observations are compared as parsed JSON when they parse (key order, spacing), else as text
   with trailing whitespace dropped.
 - call vs message: 0; message vs message: the `toolcall` verifier's message rule.
@@ -33,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.records import Message, Turn
 from pivotrl.verifiers.base import Score
+from pivotrl.verifiers.probes import PROBES, writes
 from pivotrl.verifiers.toolcall import ToolcallVerifier
 from pivotrl.world import world_at_turn
 
@@ -96,6 +102,7 @@ class StateVerifier:
     def __init__(self, **config):
         self.config = StateConfig(**config)
         self._cache: OrderedDict[str, tuple[str, list[str]] | str] = OrderedDict()
+        self._probe_cache: OrderedDict[tuple[str, int], Any] = OrderedDict()
         self._lock = threading.Lock()
         self._fallback = None
 
@@ -128,11 +135,20 @@ class StateVerifier:
             return Score(0.0, True, f"world raised on the candidate's call: "
                                     f"{type(exc).__name__}: {exc}")
         verdict = self._compare(expert, got)
-        if verdict.reward == 1.0 and self.config.same_action:
-            action_score = self._toolcall().score(turn, action)
-            if action_score.reward < 1.0:
-                return Score(0.0, True, "same state and observations, but not the expert's "
-                                        f"action: {action_score.reason}")
+        if verdict.reward < 1.0 or not self.config.same_action:
+            return verdict
+        if callable(getattr(world, "perturb", None)):
+            try:
+                diff = self._probe_diff(turn, cand_args)
+            except Exception as exc:  # noqa: BLE001
+                return Score(0.0, True, f"world raised on a perturbed copy: "
+                                        f"{type(exc).__name__}: {exc}")
+        else:
+            diff = self._toolcall().score(turn, action)
+            diff = diff.reason if diff.reward < 1.0 else ""
+        if diff:
+            return Score(0.0, True, f"same state and observations, but not the expert's action: "
+                                    f"{diff}")
         return verdict
 
     def score_batch(self, turns: Sequence[Turn], actions: Sequence[Message | None]) -> list[Score]:
@@ -154,6 +170,45 @@ class StateVerifier:
         if self.config.compare_observations and got[1] != expert[1]:
             return Score(0.0, True, "observations differ from the expert's")
         return Score(1.0, True, "")
+
+    def _effects(self, turn: Turn, probe: int | None, calls) -> tuple[Any, list[str]] | None:
+        """(changes to the snapshot, observations) of `calls` on the world at `turn`, perturbed by
+        `probe` unless None; None when the world has no such probe."""
+        world = world_at_turn(turn)
+        if probe is not None and not world.perturb(probe):
+            return None
+        before = json.loads(_canonical_snapshot(world.snapshot()))
+        after_text, observations = self._run(world, calls)
+        after = json.loads(after_text)
+        if isinstance(before, dict) and isinstance(after, dict):
+            return writes(before, after), observations
+        return after, observations
+
+    def _probe_diff(self, turn: Turn, cand_calls) -> str:
+        """"" when the candidate matches the expert on every probe that changes the expert."""
+        key = _turn_key(turn)
+        for i in range(len(PROBES) + 8):  # a world may offer fewer probes (perturb -> False)
+            with self._lock:
+                hit = self._probe_cache.get((key, i), _UNSET)
+            if hit is _UNSET:
+                exp_calls = [(c.function.name, c.args()) for c in turn.expected.tool_calls]
+                hit = self._effects(turn, i, exp_calls)
+                plain = self._effects(turn, None, exp_calls) if hit is not None else None
+                hit = "end" if hit is None else ("skip" if hit == plain else hit)
+                with self._lock:
+                    self._probe_cache[(key, i)] = hit
+                    while len(self._probe_cache) > 8 * max(1, self.config.cache_turns):
+                        self._probe_cache.popitem(last=False)
+            if hit == "end":
+                return ""
+            if hit == "skip":
+                continue
+            got = self._effects(turn, i, cand_calls)
+            if got != hit:
+                what = "observations" if got is not None and got[0] == hit[0] else "changes"
+                return f"{what} differ from the expert's on a perturbed copy of the world " \
+                       f"({PROBES[i] if i < len(PROBES) else i})"
+        return ""
 
     def _expert(self, turn: Turn) -> tuple[str, list[str]] | str:
         """The expert's (snapshot, observations), or a reason string when it cannot be had."""
@@ -184,6 +239,9 @@ class StateVerifier:
             self._fallback = ToolcallVerifier(message_rule=self.config.message_rule,
                                               message_threshold=self.config.message_threshold)
         return self._fallback
+
+
+_UNSET = object()
 
 
 def _turn_key(turn: Turn) -> str:

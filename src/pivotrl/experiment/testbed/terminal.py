@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pivotrl import sandbox
+from pivotrl.verifiers.probes import perturb_workspace
 from pivotrl.world import register_world
 
 NAME = "terminal"
@@ -77,6 +78,15 @@ class TerminalWorld:
             return f"error: unknown argument {sorted(set(arguments) - {'command'})[0]}"
         res = sandbox.run_in_sandbox(command, self.workdir, LIMITS)
         return observation(res)
+
+    def perturb(self, probe: int) -> bool:
+        """Change file contents the way probe number `probe` does (`pivotrl.verifiers.probes`:
+        lines doubled, a line appended, an extra file), so verifiers can tell a command that
+        reads the files from one that only prints what they held; False when no such probe."""
+        if self.workdir is None or not perturb_workspace(self.workdir, probe):
+            return False
+        sandbox.freeze_mtimes(self.workdir)
+        return True
 
     def snapshot(self) -> dict[str, str]:
         return sandbox.snapshot_dir(self.workdir) if self.workdir is not None else {}
