@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from pivotrl.sampling import SamplerError, SamplingParams, get_sampler
-from pivotrl.sampling.hf import HFSampler, _PerRowSampler
+from pivotrl.generation import pick_tokens
+from pivotrl.sampling.hf import HFSampler
 
 PROMPTS = ["<|im_start|>user\nWhere is order O-1?<|im_end|>\n<|im_start|>assistant\n",
            "<|im_start|>user\nPlease cancel order O-22 because it is late<|im_end|>\n"
@@ -25,23 +26,25 @@ def sampler(tiny_model_dir):
     return HFSampler(str(tiny_model_dir), batch_size=16)
 
 
-def test_per_row_sampler_follows_the_distribution():
+def test_pick_tokens_follows_the_distribution():
     probs = torch.tensor([0.6, 0.25, 0.1, 0.05])
     rows = 4000
     scores = probs.log().expand(rows, 4).clone()
-    u = torch.rand(rows, 1, generator=torch.Generator().manual_seed(0))
-    out = _PerRowSampler(u, temperature=1.0, top_p=1.0)(None, scores)
-    choice = out.argmax(-1)
-    assert torch.isinf(out).sum(-1).eq(3).all()  # one-hot: greedy generate takes exactly it
+    u = torch.rand(rows, generator=torch.Generator().manual_seed(0))
+    choice = pick_tokens(scores, u, temperature=1.0, top_p=1.0)
     freq = torch.bincount(choice, minlength=4).float() / rows
     assert torch.allclose(freq, probs, atol=0.03), freq
     # top-p 0.8 keeps the smallest prefix reaching 0.8: tokens 0 and 1, renormalised.
-    choice = _PerRowSampler(u, 1.0, 0.8)(None, scores).argmax(-1)
+    choice = pick_tokens(scores, u, 1.0, 0.8)
     freq = torch.bincount(choice, minlength=4).float() / rows
     assert freq[2:].sum() == 0 and abs(freq[0] - 0.6 / 0.85) < 0.03
+    # The nucleus is by probability, not by vocabulary position.
+    shuffled = scores[:, [3, 1, 0, 2]]
+    choice = pick_tokens(shuffled, u, 1.0, 0.8)
+    assert set(choice.tolist()) == {1, 2}
     # temperature 0 is greedy; a low temperature sharpens.
-    assert _PerRowSampler(u, 0.0, 1.0)(None, scores).argmax(-1).eq(0).all()
-    cold = _PerRowSampler(u, 0.25, 1.0)(None, scores).argmax(-1)
+    assert pick_tokens(scores, u, 0.0, 1.0).eq(0).all()
+    cold = pick_tokens(scores, u, 0.25, 1.0)
     assert (cold == 0).float().mean() > 0.95
 
 

@@ -1,0 +1,314 @@
+"""One generation loop for every hand-written sampler: prefill, decode, seeds, stop rule.
+
+`generate(model, prompts, seeds, ...)` samples `len(seeds[i])` completions of token prompt i with
+a transformers causal LM. Profiling (`sampling.hf`), the episode runner's model policy and the
+end-to-end RL baseline all call it, so they share one padding, seeding and stopping rule:
+
+- Padding. Prompts of a batch are left padded; position ids count real tokens only.
+- Shared prefix. The n samples of a prompt share one prefill of that prompt (the prompt is
+  ~400 tokens on the testbed, a completion 12-60). During decoding each sample attends to its
+  prompt's keys/values without copying them n times: for model families whose attention is
+  plain scaled dot-product (`PREFIX_ATTENTION_MODELS`), an attention function splits every
+  query's softmax over (the prompt's cached keys, shared by its group) and (the sample's own
+  generated keys), which is the same softmax over their concatenation. Other models get the
+  prompt's cache copied n times (`DynamicCache.batch_repeat_interleave`) and their own attention.
+  `share_prefix=False` prefills every sample separately (the per-sample path; tests compare).
+- Seeds. Row (prompt i, sample j) draws its uniforms from its own `torch.Generator` seeded with
+  `seeds[i][j]`, and the token is the inverse CDF of the (temperature, top-p) distribution at that
+  uniform. So a sample is a function of (model, prompt, its seed) alone, whichever other prompts
+  share its batch, up to floating-point differences of the batched forward (~1e-7, which can flip
+  a draw only when it lands that close to a token boundary). Temperature 0 is greedy.
+- Stop rule. A row stops at its first stop token (kept in `tokens`: training needs it) or after
+  `max_new_tokens`. With `window`, a prompt that does not leave room for `max_new_tokens` inside
+  it is not generated at all (`finish_reason="overlong"`, no tokens) rather than run past the
+  positions the model was trained on.
+
+`completion_logps` is the one "LM head on completion positions only" log-prob helper for code
+outside training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pivotrl.sampling.base import derive_seed
+
+# Families whose attention module is q/k/v projections + RoPE + plain scaled dot-product softmax
+# over all cached keys (no sliding window, soft-capping, ALiBi or attention sinks): for them the
+# split softmax below is exactly their attention. Anything else takes the copied-cache path.
+PREFIX_ATTENTION_MODELS = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+_ATTENTION_NAME = "pivotrl_shared_prefix"
+
+
+@dataclass(frozen=True)
+class Generated:
+    tokens: list[int]  # generated ids, the stop token included when one was generated
+    finish_reason: str  # "stop" (stop token), "length" (max_new_tokens), "overlong" (see window)
+
+
+def stop_ids(tokenizer: Any, model: Any = None) -> list[int]:
+    """End tokens: the tokenizer's eos, then the model's generation_config eos (one or a list)."""
+    out: list[int] = []
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for t in [tokenizer.eos_token_id] + (gen_eos if isinstance(gen_eos, list) else [gen_eos]):
+        if t is not None and t not in out:
+            out.append(int(t))
+    return out
+
+
+def sample_seeds(seeds: Sequence[int | None], n: int) -> list[list[int | None]]:
+    """Per-sample seeds from per-prompt seeds: sample j of prompt i gets derive_seed(seeds[i], j)."""
+    return [[None if s is None else derive_seed(s, j) for j in range(n)] for s in seeds]
+
+
+def row_uniforms(seeds: Sequence[int | None], steps: int) -> torch.Tensor:
+    """[rows, steps] uniforms, row r from its own generator (None: from torch's global RNG)."""
+    out = torch.empty((len(seeds), steps), dtype=torch.float32)
+    for r, seed in enumerate(seeds):
+        g = None if seed is None else torch.Generator().manual_seed(int(seed))
+        out[r] = torch.rand(steps, generator=g)
+    return out
+
+
+def pick_tokens(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float,
+                top_p: float = 1.0) -> torch.Tensor:
+    """One token per row: argmax at temperature 0, else the inverse CDF of softmax(logits / T),
+    restricted to the top-p nucleus, at the row's uniform. The CDF runs in vocabulary order (a
+    fixed order: the same uniform maps to the same token); only top-p needs the probabilities
+    sorted (the nucleus is a prefix of the sorted order), and sorting the vocabulary is most of a
+    decoding step's cost on a small model, so it is done only then."""
+    logits = logits.float()
+    if temperature == 0.0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits / temperature, dim=-1)
+    order = None
+    if top_p < 1.0:
+        probs, order = probs.sort(dim=-1, descending=True)
+        cdf = probs.cumsum(dim=-1)
+        # The smallest prefix whose mass reaches top_p (the first token always).
+        probs = probs * ((cdf - probs) < top_p)
+    cdf = probs.cumsum(dim=-1)
+    u = uniforms.to(cdf.device).unsqueeze(-1) * cdf[:, -1:]
+    idx = torch.searchsorted(cdf, u).clamp_(max=cdf.shape[-1] - 1)
+    return (idx if order is None else order.gather(-1, idx)).squeeze(-1)
+
+
+def generate(model: Any, prompts: Sequence[Sequence[int]], seeds: Sequence[Sequence[int | None]],
+             *, max_new_tokens: int, stop_token_ids: Sequence[int], temperature: float = 1.0,
+             top_p: float = 1.0, batch_size: int = 64, share_prefix: bool = True,
+             window: int | None = None) -> list[list[Generated]]:
+    """`len(seeds[i])` completions of token prompt `prompts[i]` (see the module docstring).
+
+    batch_size: rows (samples) per forward pass; a batch holds max(1, batch_size // n) prompts of
+    n samples each, prompts of similar length together (little padding)."""
+    if len(seeds) != len(prompts):
+        raise ValueError(f"got {len(seeds)} seed lists for {len(prompts)} prompts")
+    if max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be ≥ 1")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("a prompt has no tokens (nothing to condition on)")
+    stops = [int(t) for t in stop_token_ids]
+    if not stops:
+        raise ValueError("no stop tokens")
+    results: list[list[Generated]] = [[] for _ in prompts]
+    todo = []
+    for i, p in enumerate(prompts):
+        if window is not None and len(p) + max_new_tokens > window:
+            results[i] = [Generated([], "overlong") for _ in seeds[i]]
+        elif seeds[i]:
+            todo.append(i)
+    # Batches hold prompts with the same number of samples; longest first, so that similar
+    # lengths share a batch and an out-of-memory shows up at once.
+    by_n: dict[int, list[int]] = {}
+    for i in sorted(todo, key=lambda i: -len(prompts[i])):
+        by_n.setdefault(len(seeds[i]), []).append(i)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            for n, group in by_n.items():
+                per_batch = max(1, batch_size // n)
+                for start in range(0, len(group), per_batch):
+                    batch = group[start:start + per_batch]
+                    rows = [s for i in batch for s in seeds[i]]
+                    ids = [list(prompts[i]) for i in batch]
+                    if share_prefix or n == 1:
+                        out = _generate_batch(model, ids, n, rows, max_new_tokens, stops,
+                                              temperature, top_p)
+                    else:  # the per-sample path: every sample prefills its own prompt copy
+                        out = _generate_batch(model, [x for x in ids for _ in range(n)], 1, rows,
+                                              max_new_tokens, stops, temperature, top_p)
+                    for k, i in enumerate(batch):
+                        results[i] = out[k * n:(k + 1) * n]
+    finally:
+        if was_training:
+            model.train()
+    return results
+
+
+def _left_pad(prompts: list[list[int]], pad: int, device: Any):
+    width = max(len(x) for x in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for r, x in enumerate(prompts):
+        ids[r, width - len(x):] = torch.tensor(x, dtype=torch.long)
+        mask[r, width - len(x):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _prefix_attention_supported(model: Any) -> bool:
+    cfg = getattr(model, "config", None)
+    return (getattr(cfg, "model_type", None) in PREFIX_ATTENTION_MODELS
+            and not getattr(cfg, "use_sliding_window", False)
+            and getattr(cfg, "sliding_window", None) is None
+            and getattr(cfg, "_attn_implementation", None) in ("sdpa", "eager"))
+
+
+def _generate_batch(model, prompts: list[list[int]], n: int, seeds: list[int | None],
+                    max_new_tokens: int, stops: list[int], temperature: float,
+                    top_p: float) -> list[Generated]:
+    """P prompts × n samples (rows prompt-major); the prompts are prefilled once."""
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    pad = stops[0]  # fed to finished rows only; never part of a result
+    ids, mask = _left_pad(prompts, pad, device)
+    lengths = mask.sum(-1)
+    positions = (mask.cumsum(-1) - 1).clamp_(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                logits_to_keep=1)
+    logits = out.logits[:, -1].float().repeat_interleave(n, dim=0)
+    cache = out.past_key_values
+    rows = len(prompts) * n
+    next_pos = lengths.repeat_interleave(n)  # each row's next position: its prompt's length
+    uniforms = row_uniforms(seeds, max_new_tokens).to(device)
+    stop_t = torch.tensor(stops, device=device)
+    done = torch.zeros(rows, dtype=torch.bool, device=device)
+    tokens = []
+    shared = _prefix_attention_supported(model)
+    if shared:
+        # Keys stored transposed once: every decoding step multiplies by them.
+        prefix = _SharedPrefix([(layer.keys.transpose(-1, -2).contiguous(), layer.values)
+                                for layer in cache.layers], mask.bool(), n)
+        cache = DynamicCache()
+        step_kwargs: dict[str, Any] = {"shared_prefix": prefix}
+    else:
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+        full_mask = mask.repeat_interleave(n, dim=0)
+    with _attention(model, _ATTENTION_NAME if shared else None):
+        for t in range(max_new_tokens):
+            tok = pick_tokens(logits, uniforms[:, t], temperature, top_p)
+            tok = torch.where(done, torch.full_like(tok, pad), tok)
+            tokens.append(tok)
+            done = done | torch.isin(tok, stop_t)
+            if t == max_new_tokens - 1 or bool(done.all()):
+                break
+            pos = (next_pos + t)[:, None]
+            if not shared:
+                full_mask = torch.cat([full_mask, torch.ones_like(full_mask[:, :1])], dim=-1)
+                step_kwargs = {"attention_mask": full_mask}
+            out = model(input_ids=tok[:, None], position_ids=pos, past_key_values=cache,
+                        use_cache=True, **step_kwargs)
+            cache = out.past_key_values
+            logits = out.logits[:, -1].float()
+    return _finish(torch.stack(tokens, dim=1).tolist(), set(stops))
+
+
+def _finish(rows: list[list[int]], stops: set[int]) -> list[Generated]:
+    out = []
+    for row in rows:
+        end = next((t for t, tok in enumerate(row) if tok in stops), None)
+        out.append(Generated(row, "length") if end is None else Generated(row[:end + 1], "stop"))
+    return out
+
+
+@dataclass
+class _SharedPrefix:
+    """The prompts' cached keys (transposed: [P, kv_heads, head_dim, L]) and values ([P, kv_heads,
+    L, head_dim]) per layer, which positions are real tokens ([P, L]), and how many consecutive
+    rows (samples) share each prompt."""
+
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+    mask: torch.Tensor
+    group: int
+
+
+def _shared_prefix_attention(module, query, key, value, attention_mask, scaling=None,
+                             dropout=0.0, shared_prefix: _SharedPrefix | None = None, **kwargs):
+    """Attention of decoding rows over (their prompt's shared cache) ∪ (their own new tokens).
+
+    query [R, H, q, d]; key/value [R, Hkv, S, d]: the row's own generated tokens (all before the
+    query, and the query itself). R = P·n rows, rows r·n … r·n+n-1 share prompt r. One softmax over
+    both parts: scores are concatenated before normalising, so this equals attending to the
+    prompt's keys copied into every row, without the copies."""
+    if shared_prefix is None or query.shape[2] != 1:
+        raise RuntimeError("shared-prefix attention is for one-token decoding steps only")
+    kp_t, vp = shared_prefix.layers[module.layer_idx]
+    rows, heads, _, dim = query.shape
+    prompts, kv_heads, length, _ = vp.shape
+    n, g = shared_prefix.group, heads // kv_heads
+    scaling = dim ** -0.5 if scaling is None else scaling
+    # Prefix part: per prompt, all its rows' queries (n samples × g heads sharing a kv head).
+    q = query.reshape(prompts, n, kv_heads, g, dim).permute(0, 2, 1, 3, 4).reshape(
+        prompts, kv_heads, n * g, dim)
+    s_pre = torch.matmul(q, kp_t).float() * scaling  # [P, Hkv, n·g, L]
+    s_pre = s_pre.masked_fill(~shared_prefix.mask[:, None, None, :], float("-inf"))
+    # Own part: every generated token so far is visible (decoding is one token at a time).
+    k_own = key.repeat_interleave(g, dim=1) if g > 1 else key
+    v_own = value.repeat_interleave(g, dim=1) if g > 1 else value
+    s_own = torch.matmul(query, k_own.transpose(-1, -2)).float() * scaling  # [R, H, 1, S]
+    s_own = s_own.reshape(prompts, n, kv_heads, g, -1).permute(0, 2, 1, 3, 4).reshape(
+        prompts, kv_heads, n * g, -1)
+    weights = torch.softmax(torch.cat([s_pre, s_own], dim=-1), dim=-1).to(query.dtype)
+    out = torch.matmul(weights[..., :length], vp)  # [P, Hkv, n·g, d]
+    w_own = weights[..., length:].reshape(prompts, kv_heads, n, g, -1).permute(0, 2, 1, 3, 4)
+    out_own = torch.matmul(w_own.reshape(rows, heads, 1, -1), v_own)  # [R, H, 1, d]
+    out = out.reshape(prompts, kv_heads, n, g, dim).permute(0, 2, 1, 3, 4).reshape(
+        rows, heads, 1, dim) + out_own
+    return out.transpose(1, 2).contiguous(), None
+
+
+@contextmanager
+def _attention(model, name: str | None):
+    """Run the model with the attention function `name` (None: its own), restoring it after."""
+    if name is None:
+        yield
+        return
+    from transformers import AttentionInterface
+
+    if name not in AttentionInterface._global_mapping:
+        AttentionInterface.register(name, _shared_prefix_attention)
+    config = model.config
+    before = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
+
+
+def completion_logps(model: Any, batch: Sequence[tuple[Sequence[int], Sequence[int]]],
+                     temperature: float = 1.0) -> list[torch.Tensor]:
+    """Log-probabilities of each completion token given its prompt (logits / temperature, as TRL
+    samples). The output layer runs on the completion positions only: prompts are most of the
+    sequence, so projecting every position would be mostly wasted work. Right padding (causal:
+    padding after a sequence cannot change it). Gradients flow when called with them enabled."""
+    pad = 0
+    batch = [(list(p), list(c)) for p, c in batch]
+    device = next(model.parameters()).device
+    width = max(len(p) + len(c) for p, c in batch)
+    ids = torch.tensor([p + c + [pad] * (width - len(p) - len(c)) for p, c in batch], device=device)
+    mask = torch.tensor([[1] * (len(p) + len(c)) + [0] * (width - len(p) - len(c)) for p, c in batch],
+                        device=device)
+    hidden = model.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+    rows = torch.tensor([i for i, (_, c) in enumerate(batch) for _ in c], dtype=torch.long)
+    cols = torch.tensor([len(p) - 1 + j for p, c in batch for j in range(len(c))], dtype=torch.long)
+    logits = model.get_output_embeddings()(hidden[rows, cols]).float() / temperature
+    logps = torch.log_softmax(logits, dim=-1).gather(-1, ids[rows, cols + 1][:, None]).squeeze(-1)
+    return list(torch.split(logps, [len(c) for _, c in batch]))
