@@ -1,15 +1,22 @@
-"""Seconds per GRPO step on CPU: TRL's fused LM head over every position vs completions only.
+"""GRPO on CPU: TRL's repeated-prompt log-prob path vs the shared-prefix path, side by side.
 
-    python3 bench/bench_grpo_step.py [--steps 4] [--pivots-per-step 4] [--generations 8] [--repeats 2]
-    python3 bench/bench_grpo_step.py --model runs/testbed/base   # a trained base: realistic completions
+    python3 bench/bench_grpo_step.py [--pivots-per-step 4] [--generations 8] [--repeats 5] [--steps 3]
+    python3 bench/bench_grpo_step.py --model runs/testbed/base   # the default when that folder exists
 
-Builds the testbed's tiny model (random init, nothing downloaded; it writes `--max-completion-length`
-tokens every time) or loads `--model`, and one-turn pivots with the toolshop world's system prompt
-and tool schemas (~350-400-token prompts, as in the demo), then
-alternates, in one process: (a) TRL 1.16 as shipped, which on CPU projects every prompt and
-completion position through the LM head; (b) `score_only_completions_on_cpu()`, which projects
-only the completion positions. Same seed, same completions, same losses. Prints s/step of each
-per repeat and the median ratio (a)/(b).
+Pivots are shaped like the demo's: the toolshop world's system prompt and tool schemas (~400-token
+prompts, lengths mixed by the user's message), G completions each. The model is `--model`, else
+runs/testbed/base, else the testbed's tiny Llama shape at random init (hidden 128, 2 layers,
+4 heads; nothing downloaded).
+
+Two measurements, each alternating the arms inside one process so a shared CPU slows them alike:
+
+1. loss: one micro-batch's GRPO loss forward + backward (`trainer.compute_loss(...).backward()`)
+   on identical inputs, completions 12-60 tokens long (uniform, right-padded): (a) TRL 1.16 as
+   shipped, which on CPU projects every position through the LM head, (b) TRL's path with
+   completion-only LM head (`shared_prefix_loss: false`), (c) the shared-prefix path (default).
+   This is the part the shared prefix changes; the token-work bound is (P+C)/(P/G+C).
+2. step: whole `trainer.train()` optimizer steps (generation included, which this does not
+   change) for (b) and (c); the random model always writes `--max-completion-length` tokens.
 """
 
 from __future__ import annotations
@@ -17,21 +24,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+TESTBED_BASE = Path("runs/testbed/base")
 
 
-def make_pivots(path: Path, n: int) -> None:
+def make_pivots(path: Path, n: int, seed: int = 0) -> None:
     from pivotrl.experiment.testbed.toolshop import SYSTEM_PROMPT, TOOLS
 
+    rng = random.Random(seed)
+    asks = ["Please cancel my pending order.", "Where is my last order? It has been a week.",
+            "I would like to return the lamp I got, it arrived broken and the box was open.",
+            "Can you change the address of my pending order to 12 Elm Street, Springfield, please?"]
     with path.open("w") as fh:
         for i in range(n):
             ctx = [{"role": "system", "content": SYSTEM_PROMPT},
-                   {"role": "user", "content": f"Hi, I am ann{i}@shop.io. Please cancel my pending order."}]
+                   {"role": "user", "content": f"Hi, I am ann{i}@shop.io. {rng.choice(asks)}"}]
             fh.write(json.dumps({
                 "id": f"b{i}/1", "trajectory_id": f"b{i}", "turn": 1, "domain": "toolshop",
                 "tools": TOOLS, "context": ctx,
@@ -40,67 +53,126 @@ def make_pivots(path: Path, n: int) -> None:
             }) + "\n")
 
 
+def loss_inputs(tokenizer, prompts: list[str], generations: int, lengths: tuple[int, int], seed: int):
+    """One micro-batch as TRL hands it to compute_loss: G rows per prompt, shuffled; left-padded
+    prompts, right-padded completions of random tokens and random lengths."""
+    import torch
+
+    rng = random.Random(seed)
+    prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    rows = [(p, [rng.randrange(3, len(tokenizer)) for _ in range(rng.randint(*lengths))])
+            for p in prompt_ids for _ in range(generations)]
+    rng.shuffle(rows)
+    n_p, n_c = max(len(p) for p, _ in rows), max(len(c) for _, c in rows)
+    pad = tokenizer.pad_token_id
+    out = {k: torch.full((len(rows), n), pad if k.endswith("ids") else 0, dtype=torch.long)
+           for k, n in (("prompt_ids", n_p), ("prompt_mask", n_p), ("completion_ids", n_c), ("completion_mask", n_c))}
+    for i, (p, c) in enumerate(rows):
+        out["prompt_ids"][i, n_p - len(p):] = torch.tensor(p)
+        out["prompt_mask"][i, n_p - len(p):] = 1
+        out["completion_ids"][i, :len(c)] = torch.tensor(c)
+        out["completion_mask"][i, :len(c)] = 1
+    out["advantages"] = torch.randn(len(rows), generator=torch.Generator().manual_seed(seed))
+    out["old_per_token_logps"] = None
+    out["num_items_in_batch"] = out["completion_mask"].sum().float()
+    return out
+
+
+def time_loss(trainer, inputs, arm: str) -> float:
+    from pivotrl.train.rewards import score_only_completions_on_cpu
+
+    score_only_completions_on_cpu(arm != "all positions")
+    trainer.shared_prefix = arm == "shared prefix"
+    model = trainer.model.train()
+    t0 = time.perf_counter()
+    trainer.compute_loss(model, inputs).backward()
+    seconds = time.perf_counter() - t0
+    model.zero_grad(set_to_none=True)
+    score_only_completions_on_cpu(True)
+    return seconds
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--pivots-per-step", type=int, default=4)
     ap.add_argument("--generations", type=int, default=8)
-    ap.add_argument("--max-completion-length", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--model", type=Path, default=None, help="a trained testbed base (default: random init)")
+    ap.add_argument("--min-completion", type=int, default=12)
+    ap.add_argument("--max-completion", type=int, default=60)
+    ap.add_argument("--repeats", type=int, default=5, help="loss timings per arm (alternating)")
+    ap.add_argument("--steps", type=int, default=3, help="optimizer steps per arm in the step timing (0: skip)")
+    ap.add_argument("--max-completion-length", type=int, default=32, help="generation length, step timing")
+    ap.add_argument("--model", type=Path, default=None, help="a trained base (default: runs/testbed/base "
+                                                             "if it exists, else random init)")
     args = ap.parse_args()
 
     import torch
+    from transformers import AutoTokenizer
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    from pivotrl.chat import prompt_text
     from pivotrl.experiment.testbed.tiny import build_model, build_tokenizer, save_tiny
+    from pivotrl.records import Turn, iter_valid
     from pivotrl.train.config import GRPORunConfig
     from pivotrl.train.grpo import build_trainer, load_pivot_set
-    from pivotrl.train.rewards import score_only_completions_on_cpu
-
-    from pivotrl.chat import prompt_text
-    from pivotrl.records import Turn, iter_valid
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_grpo_"))
-    make_pivots(tmp / "pivots.jsonl", args.steps * args.pivots_per_step)
-    # As the testbed build does: BPE trained on the rendered prompts, so they are ~400 tokens.
-    seed_tok = build_tokenizer([], vocab_size=300)
-    texts = [prompt_text(seed_tok, t.context, t.tools) for t in iter_valid(tmp / "pivots.jsonl", Turn)]
-    if args.model:
-        from transformers import AutoTokenizer
-
-        model_dir, tokenizer = args.model, AutoTokenizer.from_pretrained(args.model)
-        texts = [prompt_text(tokenizer, t.context, t.tools) for t in iter_valid(tmp / "pivots.jsonl", Turn)]
-    else:
-        tokenizer = build_tokenizer(texts * 4)
+    n_pivots = max(args.steps, 1) * args.pivots_per_step
+    make_pivots(tmp / "pivots.jsonl", n_pivots)
+    turns = list(iter_valid(tmp / "pivots.jsonl", Turn))
+    model_dir = args.model or (TESTBED_BASE if TESTBED_BASE.is_dir() else None)
+    if model_dir is not None:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    else:  # as the testbed build does: BPE trained on the rendered prompts, so they are ~400 tokens
+        seed_tok = build_tokenizer([], vocab_size=300)
+        tokenizer = build_tokenizer([prompt_text(seed_tok, t.context, t.tools) for t in turns] * 4)
         model_dir = save_tiny(build_model(tokenizer), tokenizer, tmp / "model")
+    texts = [prompt_text(tokenizer, t.context, t.tools) for t in turns]
 
-    def length_reward(completions, **_):  # any cheap reward with spread: this bench times the step
+    def reward(completions, **_):  # any cheap reward with spread: this bench times the step
         return [float(len(c) % 3 == 0) for c in completions]
 
-    def seconds_per_step(compact: bool) -> float:
-        cfg = GRPORunConfig(model=str(model_dir), pivots=tmp / "pivots.jsonl", output_dir=tmp / "run",
+    def trainer_for(shared: bool, steps: int):
+        cfg = GRPORunConfig(model=str(model_dir), pivots=tmp / "pivots.jsonl", output_dir=tmp / f"run{shared}",
                             num_generations=args.generations,
                             per_device_train_batch_size=args.generations * args.pivots_per_step,
                             max_completion_length=args.max_completion_length, learning_rate=1e-4,
-                            max_steps=args.steps, save_steps=10_000, precision="fp32", seed=0)
-        trainer = build_trainer(cfg, load_pivot_set(cfg), reward_funcs=[length_reward])
-        score_only_completions_on_cpu(compact)  # after build_trainer, which turns it on
-        t0 = time.perf_counter()
-        trainer.train()
-        return (time.perf_counter() - t0) / args.steps
+                            max_steps=steps, save_steps=10_000, precision="fp32", seed=0, shared_prefix_loss=shared)
+        return build_trainer(cfg, load_pivot_set(cfg), reward_funcs=[reward])
 
-    ratios = []
-    prompt_tokens = len(tokenizer(texts[0])["input_ids"])
-    print(f"~{prompt_tokens} prompt tokens, {args.pivots_per_step} pivots × G={args.generations} per step, "
-          f"{args.steps} steps, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
-    for r in range(args.repeats):
-        full = seconds_per_step(False)
-        compact = seconds_per_step(True)
-        ratios.append(full / compact)
-        print(f"repeat {r}: all positions {full:.2f} s/step, completions only {compact:.2f} s/step, "
-              f"speed-up {full / compact:.2f}×", flush=True)
-    print(f"median speed-up {statistics.median(ratios):.2f}×")
+    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    print(f"model {model_dir}; prompts {min(lengths)}-{max(lengths)} tokens, {args.pivots_per_step} pivots × "
+          f"G={args.generations} per micro-batch, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
+
+    trainer = trainer_for(True, 1)
+    trainer.current_gradient_accumulation_steps = 1  # Trainer.train() sets it
+    arms = ("all positions", "TRL path", "shared prefix")
+    seconds = {arm: [] for arm in arms}
+    for r in range(args.repeats + 1):  # repeat 0 warms up every arm and is not counted
+        inputs = loss_inputs(tokenizer, texts[:args.pivots_per_step], args.generations,
+                             (args.min_completion, args.max_completion), seed=r)
+        for arm in arms:
+            s = time_loss(trainer, inputs, arm)
+            if r:
+                seconds[arm].append(s)
+    p = inputs["prompt_mask"].sum(1).float().mean().item()
+    c = inputs["completion_mask"].sum(1).float().mean().item()
+    print(f"loss forward+backward per micro-batch (median of {args.repeats}); mean prompt {p:.0f}, "
+          f"completion {c:.0f} tokens; token-work bound {(p + c) / (p / args.generations + c):.2f}×")
+    med = {arm: statistics.median(v) for arm, v in seconds.items()}
+    for arm in arms:
+        print(f"  {arm:<14} {med[arm]:.3f} s   speed-up of shared prefix {med[arm] / med['shared prefix']:.2f}×")
+
+    if args.steps:
+        step = {False: [], True: []}
+        for shared in (False, True, False, True):  # interleaved twice
+            t = trainer_for(shared, args.steps)
+            t0 = time.perf_counter()
+            t.train()
+            step[shared].append((time.perf_counter() - t0) / args.steps)
+        off, on = statistics.mean(step[False]), statistics.mean(step[True])
+        print(f"whole optimizer step incl. generation of {args.max_completion_length} tokens "
+              f"(mean of 2×{args.steps} steps): TRL path {off:.2f} s/step, shared prefix {on:.2f} s/step, "
+              f"speed-up {off / on:.2f}×")
     return 0
 
 

@@ -208,3 +208,51 @@ def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_pa
     assert grads.keys() == ref_grads.keys() and grads
     for name, ref in ref_grads.items():
         assert (grads[name] - ref).abs().max() <= 1e-4 * ref.abs().max(), name
+
+
+def _ddp_worker(rank: int, world: int, port: int, out_dir: str) -> None:
+    """One DDP rank: shared-prefix log-probs through the DDP wrapper on this rank's batch."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from pivotrl.train.shared_prefix import shared_prefix_logps
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        ids, mask, n_completion = grpo_batch(seed=10 + rank)
+        for find_unused in (False, True):
+            model = prepared(tiny_llama(3))
+            ddp = DistributedDataParallel(model, find_unused_parameters=find_unused)
+            lp, ent = shared_prefix_logps(ddp, ids, mask, n_completion, compute_entropy=True)
+            grads = grads_of(model, lp, ent, mask, n_completion)  # DDP averaged them over the ranks
+            torch.save(grads, f"{out_dir}/rank{rank}_unused{int(find_unused)}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_syncs_shared_prefix_gradients(tmp_path):
+    """Under DDP (2 gloo processes, different batches) the shared-prefix forward is ONE call of
+    the wrapped model: the all-reduced gradients equal the mean of TRL's per-rank gradients, with
+    and without find_unused_parameters."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    model = prepared(tiny_llama(3))  # also imports everything before the fork: children start at once
+    mp.start_processes(_ddp_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True, start_method="fork")
+    per_rank = []
+    for rank in range(2):
+        ids, mask, n_completion = grpo_batch(seed=10 + rank)
+        lp, ent = trl_logps(model, ids, mask, n_completion)
+        per_rank.append(grads_of(model, lp, ent, mask, n_completion))
+    for find_unused in (0, 1):
+        synced = [torch.load(tmp_path / f"rank{r}_unused{find_unused}.pt") for r in range(2)]
+        for name, g0 in per_rank[0].items():
+            expected = (g0 + per_rank[1][name]) / 2
+            assert not torch.allclose(g0, per_rank[1][name]), name  # the ranks really differ
+            for got in synced:
+                assert (got[name] - expected).abs().max() <= 1e-4 * expected.abs().max(), (name, find_unused)

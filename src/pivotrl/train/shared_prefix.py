@@ -8,8 +8,8 @@ attends to that single copy of its keys and values:
 
 1. stage 1: the distinct prompts of the micro-batch, minus their last token, go through the
    backbone into a `DynamicCache` (the per-layer keys/values, still attached to the graph);
-2. the cache rows are gathered to one row per completion (`batch_select_indices`), which only
-   indexes the tensors, so each completion's gradient flows back into the one prompt encoding;
+2. the cache rows are gathered to one row per completion (`index_select`, no copy of the
+   graph), so each completion's gradient flows back into the one prompt encoding;
 3. stage 2: each row's last prompt token plus its completion runs against that cache through
    TRL's fused LM head, whose log-prob/entropy kernel then scores the completion tokens exactly as
    TRL's own call does (the last prompt token's output predicts the first completion token).
@@ -114,11 +114,23 @@ def _two_stage_forward(model, inner, prefix_ids, prefix_mask, prefix_index, kwar
     if cache.get_seq_length() != n_prefix:  # a layer dropped the cache: never score without the prompt
         raise RuntimeError(f"shared-prefix forward: the cache holds {cache.get_seq_length()} of "
                            f"{n_prefix} prompt positions; turn shared_prefix_loss off for this model")
-    cache.batch_select_indices(prefix_index)
+    _gather_rows(cache, prefix_index)
     ids = kwargs["input_ids"]
     kwargs["position_ids"] = (n_prefix + torch.arange(ids.size(1), device=ids.device)).unsqueeze(0).expand(ids.size(0), -1)
     kwargs["past_key_values"] = cache
     return inner(**kwargs)
+
+
+def _gather_rows(cache, index: torch.Tensor) -> None:
+    """One cache row per completion. `index_select` backpropagates with a plain index_add (the
+    cache's own `batch_select_indices` indexes, whose backward is a slower accumulating index_put)."""
+    layers = getattr(cache, "layers", None)
+    if not layers or not all(hasattr(layer, "keys") and hasattr(layer, "values") for layer in layers):
+        cache.batch_select_indices(index)
+        return
+    for layer in layers:
+        layer.keys = layer.keys.index_select(0, index)
+        layer.values = layer.values.index_select(0, index)
 
 
 def shared_prefix_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
