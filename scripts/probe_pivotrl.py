@@ -67,7 +67,8 @@ def main() -> None:
     ap.add_argument("--testbed", type=Path, default=Path("runs/testbed"))
     ap.add_argument("--out", type=Path, default=Path("runs/probe"))
     ap.add_argument("--world", default="toolshop")
-    ap.add_argument("--profile-turns", type=int, default=120)
+    ap.add_argument("--profile-trajectories", type=int, default=30,
+                    help="train trajectories whose turns are profiled (~4 turns each)")
     ap.add_argument("--arm", action="append", default=None, help="demo method; repeatable")
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--steps", type=int, default=60)
@@ -78,7 +79,7 @@ def main() -> None:
     ap.add_argument("--trajectories", type=int, default=40, help="eval trajectories (held-out states)")
     ap.add_argument("--dev-offset", type=int, default=50, help="first eval trajectory used (the demo uses 0-29)")
     args = ap.parse_args()
-    cfg = DemoConfig(worlds=[args.world], profile_turns=args.profile_turns, steps=args.steps,
+    cfg = DemoConfig(worlds=[args.world], profile_trajectories=args.profile_trajectories, steps=args.steps,
                      eval_every=args.eval_every, pivots_per_step=args.pivots_per_step,
                      num_generations=args.num_generations)
     torch.set_num_threads(2)

@@ -1,5 +1,6 @@
-"""The demo end to end on a miniature grid: every stage runs, results.json has the contract
-shape, and a second run reuses the cache instead of training again."""
+"""The demo end to end on a miniature grid: every stage runs, every arm trains on the same
+trajectories, results.json has the contract shape with paired verdicts, items.jsonl holds the
+per-item outcomes, and a second run reuses the cache instead of training again."""
 
 import json
 import time
@@ -31,13 +32,13 @@ def ensure_pivots(original):
 @pytest.mark.slow
 def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch):
     monkeypatch.setattr(demo, "prepare_world", ensure_pivots(demo.prepare_world))
-    cfg = DemoConfig(worlds=["toolshop"], seeds=[0], learning_rates=[1e-3], headline_lr=1e-3,
-                     steps=2, eval_every=1, k=2, profile_turns=8, num_generations=2,
+    cfg = DemoConfig(worlds=["toolshop"], seeds=[0], learning_rates=[1e-3],
+                     steps=2, eval_every=1, k=2, profile_trajectories=2, num_generations=2,
                      pivots_per_step=2, max_completion_length=24, sft_batch_size=2,
-                     e2e_tasks_per_step=1,
-                     eval=EvalConfig(episodes=2, turn_trajectories=0, ood_per_family=2,
+                     e2e_tasks_per_step=1, dev_tasks=2, dev_ood_per_family=2,
+                     eval=EvalConfig(episodes=2, turn_trajectories=1, ood_per_family=2,
                                      max_new_tokens=24, batch_size=8),
-                     kl_prompts=4, theory_turns=4, workers=1)
+                     kl_prompts=4, theory_turns=4, theory_samples=2, workers=1)
     out = tmp_path / "demo"
     results = run_demo(out, cfg, testbed_config=TestbedConfig().quick(), log=lambda m: None)
     saved = json.loads((out / "results.json").read_text())
@@ -52,11 +53,27 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch):
                 assert {"step", "lr", "rollout_turns", "in_domain", "ood", "kl_to_base"} <= set(c)
     ck = {n: m["checkpoints"] for n, m in saved["methods"].items()}
     assert all(c["rollout_turns"] == 0 for c in ck["sft"])
-    # PivotRL pays for profiling (8 turns × K=2) plus G × pivots_per_step rollouts per step.
-    assert ck["pivotrl"][0]["rollout_turns"] == 8 * 2 + 2 * 2 * 1
+    # Every arm's data: the first 2 trajectories; PivotRL's candidates are all of their turns.
+    data = out / "data" / "toolshop"
+    trajs = {json.loads(line)["id"] for line in (data / "trajectories.jsonl").read_text().splitlines()}
+    turns = [json.loads(line) for line in (data / "turns.jsonl").read_text().splitlines()]
+    assert len(trajs) == 2 and {t["trajectory_id"] for t in turns} == trajs
+    assert saved["pivots"]["toolshop"]["trajectories"] == 2
+    # PivotRL pays for profiling (every turn × K=2) plus G × pivots_per_step rollouts per step.
+    assert ck["pivotrl"][0]["rollout_turns"] == len(turns) * 2 + 2 * 2 * 1
     assert ck["pivotrl_no_filter"][1]["rollout_turns"] == 2 * 2 * 2
     assert ck["e2e_rl"][1]["rollout_turns"] > ck["e2e_rl"][0]["rollout_turns"] > 0
-    assert "grad_norm_vs_std_corr" in saved["theory"] and saved["wall_seconds"] > 0
+    # Per-item outcomes of every arm on both splits; verdicts between dev-chosen checkpoints.
+    items = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
+    keys = {"method", "world", "seed", "lr", "step", "split", "measure", "item", "cluster", "outcome"}
+    assert all(set(r) == keys for r in items)
+    assert {(r["method"], r["split"]) for r in items} == {(m, s) for m in ("base", *METHODS)
+                                                         for s in ("dev", "eval")}
+    assert {r["measure"] for r in items} == {"episode", "turn", "ood"}
+    assert saved["verdicts"] and all(v["verdict"] in ("met", "not met", "within noise", "not measurable")
+                                     for v in saved["verdicts"])
+    assert "grad_norm_vs_std_corr" in saved["theory"] and "null_grad_norm_vs_std_corr" in saved["theory"]
+    assert saved["wall_seconds"] > 0 and {"pivotrl", "e2e_rl"} <= set(saved["turns_to_match_e2e"])
     report = (out / "report.md").read_text()
     assert "## The paper's claims against ours" in report
     assert (out / "frontier.png").exists() and (out / "compute.png").exists()

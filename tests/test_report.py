@@ -1,112 +1,136 @@
+"""The demo report: dev-chosen checkpoints, paired verdicts recomputable from the item rows,
+the contract shape of results.json."""
+
 import json
 
-from pivotrl.experiment.report import ci95, frontier, in_domain_at, ood_at, turns_to_reach, write_report
+import pytest
+
+from pivotrl.experiment.plots import frontier
+from pivotrl.experiment.report import ci95, write_report
+
+N = 40  # items per (split, measure, world)
 
 
-def row(method, world, seed, lr, step, ind, ood, turns=0, kl=0.0, tacc=None):
-    return {"method": method, "world": world, "seed": seed, "lr": lr, "step": step,
-            "rollout_turns": turns, "kl_to_base": kl, "rank_corr": 0.9,
-            "in_domain": {"success": ind, "ci95": [0, 1], "episodes": 10, "turns": 100,
-                          "turn_accuracy": ind if tacc is None else tacc},
-            "ood": {"arith": {"accuracy": ood, "ci95": [0, 1], "n": 10},
-                    "recall": {"accuracy": ood, "ci95": [0, 1], "n": 10}}}
+def outcomes(rate):
+    """Item outcomes at `rate`, nested: a higher rate succeeds on a superset of items, as two
+    checkpoints of one base mostly agree."""
+    return [int((i * 7) % N < round(rate * N)) for i in range(N)]
 
 
-def verdicts(md: str) -> list[str]:
-    """The verdict column of the claims table."""
-    return [line.rsplit("|", 2)[1].strip() for line in md.splitlines() if line.startswith("| [")]
+def make(spec, seeds=(0,), worlds=("w",), ood=0.9):
+    """spec: {method: {(lr, step): (dev rate, eval rate[, ood rate][, rollout turns])}}."""
+    rows, items = [], []
+    for method, points in spec.items():
+        for (lr, step), vals in points.items():
+            dev, ev = vals[0], vals[1]
+            o = vals[2] if len(vals) > 2 else ood
+            turns = vals[3] if len(vals) > 3 else 0
+            for seed in seeds:
+                for world in worlds:
+                    key = dict(method=method, world=world, seed=seed, lr=lr, step=step)
+                    rows.append({**key, "rollout_turns": turns, "kl_to_base": 0.1, "rank_corr": 0.9,
+                                 "in_domain": {"success": ev, "ci95": [0, 1], "episodes": N,
+                                               "turns": N, "turn_accuracy": ev},
+                                 "ood": {"next": {"accuracy": o, "ci95": [0, 1], "n": N}}})
+                    for split, rate in (("dev", dev), ("eval", ev)):
+                        for measure, r in (("turn", rate), ("episode", rate), ("ood", o)):
+                            for i, out in enumerate(outcomes(r)):
+                                items.append({**key, "split": split, "measure": measure, "item": i,
+                                              "cluster": i // 2 if measure == "turn" else i,
+                                              "outcome": out})
+    return rows, items
 
 
-def test_frontier_and_matched_lookups():
+def report(tmp_path, rows, items, seeds=(0,), **kw):
+    return write_report(rows, items, tmp_path, seeds=list(seeds), select_on="turn", wall_seconds=6.0,
+                        theory=kw.pop("theory", {}), pivot_stats=kw.pop("pivot_stats", {}), config={}, **kw)
+
+
+def test_frontier_and_seed_interval():
     pts = [{"in_domain": 0.2, "ood": 0.9}, {"in_domain": 0.5, "ood": 0.8},
            {"in_domain": 0.4, "ood": 0.7}, {"in_domain": 0.9, "ood": 0.3}]
     assert [p["in_domain"] for p in frontier(pts)] == [0.2, 0.5, 0.9]
-    assert ood_at(pts, 0.45)["ood"] == 0.8 and ood_at(pts, 0.95) is None
-    assert in_domain_at(pts, 0.75)["in_domain"] == 0.5
-    assert turns_to_reach([{"in_domain": 0.3, "rollout_turns": 10},
-                           {"in_domain": 0.6, "rollout_turns": 40}], 0.5) == 40
-
-
-def test_standard_error_adds_the_seed_spread_to_the_eval_sample():
-    from pivotrl.experiment.report import standard_error
-
-    assert abs(standard_error([0.5], 100) - 0.05) < 1e-12  # binomial: sqrt(.25 / 100)
-    assert standard_error([0.4, 0.6], 200) > standard_error([0.5, 0.5], 200)
-    # two seeds: the seed part carries the t quantile with 1 degree of freedom (12.706)
-    spread = 0.1414213562 ** 2 / 2 * (12.706 / 1.96) ** 2
-    assert abs(standard_error([0.4, 0.6], 10 ** 9) - spread ** 0.5) < 1e-6
-
-
-def test_ci95_over_seeds():
     assert ci95([0.5]) is None
     lo, hi = ci95([0.4, 0.5, 0.6])
     assert lo < 0.5 < hi and abs((hi - 0.5) - 4.303 * 0.1 / 3 ** 0.5) < 1e-9
 
 
-def test_report_shape_and_verdicts(tmp_path):
-    rows = []
-    for seed in (0, 1):
-        for w in ("toolshop", "terminal"):
-            rows.append(row("base", w, seed, 0.0, 0, 0.3, 0.95))
-            for step, (a, b) in enumerate([(0.5, 0.9), (0.7, 0.85)], start=1):
-                rows.append(row("pivotrl", w, seed, 1e-4, step * 10, a, b, turns=100 * step))
-                rows.append(row("sft", w, seed, 1e-4, step * 10, a + 0.05, b - 0.2))
-                rows.append(row("e2e_rl", w, seed, 1e-4, step * 10, a - 0.1, b, turns=1000 * step))
-                rows.append(row("pivotrl_exact", w, seed, 1e-4, step * 10, a - 0.2, b))
-    res = write_report(rows, tmp_path, seeds=[0, 1], headline_lr=1e-4, wall_seconds=12.0,
-                       theory={"grad_norm_vs_std_corr": 0.8, "points": [
-                           {"reward_std": 0.0, "grad_norm": 0.0}, {"reward_std": 0.5, "grad_norm": 1.0}]},
-                       pivot_stats={"toolshop": {"turns": 10, "all_fail": 2, "all_pass": 3,
-                                                 "mixed": 5, "kept": 5}}, config={})
+def test_checkpoints_are_chosen_on_dev_never_on_eval(tmp_path):
+    """PivotRL's step 10 is best on dev, step 20 on eval: the report stands on step 10; the lr
+    whose dev score is best wins even where another lr looks better on eval."""
+    rows, items = make({
+        "base": {(0.0, 0): (0.3, 0.3)},
+        "pivotrl": {(1e-4, 10): (0.6, 0.4), (1e-4, 20): (0.5, 0.8),
+                    (3e-4, 10): (0.4, 0.9), (3e-4, 20): (0.4, 0.9)},
+        "sft": {(1e-4, 10): (0.4, 0.4), (1e-4, 20): (0.45, 0.45)}})
+    res = report(tmp_path, rows, items)
+    pv = res["methods"]["pivotrl"]
+    assert pv["chosen"]["lr"] == 1e-4 and pv["chosen"]["steps"] == {"0": 10}
+    assert pv["in_domain"]["w"]["success"] == 0.4  # eval at the dev-chosen step, not the max 0.9
+    v = next(v for v in res["verdicts"] if v["a"]["method"] == "pivotrl" and v["b"]["method"] == "sft"
+             and v["measure"] == "turn")
+    assert v["a"]["steps"] == {"0": 10} and v["b"]["steps"] == {"0": 20}
+    assert v["diff"] == pytest.approx(0.4 - 0.45) and v["verdict"] in ("within noise", "not met")
+
+
+def test_verdicts_recompute_from_the_item_rows(tmp_path):
+    """A script that knows only the documented rule recomputes every diff from items.jsonl."""
+    seeds = (0, 1)
+    rows, items = make({
+        "base": {(0.0, 0): (0.3, 0.3, 0.9)},
+        "pivotrl": {(1e-4, 10): (0.6, 0.7, 0.9, 100)},
+        "sft": {(1e-4, 10): (0.5, 0.35, 0.6, 0)},
+        "e2e_rl": {(1e-4, 10): (0.5, 0.5, 0.9, 5000)},
+        "pivotrl_exact": {(1e-4, 10): (0.5, 0.5, 0.9, 100)}}, seeds=seeds, worlds=("a", "b"))
+    res = report(tmp_path, rows, items, seeds, pivot_stats={"a": {"profile_rollout_turns": 10}})
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved == json.loads(json.dumps(res))
-    pv = saved["methods"]["pivotrl"]
-    assert set(pv["in_domain"]) == {"toolshop", "terminal"}
-    assert pv["in_domain"]["toolshop"]["success"] == 0.7 and pv["rollout_turns"] == 400
-    ck = pv["checkpoints"][-1]
-    assert {"step", "lr", "rollout_turns", "in_domain", "ood", "kl_to_base"} <= set(ck)
-    # e2e's best in-domain 0.6 is reached by PivotRL at 400 turns and by E2E at 4000.
-    match = {"target_in_domain": 0.6, "pivotrl": 400, "e2e_rl": 4000}
-    assert saved["turns_to_match_e2e"] == {**match, "by_turn_accuracy": match}  # here tacc == success
+    assert saved == res
+    assert {"wall_seconds", "seeds", "methods", "turns_to_match_e2e", "theory", "verdicts"} <= set(saved)
+    for v in saved["verdicts"]:
+        assert {"claim", "measure", "a", "b", "diff", "ci95", "verdict"} <= set(v)
+        a = {(r["seed"], r["world"], r["item"]): r["outcome"] for r in items
+             if r["method"] == v["a"]["method"] and r["split"] == "eval" and r["measure"] == v["measure"]
+             and r["step"] == v["a"]["steps"][str(r["seed"])]}
+        b = {(r["seed"], r["world"], r["item"]): r["outcome"] for r in items
+             if r["method"] == v["b"]["method"] and r["split"] == "eval" and r["measure"] == v["measure"]
+             and r["step"] == v["b"]["steps"][str(r["seed"])]}
+        assert v["diff"] == pytest.approx(sum(a[k] - b[k] for k in a) / len(a))
+        assert v["ci95"][0] <= v["diff"] <= v["ci95"][1]
+    by = {(v["a"]["method"], v["b"]["method"], v["measure"]): v for v in saved["verdicts"]}
+    assert by[("pivotrl", "sft", "turn")]["verdict"] == "met"  # 0.70 vs 0.35 on 160 pairs
+    assert by[("pivotrl", "sft", "ood")]["verdict"] == "met"  # SFT forgot: 0.9 vs 0.6
+    assert by[("sft", "base", "ood")]["verdict"] == "not met"
+    assert by[("pivotrl", "base", "ood")]["diff"] == 0.0 and by[("pivotrl", "base", "ood")]["verdict"] == "within noise"
+    assert ("pivotrl", "pivotrl_no_filter", "turn") not in by  # arm not run: no verdict invented
+    tm = saved["turns_to_match_e2e"]
+    assert tm["pivotrl"] == 200 and tm["e2e_rl"] == 10000  # summed over the two worlds
+    assert tm["by_measure"]["turn"]["ratio"] == 50.0 and tm["by_measure"]["turn"]["verdict"] == "met"
+    assert tm["by_measure"]["turn"]["without_profiling"]["pivotrl"] == 190
     md = (tmp_path / "report.md").read_text()
-    assert "4× fewer rollout turns | ratio 10.0× | **met**" in md
-    # exact-match: 0.7 vs 0.5 on 40 episodes (2 worlds × 10 × 2 identical seeds): within noise
-    assert "| 0.700 vs 0.500 (Δ +0.200 [-0.010, +0.410]) | **within noise**" in md
-    assert "exact-match reward costs in-domain accuracy" in md
-    for png in ("frontier.png", "compute.png", "theory_grad_vs_std.png", "theory_drift.png"):
+    assert "## The paper's claims against ours (paired, eval split)" in md
+    assert "## The data each arm saw" in md and "| **met** |" in md
+    for png in ("frontier.png", "compute.png", "theory_drift.png"):
         assert (tmp_path / png).stat().st_size > 1000
 
 
-def test_flat_results_are_not_measurable_rather_than_met(tmp_path):
-    """When no method beats the base in-domain, 0.0 ≥ 0.0 must not count as a claim met."""
-    rows = [row("base", "w", 0, 0.0, 0, 0.0, 0.5)]
-    for m in ("sft", "pivotrl", "e2e_rl", "pivotrl_exact"):
-        rows += [row(m, "w", 0, 1e-4, s, 0.0, 0.5, turns=10 * s) for s in (1, 2)]
-    write_report(rows, tmp_path, seeds=[0], headline_lr=1e-4, wall_seconds=1.0, theory={},
-                 pivot_stats={}, config={})
+def test_missing_arm_is_not_measurable_and_theory_shows_its_null(tmp_path):
+    rows, items = make({"base": {(0.0, 0): (0.3, 0.3)}, "pivotrl": {(1e-4, 10): (0.3, 0.3, 0.9, 10)},
+                        "e2e_rl": {(1e-4, 10): (0.3, 0.3, 0.9, 1000)}})
+    items = [r for r in items if r["method"] != "pivotrl" or r["split"] == "dev" or r["measure"] != "ood"]
+    theory = {"grad_norm_vs_std_corr": 0.9, "null_grad_norm_vs_std_corr": 0.88,
+              "progress_mean": 0.01, "null_progress_mean": 0.0, "mixed_states": 3, "zero_std_states": 1,
+              "points": [{"reward_std": s, "grad_norm": s, "null_grad_norm": s, "progress": s,
+                          "null_progress": 0.0} for s in (0.0, 0.2, 0.4, 0.5)]}
+    res = report(tmp_path, rows, items, theory=theory,
+                 power=[{"measure": "turn", "items": 40, "clusters": 20, "seeds": 1, "rate": 0.3,
+                         "half_width": 0.12, "mde_80": 0.17}])
+    by = {(v["a"]["method"], v["b"]["method"], v["measure"]): v["verdict"] for v in res["verdicts"]}
+    assert by[("pivotrl", "base", "ood")] == "not measurable"
+    assert by[("pivotrl", "base", "turn")] == "within noise"  # identical outcomes: Δ 0 [0, 0]
+    # E2E RL never beat the base: reaching its level proves nothing, whatever the ratio (100×).
+    assert res["turns_to_match_e2e"]["by_measure"]["turn"]["ratio"] == 100.0
+    assert res["turns_to_match_e2e"]["by_measure"]["turn"]["verdict"] == "not measurable"
     md = (tmp_path / "report.md").read_text()
-    # two matched points, compute, one ablation; once per in-domain measure
-    assert verdicts(md) == ["**not measurable**"] * 8
-    assert "No method moved episode success above the base" in md
-    assert "No method moved turn accuracy above the base" in md
-
-
-def test_each_in_domain_measure_gets_its_own_verdicts(tmp_path):
-    """Flat episode success but moving turn accuracy: the turn-accuracy claims are judged, the
-    episode ones stay not measurable; the wall time counts every invocation."""
-    rows = [row("base", "w", 0, 0.0, 0, 0.0, 0.9, tacc=0.3)]
-    for s in (1, 2):
-        rows.append(row("sft", "w", 0, 1e-4, s, 0.0, 0.9 - 0.2 * s, tacc=0.3 + 0.1 * s))
-        rows.append(row("pivotrl", "w", 0, 1e-4, s, 0.0, 0.9, turns=10 * s, tacc=0.3 + 0.1 * s))
-    res = write_report(rows, tmp_path, seeds=[0], headline_lr=1e-4, wall_seconds=6.0, theory={},
-                       pivot_stats={}, config={},
-                       invocations=[{"wall_seconds": 600.0}, {"wall_seconds": 6.0}])
-    assert res["methods"]["pivotrl"]["checkpoints"][-1]["turn_accuracy"] == 0.5
-    assert res["matched"]["turn_accuracy"]["ood_at_target"] == {"sft": 0.5, "pivotrl": 0.9}
-    md = (tmp_path / "report.md").read_text()
-    assert "[turn accuracy] At matched in-domain accuracy PivotRL keeps more OOD" in md
-    # OOD 0.9 vs 0.5 on 20 items each: the interval of the difference excludes 0
-    assert "| 0.900 vs 0.500 (Δ +0.400 [+0.144, +0.656]) | **met**" in md
-    # turn accuracy 0.5 vs 0.5 at matched OOD: no difference either way
-    assert verdicts(md) == ["**not measurable**"] * 2 + ["**met**", "**within noise**"]
-    assert "10.1 min over the 2 invocations" in md
+    assert "| Pearson r, plain gradient norm vs reward std | 0.900 | 0.880 |" in md
+    assert "| turn accuracy | 40 | 20 | 1 | 0.300 | ±0.120 | 0.170 | ±— |" in md
+    assert (tmp_path / "theory_grad_vs_std.png").exists()

@@ -112,3 +112,10 @@ def test_halfwidth_of_independent_arms_matches_the_binomial_formula():
     assert paired_halfwidth(rows, measure="turn", seeds=4)["half_width"] == pytest.approx(
         got["half_width"] / 2)
     assert verdict([-0.1, -0.01]) == "not met" and verdict([0.01, 0.2]) == "met"
+
+
+def test_halfwidth_has_a_worst_case_when_the_base_never_succeeds():
+    rows = [item("base", 0, 0, i, i // 4, 0, lr=0.0) for i in range(200)]
+    got = paired_halfwidth(rows, measure="turn", seeds=1)
+    assert got["half_width"] == 0.0 and got["design_effect"] == 1.0
+    assert got["worst_half_width"] == pytest.approx(1.96 * (0.5 / 200) ** 0.5)

@@ -70,10 +70,17 @@ def extract(
 def verify(cases: Path = typer.Argument(..., help="Verify cases JSONL (Turn + candidate/completion)."),
            verifier: str = typer.Option("toolcall", help="Verifier name."),
            config: Optional[Path] = typer.Option(None, help="YAML verifier config."),
-           out: Optional[Path] = typer.Option(None, help="Output JSONL (default: stdout).")) -> None:
+           out: Optional[Path] = typer.Option(None, help="Output JSONL (default: stdout)."),
+           model: Optional[str] = typer.Option(None, help="Model or tokenizer dir: 'completion' texts are "
+                                               "parsed in its chat template's format (default: Hermes/JSON)."),
+           response_format: Optional[str] = typer.Option(None, help="Override the detected format: hermes, "
+                                                         "qwen-xml, glm, deepseek, harmony, response-template.")
+           ) -> None:
     """Score every case; one {"id","reward","valid","reason"} line per input line, in order."""
     from rich.table import Table
 
+    from pivotrl.actions import parse_completion
+    from pivotrl.formats import parser_for_model
     from pivotrl.verify import load_config, verify_file
 
     if not cases.exists():
@@ -81,8 +88,9 @@ def verify(cases: Path = typer.Argument(..., help="Verify cases JSONL (Turn + ca
         raise typer.Exit(1)
     try:
         options = load_config(config, verifier)
-        summary = verify_file(cases, verifier, options, out)
-    except (KeyError, ValueError, TypeError) as exc:  # unknown verifier, bad config
+        parse = parser_for_model(model, response_format) if model or response_format else parse_completion
+        summary = verify_file(cases, verifier, options, out, parse=parse)
+    except (KeyError, ValueError, TypeError, OSError) as exc:  # unknown verifier/format, bad config or model dir
         console.print(f"[red]pivotrl verify: {exc}[/red]")
         raise typer.Exit(1) from None
     table = Table(title=f"verify ({verifier})")
@@ -110,7 +118,8 @@ def profile(
     served_model_name: Optional[str] = typer.Option(None, help="openai backend: model name (default: asks the server)."),
     batch_size: int = typer.Option(64, help="hf backend: sequences per generate call."),
     concurrency: int = typer.Option(16, help="openai backend: requests in flight."),
-    max_new_tokens: Optional[int] = typer.Option(None, help="Tokens per sample (default: 256)."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Tokens per sample (default: 4096 for a "
+                                                "thinking model, else 256)."),
     temperature: Optional[float] = typer.Option(None, help="Sampling temperature (default: 1.0)."),
     top_p: Optional[float] = typer.Option(None, help="Nucleus mass (default: 1.0)."),
     shard: Optional[str] = typer.Option(None, help="I/N: only turns with hash(id) mod N == I."),

@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 
 from pivotrl.actions import parse_completion
 from pivotrl.chat import prompt_text
+from pivotrl.formats import PLAIN_TOKEN_BUDGET, parser_for, token_budget
 from pivotrl.records import (AppendWriter, Profile, Reject, Sample, Turn, done_ids, read_records,
                              rejects_path, write_atomic)
 from pivotrl.sampling.base import Completion, SamplingParams, derive_seed
@@ -44,7 +45,15 @@ class ProfileConfig(BaseModel):
     verifier_config: dict[str, Any] = Field(default_factory=dict,
                                             description="The verifier's options (its YAML keys).")
     seed: int = Field(0, description="Base seed; turn t samples with seed derive(seed, t.id).")
-    max_new_tokens: int = Field(256, ge=1, description="Tokens per sample (SamplingParams).")
+    max_new_tokens: int | None = Field(None, ge=1, description="Tokens per sample. None (ours): 4096 for a "
+                                       "thinking model, else 256 (pivotrl.formats.token_budget); cut samples "
+                                       "are counted in truncated_samples.")
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra chat-template "
+                                                 "variables (e.g. enable_thinking: false); training must use "
+                                                 "the same ones (ours: none).")
+    response_format: str | None = Field(None, description="Tool-call format of the completions (hermes, "
+                                        "qwen-xml, glm, deepseek, harmony, response-template); None: "
+                                        "detected from the chat template (pivotrl.formats).")
     temperature: float = Field(1.0, ge=0.0, description="1.0: sample π0 itself (SamplingParams).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass (1.0 = off).")
     chunk_turns: int = Field(64, ge=1, description="Turns per sampler call; the sampler sorts them "
@@ -53,8 +62,13 @@ class ProfileConfig(BaseModel):
     shard: str | None = Field(None, description="'I/N': profile only turns with "
                               "hash(id) mod N == I (0-based).")
 
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+    def sampling(self, tokenizer: Any = None) -> SamplingParams:
+        """Sampling parameters; an unset max_new_tokens is the model's budget (needs `tokenizer`)."""
+        budget = self.max_new_tokens
+        if budget is None:
+            budget = (token_budget(tokenizer, self.chat_template_kwargs, self.response_format)
+                      if tokenizer is not None else PLAIN_TOKEN_BUDGET)
+        return SamplingParams(max_new_tokens=budget, temperature=self.temperature,
                               top_p=self.top_p, seed=self.seed)
 
 
@@ -164,15 +178,17 @@ def read_turns(path: str | Path) -> tuple[list[tuple[int, Turn]], list[Reject]]:
 
 
 def profile_stream(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: ProfileConfig,
-                   stats: RunStats | None = None) -> Iterator[Profile]:
-    """Profiles of `turns` in order (the library core; `profile_file` adds files and resume)."""
-    params = cfg.sampling()
+                   stats: RunStats | None = None, parse: Parser | None = None) -> Iterator[Profile]:
+    """Profiles of `turns` in order (the library core; `profile_file` adds files and resume).
+    parse: the completion parser (default: the tokenizer's own format, `formats.parser_for`)."""
+    params = cfg.sampling(tokenizer)
+    parse = parse or parser_for(tokenizer, cfg.response_format, cfg.chat_template_kwargs)
     stats = stats if stats is not None else RunStats()
     for chunk in _chunks(turns, cfg.chunk_turns):
-        prompts = [prompt_text(tokenizer, t.context, t.tools) for t in chunk]
+        prompts = [prompt_text(tokenizer, t.context, t.tools, cfg.chat_template_kwargs) for t in chunk]
         seeds = [turn_seed(cfg.seed, t.id) for t in chunk]
         completions = sampler.sample(prompts, cfg.k, params, seeds=seeds)
-        samples = score_samples(verifier, chunk, completions)
+        samples = score_samples(verifier, chunk, completions, parse)
         for turn, comps, row in zip(chunk, completions, samples):
             stats.rollout_turns += len(comps)
             stats.generated_tokens += sum(c.completion_tokens for c in comps)
@@ -195,7 +211,10 @@ def _identity(cfg: ProfileConfig, model: str, backend: str) -> dict[str, Any]:
     return {"model": model, "backend": backend, "k": cfg.k, "seed": cfg.seed,
             "verifier": cfg.verifier, "verifier_config": cfg.verifier_config,
             "max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature,
-            "top_p": cfg.top_p, "shard": cfg.shard}
+            "top_p": cfg.top_p, "shard": cfg.shard,
+            # only when set, so runs written before these options existed resume unchanged
+            **({"chat_template_kwargs": cfg.chat_template_kwargs} if cfg.chat_template_kwargs else {}),
+            **({"response_format": cfg.response_format} if cfg.response_format else {})}
 
 
 def summarize_output(path: str | Path, threshold: float = SUCCESS_THRESHOLD) -> dict[str, Any]:
@@ -364,12 +383,14 @@ def merge_profiles(turns_path: str | Path, shard_paths: Sequence[str | Path],
 
 def reprofile(pivots: Sequence[Turn], sampler, verifier, tokenizer, k: int = 8,
               params: SamplingParams | None = None, seed: int = 0,
-              threshold: float = SUCCESS_THRESHOLD) -> tuple[list[Profile], dict[str, int]]:
+              threshold: float = SUCCESS_THRESHOLD, chat_template_kwargs: dict[str, Any] | None = None,
+              response_format: str | None = None) -> tuple[list[Profile], dict[str, int]]:
     """Re-profile pivots with the *current* policy (`sampler`) and drop those that became all-pass
     (they no longer teach anything: zero variance). Returns (kept, refreshed Profiles; counts)."""
     params = params or SamplingParams()
     cfg = ProfileConfig(k=k, seed=seed, max_new_tokens=params.max_new_tokens,
-                        temperature=params.temperature, top_p=params.top_p)
+                        temperature=params.temperature, top_p=params.top_p,
+                        chat_template_kwargs=chat_template_kwargs or {}, response_format=response_format)
     kept, counts = [], Counter()
     for prof in profile_stream(pivots, sampler, verifier, tokenizer, cfg):
         result = outcome([s.reward for s in prof.samples], threshold)
@@ -393,7 +414,8 @@ class ReprofileHook:
                  verifier_config: dict[str, Any] | None = None, k: int = 8,
                  params: SamplingParams | dict[str, Any] | None = None, seed: int = 0,
                  batch_size: int = 64, max_new_tokens: int | None = None,
-                 temperature: float | None = None, top_p: float | None = None):
+                 temperature: float | None = None, top_p: float | None = None,
+                 chat_template_kwargs: dict[str, Any] | None = None, response_format: str | None = None):
         if isinstance(verifier, str):
             from pivotrl.verifiers import get_verifier
 
@@ -406,6 +428,7 @@ class ReprofileHook:
                      if val is not None})
         self.params = SamplingParams(**base)
         self.seed, self.batch_size = seed, batch_size
+        self.chat_template_kwargs, self.response_format = chat_template_kwargs or {}, response_format
         self.step = 0
         self.last_run: int | None = None
         self.history: list[dict[str, int]] = []
@@ -423,6 +446,8 @@ class ReprofileHook:
         self.last_run = self.step
         sampler = HFSampler(model, tokenizer=tokenizer, batch_size=self.batch_size)
         kept, counts = reprofile(pivots, sampler, self.verifier, tokenizer, self.k, self.params,
-                                 seed=derive_seed(self.seed, self.step))
+                                 seed=derive_seed(self.seed, self.step),
+                                 chat_template_kwargs=self.chat_template_kwargs,
+                                 response_format=self.response_format)
         self.history.append({"step": self.step, **counts})
         return kept

@@ -1,7 +1,9 @@
 """Score a file of verify cases (docs/DESIGN.md contract behind `pivotrl verify`).
 
 A case is a Turn plus `"candidate"` (an assistant message) or `"completion"` (raw model text,
-parsed with `parse_completion`, exactly as profiling and training parse it); when both are
+parsed in the model's own format when a parser is given (`pivotrl verify --model DIR`:
+`formats.parser_for` of DIR's tokenizer, exactly as profiling and training parse it; without
+--model the Hermes/JSON `parse_completion`); when both are
 present the candidate is scored. The output has one JSON object per input line, in input order:
 `{"id", "reward", "valid", "reason"}`. A bad line (not JSON, not a Turn, no candidate, …) still
 gets its line, with reward 0, valid false and a reason naming the line and field, so that output
@@ -21,7 +23,7 @@ from pydantic import ValidationError
 
 from pivotrl.actions import parse_completion
 from pivotrl.records import Message, Turn, _first_error
-from pivotrl.scoring import score_actions
+from pivotrl.scoring import Parser, score_actions
 from pivotrl.yaml_config import read_mapping
 from pivotrl.verifiers import get_verifier
 
@@ -52,7 +54,8 @@ class VerifySummary:
         return self.reward_sum / self.lines if self.lines else 0.0
 
 
-def _case(lineno: int, line: str) -> tuple[str | None, Turn | None, Message | None, str]:
+def _case(lineno: int, line: str, parse: Parser = parse_completion
+          ) -> tuple[str | None, Turn | None, Message | None, str]:
     """(id, turn, action, problem) for one input line; problem != "" means a bad line."""
     if not line.strip():
         return None, None, None, f"line {lineno}: blank line"
@@ -83,14 +86,18 @@ def _case(lineno: int, line: str) -> tuple[str | None, Turn | None, Message | No
     if "completion" in obj:
         if not isinstance(obj["completion"], str):
             return case_id, turn, None, f"line {lineno}: field completion: must be a string"
-        parsed = parse_completion(obj["completion"])
+        if getattr(parse, "typed_by_tools", False):
+            parsed = parse(obj["completion"], turn.tools)
+        else:
+            parsed = parse(obj["completion"])
         return case_id, turn, parsed.message, parsed.reason  # an invalid parse is scored 0
     return case_id, turn, None, f"line {lineno}: neither 'candidate' nor 'completion'"
 
 
 def verify_file(cases_path: str | Path, verifier_name: str, config: dict[str, Any] | None = None,
-                out_path: str | Path | None = None) -> VerifySummary:
-    """Score every line of `cases_path`; write results to `out_path` (stdout when None)."""
+                out_path: str | Path | None = None, parse: Parser = parse_completion) -> VerifySummary:
+    """Score every line of `cases_path`; write results to `out_path` (stdout when None).
+    parse: how "completion" texts are read (the model's `formats.parser_for`)."""
     verifier = get_verifier(verifier_name, **(config or {}))
     summary = VerifySummary()
     out = open(out_path, "w", encoding="utf-8") if out_path is not None else sys.stdout
@@ -115,7 +122,7 @@ def verify_file(cases_path: str | Path, verifier_name: str, config: dict[str, An
     try:
         with open(cases_path, encoding="utf-8", errors="replace") as fh:
             for lineno, line in enumerate(fh, start=1):
-                pending.append(_case(lineno, line))
+                pending.append(_case(lineno, line, parse))
                 if len(pending) >= BATCH:
                     flush()
         flush()

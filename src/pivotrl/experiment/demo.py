@@ -1,16 +1,21 @@
-"""`pivotrl demo`: PivotRL and its baselines on the built-in testbed, judged on frontiers.
+"""`pivotrl demo`: PivotRL and its baselines on the built-in testbed, judged on paired items.
 
 The whole experiment, top to bottom:
   1. build (or load the cached) testbed: worlds' expert trajectories, OOD tasks, the tiny base;
-  2. per world: extract the expert turns, profile them with the base (K samples, functional
-     verifier), select the pivots;
-  3. per world × method × learning rate × seed: train from the base for `steps` optimizer steps,
-     checkpointing every `eval_every`; evaluate every checkpoint in-domain (multi-turn episodes
-     on eval tasks), OOD, and its KL to the base on OOD text;
-  4. the Theorem 3.2 check on the profiled states; the report (report.py).
-Every stage is cached on disk (a finished training job writes rows.json), so a rerun, or a rerun
-after a crash, redoes only unfinished work. The grid is fixed here, before any result is seen,
-and is the same for every method.
+  2. per world: the first `profile_trajectories` expert trajectories are THE training data of
+     every arm: all their turns are profiled with the base (K samples, functional verifier) and
+     the pivots selected among them; SFT trains on exactly these trajectories and E2E RL on
+     their tasks;
+  3. the base is scored on the dev and eval splits (disjoint tasks of the eval file) and the
+     planning half-widths of the headline paired differences are printed, before any training;
+  4. per world × method × learning rate × seed: train from the base for `steps` optimizer steps,
+     checkpointing every `eval_every`; score every checkpoint on both splits (episodes, turns,
+     OOD), item by item, and its KL to the base on OOD text;
+  5. choose each run's checkpoint and each method's lr on dev; the theory checks (theory.py);
+     paired verdicts on eval (stats.py) and the report (report.py).
+Every stage is cached on disk (a finished training job writes rows.json and items.jsonl), so a
+rerun, or a rerun after a crash, redoes only unfinished work. The grid is fixed here, before any
+result is seen, and is the same for every method.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,16 +49,23 @@ class DemoConfig(BaseModel):
         "docs/DESIGN.md: keep RL at ≤ 3e-4 on these tiny models. Measured on this testbed: "
         "a constant 1e-3 collapsed one-turn GRPO within 10 steps (OOD 0.96 → 0.28), so the grid "
         "is 1e-4–3e-4; --full adds 3e-5.")
-    headline_lr: float = Field(3e-4, description="The lr of the report's headline table and "
-                               "ablations: the grid's largest, where a short budget moves every "
-                               "method most. The frontiers use every lr.")
+    select_on: Literal["turn", "episode"] = Field(
+        "turn", description="Dev measure that chooses each run's checkpoint and each method's lr "
+        "(turn accuracy: the finer one, which a 30-step budget can move).")
     steps: int = Field(30, description="Optimizer steps per training run (sized for the default "
                        "demo on 2 cores; --full: 80).")
     eval_every: int = Field(10, description="Checkpoint and evaluate every N steps.")
     k: int = Field(8, description="Profiling samples per turn (the paper profiles with K samples of π0).")
-    profile_turns: int = Field(480, description="Candidate turns profiled per world (the first N "
-                               "of the SFT data's turns; ~120 pivots in toolshop. 120 turns gave "
-                               "32 pivots, too few states to generalise from).")
+    profile_trajectories: int = Field(100, description="Expert trajectories per world that every "
+                                      "arm trains on: all their turns are PivotRL's candidates "
+                                      "(~430 turns, the profiling cost of the 480 turns measured "
+                                      "before), SFT's data and E2E RL's tasks. 0 = all of "
+                                      "train.jsonl.")
+    dev_tasks: int = Field(40, description="The first N tasks of each world's eval.jsonl are the "
+                           "dev split (checkpoint and lr choice); the next `eval.episodes` are "
+                           "the eval split the verdicts are measured on.")
+    dev_ood_per_family: int = Field(40, description="OOD dev tasks per family (the first N); the "
+                                    "next `eval.ood_per_family` are the eval split.")
     verifier: str = Field("state", description="Functional verifier: execution-based equivalence "
                           "in the world (the testbed worlds are executable).")
     num_generations: int = Field(8, description="G rollouts per pivot (paper: 16; 8 on 2 cores).")
@@ -67,12 +79,15 @@ class DemoConfig(BaseModel):
     e2e_tasks_per_step: int = Field(4, description="E2E RL: tasks per step, each with G episodes "
                                     "(as pivots_per_step: the same batch noise for both RL methods).")
     eval: EvalConfig = Field(default_factory=lambda: EvalConfig(
-        episodes=30, turn_trajectories=30, ood_per_family=30, batch_size=30,
+        episodes=60, turn_trajectories=60, ood_per_family=60, batch_size=30,
         verifiers={"toolshop": "state", "terminal": "state"}),
-        description="Checkpoint evaluation: greedy episodes on 30 eval tasks and turn accuracy "
-        "on the expert states of the same 30 tasks (in-domain), OOD families.")
+        description="Checkpoint evaluation on the eval split: greedy episodes on 60 tasks per "
+        "world and turn accuracy on the expert states of the same 60 tasks, 60 OOD tasks per "
+        "family: with the 40 dev tasks, the testbed's whole eval file (100 per world).")
     kl_prompts: int = Field(40, description="OOD texts for KL / rank correlation to the base.")
-    theory_turns: int = Field(32, description="Profiled states in the Theorem 3.2 check.")
+    theory_turns: int = Field(32, description="Profiled states (half pivots, half not) in "
+                              "the theory checks.")
+    theory_samples: int = Field(16, description="Actions sampled per state in the theory checks.")
     workers: int = Field(2, description="Training jobs run in parallel (one per core, 1 thread each).")
 
     @classmethod
@@ -85,9 +100,7 @@ class DemoConfig(BaseModel):
         step: the default grid with 3 seeds (~1.5 h)."""
         return self.model_copy(update={
             "seeds": [0, 1, 2], "learning_rates": [3e-5, 1e-4, 3e-4], "steps": 80,
-            "eval_every": 20, "profile_turns": 960,
-            "eval": self.eval.model_copy(update={"episodes": 100, "turn_trajectories": 100,
-                                                 "ood_per_family": 100})})
+            "eval_every": 20, "profile_trajectories": 200})
 
 
 @dataclass(frozen=True)
@@ -108,16 +121,17 @@ def say(msg: str) -> None:
     Console(stderr=True).print(f"[bold cyan]demo[/] {msg}")
 
 
-# ------------------------------------------------------------------ stage 2: turns → pivots
+# ------------------------------------------------------------------ stage 2: the data, the pivots
 
 
 def prepare_world(testbed: Path, out: Path, world: str, cfg: DemoConfig) -> dict[str, Any]:
-    """Extract, profile (resumable) and select the pivots of one world with the base model."""
+    """The world's training trajectories (every arm's data), all their turns profiled with the
+    base (resumable), and the pivots selected among them."""
     from pivotrl.extract import ExtractOptions, extract_file
-    from pivotrl.profiling import ProfileConfig, profile_file
-    from pivotrl.records import iter_valid, Turn, write_atomic
-    from pivotrl.sampling import get_sampler
     from pivotrl.pivots import SelectConfig, select_file
+    from pivotrl.profiling import ProfileConfig, profile_file
+    from pivotrl.records import Trajectory, iter_valid, write_atomic
+    from pivotrl.sampling import get_sampler
     from pivotrl.verifiers import get_verifier
 
     wdir = out / "data" / world
@@ -125,17 +139,20 @@ def prepare_world(testbed: Path, out: Path, world: str, cfg: DemoConfig) -> dict
     stats_file = wdir / "pivots.stats.json"
     if stats_file.exists() and (wdir / "pivots.jsonl").exists():
         return json.loads(stats_file.read_text())
-    all_turns = wdir / "all_turns.jsonl"
-    extract_file(testbed / world / "train.jsonl", all_turns, ExtractOptions())
-    turns = wdir / "turns.jsonl"
-    write_atomic(turns, (t for i, t in enumerate(iter_valid(all_turns, Turn)) if i < cfg.profile_turns))
+    n = cfg.profile_trajectories
+    trajs = [t for i, t in enumerate(iter_valid(testbed / world / "train.jsonl", Trajectory))
+             if not n or i < n]
+    write_atomic(wdir / "trajectories.jsonl", trajs)
+    summary = extract_file(wdir / "trajectories.jsonl", wdir / "turns.jsonl", ExtractOptions())
     pcfg = ProfileConfig(k=cfg.k, verifier=cfg.verifier, seed=0,
                          max_new_tokens=cfg.max_completion_length)
     sampler = get_sampler("hf", str(testbed / "base"), batch_size=64, device="cpu")
-    profile_file(turns, wdir / "profile.jsonl", sampler, get_verifier(cfg.verifier),
+    profile_file(wdir / "turns.jsonl", wdir / "profile.jsonl", sampler, get_verifier(cfg.verifier),
                  sampler.tokenizer, pcfg, model_name=str(testbed / "base"), progress=False)
     stats = select_file(wdir / "profile.jsonl", wdir / "pivots.jsonl", SelectConfig())
     n_profiled = sum(1 for _ in open(wdir / "profile.jsonl"))
+    stats["trajectories"] = len(trajs)
+    stats["extracted_turns"] = summary.turns_train
     stats["profile_rollout_turns"] = n_profiled * cfg.k
     stats_file.write_text(json.dumps(stats, indent=2))
     return stats
@@ -148,14 +165,16 @@ def prepare_world_1thread(testbed: Path, out: Path, world: str, cfg: DemoConfig)
     return prepare_world(testbed, out, world, cfg)
 
 
-# ------------------------------------------------------------------ stage 3: one training job
+# ------------------------------------------------------------------ stage 4: one training job
 
 
 def train_job(job: Job, testbed: Path, out: Path, cfg: DemoConfig) -> Path:
-    """Train one run; checkpoints land in job_dir/checkpoint-<step>. Returns job_dir."""
+    """Train one run; checkpoints land in job_dir/checkpoint-<step>. Returns job_dir. Every arm
+    trains on the same trajectories (data/<world>/trajectories.jsonl) or their turns."""
     from pivotrl.train.config import GRPORunConfig, SFTRunConfig
 
     job_dir = out / "runs" / job.name
+    wdir = out / "data" / job.world
     base = str(testbed / "base")
     common = dict(model=base, output_dir=job_dir, learning_rate=job.lr, max_steps=cfg.steps,
                   save_steps=cfg.eval_every, seed=job.seed, logging_steps=1, warmup_steps=0)
@@ -163,25 +182,26 @@ def train_job(job: Job, testbed: Path, out: Path, cfg: DemoConfig) -> Path:
     if job.method == "sft":
         from pivotrl.train.sft import train_sft
 
-        train_sft(SFTRunConfig(data=testbed / job.world / "train.jsonl",
+        train_sft(SFTRunConfig(data=wdir / "trajectories.jsonl",
                                per_device_train_batch_size=cfg.sft_batch_size, **common, **trl_only))
     elif job.method == "e2e_rl":
-        from pivotrl.train.config import E2ERunConfig
         from pivotrl.experiment.e2e import train_e2e
+        from pivotrl.train.config import E2ERunConfig
 
-        train_e2e(E2ERunConfig(world=job.world, tasks=testbed / job.world / "train.jsonl",
+        train_e2e(E2ERunConfig(world=job.world, tasks=wdir / "trajectories.jsonl",
                                num_generations=cfg.num_generations,
                                tasks_per_step=cfg.e2e_tasks_per_step,
                                max_completion_length=cfg.max_completion_length, **common))
     else:
-        wdir = out / "data" / job.world
         pivot_set = {"pivotrl": "pivots", "pivotrl_exact": "pivots",
                      "pivotrl_no_filter": "all", "pivotrl_random": "random"}[job.method]
         from pivotrl.train.grpo import train
 
+        exact = job.method == "pivotrl_exact"  # the paper's strict string-match ablation
         train(GRPORunConfig(
             pivots=wdir / "pivots.jsonl", turns=wdir / "profile.jsonl", pivot_set=pivot_set,
-            verifier="exact" if job.method == "pivotrl_exact" else cfg.verifier,
+            verifier="exact" if exact else cfg.verifier,
+            verifier_config={"strict": True} if exact else {},
             num_generations=cfg.num_generations,
             per_device_train_batch_size=cfg.num_generations * cfg.pivots_per_step,
             max_completion_length=cfg.max_completion_length, **common, **trl_only))
@@ -208,8 +228,15 @@ def rollout_turns_at(job: Job, step: int, job_dir: Path, cfg: DemoConfig,
 # ------------------------------------------------------------------ evaluation
 
 
+def split_tasks(tasks: list[Any], dev: int, n_eval: int, what: str) -> dict[str, list[Any]]:
+    """The first `dev` tasks are the dev split, the next `n_eval` (0 = the rest) the eval split."""
+    if len(tasks) <= dev:
+        raise ValueError(f"{what}: {len(tasks)} tasks, but dev_tasks={dev} leaves none for eval")
+    return {"dev": tasks[:dev], "eval": tasks[dev:dev + n_eval] if n_eval else tasks[dev:]}
+
+
 class Evaluator:
-    """Loads the testbed's eval sets and the base once per process."""
+    """Loads the testbed's dev and eval sets and the base once per process."""
 
     def __init__(self, testbed: Path, cfg: DemoConfig):
         from pivotrl.experiment.evaluate import load_ood_eval, load_trajectories, ood_texts
@@ -217,51 +244,88 @@ class Evaluator:
 
         self.cfg, self.testbed = cfg, testbed
         self.base, self.tokenizer = load_tiny(testbed / "base")
-        self.ood = load_ood_eval(testbed, cfg.eval.ood_per_family)
-        self.kl_texts = ood_texts(self.tokenizer, self.ood[:: max(1, len(self.ood) // cfg.kl_prompts)])
-        n = cfg.eval.episodes and cfg.eval.turn_trajectories and max(cfg.eval.episodes,
-                                                                      cfg.eval.turn_trajectories)
-        self.trajs = {w: load_trajectories(testbed / w / "eval.jsonl", n) for w in cfg.worlds}
+        by_family: dict[str, list[Any]] = {}
+        for t in load_ood_eval(testbed, 0):
+            by_family.setdefault(t.family, []).append(t)
+        self.ood = {"dev": [], "eval": []}
+        for family, tasks in by_family.items():
+            for split, got in split_tasks(tasks, cfg.dev_ood_per_family, cfg.eval.ood_per_family,
+                                          f"OOD family {family}").items():
+                self.ood[split] += got
+        ood_eval = self.ood["eval"]
+        self.kl_texts = ood_texts(self.tokenizer, ood_eval[:: max(1, len(ood_eval) // cfg.kl_prompts)])
+        n_eval = max(cfg.eval.episodes, cfg.eval.turn_trajectories)
+        self.trajs = {w: split_tasks(load_trajectories(testbed / w / "eval.jsonl"), cfg.dev_tasks,
+                                     n_eval, f"{w}/eval.jsonl") for w in cfg.worlds}
 
-    def __call__(self, model_dir: Path | None, world: str) -> dict[str, Any]:
+    def __call__(self, model_dir: Path | None, world: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """(checkpoint row: eval-split rates in evaluate's shape + dev rates, per-item rows)."""
         from pivotrl.experiment.evaluate import evaluate_ood, evaluate_world, ood_logprob_stats
         from pivotrl.experiment.testbed.tiny import load_tiny
 
         model, tok = (self.base, self.tokenizer) if model_dir is None else load_tiny(model_dir)
-        ind = evaluate_world(model, tok, world, self.trajs[world], self.cfg.eval)
-        ood = evaluate_ood(model, tok, self.ood, self.cfg.eval.batch_size)
+        row: dict[str, Any] = {}
+        items: list[dict[str, Any]] = []
+        for split in ("dev", "eval"):
+            got: list[dict[str, Any]] = []
+            ind = evaluate_world(model, tok, world, self.trajs[world][split], self.cfg.eval, got)
+            ood = evaluate_ood(model, tok, self.ood[split], self.cfg.eval.batch_size, got)
+            items += [{"split": split, **r} for r in got]
+            row.update({"in_domain": ind, "ood": ood} if split == "eval"
+                       else {"dev": {"in_domain": ind, "ood": ood}})
         kl = (ood_logprob_stats(model, self.base, tok, self.kl_texts) if model_dir is not None
               else {"kl": 0.0, "rank_corr": 1.0})
-        return {"in_domain": ind, "ood": ood, "kl_to_base": kl["kl"], "rank_corr": kl["rank_corr"]}
+        return {**row, "kl_to_base": kl["kl"], "rank_corr": kl["rank_corr"]}, items
+
+
+def item_rows(items: list[dict[str, Any]], *, method: str, world: str, seed: int, lr: float,
+              step: int) -> list[dict[str, Any]]:
+    """Per-item outcomes in the contract's row shape (docs/DESIGN.md)."""
+    return [{"method": method, "world": world, "seed": seed, "lr": lr, "step": step,
+             "split": r["split"], "measure": r["measure"], "item": r["item"],
+             "cluster": r["cluster"], "outcome": r["outcome"]} for r in items]
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(path)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def run_job(job: Job, testbed: Path, out: Path, cfg: DemoConfig,
             pivot_stats: dict[str, Any]) -> list[dict[str, Any]]:
-    """Train + evaluate every checkpoint of one job; cached in job_dir/rows.json."""
+    """Train + evaluate every checkpoint of one job; cached in job_dir/rows.json and
+    job_dir/items.jsonl (written before rows.json, so rows.json marks a finished job)."""
     import torch
 
     torch.set_num_threads(1)
     job_dir = out / "runs" / job.name
     done = job_dir / "rows.json"
-    if done.exists():
+    if done.exists() and (job_dir / "items.jsonl").exists():
         return json.loads(done.read_text())
     t0 = time.time()
     train_job(job, testbed, out, cfg)
     train_s = time.time() - t0
     evaluator = Evaluator(testbed, cfg)
-    rows = []
+    rows, items = [], []
     for step in range(cfg.eval_every, cfg.steps + 1, cfg.eval_every):
         ckpt = job_dir / f"checkpoint-{step}"
         if not ckpt.exists() and step == cfg.steps:
             ckpt = job_dir  # the e2e loop writes its last step as the final model only
         if not (ckpt / "config.json").exists():
             raise FileNotFoundError(f"{job.name}: no checkpoint at step {step} ({ckpt})")
-        rows.append({"method": job.method, "world": job.world, "seed": job.seed, "lr": job.lr,
-                     "step": step,
-                     "rollout_turns": rollout_turns_at(job, step, job_dir, cfg, pivot_stats),
-                     **evaluator(ckpt, job.world)})
+        row, got = evaluator(ckpt, job.world)
+        key = dict(method=job.method, world=job.world, seed=job.seed, lr=job.lr, step=step)
+        rows.append({**key, "rollout_turns": rollout_turns_at(job, step, job_dir, cfg, pivot_stats),
+                     **row})
+        items += item_rows(got, **key)
     rows[-1]["train_seconds"] = train_s
     rows[-1]["eval_seconds"] = time.time() - t0 - train_s
+    write_jsonl(job_dir / "items.jsonl", items)
     tmp = done.with_suffix(".tmp")
     tmp.write_text(json.dumps(rows))
     tmp.replace(done)
@@ -282,48 +346,42 @@ def record_invocation(out: Path, seconds: float, *, trained: int, jobs: int) -> 
     return runs
 
 
-def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
-             testbed_config=None, log: Callable[[str], None] = say) -> dict[str, Any]:
-    from pivotrl.records import Profile, iter_valid
-    from pivotrl.experiment.report import write_report
-    from pivotrl.experiment.testbed.build import build_testbed
-    from pivotrl.experiment.testbed.tiny import load_tiny
-    from pivotrl.experiment.theory import gradient_vs_std
-
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    start = time.time()
-    out.mkdir(parents=True, exist_ok=True)
-    testbed = testbed or out / "testbed"
-    log(f"1/4 testbed in {testbed} (cached after the first build)")
-    info = build_testbed(testbed, testbed_config, progress=lambda m: log(f"  build: {m}"))
-    log(f"  testbed ready ({'cached' if info.get('cached') else 'built'})")
-
-    log(f"2/4 {', '.join(cfg.worlds)}: extract, profile {cfg.profile_turns} turns with the base "
+def prepare_all(testbed: Path, out: Path, cfg: DemoConfig, log: Callable[[str], None]) -> dict[str, Any]:
+    log(f"2/5 {', '.join(cfg.worlds)}: the first {cfg.profile_trajectories or 'all'} train "
+        f"trajectories per world are every arm's data; profile all their turns with the base "
         f"(K={cfg.k}, verifier {cfg.verifier}), select; one world per worker")
     pivot_stats = {}
     with ProcessPoolExecutor(max_workers=min(cfg.workers, len(cfg.worlds))) as pool:
         futures = {w: pool.submit(prepare_world_1thread, testbed, out, w, cfg) for w in cfg.worlds}
         for world, fut in futures.items():
             pivot_stats[world] = s = fut.result()
-            log(f"  {world}: {s.get('turns')} turns, {s.get('kept')} pivots "
-                f"({s.get('all_fail')} all-fail, {s.get('all_pass')} all-pass, {s.get('mixed')} mixed)")
+            log(f"  {world}: {s.get('trajectories')} trajectories, {s.get('turns')} turns, "
+                f"{s.get('kept')} pivots ({s.get('all_fail')} all-fail, {s.get('all_pass')} "
+                f"all-pass, {s.get('mixed')} mixed)")
+    return pivot_stats
 
+
+def base_rows(out: Path, testbed: Path, cfg: DemoConfig) -> tuple[list[dict], list[dict]]:
+    """The base scored once per world on both splits, repeated under every seed (it is every
+    seed's step 0); cached."""
+    rows_file, items_file = out / "runs" / "base_rows.json", out / "runs" / "base_items.jsonl"
+    if rows_file.exists() and items_file.exists():
+        return json.loads(rows_file.read_text()), read_jsonl(items_file)
     evaluator = Evaluator(testbed, cfg)
-    rows: list[dict[str, Any]] = []
-    base_cache = out / "runs" / "base_rows.json"
-    if base_cache.exists():
-        rows += json.loads(base_cache.read_text())
-    else:
-        base_rows = []
-        for world in cfg.worlds:
-            ev = evaluator(None, world)
-            for seed in cfg.seeds:
-                base_rows.append({"method": "base", "world": world, "seed": seed, "lr": 0.0,
-                                  "step": 0, "rollout_turns": 0, **ev})
-        base_cache.parent.mkdir(parents=True, exist_ok=True)
-        base_cache.write_text(json.dumps(base_rows))
-        rows += base_rows
+    rows, items = [], []
+    for world in cfg.worlds:
+        row, got = evaluator(None, world)
+        for seed in cfg.seeds:
+            key = dict(method="base", world=world, seed=seed, lr=0.0, step=0)
+            rows.append({**key, "rollout_turns": 0, **row})
+            items += item_rows(got, **key)
+    rows_file.parent.mkdir(parents=True, exist_ok=True)
+    write_jsonl(items_file, items)
+    rows_file.write_text(json.dumps(rows))
+    return rows, items
 
+
+def plan_jobs(cfg: DemoConfig, pivot_stats: dict[str, Any], log: Callable[[str], None]) -> list[Job]:
     jobs = [Job(w, m, lr, s) for s in cfg.seeds for lr in cfg.learning_rates for w in cfg.worlds
             for m in METHODS]
     for world in cfg.worlds:
@@ -335,10 +393,14 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
     # Longest first (E2E episodes, then one-turn GRPO, then SFT), so no long job starts last and
     # leaves a core idle at the end; the order never changes what a job computes.
     jobs.sort(key=lambda j: {"e2e_rl": 0, "sft": 2}.get(j.method, 1))
-    log(f"3/4 {len(jobs)} training runs × {cfg.steps // cfg.eval_every} checkpoints, "
+    return jobs
+
+
+def run_jobs(jobs: list[Job], testbed: Path, out: Path, cfg: DemoConfig, pivot_stats: dict[str, Any],
+             log: Callable[[str], None]) -> tuple[list[dict], list[dict]]:
+    log(f"4/5 {len(jobs)} training runs × {cfg.steps // cfg.eval_every} checkpoints, "
         f"{cfg.workers} at a time")
-    t_jobs = time.time()
-    trained = sum(not (out / "runs" / j.name / "rows.json").exists() for j in jobs)
+    t_jobs, rows = time.time(), []
     with ProcessPoolExecutor(max_workers=cfg.workers) as pool:
         futures = {pool.submit(run_job, j, testbed, out, cfg, pivot_stats[j.world]): j for j in jobs}
         for i, fut in enumerate(as_completed(futures), start=1):
@@ -346,22 +408,51 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
             rows += fut.result()
             per_job = (time.time() - t_jobs) / i
             log(f"  [{i}/{len(jobs)}] {job.name} done; ETA {per_job * (len(jobs) - i) / 60:.1f} min")
+    items = [r for j in jobs for r in read_jsonl(out / "runs" / j.name / "items.jsonl")]
+    return rows, items
 
-    log("4/4 theory checks and report")
-    theory_file = out / "theory.json"
-    if theory_file.exists():
-        theory = json.loads(theory_file.read_text())
-    else:
-        model, tok = load_tiny(testbed / "base")
-        profiles = []
-        for world in cfg.worlds:
-            profiles += list(iter_valid(out / "data" / world / "profile.jsonl", Profile))[
-                : cfg.theory_turns // len(cfg.worlds)]
-        theory = gradient_vs_std(model, tok, profiles)
-        theory_file.write_text(json.dumps(theory))
+
+def log_power(power: list[dict[str, Any]], log: Callable[[str], None]) -> None:
+    for p in power:
+        log(f"  {p['measure']}: {p['items']} eval items in {p['clusters']} clusters, base rate "
+            f"{p['rate']:.3f}: paired 95% half-width ≤ ±{p['half_width']:.3f} "
+            f"(MDE at 80% power {p['mde_80']:.3f}; ±{p['worst_half_width']:.3f} at rate 0.5) "
+            f"with {p['seeds']} seed(s)")
+
+
+def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
+             testbed_config=None, log: Callable[[str], None] = say) -> dict[str, Any]:
+    from pivotrl.experiment.report import write_report
+    from pivotrl.experiment.stats import paired_halfwidth
+    from pivotrl.experiment.testbed.build import build_testbed
+    from pivotrl.experiment.theory import run_theory
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    start = time.time()
+    out.mkdir(parents=True, exist_ok=True)
+    testbed = testbed or out / "testbed"
+    log(f"1/5 testbed in {testbed} (cached after the first build)")
+    info = build_testbed(testbed, testbed_config, progress=lambda m: log(f"  build: {m}"))
+    log(f"  testbed ready ({'cached' if info.get('cached') else 'built'})")
+    pivot_stats = prepare_all(testbed, out, cfg, log)
+
+    log(f"3/5 the base on dev ({cfg.dev_tasks} tasks/world) and eval; planning half-widths")
+    rows, items = base_rows(out, testbed, cfg)
+    power = [p for m in ("turn", "episode", "ood")
+             if (p := paired_halfwidth(items, measure=m, seeds=len(cfg.seeds)))]
+    log_power(power, log)
+
+    jobs = plan_jobs(cfg, pivot_stats, log)
+    trained = sum(not (out / "runs" / j.name / "rows.json").exists() for j in jobs)
+    job_rows, job_items = run_jobs(jobs, testbed, out, cfg, pivot_stats, log)
+    rows, items = rows + job_rows, items + job_items
+    write_jsonl(out / "items.jsonl", items)
+
+    log("5/5 checkpoints chosen on dev; theory checks; paired verdicts on eval; report")
+    theory = run_theory(out, testbed, cfg, items)
     invocations = record_invocation(out, time.time() - start, trained=trained, jobs=len(jobs))
-    results = write_report(rows, out, seeds=cfg.seeds, headline_lr=cfg.headline_lr,
-                           wall_seconds=time.time() - start, theory=theory,
+    results = write_report(rows, items, out, seeds=cfg.seeds, select_on=cfg.select_on,
+                           wall_seconds=time.time() - start, theory=theory, power=power,
                            pivot_stats=pivot_stats, config=cfg.model_dump(mode="json"),
                            invocations=invocations)
     log(f"done in {(time.time() - start) / 60:.1f} min: {out / 'report.md'}")

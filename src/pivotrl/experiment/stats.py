@@ -167,7 +167,8 @@ def paired_halfwidth(items: Sequence[Row], *, measure: str, seeds: int, split: s
     split's cluster structure and `seeds` independent seeds: 1.96 × √2 × (cluster-bootstrap
     standard error of the base's mean) / √seeds. Arms that agree on most items (checkpoints of
     one base usually do) get narrower intervals; this is the pessimistic planning number. The
-    minimum detectable effect at 80% power is (1.96 + 0.84) / 1.96 of it."""
+    minimum detectable effect at 80% power is (1.96 + 0.84) / 1.96 of it. `worst_half_width`:
+    the same at rate 0.5 (the widest), with the base's design effect."""
     mine = [r for r in items if r["method"] == method and r["split"] == split
             and r["measure"] == measure]
     first = min((r["seed"] for r in mine), default=None)
@@ -179,10 +180,16 @@ def paired_halfwidth(items: Sequence[Row], *, measure: str, seeds: int, split: s
     total, count = cell_sums(vals, [0], clusters)
     reps = np.array([weighted_mean(total, count, ws, wc)
                      for ws, wc in bootstrap_weights(1, len(clusters))])
-    half = 1.96 * math.sqrt(2.0) * float(reps.std(ddof=1)) / math.sqrt(max(seeds, 1))
+    se = float(reps.std(ddof=1))
+    half = 1.96 * math.sqrt(2.0) * se / math.sqrt(max(seeds, 1))
+    rate = float(total.sum() / count.sum())
+    # Worst case, rate 0.5, with the same design effect (clustering) as the base's outcomes; a
+    # base at rate 0 or 1 has none to measure, so its items count as independent there.
+    deff = se ** 2 / (rate * (1 - rate) / len(vals)) if 0 < rate < 1 else 1.0
+    worst = 1.96 * math.sqrt(2.0 * 0.25 * deff / len(vals)) / math.sqrt(max(seeds, 1))
     return {"measure": measure, "items": len(vals), "clusters": len(clusters), "seeds": seeds,
-            "rate": float(total.sum() / count.sum()), "half_width": half,
-            "mde_80": half * (1.96 + 0.8416) / 1.96}
+            "rate": rate, "half_width": half, "mde_80": half * (1.96 + 0.8416) / 1.96,
+            "design_effect": deff, "worst_half_width": worst}
 
 
 # ------------------------------------------------------------------ rollout turns to match E2E
