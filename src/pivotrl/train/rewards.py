@@ -1,6 +1,7 @@
 """The GRPO reward (parse → verify against the pivot's expert action), the per-step metrics
-PivotRL needs that TRL does not log, and the trainer subclass that logs them (with one CPU speed
-fix to TRL's log-prob head).
+PivotRL needs that TRL does not log, and the trainer subclass that logs them. The subclass also
+speeds up TRL's log-prob forward without changing its numbers: a completion-only LM head on CPU,
+and each distinct prompt encoded once per group instead of once per completion (shared_prefix.py).
 
 Each dataset row carries its Turn as a JSON string column `turn` (Arrow would merge differently
 keyed argument dicts, docs/DESIGN.md); TRL repeats it for each of the G completions and hands it to the
@@ -108,6 +109,8 @@ class PivotGRPOTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         # After TRL added its fused LM head to the same (PEFT base) model, and before any wrapping.
         self.shared_prefix = shared_prefix and enable_shared_prefix_forward(self._causal_lm(self.model))
+        if self.shared_prefix and self.ref_model is not None:  # beta > 0: the KL reference's log-probs
+            enable_shared_prefix_forward(self._causal_lm(self.ref_model))
 
     def _causal_lm(self, model):
         """The transformers model under a DDP/DeepSpeed/FSDP wrapper and a PEFT adapter."""
