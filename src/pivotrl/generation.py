@@ -151,6 +151,23 @@ def generate(model: Any, prompts: Sequence[Sequence[int]], seeds: Sequence[Seque
     return results
 
 
+def generate_each(model: Any, prompts: Sequence[Sequence[int]], seeds: Sequence[int | None],
+                  **kw: Any) -> list[Generated]:
+    """One completion per prompt, prompt i's drawn with seeds[i]. Identical prompts (the G
+    episodes of one task at their first turn, say) become one prompt with several samples, so
+    they share its prefill; each keeps its own seed. Keywords: those of `generate`."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(prompts):
+        groups.setdefault(tuple(p), []).append(i)
+    keys = list(groups)
+    outs = generate(model, keys, [[seeds[i] for i in groups[k]] for k in keys], **kw)
+    result: list[Generated | None] = [None] * len(prompts)
+    for k, gens in zip(keys, outs):
+        for i, g in zip(groups[k], gens):
+            result[i] = g
+    return result  # type: ignore[return-value]
+
+
 def _left_pad(prompts: list[list[int]], pad: int, device: Any):
     width = max(len(x) for x in prompts)
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)

@@ -30,8 +30,10 @@ from typing import Any
 import torch
 
 from pivotrl.chat import prompt_text
+from pivotrl.generation import completion_logps, generate_each, stop_ids
 from pivotrl.experiment.episodes import EpisodeResult, run_episodes
 from pivotrl.records import Message, Trajectory, iter_valid
+from pivotrl.sampling.base import derive_seed
 from pivotrl.train.config import E2ERunConfig
 
 
@@ -51,55 +53,31 @@ class RecordingPolicy:
     def act_batch(self, contexts: list[list[Message]], tools: list[list[dict[str, Any]]]) -> list[str]:
         prompts = [self.tok(prompt_text(self.tok, c, t), add_special_tokens=False)["input_ids"]
                    for c, t in zip(contexts, tools)]
-        completions = self._sample(prompts)
+        # The G episodes of a task open with the same prompt: generate_each prefills it once.
+        # Each context has its own seed, so an episode's samples do not depend on the others.
+        gens = generate_each(self.model, prompts,
+                             [derive_seed(self.seed, self.calls, i) for i in range(len(prompts))],
+                             max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                             stop_token_ids=stop_ids(self.tok, self.model),
+                             batch_size=max(1, len(prompts)),
+                             window=getattr(self.model.config, "max_position_embeddings", None))
+        self.calls += 1
         texts = []
-        for context, prompt, completion in zip(contexts, prompts, completions):
+        for context, prompt, gen in zip(contexts, prompts, gens):
+            # Too long for the window: no tokens, an empty text (an invalid action). The end
+            # token stays in the recorded completion: the model must learn to stop.
+            completion = gen.tokens
             episode = self.episode_of.setdefault(id(context), len(self.episode_of))
             if episode == len(self.turns):
                 self.turns.append([])
             self.turns[episode].append((prompt, completion))
-            body = [t for t in completion if t != self.tok.eos_token_id]
+            body = completion[:-1] if gen.finish_reason == "stop" else completion
             texts.append(self.tok.decode(body, skip_special_tokens=True))
         return texts
 
-    @torch.no_grad()
-    def _sample(self, prompts: list[list[int]]) -> list[list[int]]:
-        window = getattr(self.model.config, "max_position_embeddings", None) or 10**9
-        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
-        out: list[list[int]] = [[] for _ in prompts]  # too long for the window: empty = invalid action
-        todo = [i for i, p in enumerate(prompts) if len(p) + self.max_new_tokens <= window]
-        if not todo:
-            return out
-        width = max(len(prompts[i]) for i in todo)
-        ids = torch.tensor([[pad] * (width - len(prompts[i])) + prompts[i] for i in todo])
-        mask = torch.tensor([[0] * (width - len(prompts[i])) + [1] * len(prompts[i]) for i in todo])
-        torch.manual_seed(self.seed * 1_000_003 + self.calls)
-        self.calls += 1
-        gen = self.model.generate(input_ids=ids.to(self.model.device), attention_mask=mask.to(self.model.device),
-                                  max_new_tokens=self.max_new_tokens, do_sample=True,
-                                  temperature=self.temperature, top_k=0, top_p=1.0, pad_token_id=pad)
-        for i, row in zip(todo, gen[:, width:].tolist()):
-            if self.tok.eos_token_id in row:  # keep the end token: the model must learn to stop
-                row = row[: row.index(self.tok.eos_token_id) + 1]
-            out[i] = [t for t in row if t != pad or t == self.tok.eos_token_id]
-        return out
 
-
-def token_logps(model, batch: list[tuple[list[int], list[int]]], temperature: float) -> list[torch.Tensor]:
-    """Log-probabilities of each completion token given its prompt (logits / temperature, as TRL).
-    The output layer runs on the completion positions only: an episode turn's prompt is the whole
-    conversation so far, so projecting every position would be mostly wasted work."""
-    pad = 0
-    width = max(len(p) + len(c) for p, c in batch)
-    ids = torch.tensor([p + c + [pad] * (width - len(p) - len(c)) for p, c in batch], device=model.device)
-    mask = torch.tensor([[1] * (len(p) + len(c)) + [0] * (width - len(p) - len(c)) for p, c in batch],
-                        device=model.device)
-    hidden = model.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state
-    rows = torch.tensor([i for i, (_, c) in enumerate(batch) for _ in c], dtype=torch.long)
-    cols = torch.tensor([len(p) - 1 + j for p, c in batch for j in range(len(c))], dtype=torch.long)
-    logits = model.get_output_embeddings()(hidden[rows, cols]).float() / temperature
-    logps = torch.log_softmax(logits, dim=-1).gather(-1, ids[rows, cols + 1][:, None]).squeeze(-1)
-    return list(torch.split(logps, [len(c) for _, c in batch]))
+# The LM head on completion positions only (shared with the rest of the package).
+token_logps = completion_logps
 
 
 def world_of(cfg: E2ERunConfig, task: Trajectory) -> str:
