@@ -42,3 +42,13 @@ def tiny_model_dir(tmp_path_factory):
     tokenizer = build_tokenizer(sample_texts(), vocab_size=512)
     model = build_model(tokenizer, TinyModelConfig(max_positions=2048))
     return save_tiny(model, tokenizer, tmp_path_factory.mktemp("tiny_model"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu`-marked tests need CUDA: skipped, with the reason, on machines without it."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (gpu marker)")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)
