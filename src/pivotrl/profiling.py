@@ -33,7 +33,10 @@ from pivotrl.sampling.base import Completion, SamplingParams, derive_seed
 from pivotrl.scoring import Parser, score_completions
 from pivotrl.verifiers.base import Score
 
-SUCCESS_THRESHOLD = 0.5  # a shaped reward counts as a success from here (docs/DESIGN.md pitfall)
+# A shaped reward counts as a success from here (docs/DESIGN.md pitfall). The toolcall verifier's
+# partial_credit pays matched / expert calls for a subset of the expert's calls, so with it on,
+# half of a turn's calls reaches this threshold (its config says so next to the option).
+SUCCESS_THRESHOLD = 0.5
 
 
 class ProfileConfig(BaseModel):
