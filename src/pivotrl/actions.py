@@ -1,6 +1,11 @@
-"""Completion text ⇄ assistant message: the one parser used by profiling, training and evaluation.
+"""Completion text ⇄ assistant message: the rules every parser shares, and the Hermes/JSON reader.
 
-Formats read (what real models emit):
+`parse_with(text, split_calls)` holds the shared rules; each model family's call format is a
+`split_calls` reader (this module's JSON one, the others in `pivotrl.callformats`), and
+`pivotrl.formats.parser_for(tokenizer)` picks the model's own. Profiling, training, evaluation
+and `pivotrl verify` all parse through it.
+
+Formats read here (`parse_completion`):
 - Hermes/Qwen: `<tool_call>{"name": …, "arguments": {…} | "<json>"}</tool_call>`, one or many,
   with free text before/between them (kept as `content`);
 - a bare JSON object or list of objects with `name` + `arguments` (or `parameters`), also
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +38,8 @@ END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end|>", "<|eom_id
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _CALL_PREFIXES = ("[TOOL_CALLS]", "<|python_tag|>")
+# The opening of a JSON call object (or a list of them), as Llama 3 / Mistral / bare-JSON write it.
+_CALL_START = re.compile(r'\[?\s*\{\s*"(?:name|function|type)"\s*:')
 _FENCE = re.compile(r"\A```(?:json|JSON)?\s*\n?(.*?)\n?```\Z", re.S)
 
 
@@ -44,6 +52,9 @@ class ParsedAction:
 
 class _Invalid(Exception):
     pass
+
+
+InvalidAction = _Invalid  # raised by a format's call reader: the action is invalid, with this reason
 
 
 def _defaults(cls) -> dict[str, Any] | None:
@@ -70,13 +81,13 @@ def _construct(cls, **values):
     return obj
 
 
-def _strip_end(text: str) -> str:
+def _strip_end(text: str, markers: tuple[str, ...] = END_MARKERS) -> str:
     """Drop trailing whitespace and end-of-turn markers (any number, in any order)."""
     while True:
         stripped = text.rstrip()
-        if not stripped.endswith(END_MARKERS):  # one C call for the common case
+        if not stripped.endswith(markers):  # one C call for the common case
             return stripped
-        for marker in END_MARKERS:
+        for marker in markers:
             if stripped.endswith(marker):
                 stripped = stripped[: -len(marker)]
                 break
@@ -85,18 +96,23 @@ def _strip_end(text: str) -> str:
         text = stripped
 
 
-def _drop_think(text: str) -> str:
+def _drop_think(text: str, opens_in_prompt: bool = False) -> str:
+    """The action without its reasoning. `opens_in_prompt`: the generation prompt ends inside an
+    open <think> (Qwen3.5-think, Nemotron 3, DeepSeek), so the reasoning must be closed before
+    any action: text with no </think> at all was cut while thinking."""
     close = text.find(_THINK_CLOSE)
     open_ = text.find(_THINK_OPEN)
     if close != -1 and (open_ == -1 or close < open_):
         text = text[close + len(_THINK_CLOSE):]  # the template opened <think> in the prompt
+    elif opens_in_prompt and close == -1:
+        raise _Invalid("cut inside the thinking block (no </think>; raise max_new_tokens)")
     while True:
         open_ = text.find(_THINK_OPEN)
         if open_ == -1:
             break
         close = text.find(_THINK_CLOSE, open_)
         if close == -1:
-            raise _Invalid("unterminated <think> block")
+            raise _Invalid("cut inside the thinking block (unterminated <think>; raise max_new_tokens)")
         text = text[:open_] + text[close + len(_THINK_CLOSE):]
     if _THINK_CLOSE in text:
         raise _Invalid("stray </think>")
@@ -198,7 +214,9 @@ def _parse_bare(text: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     if body and body[0] in "[{":
         try:
             value = json.loads(body)
-        except (ValueError, RecursionError):
+        except (ValueError, RecursionError) as exc:
+            if _CALL_START.match(body):  # a JSON call cut short or broken: never a message
+                raise _Invalid(f"tool call is not valid JSON: {exc}") from None
             value = None  # prose that starts with a brace: a message
     if isinstance(value, dict) and value.get("role") == "assistant":
         raw_calls = value.get("tool_calls") or []
@@ -215,24 +233,54 @@ def _parse_bare(text: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     return text, []  # prose, or a JSON answer sent as a message
 
 
-def parse_completion(text: str, max_chars: int = MAX_COMPLETION_CHARS) -> ParsedAction:
-    """Completion text → assistant message (tool-call arguments as JSON strings, ids call_0…)."""
+# Tool-call markers of the other formats pivotrl reads (Qwen3.5/Nemotron XML, GLM, DeepSeek,
+# gpt-oss harmony). Text that holds one was meant as a call in that format: read as JSON/Hermes it
+# would become a plain message and could be paid as one, so it is invalid instead.
+FOREIGN_CALL_MARKERS = ("<function=", "<parameter=", "<arg_key>", "<arg_value>", "<｜tool▁",
+                        "to=functions.", "<|channel|>", "<|call|>")
+
+CallSplitter = Callable[[str], "tuple[str, list[tuple[str, dict[str, Any]]]]"]
+
+
+def split_json_calls(body: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """Hermes `<tool_call>{json}</tool_call>` blocks, or a bare JSON call / list / message."""
+    if _OPEN in body:
+        return _parse_tagged(body)
+    return _parse_bare(body)
+
+
+def parse_with(text: str, split_calls: CallSplitter = split_json_calls, *,
+               think: bool = True, think_opens_in_prompt: bool = False,
+               end_markers: tuple[str, ...] = END_MARKERS,
+               forbidden: tuple[str, ...] = FOREIGN_CALL_MARKERS,
+               type_args: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
+               max_chars: int = MAX_COMPLETION_CHARS) -> ParsedAction:
+    """Completion text → assistant message with one format's call reader (`split_calls` returns
+    (content, [(name, arguments)]) or raises `InvalidAction`). The rules every format shares:
+    length cap, end-of-turn markers and <think> blocks dropped (`think`), no marker of
+    `forbidden` left in the content (a call that did not parse is never a message), at least
+    some content or a call, and never an exception."""
     try:
         if not isinstance(text, str):
             raise _Invalid(f"completion is {type(text).__name__}, not text")
         if len(text) > max_chars:
             raise _Invalid(f"completion too long ({len(text)} > {max_chars} characters)")
-        body = _strip_end(_drop_think(_strip_end(text))).strip()
+        body = _strip_end(text, end_markers)
+        if think:
+            body = _strip_end(_drop_think(body, think_opens_in_prompt), end_markers)
+        body = body.strip()
         if not body:
             raise _Invalid("empty completion")
-        if _OPEN in body:
-            content, calls = _parse_tagged(body)
-        else:
-            content, calls = _parse_bare(body)
+        content, calls = split_calls(body)
         if not calls and not content:
             raise _Invalid("empty completion")
+        for marker in forbidden:
+            if marker in content:
+                raise _Invalid(f"tool-call marker {marker!r} outside a well-formed call")
         tool_calls = []
         for i, (name, args) in enumerate(calls):
+            if type_args is not None:
+                args = type_args(name, args)
             arguments = json.dumps(args, ensure_ascii=False)
             _remember(arguments, args)
             tool_calls.append(_construct(ToolCall, id=f"call_{i}", type="function", function=_construct(
@@ -244,6 +292,12 @@ def parse_completion(text: str, max_chars: int = MAX_COMPLETION_CHARS) -> Parsed
         return ParsedAction(None, False, str(exc))
     except Exception as exc:  # noqa: BLE001 - hostile text must never crash a run
         return ParsedAction(None, False, f"unparseable completion: {type(exc).__name__}")
+
+
+def parse_completion(text: str, max_chars: int = MAX_COMPLETION_CHARS) -> ParsedAction:
+    """Completion text → assistant message (tool-call arguments as JSON strings, ids call_0…), in
+    the Hermes/JSON formats; `pivotrl.formats.parser_for(tokenizer)` picks a model's own format."""
+    return parse_with(text, split_json_calls, max_chars=max_chars)
 
 
 _ARGS_CACHE: dict[str, dict[str, Any]] = {}

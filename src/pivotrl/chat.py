@@ -1,11 +1,17 @@
-"""Prompts from Turn contexts, built with the model's own chat template (tools included).
+"""Prompts from Turn contexts, built with the model's own chat template (tools included), and the
+one tokenization rule for them.
 
 Profiling, training and evaluation all build prompts here, so the policy sees the same text in
-each stage.
+each stage. The rule for turning that text into token ids: the chat template's text is the whole
+prompt, so it is tokenized with `add_special_tokens=False` (`prompt_token_ids`). Templates that
+start with a BOS write it themselves (Llama 3, Gemma, Mistral); a tokenizer that also adds one on
+encode would otherwise give a double-BOS prompt the model never saw in pre-training. The HF
+sampler, the vLLM sampler and the GRPO trainer (`train.rewards.PivotGRPOTrainer`) all follow it.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pivotrl.records import Message, parse_arguments
@@ -13,7 +19,8 @@ from pivotrl.records import Message, parse_arguments
 
 def template_message(message: Message, *, keep_reasoning: bool = False) -> dict[str, Any]:
     """A Message as chat templates expect it: tool-call arguments as dicts (Qwen/Hermes templates
-    iterate or `tojson` them), None fields dropped, reasoning only when asked for."""
+    iterate or `tojson` them), None fields dropped, reasoning only when asked for (as
+    `reasoning_content`, and as `thinking` for gpt-oss's template, which reads that key)."""
     out: dict[str, Any] = {"role": message.role, "content": message.content or ""}
     if message.tool_calls:
         out["tool_calls"] = [
@@ -27,6 +34,7 @@ def template_message(message: Message, *, keep_reasoning: bool = False) -> dict[
         out["name"] = message.name
     if keep_reasoning and message.reasoning_content:
         out["reasoning_content"] = message.reasoning_content
+        out["thinking"] = message.reasoning_content
     return out
 
 
@@ -44,7 +52,51 @@ def template_messages(messages: list[Message]) -> list[dict[str, Any]]:
     return [template_message(m, keep_reasoning=True) for m in messages]
 
 
-def prompt_text(tokenizer: Any, context: list[Message], tools: list[dict[str, Any]] | None) -> str:
-    """The generation prompt for the next assistant turn after `context`."""
-    return tokenizer.apply_chat_template(template_messages(context), tools=tools or None,
-                                         add_generation_prompt=True, tokenize=False)
+def _string_arguments(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            calls = [{**c, "function": {**c["function"], "arguments": c["function"]["arguments"]
+                      if isinstance(c["function"]["arguments"], str)
+                      else json.dumps(c["function"]["arguments"], ensure_ascii=False)}}
+                     for c in m["tool_calls"]]
+            m = {**m, "tool_calls": calls}
+        out.append(m)
+    return out
+
+
+def apply_template(tokenizer: Any, messages: list[dict[str, Any]], tools: list | None, **kwargs: Any):
+    """`tokenizer.apply_chat_template`, retried with JSON-string tool-call arguments when the
+    template concatenates them as text (DeepSeek-V3's raises TypeError on a dict)."""
+    kwargs.setdefault("tokenize", False)
+    try:
+        return tokenizer.apply_chat_template(messages, tools=tools or None, **kwargs)
+    except TypeError:
+        if not any(m.get("tool_calls") for m in messages):
+            raise
+        return tokenizer.apply_chat_template(_string_arguments(messages), tools=tools or None, **kwargs)
+
+
+def prompt_text(tokenizer: Any, context: list[Message], tools: list[dict[str, Any]] | None,
+                chat_kwargs: dict[str, Any] | None = None) -> str:
+    """The generation prompt for the next assistant turn after `context`. `chat_kwargs` go to the
+    template (e.g. `enable_thinking`, `reasoning_effort`)."""
+    return apply_template(tokenizer, template_messages(context), tools, add_generation_prompt=True,
+                          **(chat_kwargs or {}))
+
+
+def prompt_token_ids(tokenizer: Any, text: str) -> list[int]:
+    """The prompt's token ids under the one rule (module docstring): no special tokens added."""
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def completion_text(tokenizer: Any, ids: list[int]) -> str:
+    """Generated ids as the parser reads them: special tokens kept (gpt-oss's and DeepSeek's call
+    delimiters are special tokens; dropping them would turn a call into prose), and what follows
+    the first pad token dropped. End-of-turn tokens are dropped by the parser itself."""
+    pad = getattr(tokenizer, "pad_token_id", None)
+    eos = getattr(tokenizer, "eos_token_id", None)
+    ids = list(ids)
+    if pad is not None and pad != eos and pad in ids:
+        ids = ids[:ids.index(pad)]
+    return tokenizer.decode(ids, skip_special_tokens=False)

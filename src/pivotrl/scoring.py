@@ -77,8 +77,13 @@ def score_actions(verifier: Verifier, turns: Sequence[Turn], actions: Sequence[M
 
 def score_completions(verifier: Verifier, turns: Sequence[Turn], texts: Sequence[str],
                       parse: Parser = parse_completion) -> list[Score]:
-    """Parse each completion text (with the model family's parser) and score it."""
-    parsed = [parse(text) for text in texts]
+    """Parse each completion text (with the model family's parser) and score it. A parser with
+    `typed_by_tools` (pivotrl.formats) also gets the turn's tools: formats that write arguments as
+    raw text need the schema to tell "7" from 7."""
+    if getattr(parse, "typed_by_tools", False):
+        parsed = [parse(text, turn.tools) for turn, text in zip(turns, texts)]
+    else:
+        parsed = [parse(text) for text in texts]
     return score_actions(verifier, turns, [p.message if p.valid else None for p in parsed],
                          [p.reason for p in parsed])
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pivotrl.chat import prompt_token_ids
 from pivotrl.sampling.base import Completion, SamplerError, SamplingParams, prompt_seeds
 
 
@@ -40,7 +41,10 @@ class VLLMSampler:
                                       skip_special_tokens=True)
             for seed in prompt_seeds(params, len(prompts), seeds)
         ]
-        outputs = self.llm.generate(prompts, per_prompt, use_tqdm=False)
+        # Token ids, not text: vLLM would add special tokens to a text prompt, and a template that
+        # writes its own BOS would then start with two (pivotrl.chat's one tokenization rule).
+        inputs = [{"prompt_token_ids": prompt_token_ids(self.tokenizer, p)} for p in prompts]
+        outputs = self.llm.generate(inputs, per_prompt, use_tqdm=False)
         results = []
         for out in outputs:  # RequestOutput, in prompt order
             n_prompt = len(out.prompt_token_ids or [])

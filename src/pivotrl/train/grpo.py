@@ -22,7 +22,8 @@ from typing import Any
 from transformers import AutoTokenizer, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
-from pivotrl.chat import prompt_text
+from pivotrl.chat import prompt_text, prompt_token_ids
+from pivotrl.formats import parser_for, token_budget
 from pivotrl.records import Turn, iter_valid
 from pivotrl.train.config import GRPORunConfig, trl_common_kwargs
 from pivotrl.train.rewards import MetricsJSONL, PivotGRPOTrainer, PivotReward
@@ -63,23 +64,32 @@ class PromptSet:
     dropped: list[tuple[str, str]] = field(default_factory=list)  # (turn id, reason)
 
 
-def build_prompts(turns: list[Turn], tokenizer: Any, max_prompt_length: int | None = None) -> PromptSet:
+def build_prompts(turns: list[Turn], tokenizer: Any, max_prompt_length: int | None = None,
+                  chat_kwargs: dict[str, Any] | None = None) -> PromptSet:
     """One row per pivot: {"prompt": text, "turn": Turn JSON, "id"}. Over-long prompts are dropped
     and reported (TRL 1.16 would feed them whole; cutting a chat prompt corrupts it)."""
     out = PromptSet(rows=[])
     for turn in turns:
         try:
-            text = prompt_text(tokenizer, turn.context, turn.tools)
+            text = prompt_text(tokenizer, turn.context, turn.tools, chat_kwargs)
         except Exception as exc:  # noqa: BLE001 - a template error names the turn, never kills the run
             out.dropped.append((turn.id, f"chat template failed: {type(exc).__name__}: {exc}"))
             continue
         if max_prompt_length is not None:
-            n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+            n = len(prompt_token_ids(tokenizer, text))
             if n > max_prompt_length:
                 out.dropped.append((turn.id, f"prompt has {n} tokens > max_prompt_length {max_prompt_length}"))
                 continue
         out.rows.append({"prompt": text, "turn": turn_json(turn), "id": turn.id})
     return out
+
+
+def with_token_budget(cfg: GRPORunConfig, tokenizer: Any) -> GRPORunConfig:
+    """`cfg` with max_completion_length filled in for this model when unset (formats.token_budget)."""
+    if cfg.max_completion_length is not None:
+        return cfg
+    budget = token_budget(tokenizer, cfg.chat_template_kwargs, cfg.response_format)
+    return cfg.model_copy(update={"max_completion_length": budget})
 
 
 def grpo_config(cfg: GRPORunConfig, total_steps: int):
@@ -124,12 +134,15 @@ def build_trainer(cfg: GRPORunConfig, turns: list[Turn], *, total_steps: int | N
     tokenizer = tokenizer or AutoTokenizer.from_pretrained(cfg.model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    prompts = build_prompts(turns, tokenizer, cfg.max_prompt_length)
+    cfg = with_token_budget(cfg, tokenizer)
+    prompts = build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs)
     if not prompts.rows:
         raise ValueError(f"no trainable pivots ({len(turns)} read, {len(prompts.dropped)} dropped: "
                          f"{prompts.dropped[:3]})")
     steps = total_steps or cfg.total_steps(len(prompts.rows), world_size())
-    reward = reward_funcs or [PivotReward(cfg.verifier, cfg.verifier_config, cfg.invalid_action_penalty)]
+    reward = reward_funcs or [PivotReward(cfg.verifier, cfg.verifier_config, cfg.invalid_action_penalty,
+                                          parse=parser_for(tokenizer, cfg.response_format, cfg.chat_template_kwargs),
+                                          tokenizer=tokenizer)]
     trainer = PivotGRPOTrainer(
         model=cfg.model, reward_funcs=reward, args=grpo_config(cfg, steps),
         train_dataset=Dataset.from_list(prompts.rows), processing_class=tokenizer,
@@ -163,7 +176,8 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    n_rows = len(build_prompts(turns, tokenizer, cfg.max_prompt_length).rows)
+    cfg = with_token_budget(cfg, tokenizer)
+    n_rows = len(build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs).rows)
     total = cfg.total_steps(max(n_rows, 1), world_size())
     hook = None
     if cfg.reprofile.enabled:
@@ -172,7 +186,8 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
         # Same verifier and sampling as the rollouts unless the options say otherwise; every process
         # re-profiles with the same seed, so all of them continue on the same pivots.
         options = dict(verifier=cfg.verifier, verifier_config=cfg.verifier_config, seed=cfg.seed,
-                       max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature)
+                       max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature,
+                       chat_template_kwargs=cfg.chat_template_kwargs, response_format=cfg.response_format)
         options.update(cfg.reprofile.options)
         hook = ReprofileHook(threshold=cfg.reprofile.threshold, every_n_steps=cfg.reprofile.every_n_steps,
                              **options)

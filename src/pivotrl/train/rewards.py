@@ -19,6 +19,8 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
+from pivotrl.actions import parse_completion
+from pivotrl.chat import completion_text, prompt_token_ids
 from pivotrl.records import Turn
 from pivotrl.scoring import score_completions
 from pivotrl.train.shared_prefix import (enable_shared_prefix_forward, has_shared_prefix_forward,
@@ -32,8 +34,14 @@ class PivotReward:
     It logs `invalid_rate` through TRL's `log_metric` (averaged over processes by TRL)."""
 
     def __init__(self, verifier: str = "toolcall", verifier_config: dict[str, Any] | None = None,
-                 invalid_action_penalty: float = 0.0):
+                 invalid_action_penalty: float = 0.0, parse: Any = None, tokenizer: Any = None):
+        """parse: the model's parser (`formats.parser_for`; default: Hermes/JSON). tokenizer: when
+        given, completions are re-decoded from TRL's `completion_ids` with special tokens kept
+        (`chat.completion_text`): TRL's text drops them, and with them gpt-oss's and DeepSeek's
+        call delimiters."""
         self.verifier = get_verifier(verifier, **(verifier_config or {}))
+        self.parse = parse or parse_completion
+        self.tokenizer = tokenizer
         self.invalid_action_penalty = invalid_action_penalty
         self.__name__ = f"pivot_{verifier}"  # TRL names the reward metric after the function
         self._turns: dict[str, Turn] = {}  # each Turn arrives G times: parse it once
@@ -47,11 +55,13 @@ class PivotReward:
         return turn
 
     def __call__(self, prompts: list[Any], completions: list[Any], turn: list[str], log_metric=None,
-                 **_: Any) -> list[float]:
-        # Conversational completions arrive as [{"role", "content"}]: score the last content.
-        texts = [c if isinstance(c, str) else (c[-1].get("content") or "" if c else "")
-                 for c in completions]
-        scores = score_completions(self.verifier, [self._turn(raw) for raw in turn], texts)
+                 completion_ids: list[list[int]] | None = None, **_: Any) -> list[float]:
+        if self.tokenizer is not None and completion_ids is not None:
+            texts = [completion_text(self.tokenizer, ids) for ids in completion_ids]
+        else:  # conversational completions arrive as [{"role", "content"}]: score the last content
+            texts = [c if isinstance(c, str) else (c[-1].get("content") or "" if c else "")
+                     for c in completions]
+        scores = score_completions(self.verifier, [self._turn(raw) for raw in turn], texts, self.parse)
         rewards = [s.reward if s.valid else float(self.invalid_action_penalty) for s in scores]
         invalid = sum(not s.valid for s in scores)
         if log_metric is not None and completions:
@@ -133,6 +143,14 @@ class PivotGRPOTrainer(GRPOTrainer):
             model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
             compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **extra)
 
+    def _tokenize_prompts(self, prompts: list):
+        """Text prompts under the one tokenization rule (pivotrl.chat): the template's text is the
+        whole prompt, no special tokens added. TRL's own path adds them, which gives a double BOS
+        for Llama 3-style templates that write their BOS. Chat-message prompts stay TRL's."""
+        if prompts and isinstance(prompts[0], str):
+            return [prompt_token_ids(self.processing_class, p) for p in prompts], None, {}
+        return super()._tokenize_prompts(prompts)
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         # After TRL's gather: every process holds the whole generation batch, groups contiguous.
@@ -153,6 +171,7 @@ METRIC_KEYS = {  # metrics.jsonl key ← TRL log key
     "invalid_rate": "invalid_rate", "rollout_turns": "rollout_turns", "loss": "loss",
     "learning_rate": "learning_rate", "grad_norm": "grad_norm", "step_time": "step_time",
     "completion_length": "completions/mean_length", "entropy": "entropy", "kl": "kl",
+    "truncated_rate": "completions/clipped_ratio",  # cut at max_completion_length (a thinking budget too small)
 }
 
 

@@ -22,7 +22,8 @@ from typing import Any
 from transformers import AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
 
-from pivotrl.chat import template_messages
+from pivotrl.chat import apply_template, template_messages
+from pivotrl.formats import training_chat_template
 from pivotrl.records import Reject, Trajectory, read_records, rejects_path
 from pivotrl.train.config import SFTRunConfig, trl_common_kwargs
 from pivotrl.train.grpo import save_final, world_size
@@ -39,11 +40,60 @@ class SFTRows:
     dropped: list[tuple[str, str]] = field(default_factory=list)  # (trajectory id or file:line, reason)
 
 
-def tokenize_trajectory(tokenizer: Any, traj: Trajectory, assistant_only: bool = True) -> dict[str, Any]:
-    """{"input_ids", "labels"}: labels are -100 on every token the assistant did not write."""
-    out = tokenizer.apply_chat_template(template_messages(traj.messages), tools=traj.tools or None,
-                                        tokenize=True, return_dict=True,
-                                        return_assistant_tokens_mask=assistant_only)
+_MODEL_TEMPLATE = object()  # `chat_template` not given: look it up (`sft_template`)
+PREFIX_MASK = "prefix-mask"  # mask by rendering prefixes (`_prefix_mask`)
+
+
+def sft_template(tokenizer: Any) -> str | None:
+    """The template SFT renders with: the model's own when it has {% generation %} markers, else
+    TRL's training version of its family (same text plus the markers); for a template with
+    neither (Llama 3.1/3.2), PREFIX_MASK."""
+    try:
+        return training_chat_template(tokenizer)
+    except ValueError:
+        return PREFIX_MASK
+
+
+def _prefix_mask(tokenizer: Any, messages: list[dict[str, Any]], tools, chat_kwargs) -> dict[str, Any]:
+    """Assistant-token mask without {% generation %} markers: assistant message i spans from the
+    end of the generation prompt after messages[:i] to the end of the render of messages[:i+1].
+    Exact only when each render is a prefix of the next (checked; otherwise an error)."""
+    full = apply_template(tokenizer, messages, tools, **chat_kwargs)
+    spans = []
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        before = apply_template(tokenizer, messages[:i], tools, add_generation_prompt=True, **chat_kwargs)
+        upto = apply_template(tokenizer, messages[:i + 1], tools, **chat_kwargs)
+        if not (upto.startswith(before) and full.startswith(upto)):
+            raise ValueError("the chat template has no {% generation %} markers, TRL has no training "
+                             "version of it, and it re-renders earlier turns: add {% generation %}…"
+                             "{% endgeneration %} around the assistant's output, or set "
+                             "assistant_only_loss: false")
+        spans.append((len(before), len(upto)))
+    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+    mask = [int(any(a <= start < b for a, b in spans)) for start, _ in enc["offset_mapping"]]
+    return {"input_ids": list(enc["input_ids"]), "assistant_masks": mask}
+
+
+def tokenize_trajectory(tokenizer: Any, traj: Trajectory, assistant_only: bool = True,
+                        chat_template: Any = _MODEL_TEMPLATE,
+                        chat_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """{"input_ids", "labels"}: labels are -100 on every token the assistant did not write.
+
+    chat_template: the template to render with (default: `sft_template`), so stock Qwen3 /
+    Llama 3.1 / Nemotron 3 templates train assistant-only. Reasoning in the messages is passed on
+    (the target turns' reasoning is trained where the template renders it). Tokenized without
+    added special tokens (chat.py's rule: one BOS, the template's)."""
+    if chat_template is _MODEL_TEMPLATE:
+        chat_template = sft_template(tokenizer) if assistant_only else None
+    messages, kwargs = template_messages(traj.messages), dict(chat_kwargs or {})
+    if assistant_only and chat_template == PREFIX_MASK:
+        out = _prefix_mask(tokenizer, messages, traj.tools, kwargs)
+    else:
+        out = apply_template(tokenizer, messages, traj.tools, tokenize=True, return_dict=True,
+                             return_assistant_tokens_mask=assistant_only, chat_template=chat_template,
+                             **kwargs)
     ids = list(out["input_ids"])
     if not assistant_only:
         return {"input_ids": ids, "labels": ids}
@@ -55,7 +105,8 @@ def tokenize_trajectory(tokenizer: Any, traj: Trajectory, assistant_only: bool =
 
 
 def build_rows(paths: str | Path | list, tokenizer: Any, max_length: int | None = None,
-               assistant_only: bool = True) -> SFTRows:
+               assistant_only: bool = True, chat_kwargs: dict[str, Any] | None = None) -> SFTRows:
+    template = sft_template(tokenizer) if assistant_only else None  # looked up once, not per row
     out = SFTRows(rows=[])
     paths = paths if isinstance(paths, list) else [paths]
     records = (rec for path in paths for _, rec in read_records(path, Trajectory))
@@ -64,7 +115,7 @@ def build_rows(paths: str | Path | list, tokenizer: Any, max_length: int | None 
             out.dropped.append((f"{rec.file}:{rec.line}", rec.reason))
             continue
         try:
-            row = tokenize_trajectory(tokenizer, rec, assistant_only)
+            row = tokenize_trajectory(tokenizer, rec, assistant_only, template, chat_kwargs)
         except Exception as exc:  # noqa: BLE001 - one bad trajectory is reported, not fatal
             out.dropped.append((rec.id, f"{type(exc).__name__}: {exc}"))
             continue
@@ -101,7 +152,7 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    data = build_rows(cfg.data, tokenizer, cfg.max_length, cfg.assistant_only_loss)
+    data = build_rows(cfg.data, tokenizer, cfg.max_length, cfg.assistant_only_loss, cfg.chat_template_kwargs)
     if data.dropped and os.environ.get("RANK", "0") == "0":
         output_dir.mkdir(parents=True, exist_ok=True)
         with rejects_path(output_dir / "sft_data.jsonl").open("w") as f:

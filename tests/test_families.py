@@ -1,0 +1,341 @@
+"""Every tool-calling family whose chat template TRL ships, from rendering to reward.
+
+For each template: a tiny byte-level tokenizer carrying it (plus the special tokens the family
+uses), a context with tools, and completions in the family's own format, made by rendering the
+expert's message with the template itself and cutting the prompt off (with and without a long
+thinking block). Checked: the format is detected, parse -> verify pays the right call 1 and a
+wrong id / value / function 0, broken calls are invalid (never a message), our reader agrees
+with the tokenizer's own response template where TRL has one, the SFT label mask covers the
+assistant's action, one profile and one GRPO step run with a tiny
+random model, and prompts carry exactly one BOS everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+import torch
+import trl.chat_template_utils as U
+from tokenizers import Tokenizer, decoders, models, processors
+from tokenizers.pre_tokenizers import ByteLevel
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from pivotrl.chat import apply_template, completion_text, prompt_text, prompt_token_ids
+from pivotrl.formats import UnknownFormatError, detect, parser_for, token_budget
+from pivotrl.records import Message, Trajectory, Turn
+from pivotrl.scoring import score_completions
+from pivotrl.verifiers import get_verifier
+
+QWEN = dict(eos="<|im_end|>", specials=["<|im_start|>"])
+FAMILIES = {  # TRL template name → (expected format, tokenizer's special tokens)
+    "qwen2_5": ("hermes", QWEN), "qwen3": ("hermes", QWEN),
+    "qwen3_5_think": ("qwen-xml", QWEN), "qwen3_5_nothink": ("qwen-xml", QWEN),
+    "qwen3_6": ("qwen-xml", QWEN), "qwen3_8": ("qwen-xml", QWEN),
+    "nemotron_3_nano": ("qwen-xml", QWEN), "nemotron_3_super": ("qwen-xml", QWEN),
+    "nemotron_3_ultra": ("qwen-xml", QWEN),
+    "llama3_1": ("hermes", dict(bos="<|begin_of_text|>", eos="<|eot_id|>", specials=[
+        "<|start_header_id|>", "<|end_header_id|>", "<|python_tag|>", "<|eom_id|>"])),
+    "llama3_2": ("hermes", dict(bos="<|begin_of_text|>", eos="<|eot_id|>", specials=[
+        "<|start_header_id|>", "<|end_header_id|>", "<|python_tag|>", "<|eom_id|>"])),
+    "gptoss": ("harmony", dict(eos="<|return|>", specials=[
+        "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|call|>", "<|constrain|>"])),
+    "glm4moe": ("glm", dict(eos="<|endoftext|>", specials=[
+        "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"])),
+    "deepseekv3": ("deepseek", dict(bos="<｜begin▁of▁sentence｜>", eos="<｜end▁of▁sentence｜>", specials=[
+        "<｜User｜>", "<｜Assistant｜>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
+        "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>", "<｜tool▁outputs▁begin｜>",
+        "<｜tool▁outputs▁end｜>", "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"])),
+}
+VOCAB = 300  # 256 bytes + the largest family's special tokens: one shared tiny model
+
+
+def make_tokenizer(name: str, add_bos: bool = False) -> PreTrainedTokenizerFast:
+    """Byte-level tokenizer (no merges: one token per byte) with `name`'s TRL chat template.
+    add_bos: the tokenizer also prepends BOS on encode, as Llama 3's does."""
+    spec = FAMILIES[name][1]
+    vocab = {c: i for i, c in enumerate(sorted(ByteLevel.alphabet()))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=spec.get("bos"), eos_token=spec["eos"],
+                                   pad_token=spec["eos"], padding_side="left")
+    fast.add_special_tokens({"additional_special_tokens": spec["specials"]})
+    if add_bos:
+        bos = spec["bos"]
+        fast.backend_tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", special_tokens=[(bos, fast.convert_tokens_to_ids(bos))])
+    fast.chat_template = getattr(U, f"{name}_chat_template")
+    assert len(fast) <= VOCAB
+    return fast
+
+
+def _fn(name: str) -> dict:
+    return {"type": "function", "function": {"name": name, "description": f"{name} an order.", "parameters": {
+        "type": "object", "properties": {"order_id": {"type": "string"}, "quantity": {"type": "integer"}},
+        "required": ["order_id", "quantity"]}}}
+
+
+TOOLS = [_fn("get_order"), _fn("cancel_order")]
+CONTEXT = [Message(role="system", content="You help with orders."),
+           Message(role="user", content="Cancel 3 items of order 75001.")]
+LONG_THINKING = " ".join(["The user wants to cancel items; the order id is 75001 and the quantity 3."] * 40)
+
+
+def call(name: str = "cancel_order", order_id: str = "75001", quantity: int = 3,
+         reasoning: str | None = None) -> Message:
+    return Message.model_validate({"role": "assistant", "content": "", "reasoning_content": reasoning,
+                                   "tool_calls": [{"id": "c0", "type": "function", "function": {
+                                       "name": name, "arguments": json.dumps(
+                                           {"order_id": order_id, "quantity": quantity})}}]})
+
+
+TURN = Turn(id="t/0", trajectory_id="t", turn=0, tools=TOOLS, context=CONTEXT, expected=call())
+
+
+def completion(tok, message: Message) -> str:
+    """The expert's message as the model would write it: the template renders it after the
+    context, and the generation prompt is cut off. When the prompt prefilled an open <think>
+    that the render of a finished turn does not repeat (DeepSeek-V3), the model closes it."""
+    prompt = prompt_text(tok, CONTEXT, TOOLS)
+    full = apply_template(tok, [m.model_dump(exclude_none=True) for m in CONTEXT] + [
+        _with_reasoning(message)], TOOLS)
+    if full.startswith(prompt):
+        return full[len(prompt):]
+    base = apply_template(tok, [m.model_dump(exclude_none=True) for m in CONTEXT], TOOLS)
+    header, turn = prompt[len(base):], full[len(base):]
+    opened = header.rfind("<think>")
+    assert opened != -1 and header[opened:].strip() == "<think>" and turn.startswith(header[:opened])
+    thought = f"{message.reasoning_content}\n" if message.reasoning_content else ""
+    return f"{thought}</think>\n\n{turn[opened:]}"
+
+
+def _with_reasoning(message: Message) -> dict:
+    from pivotrl.chat import template_message
+
+    return template_message(message, keep_reasoning=True)
+
+
+def thinks(tok) -> bool:
+    return token_budget(tok) > 256
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def family(request):
+    return request.param, make_tokenizer(request.param)
+
+
+def score(tok, texts: list[str]) -> list:
+    return score_completions(get_verifier("toolcall"), [TURN] * len(texts), texts, parser_for(tok))
+
+
+# ---------------------------------------------------------------- parse -> verify
+
+
+def test_detects_the_family_format(family):
+    name, tok = family
+    assert detect(tok).format == FAMILIES[name][0]
+    assert parser_for(tok).name == FAMILIES[name][0]
+
+
+def test_right_call_pays_and_wrong_id_value_function_do_not(family):
+    name, tok = family
+    reasonings = [None, LONG_THINKING] if thinks(tok) else [None]
+    for reasoning in reasonings:
+        texts = [completion(tok, call(reasoning=reasoning)),
+                 completion(tok, call(order_id="75002", reasoning=reasoning)),
+                 completion(tok, call(quantity=4, reasoning=reasoning)),
+                 completion(tok, call(name="get_order", reasoning=reasoning))]
+        scores = score(tok, texts)
+        assert [s.reward for s in scores] == [1.0, 0.0, 0.0, 0.0], (name, reasoning, texts[0], scores)
+        assert all(s.valid for s in scores), scores
+
+
+def test_a_message_is_read_as_a_message(family):
+    name, tok = family
+    text = completion(tok, Message(role="assistant", content="Which order do you mean?"))
+    parsed = parser_for(tok)(text, TOOLS)
+    assert parsed.valid and parsed.message.content == "Which order do you mean?", (text, parsed)
+    assert score(tok, [text])[0].reward == 0.0  # the expert called a tool
+
+
+def test_broken_calls_are_invalid_never_a_message(family):
+    name, tok = family
+    good = completion(tok, call())
+    core = good.rstrip()
+    for marker in ("<|im_end|>", "<|eot_id|>", "<｜end▁of▁sentence｜>", "<|call|>"):
+        core = core.removesuffix(marker).rstrip()
+    broken = {"cut in the middle": core[: len(core) - 12], "text after the call": core + "\nDone! Anything else?"}
+    if thinks(tok):
+        cut = completion(tok, call(reasoning=LONG_THINKING))
+        broken["cut while thinking"] = cut[: cut.index("75001") + 40]
+    parse = parser_for(tok)
+    for what, text in broken.items():
+        parsed = parse(text, TOOLS)
+        assert not parsed.valid, (name, what, text[-80:], parsed)
+        assert parsed.reason
+
+
+def test_agrees_with_the_tokenizers_own_response_template(family):
+    name, tok = family
+    try:
+        U.add_response_schema(tok)
+    except ValueError:
+        pytest.skip(f"TRL has no response template for {name}")
+    prompt = prompt_text(tok, CONTEXT, TOOLS)
+    text = completion(tok, call())
+    theirs = tok.parse_response(text, prefix=prompt, tools=TOOLS)
+    ours = parser_for(tok)(text, TOOLS).message
+    their_calls = [(c["function"]["name"], c["function"]["arguments"]) for c in theirs.get("tool_calls", [])]
+    assert their_calls == [(c.function.name, json.loads(c.function.arguments)) for c in ours.tool_calls]
+
+
+def test_tokenizer_only_dir_is_enough_for_verify_model(family, tmp_path):
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+
+    name, tok = family
+    tok.save_pretrained(tmp_path / "tok")
+    cases = tmp_path / "cases.jsonl"
+    rows = [{**TURN.model_dump(mode="json", exclude_none=True), "id": f"c{i}", "completion": text}
+            for i, text in enumerate([completion(tok, call()), completion(tok, call(quantity=9))])]
+    cases.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(app, ["verify", str(cases), "--model", str(tmp_path / "tok"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["reward"] for line in out.read_text().splitlines()] == [1.0, 0.0]
+
+
+def test_unknown_template_is_an_error_that_names_the_fix():
+    tok = make_tokenizer("qwen3")
+    tok.chat_template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    with pytest.raises(UnknownFormatError, match="response_format"):
+        parser_for(tok)
+    assert parser_for(tok, "hermes").name == "hermes"
+
+
+def test_xml_arguments_are_typed_by_the_tool_schema():
+    tok = make_tokenizer("qwen3_5_think")
+    text = completion(tok, call())
+    args = json.loads(parser_for(tok)(text, TOOLS).message.tool_calls[0].function.arguments)
+    assert args == {"order_id": "75001", "quantity": 3}  # "75001" stays a string: the schema says so
+
+
+# ---------------------------------------------------------------- SFT, profiling, GRPO
+
+
+def test_sft_labels_cover_the_assistant_action_only(family):
+    from pivotrl.train.sft import tokenize_trajectory
+
+    name, tok = family
+    reasoning = "Cancel via cancel_order." if thinks(tok) else None
+    traj = Trajectory(id="t", tools=TOOLS, messages=CONTEXT + [call(reasoning=reasoning)])
+    row = tokenize_trajectory(tok, traj)
+    trained = tok.decode([t for t in row["labels"] if t != -100])
+    assert "cancel_order" in trained and "75001" in trained and "Cancel 3 items" not in trained
+    rendered = tok.decode(row["input_ids"])
+    if reasoning and reasoning in rendered:  # the template renders the target turn's reasoning
+        assert reasoning in trained
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=8192,
+                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    path = tmp_path_factory.mktemp("family_model")
+    LlamaForCausalLM(config).save_pretrained(path)
+    return path
+
+
+def test_one_profile_with_a_tiny_model(family, tiny_model):
+    from pivotrl.profiling import ProfileConfig, RunStats, profile_stream
+    from pivotrl.sampling.hf import HFSampler
+
+    name, tok = family
+    sampler = HFSampler(str(tiny_model), tokenizer=tok, batch_size=4)
+    stats = RunStats()
+    cfg = ProfileConfig(k=2, max_new_tokens=3)
+    [profile] = list(profile_stream([TURN], sampler, get_verifier("toolcall"), tok, cfg, stats))
+    assert profile.k == 2 and stats.rollout_turns == 2
+    assert stats.truncated_samples == sum(s.finish_reason == "length" for s in profile.samples)
+    assert stats.prompt_tokens == len(prompt_token_ids(tok, prompt_text(tok, CONTEXT, TOOLS)))
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_one_grpo_step_with_a_tiny_model(name, tiny_model, tmp_path):
+    from pivotrl.train.config import GRPORunConfig
+    from pivotrl.train.grpo import build_trainer
+
+    tok = make_tokenizer(name)
+    cfg = GRPORunConfig(model=str(tiny_model), pivots=str(tmp_path / "p.jsonl"), output_dir=str(tmp_path / "run"),
+                        num_generations=2, per_device_train_batch_size=2, max_completion_length=3,
+                        max_steps=1, save_steps=10, learning_rate=1e-3)
+    trainer = build_trainer(cfg, [TURN], tokenizer=tok)
+    trainer.train()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert {"truncated_rate", "invalid_rate"} <= set(rows[-1]) and rows[-1]["rollout_turns"] == 2
+
+
+# ---------------------------------------------------------------- one BOS everywhere
+
+
+def _count(ids, bos_id) -> int:
+    return sum(1 for t in ids if t == bos_id)
+
+
+def test_prompts_carry_one_bos_in_every_stage(tiny_model, tmp_path, monkeypatch):
+    from pivotrl.sampling.base import SamplingParams
+    from pivotrl.sampling.hf import HFSampler
+    from pivotrl.train.config import GRPORunConfig
+    from pivotrl.train.grpo import build_trainer
+    from pivotrl.train.sft import tokenize_trajectory
+
+    tok = make_tokenizer("llama3_1", add_bos=True)
+    bos = tok.bos_token_id
+    text = prompt_text(tok, CONTEXT, TOOLS)
+    assert _count(tok(text)["input_ids"], bos) == 2  # what the default encode would feed the model
+    ids = prompt_token_ids(tok, text)
+    assert ids[0] == bos and _count(ids, bos) == 1
+    # GRPO (TRL's prompt tokenization, which also feeds vLLM colocate by ids)
+    cfg = GRPORunConfig(model=str(tiny_model), pivots=str(tmp_path / "p.jsonl"), output_dir=str(tmp_path / "run"),
+                        num_generations=2, per_device_train_batch_size=2, max_completion_length=2, max_steps=1)
+    trainer = build_trainer(cfg, [TURN], tokenizer=tok)
+    assert trainer._tokenize_prompts([text])[0] == [ids]
+    # profiling / evaluation sampler
+    [[c]] = HFSampler(str(tiny_model), tokenizer=tok).sample([text], 1, SamplingParams(max_new_tokens=1, seed=0))
+    assert c.prompt_tokens == len(ids)
+    # SFT
+    traj = Trajectory(id="t", tools=TOOLS, messages=CONTEXT + [call()])
+    assert _count(tokenize_trajectory(tok, traj)["input_ids"], bos) == 1
+    # vLLM: prompts go in as token ids
+    seen = {}
+
+    class FakeLLM:
+        def __init__(self, model, **kw):
+            pass
+
+        def get_tokenizer(self):
+            return tok
+
+        def generate(self, prompts, params, use_tqdm=False):
+            seen["prompts"] = prompts
+            return []
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM, SamplingParams=lambda **kw: kw))
+    from pivotrl.sampling.vllm import VLLMSampler
+
+    VLLMSampler("m").sample([text], 1, SamplingParams(max_new_tokens=1))
+    assert seen["prompts"] == [{"prompt_token_ids": ids}]
+
+
+def test_completion_text_keeps_call_delimiters_that_are_special_tokens():
+    tok = make_tokenizer("gptoss")
+    text = completion(tok, call())
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids, skip_special_tokens=True) != text  # what TRL hands a reward function
+    assert parser_for(tok)(completion_text(tok, ids), TOOLS).valid
