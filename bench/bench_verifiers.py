@@ -6,8 +6,10 @@ Each verification = `parse_completion(text)` + `verifier.score(turn, message)`, 
 training do it. Cases: realistic tool schemas (8 functions, 3–9 parameters, enums, defaults,
 nested objects, arrays), K=8 completions per turn (the schema index is built once per turn, as
 in profiling), a mix of exact copies, equivalent rewrites (key order, 5 vs 5.0, explicit
-defaults, case), wrong values, parallel calls, messages and malformed text. Issue 3's target:
-≥ 20,000/s for toolcall; NVIDIA's comparator does about 8,700/s on pre-parsed actions.
+defaults, case), wrong values, parallel calls, messages and malformed text. A second mix
+(`toolcall msgs`) adds final-message turns scored by the message rule (facts, negations, content
+words) and calls with schema-granted forms (numeric strings, enum case). Target: ≥ 20,000/s for
+toolcall; NVIDIA's comparator does about 8,700/s on pre-parsed actions.
 """
 
 from __future__ import annotations
@@ -100,6 +102,40 @@ def variants(calls, rng: random.Random) -> list[str]:
     ]
 
 
+EXPERT_MESSAGES = [
+    "Your order #W4817420 has been cancelled; the refund of $120.50 will arrive in 5 days.",
+    "I'm sorry, none of the available functions can book a table at a restaurant.",
+    "You have 3 shipped orders: #W2378156, #W4817420 and #W9911002.",
+]
+
+
+def message_variants(text: str) -> list[str]:
+    return [text, text.lower(), "Done! " + text, text.replace("5", "6").replace("3", "4"),
+            text.replace("has been", "has not been").replace("have", "do not have"),
+            "I cannot help with that: no suitable tool.", "!!!", text + " " + "thanks " * 40]
+
+
+def build_messages(n_cases: int, seed: int = 1) -> list[tuple[Turn, str]]:
+    """Half final-message turns, half calls in forms the schema grants ("1" for 1, "Economy")."""
+    rng = random.Random(seed)
+    cases = []
+    form = [("search_flights", {"origin": "SFO", "destination": "JFK", "date": "2026-12-01",
+                                "passengers": 2, "cabin": "business"})]
+    granted = [("search_flights", {**form[0][1], "passengers": "2", "cabin": "Business"})]
+    while len(cases) < n_cases:
+        text = rng.choice(EXPERT_MESSAGES)
+        turn = Turn(id=f"m/{len(cases)}", trajectory_id="m", turn=len(cases), tools=TOOLS,
+                    context=[Message(role="user", content="help")],
+                    expected=Message(role="assistant", content=text))
+        cases.extend((turn, v) for v in message_variants(text))
+        expected = Message(role="assistant", tool_calls=[{"id": "c0", "type": "function", "function": {
+            "name": form[0][0], "arguments": json.dumps(form[0][1])}}])
+        turn = Turn(id=f"f/{len(cases)}", trajectory_id="f", turn=len(cases), tools=TOOLS,
+                    context=[Message(role="user", content="help")], expected=expected)
+        cases.extend((turn, v) for v in [hermes(granted), hermes(form)] + variants(form, rng)[2:])
+    return cases[:n_cases]
+
+
 def build(n_cases: int, seed: int = 0) -> list[tuple[Turn, str]]:
     rng = random.Random(seed)
     cases = []
@@ -152,12 +188,16 @@ def main() -> None:
         rewards[name] = sum(s.reward for s in scores if s is not None) / len(cases)
     measured = rates({"parse only": parse_only, **{n: scorer(v) for n, v in verifiers.items()}},
                      cases, args.repeat)
+    mixed = build_messages(args.cases)
+    scores = [scorer(verifiers["toolcall"])(t, x) for t, x in mixed]
+    rewards["toolcall msgs"] = sum(s.reward for s in scores if s is not None) / len(mixed)
+    measured.update(rates({"toolcall msgs": scorer(verifiers["toolcall"])}, mixed, args.repeat))
     print(f"{len(cases)} completions, {len(EXPERT_CALLS)} expert actions x K=8 variants, one core "
           f"(best of {args.repeat})")
     print(f"{'':12s}{'per CPU-s':>12s}{'per wall-s':>12s}{'mean reward':>14s}")
     cpu, wall = measured["parse only"]
     print(f"{'parse only':12s}{cpu:12,.0f}{wall:12,.0f}")
-    for name in verifiers:
+    for name in [*verifiers, "toolcall msgs"]:
         cpu, wall = measured[name]
         print(f"{name:12s}{cpu:12,.0f}{wall:12,.0f}{rewards[name]:14.3f}")
     tc = measured["toolcall"][0]

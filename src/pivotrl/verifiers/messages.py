@@ -18,6 +18,8 @@ expert's when, in this order:
    "shipped" in place of "cancelled" is a different claim, "Thanks!" added is not.
    Content words are compared as multisets (clauses may be reordered; facts keep their order).
 4. A message with no word at all ("!!!", an emoji) equals only the same text.
+5. A message more than twice as long as the expert's (+ 10 words) is not the same answer, even
+   when the extra words are stopwords ("thanks thanks …"): padding must not be free.
 
 A refusal is *not* a free pass. Two refusals are equal under `refusal_match` only when both say
 that no available tool/function can serve the request (the decision BFCL's irrelevance turns
@@ -194,12 +196,27 @@ def is_tool_refusal(text: str, facts: TextFacts | None = None) -> bool:
             and bool(_DECLINE.search(text)) and not _CLAIM.search(text))
 
 
+_EXPECTED: dict[str, TextFacts] = {}
+
+
+def expected_facts(text: str) -> TextFacts:
+    """TextFacts of an expert's text, cached: K samples of a turn compare against one text."""
+    hit = _EXPECTED.get(text)
+    if hit is None:
+        if len(_EXPECTED) > 4096:
+            _EXPECTED.clear()
+        hit = _EXPECTED[text] = TextFacts(text)
+    return hit
+
+
 def compare_messages(expected: str, candidate: str, threshold: float,
                      refusal_match: bool = True) -> str:
     """"" when `candidate` says what `expected` says under the rules of this module."""
     if not candidate.strip():
         return "empty message"
-    ef, cf = TextFacts(expected), TextFacts(candidate)
+    ef, cf = expected_facts(expected), TextFacts(candidate)
+    if cf.words > 2 * ef.words + 10:
+        return f"message of {cf.words} words where the expert wrote {ef.words}"
     if ef.words == 0 or cf.words == 0:
         same = " ".join(expected.split()) == " ".join(candidate.split())
         return "" if same else "a message without words matches only the same text"
