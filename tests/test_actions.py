@@ -162,3 +162,71 @@ def test_score_completion_scores_invalid_as_zero_with_reason():
     assert (good.reward, good.valid) == (1.0, True)
     bad = score_completion(verifier, turn, '<tool_call>{"name": "f", "arguments": {}}</tool_call>!!')
     assert (bad.reward, bad.valid) == (0.0, False) and "after the last" in bad.reason
+
+
+# ---------------------------------------------------------------- shared rules of every format
+
+
+def test_a_json_call_cut_short_is_invalid_not_a_message():
+    cut = '{"name": "get_order", "parameters": {"order_id": "O-1'
+    assert not parse_completion(cut).valid
+    assert not parse_completion('[{"name": "f", "arguments": {').valid
+    prose = parse_completion("{braces} are how sets are written")
+    assert prose.valid and prose.message.content.startswith("{braces}")
+
+
+@pytest.mark.parametrize("text", [
+    "<tool_call>\n<function=get_order>\n<parameter=order_id>\nO-1\n</parameter>\n</function>\n</tool_call>",
+    "<tool_call>get_order\n<arg_key>order_id</arg_key>\n<arg_value>O-1</arg_value>\n</tool_call>",
+    "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_order",
+    " to=functions.get_order<|channel|>commentary json<|message|>{}<|call|>",
+])
+def test_another_formats_call_is_invalid_under_the_json_reader(text):
+    # Read with the Hermes/JSON reader, another family's call must never pass as a message.
+    parsed = parse_completion(text)
+    assert not parsed.valid and parsed.reason
+
+
+def test_parse_with_applies_the_shared_rules_to_any_reader():
+    from pivotrl.actions import InvalidAction, parse_with
+
+    def reader(body):
+        if body == "boom":
+            raise KeyError("reader bug")
+        if body == "bad":
+            raise InvalidAction("not a call")
+        return body.split("|")[0], [("f", {"x": 1})] if "|" in body else []
+
+    assert parse_with("hi|call", reader).message.tool_calls[0].function.name == "f"
+    assert parse_with("<think>plan</think>hi", reader).message.content == "hi"
+    assert parse_with("bad", reader).reason == "not a call"
+    assert not parse_with("boom", reader).valid  # a reader bug is an invalid action, not a crash
+    assert not parse_with("x" * 10, reader, max_chars=5).valid
+    assert not parse_with("see <arg_key>", reader).valid  # a call marker left in the content
+    opened = dict(think_opens_in_prompt=True)
+    assert parse_with("plan</think>hi", reader, **opened).message.content == "hi"
+    assert "thinking" in parse_with("still planning", reader, **opened).reason
+    assert parse_with("<tool_call>", lambda b: ("", [("f", {})]), **opened).valid  # acts at once
+
+
+family_fragments = st.sampled_from([
+    "<tool_call>", "</tool_call>", "<function=f>", "</function>", "<parameter=x>", "</parameter>",
+    "<arg_key>x</arg_key>", "<arg_value>", "</arg_value>", "<｜tool▁calls▁begin｜>",
+    "<｜tool▁call▁begin｜>", "function<｜tool▁sep｜>f\n```json\n", "```", "<｜tool▁call▁end｜>",
+    "<｜tool▁calls▁end｜>", "<|start|>assistant", " to=functions.f", "<|channel|>", "analysis",
+    "commentary json", "final", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<think>",
+    "</think>", "{", "}", '"', "\n", "1"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(family_fragments | st.text(max_size=6), max_size=25).map("".join))
+def test_every_format_reader_never_raises_on_hostile_text(text):
+    from pivotrl.formats import FORMATS, FormatParser
+
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "integer"}}}}}]
+    for fmt in FORMATS.values():
+        parsed = FormatParser(fmt, think_opens_in_prompt=True)(text, tools)
+        assert parsed.valid == (parsed.message is not None) and (parsed.valid or parsed.reason)
+        for call in (parsed.message.tool_calls or []) if parsed.valid else []:
+            assert isinstance(json.loads(call.function.arguments), dict)

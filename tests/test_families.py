@@ -153,6 +153,15 @@ def test_right_call_pays_and_wrong_id_value_function_do_not(family):
         assert all(s.valid for s in scores), scores
 
 
+def test_a_call_right_after_a_prefilled_think_counts_as_no_reasoning(family):
+    name, tok = family
+    if not parser_for(tok).think_opens_in_prompt:
+        pytest.skip(f"{name}'s generation prompt does not open <think>")
+    text = completion(tok, call())
+    direct = text[text.index("</think>") + len("</think>"):].lstrip()
+    assert [s.reward for s in score(tok, [direct, "Let me think about order 75001"])] == [1.0, 0.0]
+
+
 def test_a_message_is_read_as_a_message(family):
     name, tok = family
     text = completion(tok, Message(role="assistant", content="Which order do you mean?"))

@@ -96,15 +96,16 @@ def _strip_end(text: str, markers: tuple[str, ...] = END_MARKERS) -> str:
         text = stripped
 
 
-def _drop_think(text: str, opens_in_prompt: bool = False) -> str:
+def _drop_think(text: str, opens_in_prompt: bool = False, call_openers: tuple[str, ...] = ()) -> str:
     """The action without its reasoning. `opens_in_prompt`: the generation prompt ends inside an
     open <think> (Qwen3.5-think, Nemotron 3, DeepSeek), so the reasoning must be closed before
-    any action: text with no </think> at all was cut while thinking."""
+    any action: text with no </think> was cut while thinking, unless it starts right away with a
+    call (`call_openers`): no reasoning at all, as the families' own response templates read it."""
     close = text.find(_THINK_CLOSE)
     open_ = text.find(_THINK_OPEN)
     if close != -1 and (open_ == -1 or close < open_):
         text = text[close + len(_THINK_CLOSE):]  # the template opened <think> in the prompt
-    elif opens_in_prompt and close == -1:
+    elif opens_in_prompt and close == -1 and not (call_openers and text.lstrip().startswith(call_openers)):
         raise _Invalid("cut inside the thinking block (no </think>; raise max_new_tokens)")
     while True:
         open_ = text.find(_THINK_OPEN)
@@ -251,6 +252,7 @@ def split_json_calls(body: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
 
 def parse_with(text: str, split_calls: CallSplitter = split_json_calls, *,
                think: bool = True, think_opens_in_prompt: bool = False,
+               call_openers: tuple[str, ...] = (_OPEN,),
                end_markers: tuple[str, ...] = END_MARKERS,
                forbidden: tuple[str, ...] = FOREIGN_CALL_MARKERS,
                type_args: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
@@ -267,7 +269,7 @@ def parse_with(text: str, split_calls: CallSplitter = split_json_calls, *,
             raise _Invalid(f"completion too long ({len(text)} > {max_chars} characters)")
         body = _strip_end(text, end_markers)
         if think:
-            body = _strip_end(_drop_think(body, think_opens_in_prompt), end_markers)
+            body = _strip_end(_drop_think(body, think_opens_in_prompt, call_openers), end_markers)
         body = body.strip()
         if not body:
             raise _Invalid("empty completion")

@@ -48,6 +48,7 @@ class ResponseFormat:
     think: bool = True  # <think>…</think> blocks hold the reasoning
     typed_by_schema: bool = False  # arguments written as raw text (see callformats)
     end_markers: tuple[str, ...] = END_MARKERS
+    call_openers: tuple[str, ...] = ("<tool_call>",)  # how a call block starts
 
 
 _XML_MARKERS = ("<tool_call>", "</tool_call>", "<function=", "</function>", "<parameter=",
@@ -59,7 +60,8 @@ FORMATS = {f.name: f for f in (
     ResponseFormat("glm", split_glm_calls, ("<tool_call>", "</tool_call>") + FOREIGN_CALL_MARKERS,
                    typed_by_schema=True, end_markers=END_MARKERS + ("<|user|>", "<|observation|>")),
     ResponseFormat("deepseek", split_deepseek_calls, FOREIGN_CALL_MARKERS,
-                   end_markers=END_MARKERS + ("<｜end▁of▁sentence｜>",)),
+                   end_markers=END_MARKERS + ("<｜end▁of▁sentence｜>",),
+                   call_openers=("<｜tool▁calls▁begin｜>",)),
     # gpt-oss reasons in the analysis channel, not in <think>; its turn ends with <|return|> or
     # <|call|>, which the reader itself must see, so only generic end markers are dropped.
     ResponseFormat("harmony", split_harmony, ("<|channel|>", "<|message|>", "<|call|>",
@@ -130,9 +132,9 @@ def detect(tokenizer: Any, response_format: str | None = None) -> Family:
     if getattr(tokenizer, "response_template", None) is not None:
         return Family(None, "response-template", thinks)
     where = getattr(tokenizer, "name_or_path", "") or "the tokenizer"
+    problem = "no chat template" if not template else "the chat template's tool calls are in no known format"
     raise UnknownFormatError(
-        f"{where}: {'no chat template' if not template else 'the chat template renders tool calls in no format pivotrl reads'}"
-        f" (known: {', '.join(FORMATS)}; families: {', '.join(KNOWN_TEMPLATES)}). Fix: set "
+        f"{where}: {problem} (known: {', '.join(FORMATS)}; families: {', '.join(KNOWN_TEMPLATES)}). Fix: set "
         "`response_format:` in the config (or --response-format) to the format the model writes, or "
         "give the tokenizer a `response_template` (transformers response parsing) in tokenizer_config.json.")
 
@@ -166,7 +168,8 @@ def is_thinking(tokenizer: Any, chat_kwargs: dict[str, Any] | None = None,
 def token_budget(tokenizer: Any, chat_kwargs: dict[str, Any] | None = None,
                  response_format: str | None = None) -> int:
     """Default tokens per completion: room for the reasoning of a thinking model."""
-    return THINKING_TOKEN_BUDGET if is_thinking(tokenizer, chat_kwargs, response_format) else PLAIN_TOKEN_BUDGET
+    thinking = is_thinking(tokenizer, chat_kwargs, response_format)
+    return THINKING_TOKEN_BUDGET if thinking else PLAIN_TOKEN_BUDGET
 
 
 class FormatParser:
@@ -186,7 +189,7 @@ class FormatParser:
         fmt = self.format
         typer = ArgumentTyper(tools) if fmt.typed_by_schema else None
         return parse_with(text, fmt.split_calls, think=fmt.think,
-                          think_opens_in_prompt=self.think_opens_in_prompt,
+                          think_opens_in_prompt=self.think_opens_in_prompt, call_openers=fmt.call_openers,
                           end_markers=fmt.end_markers, forbidden=fmt.markers, type_args=typer)
 
     def __repr__(self) -> str:
