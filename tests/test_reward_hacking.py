@@ -84,6 +84,8 @@ WRONG_MESSAGES = [  # (expert, candidate that says something else in nearly the 
      "Your pending order o13 has been cancelled and the refund is on its way to you."),  # id
     ("Your pending order o12 has been cancelled and the refund is on its way to you.",
      "Your pending order o12 has not been cancelled and the refund is on its way to you."),
+    ("Your pending order o12 has been cancelled and the refund is on its way to you.",
+     "Your pending order o12 has failed to be cancelled and the refund is on its way to you."),
     ("The balance of the account after the last transfer is -50 dollars today.",
      "The balance of the account after the last transfer is 50 dollars today."),  # sign
     ("Unfortunately order o12 had already shipped, so I started a return for it instead.",
@@ -130,11 +132,12 @@ LONG_NOTE = ("please leave the parcel with the neighbour at number 12 because no
     ("position", "40.7128, -74.0060", "407128, -740060"),
     ("note", LONG_NOTE, LONG_NOTE.replace("should ring", "should not ring")),
     ("note", LONG_NOTE, LONG_NOTE.replace("number 12", "number 13")),
+    ("note", LONG_NOTE, LONG_NOTE.replace("before leaving", "after leaving")),
     ("account", 12345678901234567, 1.2345678901234568e16),
 ])
 def test_toolcall_values_that_mean_something_else_score_0(key, expert, cand):
-    """Punctuation that carries meaning, a flipped negation or id in long text, a large id
-    passed as a float: each is another call."""
+    """Punctuation that carries meaning, a flipped negation, id or word in long text, a large
+    id passed as a float: each is another call."""
     t = turn(calls(call("plan_route", **{key: expert})), ROUTE)
     assert get_verifier("toolcall").score(t, calls(call("plan_route", **{key: cand}))).reward == 0
 

@@ -24,8 +24,10 @@ difference could change what the call does.
   "40.7,-74.0" keeps its signs. In calls that change state (create_*, update_*, …) such values
   compare exactly (`strict`): a state checker sees the stored string.
 - Free text (message, description, query, or many words): equal as tokens, or token similarity
-  >= the threshold *and* the same numbers, identifiers and negations in the same order
-  (`messages.TextFacts`): a long text may be reworded, never flipped ("not") or retargeted (an id).
+  >= the threshold *and* the same numbers, identifiers and negations in the same order *and* no
+  word replaced by another except by a one-letter typo (`messages.free_text_differs`): a long
+  text may gain or lose a word or carry a typo, never be flipped ("not"), retargeted (an id)
+  or reversed ("increase" for "decrease").
 - Arrays in order, except parameters whose name says the order is meaningless (tags, cc,
   recipients, …; see `schema._UNORDERED_NAME`) and that have no sibling array they could be
   paired with: those compare as multisets.
@@ -42,7 +44,7 @@ import math
 import re
 from typing import Any
 
-from pivotrl.verifiers.messages import TextFacts, token_similarity
+from pivotrl.verifiers.messages import free_text_differs
 from pivotrl.verifiers.schema import MISSING, ParamSpec, string_class
 
 _SCALARS = (str, int, float, bool)
@@ -163,11 +165,9 @@ class ArgumentComparer:
             return differ + " (compared exactly)"
         if value_tokens(exp) == value_tokens(cand):
             return ""
-        if cls == "free" and token_similarity(exp, cand, self.threshold) >= self.threshold:
-            e, c = TextFacts(exp), TextFacts(cand)
-            if e.facts == c.facts and e.negations == c.negations:
-                return ""
-            return f"{name}: free text differs in a number, id or negation"
+        if cls == "free":
+            reason = free_text_differs(exp, cand, self.threshold)
+            return f"{name}: {reason}" if reason else ""
         return differ
 
     def array(self, spec: ParamSpec | None, name: str, exp: list, cand: list) -> str:

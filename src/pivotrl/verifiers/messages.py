@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from difflib import SequenceMatcher
 
 _WORD = re.compile(r"\w+")
 
@@ -41,8 +42,10 @@ _NUMBER_WORDS = {w: i for i, w in enumerate(
     "fifteen sixteen seventeen eighteen nineteen twenty".split())}
 _NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
                       "eighty": 80, "ninety": 90, "hundred": 100, "thousand": 1000})
+# Words that deny or reverse a claim, counted on each side ("failed to cancel" is no cancel).
 _NEGATIONS = frozenset(
-    "not no never none nothing nobody nowhere neither nor cannot without unable n't nt".split())
+    "not no never none nothing nobody nowhere neither nor cannot without unable n't nt fail fails "
+    "failed failing failure unsuccessful unsuccessfully refused denied".split())
 # Words that carry no claim of their own: articles, pronouns, auxiliaries, courtesy. Modal verbs,
 # quantifiers and direction words ("to", "from", "all", "only", "will") are NOT here: they change
 # what a sentence says.
@@ -223,6 +226,40 @@ def compare_messages(expected: str, candidate: str, threshold: float,
     if refusal_match and is_tool_refusal(expected, ef) and is_tool_refusal(candidate, cf):
         return "" if ef.facts == cf.facts else facts_differ(ef, cf)
     return facts_differ(ef, cf) or content_differs(ef.content, cf.content, threshold)
+
+
+# ---------------------------------------------------------------- free text
+
+
+def _typo(a: str, b: str) -> bool:
+    """One inserted, dropped, replaced or swapped letter in a word of 4+ letters. Antonyms that
+    look alike ("increase"/"decrease", "enable"/"disable", "lock"/"unlock") are 2+ apart."""
+    if min(len(a), len(b)) < 4 or abs(len(a) - len(b)) > 1 or a.isdigit() or b.isdigit():
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
+                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    i = next((i for i in range(len(short)) if short[i] != long_[i]), len(short))
+    return short[i:] == long_[i + 1:]
+
+
+def free_text_differs(expected: str, candidate: str, threshold: float) -> str:
+    """"" when two free texts say the same: token similarity >= threshold, the same facts and
+    negations in the same order, and every replaced word a typo of the expert's word (words may
+    be added or dropped within the threshold, never swapped for another word)."""
+    if token_similarity(expected, candidate, threshold) < threshold:
+        return "text differs"
+    diff = facts_differ(TextFacts(expected), TextFacts(candidate))
+    if diff:
+        return diff
+    ta, tb = tokens(expected), tokens(candidate)
+    for op, i1, i2, j1, j2 in SequenceMatcher(None, ta, tb, autojunk=False).get_opcodes():
+        if op == "replace" and not (i2 - i1 == j2 - j1 and all(
+                _typo(x, y) for x, y in zip(ta[i1:i2], tb[j1:j2]))):
+            return f"{' '.join(tb[j1:j2])!r} where the expert wrote {' '.join(ta[i1:i2])!r}"
+    return ""
 
 
 # ---------------------------------------------------------------- token similarity
