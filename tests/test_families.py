@@ -332,7 +332,7 @@ def test_prompts_carry_one_bos_in_every_stage(tiny_model, tmp_path, monkeypatch)
             return tok
 
         def generate(self, prompts, params, use_tqdm=False):
-            seen["prompts"] = prompts
+            seen["prompts"], seen["params"] = prompts, params
             return []
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM, SamplingParams=lambda **kw: kw))
@@ -340,6 +340,7 @@ def test_prompts_carry_one_bos_in_every_stage(tiny_model, tmp_path, monkeypatch)
 
     VLLMSampler("m").sample([text], 1, SamplingParams(max_new_tokens=1))
     assert seen["prompts"] == [{"prompt_token_ids": ids}]
+    assert seen["params"][0]["skip_special_tokens"] is False  # call delimiters reach the parser
 
 
 def test_completion_text_keeps_call_delimiters_that_are_special_tokens():
