@@ -481,13 +481,17 @@ def serve(
     port: int = typer.Option(8000, help="TCP port."),
     batch_size: int = typer.Option(64, help="Sequences per generate call."),
     served_model_name: Optional[str] = typer.Option(None, help="Name in /v1/models (default: the --model value)."),
+    max_tokens_limit: Optional[int] = typer.Option(None, help="Largest max_tokens a request may ask "
+                                                   "(default: the model's context length)."),
+    max_request_tokens: int = typer.Option(65536, help="Largest n x max_tokens x prompts of one request."),
 ) -> None:
-    """An OpenAI-compatible endpoint around a local HF model (/v1/models, /v1/completions,
-    /v1/chat/completions), e.g. for `pivotrl profile --backend openai` or a judge on a CPU."""
+    """An OpenAI-compatible endpoint around a local HF model (/health, /v1/models, /v1/completions,
+    /v1/chat/completions, streaming too), e.g. for `pivotrl profile --backend openai` or a judge on a CPU."""
     from pivotrl.serve import serve as run_server
 
     console.print(f"serving {model} at http://{host}:{port}/v1")
-    run_server(model, host=host, port=port, batch_size=batch_size, served_name=served_model_name)
+    run_server(model, host=host, port=port, batch_size=batch_size, served_name=served_model_name,
+               max_tokens_limit=max_tokens_limit, max_request_tokens=max_request_tokens)
 
 
 if __name__ == "__main__":

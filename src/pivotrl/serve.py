@@ -1,49 +1,121 @@
-"""`pivotrl serve`: a small OpenAI-compatible endpoint around a local HF model (FastAPI + uvicorn).
+"""`pivotrl serve`: an OpenAI-compatible endpoint around a local HF model (FastAPI + uvicorn),
+answering the way `vllm serve` does so the same clients work against both.
 
-Endpoints: `GET /v1/models`, `POST /v1/completions` (prompt text or a list of them),
-`POST /v1/chat/completions` (messages + tools, templated with the model's own chat template;
-tool calls in the completion are returned as OpenAI `tool_calls`). Request fields honoured:
-`n`, `max_tokens` (default 256), `temperature`, `top_p`, `seed`, `stop`.
+Endpoints: `GET /health`, `GET /v1/models`, `POST /v1/completions` (prompt text or a list),
+`POST /v1/chat/completions` (messages + tools, templated with the model's own chat template; tool
+calls in the completion come back as OpenAI `tool_calls`). Request fields honoured: `model` (must
+be the served name), `n`, `max_tokens` / `max_completion_tokens`, `temperature`, `top_p`, `seed`,
+`stop`, `stream` (server-sent events, ending `data: [DONE]`) with `stream_options.include_usage`.
+Fields this server cannot honour (`logprobs`, `top_logprobs`, `echo`, `best_of` > n, penalties,
+`logit_bias`) are refused with a 400 rather than ignored.
 
-It lets users profile (`pivotrl profile --backend openai`) or judge with a local model on a CPU.
+Errors have OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`: 400 for any invalid
+field or number (NaN/inf floats, seeds outside int64, limits below), 404 for an unknown model.
+Limits protect the host: `max_tokens` <= `max_tokens_limit` (the model's context length when
+known) and `n x max_tokens x prompts` <= `max_request_tokens`. A request whose client disconnects
+is cancelled, waiting or generating (generation stops at the next token); SIGTERM cancels the
+running generation and shuts down.
+
 Generation goes through the `hf` sampler, one request at a time, so for a given `seed` a prompt's
-samples are the ones `--backend hf` draws in-process for that seed. For throughput on GPUs use
-`vllm serve`; this server is for small models and tests.
+samples are the ones `--backend hf` draws in-process for that seed. A stream is sent once
+generation ends (each choice's text in one chunk). For throughput on GPUs use `vllm serve`; this
+server is for small models, CPUs and tests.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: FastAPI reads the endpoint annotations (Request is
+# imported inside create_app) as objects.
+import asyncio
+import json
 import random
 import threading
 import time
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.records import Message
 
 DEFAULT_MAX_TOKENS = 256
 MAX_N = 128
+MAX_REQUEST_TOKENS = 1 << 16  # n x max_tokens x prompts; ~64k sequences-tokens of KV cache
+INT64 = 2**63
+_FLOAT = {"allow_inf_nan": False}
 
 
 class _Common(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
     model: str | None = None
     n: int = Field(1, ge=1, le=MAX_N)
     max_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    seed: int | None = None
+    temperature: float = Field(1.0, ge=0.0, le=100.0, **_FLOAT)
+    top_p: float = Field(1.0, gt=0.0, le=1.0, **_FLOAT)
+    seed: int | None = Field(None, ge=-INT64, lt=INT64)
     stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    # Accepted only at the values that change nothing (see `unsupported`).
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, **_FLOAT)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, **_FLOAT)
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+
+    def unsupported(self) -> str | None:
+        if self.presence_penalty or self.frequency_penalty:
+            return "presence_penalty/frequency_penalty"
+        if self.logit_bias:
+            return "logit_bias"
+        return None
 
 
 class CompletionRequest(_Common):
     prompt: str | list[str]
+    logprobs: int | None = Field(None, ge=0, le=20)
+    echo: bool = False
+    best_of: int | None = Field(None, ge=1, le=MAX_N)
+
+    def unsupported(self) -> str | None:
+        if self.logprobs is not None:
+            return "logprobs"
+        if self.echo:
+            return "echo"
+        if self.best_of is not None and self.best_of != self.n:
+            return "best_of"
+        return super().unsupported()
 
 
 class ChatRequest(_Common):
     messages: list[Message]
     tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+    def unsupported(self) -> str | None:
+        if self.logprobs or self.top_logprobs:
+            return "logprobs"
+        if self.tool_choice not in (None, "auto", "none"):
+            return "tool_choice other than auto/none"
+        return super().unsupported()
+
+
+class APIError(Exception):
+    """An OpenAI-style error answer."""
+
+    def __init__(self, status: int, message: str, param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param = status, message, param
+
+
+_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 499: "ClientClosedRequest",
+                500: "InternalServerError", 503: "ServiceUnavailableError"}
+
+
+def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": _ERROR_TYPES.get(status, "APIError"),
+                      "param": param, "code": status}}
 
 
 def _apply_stop(text: str, stop: str | list[str] | None) -> tuple[str, bool]:
@@ -52,85 +124,253 @@ def _apply_stop(text: str, stop: str | list[str] | None) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
-def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = None):
-    from fastapi import FastAPI, HTTPException
+def _sse(data: Any) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
-    from pivotrl.actions import parse_completion
-    from pivotrl.chat import prompt_text
-    from pivotrl.sampling.base import SamplingParams, derive_seed
-    from pivotrl.sampling.hf import HFSampler
 
-    sampler = HFSampler(model_dir, batch_size=batch_size)
-    name = served_name or str(model_dir)
-    lock = threading.Lock()  # one generate at a time: the model is not re-entrant on CPU
-    app = FastAPI(title="pivotrl serve", version="1")
+class Cancelled(Exception):
+    """Raised inside the model's forward pass to end a generation whose client left."""
 
-    def generate(prompts: list[str], req: _Common):
-        params = SamplingParams(max_new_tokens=req.max_tokens or DEFAULT_MAX_TOKENS,
-                                temperature=req.temperature, top_p=req.top_p)
+
+class Engine:
+    """The sampler behind the endpoints: one generation at a time, cancellable."""
+
+    def __init__(self, model_dir: str, batch_size: int, max_tokens_limit: int | None,
+                 max_request_tokens: int):
+        from pivotrl.sampling.hf import HFSampler
+
+        self.sampler = HFSampler(model_dir, batch_size=batch_size)
+        self.tokenizer = self.sampler.tokenizer
+        context = getattr(self.sampler.model.config, "max_position_embeddings", None)
+        self.max_model_len = context if isinstance(context, int) and context > 0 else None
+        self.max_tokens_limit = max_tokens_limit or self.max_model_len or 32768
+        self.max_request_tokens = max_request_tokens
+        self.lock = asyncio.Lock()
+        self.shutdown = threading.Event()
+        self.cancel = threading.local()  # the running request's event, in the generating thread
+
+        def stop_if_cancelled(module, args):
+            # Every decoding step calls the model once: checking here ends any generation loop
+            # at the next token. serve owns this model, so the hook is its to add.
+            event = getattr(self.cancel, "event", None)
+            if event is not None and (event.is_set() or self.shutdown.is_set()):
+                raise Cancelled()
+
+        self.sampler.model.register_forward_pre_hook(stop_if_cancelled)
+
+    def check_budget(self, req: _Common, max_tokens: int, n_prompts: int) -> None:
+        if max_tokens > self.max_tokens_limit:
+            raise APIError(400, f"max_tokens={max_tokens} is above this server's limit "
+                           f"{self.max_tokens_limit}", "max_tokens")
+        total = max_tokens * req.n * n_prompts
+        if total > self.max_request_tokens:
+            raise APIError(400, f"n x max_tokens x prompts = {total} is above this server's "
+                           f"limit {self.max_request_tokens} (--max-request-tokens)", "max_tokens")
+
+    def _run(self, prompts, n, params, seeds, event):
+        self.cancel.event = event
+        try:
+            return self.sampler.sample(prompts, n, params, seeds=seeds)
+        finally:
+            self.cancel.event = None
+
+    async def generate(self, request, prompts: list[str], req: _Common, max_tokens: int):
+        """Completions of `prompts`; raises APIError(499) when the client leaves first."""
+        from pivotrl.sampling.base import SamplingParams, derive_seed
+
+        params = SamplingParams(max_new_tokens=max_tokens, temperature=req.temperature,
+                                top_p=req.top_p)
         base = req.seed if req.seed is not None else random.getrandbits(62)
         # A single prompt samples with the request's seed itself (= hf backend with that seed).
         seeds = [base] if len(prompts) == 1 else [derive_seed(base, i) for i in range(len(prompts))]
-        with lock:
-            return sampler.sample(prompts, req.n, params, seeds=seeds)
+        event = threading.Event()
+        async with self.lock:
+            if self.shutdown.is_set():
+                raise APIError(503, "the server is shutting down")
+            if await request.is_disconnected():
+                raise APIError(499, "client disconnected")
+            work = asyncio.ensure_future(asyncio.to_thread(self._run, prompts, req.n, params,
+                                                           seeds, event))
+            while not work.done():
+                await asyncio.wait([work], timeout=0.1)
+                if not work.done() and await request.is_disconnected():
+                    event.set()  # the next forward pass raises Cancelled; the lock frees then
+            try:
+                results = await work
+            except Cancelled:
+                if self.shutdown.is_set():
+                    raise APIError(503, "the server is shutting down") from None
+                raise APIError(499, "client disconnected") from None
+        return results
 
-    def usage(results) -> dict[str, int]:
-        prompt = sum(r[0].prompt_tokens for r in results if r)
-        completion = sum(c.completion_tokens for r in results for c in r)
-        return {"prompt_tokens": prompt, "completion_tokens": completion,
-                "total_tokens": prompt + completion}
+
+def _usage(results) -> dict[str, int]:
+    prompt = sum(r[0].prompt_tokens for r in results if r)
+    completion = sum(c.completion_tokens for r in results for c in r)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _completion_choices(results, req: CompletionRequest) -> list[dict[str, Any]]:
+    choices = []
+    for i, comps in enumerate(results):
+        for j, c in enumerate(comps):
+            text, stopped = _apply_stop(c.text, req.stop)
+            choices.append({"index": i * req.n + j, "text": text, "logprobs": None,
+                            "finish_reason": "stop" if stopped else c.finish_reason})
+    return choices
+
+
+def _chat_choices(results, req: ChatRequest) -> list[dict[str, Any]]:
+    from pivotrl.actions import parse_completion
+
+    choices = []
+    for j, c in enumerate(results[0]):
+        text, stopped = _apply_stop(c.text, req.stop)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        reason = "stop" if stopped else c.finish_reason
+        parsed = parse_completion(text) if req.tool_choice != "none" else None
+        if parsed is not None and parsed.valid and parsed.message.tool_calls:
+            message = {"role": "assistant", "content": parsed.message.content,
+                       "tool_calls": [{"id": tc.id or f"call_{uuid.uuid4().hex[:24]}",
+                                       "type": "function",
+                                       "function": {"name": tc.function.name,
+                                                    "arguments": _args(tc.function.arguments)}}
+                                      for tc in parsed.message.tool_calls]}
+            reason = "tool_calls"
+        choices.append({"index": j, "message": message, "finish_reason": reason, "logprobs": None})
+    return choices
+
+
+def _args(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+def _completion_events(body: dict[str, Any], include_usage: bool):
+    head = {k: body[k] for k in ("id", "object", "created", "model")}
+    for choice in body["choices"]:
+        yield _sse({**head, "choices": [{**choice, "finish_reason": None}]})
+        yield _sse({**head, "choices": [{"index": choice["index"], "text": "", "logprobs": None,
+                                         "finish_reason": choice["finish_reason"]}]})
+    if include_usage:
+        yield _sse({**head, "choices": [], "usage": body["usage"]})
+    yield "data: [DONE]\n\n"
+
+
+def _chat_events(body: dict[str, Any], include_usage: bool):
+    head = {**{k: body[k] for k in ("id", "created", "model")}, "object": "chat.completion.chunk"}
+
+    def chunk(index: int, delta: dict[str, Any], reason: str | None = None) -> str:
+        return _sse({**head, "choices": [{"index": index, "delta": delta, "logprobs": None,
+                                          "finish_reason": reason}]})
+
+    for choice in body["choices"]:
+        i, message = choice["index"], choice["message"]
+        yield chunk(i, {"role": "assistant", "content": ""})
+        if message.get("content"):
+            yield chunk(i, {"content": message["content"]})
+        for k, call in enumerate(message.get("tool_calls") or []):
+            yield chunk(i, {"tool_calls": [{"index": k, **call}]})
+        yield chunk(i, {}, choice["finish_reason"])
+    if include_usage:
+        yield _sse({**head, "choices": [], "usage": body["usage"]})
+    yield "data: [DONE]\n\n"
+
+
+def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = None,
+               max_tokens_limit: int | None = None, max_request_tokens: int = MAX_REQUEST_TOKENS):
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    from pivotrl.chat import prompt_text
+
+    engine = Engine(model_dir, batch_size, max_tokens_limit, max_request_tokens)
+    name = served_name or str(model_dir)
+    app = FastAPI(title="pivotrl serve", version="1")
+    app.state.engine = engine
+
+    @app.exception_handler(APIError)
+    async def api_error(_, exc: APIError):
+        return JSONResponse(error_body(exc.status, exc.message, exc.param), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_, exc: RequestValidationError):
+        err = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        return JSONResponse(error_body(400, f"{'.'.join(loc) or 'body'}: {err.get('msg')}",
+                                       ".".join(loc) or None), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_, exc: StarletteHTTPException):
+        return JSONResponse(error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code)
+
+    def check(req: _Common, max_tokens: int, n_prompts: int) -> None:
+        if req.model is not None and req.model != name:
+            raise APIError(404, f"The model `{req.model}` does not exist.", "model")
+        if what := req.unsupported():
+            raise APIError(400, f"{what} is not supported by pivotrl serve", what.split("/")[0])
+        engine.check_budget(req, max_tokens, n_prompts)
+
+    def answer(body: dict[str, Any], req: _Common, events):
+        if not req.stream:
+            return body
+        usage = bool((req.stream_options or {}).get("include_usage"))
+        return StreamingResponse(events(body, usage), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=503 if engine.shutdown.is_set() else 200)
 
     @app.get("/v1/models")
-    def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0,
-                                            "owned_by": "pivotrl"}]}
+    async def models() -> dict[str, Any]:
+        card = {"id": name, "object": "model", "created": 0, "owned_by": "pivotrl", "root": name,
+                "max_model_len": engine.max_model_len}
+        return {"object": "list", "data": [card]}
 
     @app.post("/v1/completions")
-    def completions(req: CompletionRequest) -> dict[str, Any]:
+    async def completions(req: CompletionRequest, request: Request):
         prompts = [req.prompt] if isinstance(req.prompt, str) else list(req.prompt)
         if not prompts:
-            raise HTTPException(400, "prompt is empty")
-        results = generate(prompts, req)
-        choices = []
-        for i, comps in enumerate(results):
-            for j, c in enumerate(comps):
-                text, stopped = _apply_stop(c.text, req.stop)
-                choices.append({"index": i * req.n + j, "text": text, "logprobs": None,
-                                "finish_reason": "stop" if stopped else c.finish_reason})
-        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
-                "created": int(time.time()), "model": name, "choices": choices,
-                "usage": usage(results)}
+            raise APIError(400, "prompt is empty", "prompt")
+        max_tokens = req.max_tokens or DEFAULT_MAX_TOKENS
+        check(req, max_tokens, len(prompts))
+        results = await engine.generate(request, prompts, req, max_tokens)
+        body = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
+                "created": int(time.time()), "model": name,
+                "choices": _completion_choices(results, req), "usage": _usage(results)}
+        return answer(body, req, _completion_events)
 
     @app.post("/v1/chat/completions")
-    def chat(req: ChatRequest) -> dict[str, Any]:
+    async def chat(req: ChatRequest, request: Request):
+        max_tokens = req.max_completion_tokens or req.max_tokens or DEFAULT_MAX_TOKENS
+        check(req, max_tokens, 1)
         try:
-            prompt = prompt_text(sampler.tokenizer, req.messages, req.tools)
+            prompt = prompt_text(engine.tokenizer, req.messages, req.tools)
         except Exception as exc:  # noqa: BLE001 - a template error is the client's input
-            raise HTTPException(400, f"chat template failed: {exc}") from None
-        results = generate([prompt], req)
-        choices = []
-        for j, c in enumerate(results[0]):
-            text, stopped = _apply_stop(c.text, req.stop)
-            parsed = parse_completion(text)
-            message: dict[str, Any] = {"role": "assistant", "content": text}
-            reason = "stop" if stopped else c.finish_reason
-            if parsed.valid and parsed.message.tool_calls:
-                message = {"role": "assistant", "content": parsed.message.content,
-                           "tool_calls": [tc.model_dump(mode="json")
-                                          for tc in parsed.message.tool_calls]}
-                reason = "tool_calls"
-            choices.append({"index": j, "message": message, "finish_reason": reason,
-                            "logprobs": None})
-        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
-                "created": int(time.time()), "model": name, "choices": choices,
-                "usage": usage(results)}
+            raise APIError(400, f"chat template failed: {exc}", "messages") from None
+        results = await engine.generate(request, [prompt], req, max_tokens)
+        body = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
+                "created": int(time.time()), "model": name,
+                "choices": _chat_choices(results, req), "usage": _usage(results)}
+        return answer(body, req, _chat_events)
 
     return app
 
 
 def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8000, batch_size: int = 64,
-          served_name: str | None = None, log_level: str = "warning") -> None:
+          served_name: str | None = None, log_level: str = "warning",
+          max_tokens_limit: int | None = None, max_request_tokens: int = MAX_REQUEST_TOKENS) -> None:
     import uvicorn
 
-    uvicorn.run(create_app(model_dir, batch_size, served_name), host=host, port=port,
-                log_level=log_level)
+    app = create_app(model_dir, batch_size, served_name, max_tokens_limit, max_request_tokens)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):  # SIGTERM/SIGINT: stop the running generation too
+            app.state.engine.shutdown.set()
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                            timeout_graceful_shutdown=5)
+    Server(config).run()
