@@ -379,8 +379,15 @@ def demo(out: Path = typer.Option(Path("pivotrl_demo"), help="Output folder (cac
 def export(turns: Path = typer.Argument(..., help="Turns or pivots JSONL."),
            format: str = typer.Option(..., "--format", help="nemo-gym (JSONL rows) or verl (parquet)."),
            out: Path = typer.Option(..., "--out", help="Output file."),
-           ability: str = typer.Option("agent", help="verl `ability` column.")) -> None:
-    """Write Turns/pivots as NeMo-Gym rows or verl parquet."""
+           ability: str = typer.Option("agent", help="verl `ability` column."),
+           agent_name: Optional[str] = typer.Option(
+               None, help="nemo-gym: agent_ref.name, the agent block of the Gym config (default: an "
+               "imported row's own, else pivotrl_single_step_tool_use_with_argument_comparison_agent); "
+               "verl: the agent loop (default single_turn_agent)."),
+           parallel_calls: str = typer.Option(
+               "batch", help="nemo-gym: several expert calls become a function_call_batch (batch) "
+               "or go to the rejects file (reject: single-call datasets).")) -> None:
+    """Write Turns/pivots as NeMo-Gym rows or verl parquet (+ the tool config verl reads)."""
     from pivotrl.export import FORMATS, export_file
     from pivotrl.records import rejects_path
 
@@ -390,8 +397,15 @@ def export(turns: Path = typer.Argument(..., help="Turns or pivots JSONL."),
     if not turns.is_file():
         console.print(f"[red]{turns}: no such file[/red]")
         raise typer.Exit(2)
-    summary = export_file(turns, out, format, ability=ability)
+    try:
+        summary = export_file(turns, out, format, ability=ability, agent_name=agent_name,
+                              parallel_calls=parallel_calls)
+    except ValueError as exc:  # a bad --parallel-calls, an output that is the input
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
     console.print(summary.table(f"export {format} → {out}"))
+    for path in summary.files:
+        console.print(f"wrote {path}")
     if summary.rejects:
         console.print(f"rejected lines: {rejects_path(out)}")
     if summary.written == 0:
