@@ -46,14 +46,14 @@ _NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seve
 _NEGATIONS = frozenset(
     "not no never none nothing nobody nowhere neither nor cannot without unable n't nt fail fails "
     "failed failing failure unsuccessful unsuccessfully refused denied".split())
-# Words that carry no claim of their own: articles, pronouns, auxiliaries, courtesy. Modal verbs,
-# quantifiers and direction words ("to", "from", "all", "only", "will") are NOT here: they change
-# what a sentence says.
+# Words that carry no claim of their own: articles, pronouns, auxiliaries, courtesy, place
+# prepositions. Modal verbs, quantifiers, "or" and direction words ("to", "from", "into", "off",
+# "all", "only", "will") are NOT here: they change what a sentence says.
 _STOPWORDS = frozenset("""
 a an the this that these those it its it's i me my mine we us our ours you your yours he him his
 she her hers they them their theirs is are was were be been being am has have had having do does
 did done here there so just now also please ok okay sure hi hello hey dear thanks thank well
-oh yes yeah great of as at by
+oh yes yeah great of as at by in on for with about and
 """.split())
 
 # Chunks are whitespace-separated; punctuation at a chunk's edges is dropped except a sign or

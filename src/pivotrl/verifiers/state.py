@@ -193,8 +193,7 @@ class StateVerifier:
             if hit is _UNSET:
                 exp_calls = [(c.function.name, c.args()) for c in turn.expected.tool_calls]
                 hit = self._effects(turn, i, exp_calls)
-                plain = self._effects(turn, None, exp_calls) if hit is not None else None
-                hit = "end" if hit is None else ("skip" if hit == plain else hit)
+                hit = "end" if hit is None else ("skip" if hit == self._plain(turn, key) else hit)
                 with self._lock:
                     self._probe_cache[(key, i)] = hit
                     while len(self._probe_cache) > 8 * max(1, self.config.cache_turns):
@@ -209,6 +208,17 @@ class StateVerifier:
                 return f"{what} differ from the expert's on a perturbed copy of the world " \
                        f"({PROBES[i] if i < len(PROBES) else i})"
         return ""
+
+    def _plain(self, turn: Turn, key: str) -> tuple[Any, list[str]] | None:
+        """The expert's (changes, observations) on the unperturbed world, cached per turn."""
+        with self._lock:
+            hit = self._probe_cache.get((key, -1), _UNSET)
+        if hit is _UNSET:
+            exp_calls = [(c.function.name, c.args()) for c in turn.expected.tool_calls]
+            hit = self._effects(turn, None, exp_calls)
+            with self._lock:
+                self._probe_cache[(key, -1)] = hit
+        return hit
 
     def _expert(self, turn: Turn) -> tuple[str, list[str]] | str:
         """The expert's (snapshot, observations), or a reason string when it cannot be had."""
