@@ -7,6 +7,11 @@ retries with exponential backoff on connection errors, timeouts, 429 and 5xx.
 
 Token counts: `usage.prompt_tokens` is the prompt's; `usage.completion_tokens` is the total over
 the n choices, split evenly among them (the API gives no per-choice count), so totals are exact.
+
+Authentication: the API key is read from an environment variable (OPENAI_API_KEY unless
+`api_key_env` names another), never from the command line, where `ps` would show it. `headers`
+go with every request (e.g. a gateway's routing header); `extra_body` is merged into every
+request body (e.g. vLLM's `top_k`, `min_p`, `add_special_tokens`).
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ class OpenAISampler:
     def __init__(self, model: str | None = None, base_url: str = "http://127.0.0.1:8000/v1",
                  api_key: str | None = None, concurrency: int = 16, timeout: float = 300.0,
                  max_retries: int = 5, backoff: float = 0.5, batch_size: int | None = None,
-                 extra_body: dict[str, Any] | None = None):
+                 extra_body: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+                 api_key_env: str | None = None):
         import httpx
 
         del batch_size  # the server batches; concurrency is the knob here
@@ -43,12 +49,17 @@ class OpenAISampler:
         self.max_retries = max(0, int(max_retries))
         self.backoff = backoff
         self.extra_body = dict(extra_body or {})
-        key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        if api_key is None and api_key_env is not None and api_key_env not in os.environ:
+            raise SamplerError(f"api_key_env: environment variable {api_key_env} is not set")
+        key = api_key or os.environ.get(api_key_env or "OPENAI_API_KEY") or "EMPTY"
         self.client = httpx.Client(
-            timeout=timeout, headers={"Authorization": f"Bearer {key}"},
+            timeout=timeout, headers={**(headers or {}), "Authorization": f"Bearer {key}"},
             limits=httpx.Limits(max_connections=self.concurrency,
                                 max_keepalive_connections=self.concurrency))
+        self.max_model_len: int | None = None
         self.model = model or self._first_model()
+        if self.max_model_len is None and model is not None:
+            self._read_model_card(model)
 
     # ------------------------------------------------------------ HTTP with retries
 
@@ -82,7 +93,27 @@ class OpenAISampler:
         data = self._request("GET", "/models").get("data") or []
         if not data or not isinstance(data[0], dict) or "id" not in data[0]:
             raise SamplerError(f"{self.base_url}/models lists no model; pass the model name")
+        self._card_length(data[0])
         return str(data[0]["id"])
+
+    def _read_model_card(self, model: str) -> None:
+        """max_model_len from /models when the server lists it (vLLM and pivotrl serve do);
+        a server without /models still samples."""
+        try:
+            data = self._request("GET", "/models").get("data") or []
+        except SamplerError:
+            return
+        for card in data:
+            if isinstance(card, dict) and card.get("id") == model:
+                self._card_length(card)
+
+    def _card_length(self, card: dict[str, Any]) -> None:
+        length = card.get("max_model_len")
+        self.max_model_len = length if isinstance(length, int) and length > 0 else None
+
+    def max_prompt_tokens(self) -> int | None:
+        """Longest prompt the server accepts (from its model card), or None when unknown."""
+        return None if self.max_model_len is None else self.max_model_len - 1
 
     # ------------------------------------------------------------ sampling
 
