@@ -49,13 +49,16 @@ FAMILIES = {  # TRL template name → (expected format, tokenizer's special toke
         "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>", "<｜tool▁outputs▁begin｜>",
         "<｜tool▁outputs▁end｜>", "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"])),
 }
+# Families pivotrl has no reader of its own for: read through TRL's response template for them.
+RESPONSE_TEMPLATE_FAMILIES = {"lfm2_2_5": dict(eos="<|im_end|>", specials=["<|im_start|>"]),
+                              "gemma4": dict(eos="<turn|>", specials=["<|turn>"])}
 VOCAB = 300  # 256 bytes + the largest family's special tokens: one shared tiny model
 
 
 def make_tokenizer(name: str, add_bos: bool = False) -> PreTrainedTokenizerFast:
     """Byte-level tokenizer (no merges: one token per byte) with `name`'s TRL chat template.
     add_bos: the tokenizer also prepends BOS on encode, as Llama 3's does."""
-    spec = FAMILIES[name][1]
+    spec = FAMILIES[name][1] if name in FAMILIES else RESPONSE_TEMPLATE_FAMILIES[name]
     vocab = {c: i for i, c in enumerate(sorted(ByteLevel.alphabet()))}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = ByteLevel(add_prefix_space=False, use_regex=False)
@@ -224,6 +227,20 @@ def test_unknown_template_is_an_error_that_names_the_fix():
     with pytest.raises(UnknownFormatError, match="response_format"):
         parser_for(tok)
     assert parser_for(tok, "hermes").name == "hermes"
+
+
+@pytest.mark.parametrize("name", sorted(RESPONSE_TEMPLATE_FAMILIES))
+def test_other_families_are_read_with_their_response_template_strictly(name):
+    tok = make_tokenizer(name)
+    assert detect(tok).format == "response-template" and getattr(tok, "response_template", None) is None
+    texts = [completion(tok, call()), completion(tok, call(order_id="75002")),
+             completion(tok, call(quantity=4)), completion(tok, call(name="get_order"))]
+    assert [s.reward for s in score(tok, texts)] == [1.0, 0.0, 0.0, 0.0]
+    parse = parser_for(tok)
+    cut = texts[0][: texts[0].index("75001") + 5]
+    assert not parse(cut, TOOLS).valid and not parse(texts[0] + " and more", TOOLS).valid
+    message = parse(completion(tok, Message(role="assistant", content="Which order?")), TOOLS)
+    assert message.valid and message.message.content == "Which order?"
 
 
 def test_xml_arguments_are_typed_by_the_tool_schema():

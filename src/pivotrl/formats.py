@@ -6,8 +6,10 @@ how its tool calls are written, whether it thinks, and the parser that reads its
 
 Detection: the chat template is compared with the family templates TRL ships
 (`trl.chat_template_utils`), then, for edited or unlisted templates, with the tool-call markers it
-renders. A tokenizer that carries its own `response_template` (transformers' response parsing)
-and matches no family is read with `tokenizer.parse_response`, under the same strictness rules.
+renders. A tokenizer that matches no family but carries its own `response_template`
+(transformers' response parsing), or whose template TRL has one for (`add_response_schema`:
+LFM2.5, Gemma 4, ...), is read with `tokenizer.parse_response`, under the same strictness rules
+(pivotrl.response_template); that comes before guessing from markers.
 A template that matches nothing is an error that names the fix (`response_format`), never a
 parser that silently scores every call 0.
 
@@ -19,6 +21,7 @@ reward leak or a silent 0 here (tests/test_families.py checks both agree on well
 
 from __future__ import annotations
 
+import copy as copy_module
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -126,17 +129,35 @@ def detect(tokenizer: Any, response_format: str | None = None) -> Family:
             raise UnknownFormatError(f"response_format {response_format!r} is not one of "
                                      f"{', '.join(FORMATS)}, response-template")
         return Family(None, response_format, thinks)
+    # The model's own statement of its format comes before guessing from markers.
+    if _with_response_template(tokenizer) is not None:
+        return Family(None, "response-template", thinks)
     for marker, fmt in _TEMPLATE_MARKERS:
         if template and marker in template:
             return Family(None, fmt, thinks or fmt == "harmony")
-    if getattr(tokenizer, "response_template", None) is not None:
-        return Family(None, "response-template", thinks)
     where = getattr(tokenizer, "name_or_path", "") or "the tokenizer"
     problem = "no chat template" if not template else "the chat template's tool calls are in no known format"
     raise UnknownFormatError(
         f"{where}: {problem} (known: {', '.join(FORMATS)}; families: {', '.join(KNOWN_TEMPLATES)}). Fix: set "
         "`response_format:` in the config (or --response-format) to the format the model writes, or "
         "give the tokenizer a `response_template` (transformers response parsing) in tokenizer_config.json.")
+
+
+def _with_response_template(tokenizer: Any) -> Any:
+    """`tokenizer` when it carries a response_template, else a shallow copy carrying the one TRL
+    knows for its chat template (LFM2.5, Gemma 4, ...), else None. The caller's tokenizer is
+    left as it is."""
+    if tokenizer is None:
+        return None
+    if getattr(tokenizer, "response_template", None) is not None:
+        return tokenizer
+    try:
+        from trl.chat_template_utils import add_response_schema
+
+        copy = add_response_schema(copy_module.copy(tokenizer))
+    except (ValueError, AttributeError, TypeError):
+        return None
+    return copy if getattr(copy, "response_template", None) is not None else None
 
 
 def generation_prompt_opens_think(tokenizer: Any, chat_kwargs: dict[str, Any] | None = None) -> bool:
@@ -188,7 +209,10 @@ class FormatParser:
     def __call__(self, text: str, tools: list | None = None) -> ParsedAction:
         fmt = self.format
         typer = ArgumentTyper(tools) if fmt.typed_by_schema else None
-        return parse_with(text, fmt.split_calls, think=fmt.think,
+        split = fmt.split_calls
+        if fmt.name == "response-template":  # transformers types the arguments with the tools
+            split = functools.partial(split, tools=tools)
+        return parse_with(text, split, think=fmt.think,
                           think_opens_in_prompt=self.think_opens_in_prompt, call_openers=fmt.call_openers,
                           end_markers=fmt.end_markers, forbidden=fmt.markers, type_args=typer)
 
@@ -202,7 +226,7 @@ def parser_for(tokenizer: Any, response_format: str | None = None,
     Raises UnknownFormatError (naming the fix) when the format cannot be told."""
     family = detect(tokenizer, response_format)
     if family.format == "response-template":
-        split, markers = response_template_reader(tokenizer)
+        split, markers = response_template_reader(_with_response_template(tokenizer) or tokenizer)
         fmt = ResponseFormat("response-template", split, markers, think=False)
     else:
         fmt = FORMATS[family.format]

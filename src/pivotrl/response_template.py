@@ -28,12 +28,17 @@ def response_template_reader(tokenizer: Any) -> tuple[Any, tuple[str, ...]]:
     template = getattr(tokenizer, "response_template", None)
     if not isinstance(template, dict):
         raise ValueError("the tokenizer's response_template is not a mapping")
-    calls_field = (template.get("fields") or {}).get("tool_calls") or {}
+    fields = template.get("fields") or {}
+    calls_field = fields.get("tool_calls") or {}
     open_re, close_re = _pattern(calls_field, "open"), _pattern(calls_field, "close")
+    end_re = _pattern(fields.get("content") or {}, "close")  # where the model's turn ends
     literal = calls_field.get("open") if isinstance(calls_field.get("open"), str) else None
 
-    def split(body: str) -> tuple[str, list]:
-        message = tokenizer.parse_response(body, prefix="")
+    def split(body: str, tools: list | None = None) -> tuple[str, list]:
+        if end_re is not None:  # the turn's own end marker (e.g. Gemma 4's <|tool_response>)
+            ends = [m for m in end_re.finditer(body) if m.end() == len(body) and m.end() > m.start()]
+            body = body[:ends[0].start()].rstrip() if ends else body
+        message = tokenizer.parse_response(body, prefix="", tools=tools)
         if not isinstance(message, dict):
             raise InvalidAction("response_template parse gave no message")
         content = message.get("content") or ""
