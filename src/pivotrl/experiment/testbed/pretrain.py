@@ -9,6 +9,12 @@ assistant side of the format that profiling, training and evaluation will prompt
 What the base is taught (see `build.py` for the mixture): OOD task families thoroughly (so OOD
 accuracy is high) and a smaller, noisier share of agentic trajectories (so in-domain skill is
 partial and pivots exist).
+
+Same config → same weights on the same machine: the init is seeded (`TinyModelConfig.seed`), the
+batch order comes from `random.Random(seed)`, dropout is off, and the thread count is fixed by
+the config (`threads`), so the float sums run in the same order (two quick builds, 1 and 2
+threads, were bitwise equal). Another thread count or BLAS library changes that order and hence
+the last bits of the weights.
 """
 
 from __future__ import annotations
