@@ -3,17 +3,19 @@
     python3 bench/bench_sandbox.py [--n 200]
 
 Prints, side by side: a plain `subprocess.run(["true"])`, `run_in_sandbox("true")` (bwrap +
-prlimit + uid switch + chown of the workspace), and `shell` verifications (candidate copied
-workspace + sandboxed run + file snapshot; the expert's run is cached per turn, as in
-profiling), sequential and with score_batch's thread pool, and with workspaces on a tmpfs
-(PIVOTRL_WORKSPACE_DIR=/dev/shm). Also the CPU time per operation (this process + the sandbox's
-processes), which does not depend on how busy the machine is. Target (issue 3): >= 30 shell
+prlimit + uid switch + chown of the workspace + the whole-sandbox limits in force here), the same
+without the cgroup, a workspace copy + removal with and without its own size-limited tmpfs, and
+`shell` verifications (candidate copied workspace + sandboxed run + file snapshot; the expert's
+run is cached per turn, as in profiling), sequential and with score_batch's thread pool, with
+and without the whole-sandbox limits. Also the CPU time per operation (this process + the
+sandbox's processes), which does not depend on how busy the machine is. Target: >= 30 shell
 verifications per second.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -22,8 +24,9 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+from pivotrl import sandbox, workspace  # noqa: E402
 from pivotrl.records import FunctionCall, Message, ToolCall, Turn  # noqa: E402
-from pivotrl.sandbox import run_in_sandbox, workspace_copy  # noqa: E402
+from pivotrl.sandbox import run_in_sandbox, sandbox_limits_in_force, workspace_copy  # noqa: E402
 from pivotrl.verifiers import get_verifier  # noqa: E402
 
 CANDIDATES = ["grep -c apple notes.txt", "grep apple notes.txt | wc -l", "ls -la",
@@ -54,14 +57,39 @@ def rate(fn, n: int, name: str = "") -> float:
     return n / wall
 
 
+@contextlib.contextmanager
+def limits_off(cgroup: bool, tmpfs: bool):
+    """Switch the whole-sandbox cgroup and/or the workspace tmpfs off, to measure their cost."""
+    create, quota = sandbox.SandboxCgroup.create, workspace._quota_supported
+    if cgroup:
+        sandbox.SandboxCgroup.create = classmethod(lambda cls, *a: None)
+    if tmpfs:
+        workspace._quota_supported = False
+    try:
+        yield
+    finally:
+        sandbox.SandboxCgroup.create, workspace._quota_supported = create, quota
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=200, help="operations per measurement")
     n = ap.parse_args().n
 
+    limits = sandbox_limits_in_force()
     plain = rate(lambda k: [subprocess.run(["true"], check=True) for _ in range(k)], n, "plain")
+    src = workspace.materialize_workspace({f"f{i}.txt": "x\n" for i in range(20)},
+                                          workspace.copy_workspace(None))
     with workspace_copy(None) as wd:
         boxed = rate(lambda k: [run_in_sandbox("true", wd) for _ in range(k)], n, "boxed")
+        with limits_off(cgroup=True, tmpfs=False):
+            nocg = rate(lambda k: [run_in_sandbox("true", wd) for _ in range(k)], n, "nocg")
+    copy_q = rate(lambda k: [workspace.remove_workspace(workspace.copy_workspace(src))
+                             for _ in range(k)], n, "copy_q")
+    with limits_off(cgroup=False, tmpfs=True):
+        copy_d = rate(lambda k: [workspace.remove_workspace(workspace.copy_workspace(src))
+                                 for _ in range(k)], n, "copy_d")
+    workspace.remove_workspace(src)
 
     files = {f"data/f{i}.txt": f"line {i}\n" for i in range(20)}
     files["notes.txt"] = "apple\nbanana\napple pie\ncherry\n" * 5
@@ -81,29 +109,28 @@ def main() -> None:
     seq_v.close()
     par_v.close()
 
-    shm = float("nan")
-    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-        os.environ["PIVOTRL_WORKSPACE_DIR"] = "/dev/shm"
-        shm_v = get_verifier("shell")
-        shm_v.score_batch(turns, [run_msg("true")] * len(turns))
-        shm = rate(lambda k: shm_v.score_batch(ts[:k], cands[:k]), n, "shm")
-        shm_v.close()
-        del os.environ["PIVOTRL_WORKSPACE_DIR"]
+    with limits_off(cgroup=True, tmpfs=True):
+        off_v = get_verifier("shell")
+        off_v.score_batch(turns, [run_msg("true")] * len(turns))
+        off = rate(lambda k: off_v.score_batch(ts[:k], cands[:k]), n, "off")
+        off_v.close()
 
-    print(f"{'measure':44s} {'per second':>11s} {'ms each':>9s} {'CPU ms each':>12s}")
+    print(f"whole-sandbox limits here: {limits}")
+    print(f"{'measure':52s} {'per second':>11s} {'ms each':>9s} {'CPU ms each':>12s}")
     for key, name, r in [("plain", "subprocess.run(['true'])", plain),
-                         ("boxed", "run_in_sandbox('true')  (bwrap)", boxed),
+                         ("boxed", "run_in_sandbox('true')  (bwrap, limits in force)", boxed),
+                         ("nocg", "  same, without the cgroup", nocg),
+                         ("copy_q", "copy_workspace + remove (20 files, own tmpfs)", copy_q),
+                         ("copy_d", "  same, plain directory", copy_d),
                          ("seq", "shell verify, sequential", seq),
                          ("par", f"shell verify, score_batch ({par_v.config.workers} threads)",
                           par),
-                         ("shm", "  same, workspaces on /dev/shm", shm)]:
-        if r != r:  # nan: no /dev/shm here
-            continue
-        print(f"{name:44s} {r:11.1f} {1000 / r:9.2f} {1000 * CPU[key]:12.2f}")
+                         ("off", "  same, without cgroup and tmpfs quota", off)]:
+        print(f"{name:52s} {r:11.1f} {1000 / r:9.2f} {1000 * CPU[key]:12.2f}")
     print(f"sandbox overhead: {plain / boxed:.1f}x a plain subprocess in wall time "
           f"(+{1000 / boxed - 1000 / plain:.1f} ms per command), "
           f"{CPU['boxed'] / max(CPU['plain'], 1e-9):.1f}x in CPU")
-    best = max(seq, par, shm if shm == shm else 0)
+    best = max(seq, par)
     print(f"shell verifications/s: {best:.1f} measured (target >= 30: "
           f"{'met' if best >= 30 else 'NOT met'}); CPU-bound ceiling "
           f"{1 / CPU['par']:.0f}/s per idle core; cores here: {os.cpu_count()}, "

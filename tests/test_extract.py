@@ -65,7 +65,8 @@ def test_split_is_by_trajectory_seeded_and_complete(tmp_path):
 def test_cli_extract_writes_rejects_next_to_output_with_line_numbers(tmp_path):
     src = tmp_path / "in.jsonl"
     good = open(EXAMPLE).readline().strip()
-    src.write_text("\n".join([good, "{oops", good.replace('"tool"', '"robot"'), good]) + "\n")
+    other = json.dumps({**json.loads(good), "id": "another-id"})
+    src.write_text("\n".join([good, "{oops", good.replace('"tool"', '"robot"'), other]) + "\n")
     out = tmp_path / "turns.jsonl"
     result = CliRunner().invoke(app, ["extract", str(src), "--out", str(out)])
     assert result.exit_code == 0, result.output

@@ -14,7 +14,12 @@ SEED_LINES = open("examples/trajectories.jsonl").read().splitlines()
 @st.composite
 def mutated_line(draw):
     line = draw(st.sampled_from(SEED_LINES))
-    kind = draw(st.sampled_from(["byte", "cut", "json", "keep"]))
+    kind = draw(st.sampled_from(["byte", "cut", "json", "keep", "break", "blank"]))
+    if kind == "break":  # characters str.splitlines would split on: data here, not line ends
+        i = draw(st.integers(0, len(line)))
+        return line[:i] + draw(st.sampled_from(["\r", "\x0b", "\x1c", "\u2028", "\x85"])) + line[i:]
+    if kind == "blank":
+        return draw(st.sampled_from(["", " ", "\t", " \r", "\u00a0"]))
     if kind == "byte" and line:
         i = draw(st.integers(0, len(line) - 1))
         return line[:i] + draw(st.characters(blacklist_categories=["Cs"])) + line[i + 1:]
@@ -40,12 +45,16 @@ def mutated_line(draw):
 def test_reader_never_crashes_and_accounts_for_every_line(tmp_path, lines):
     src = tmp_path / "in.jsonl"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    nonblank = sum(1 for l in src.read_bytes().decode().split("\n") if l.strip())
-    results = list(read_records(src, Trajectory))
+    n_lines = src.read_bytes().count(b"\n")  # only "\n" ends a line
+    counts = {}
+    results = list(read_records(src, Trajectory, counts=counts))
     ok = sum(isinstance(r, Trajectory) for _, r in results)
     rejected = sum(isinstance(r, Reject) for _, r in results)
-    assert ok + rejected == len(results) == nonblank
+    assert ok + rejected + counts.get("blank", 0) == n_lines
     summary = extract_file(src, tmp_path / "turns.jsonl")
-    assert summary.trajectories + sum(summary.rejects.values()) == summary.read == nonblank
+    assert summary.read == n_lines
+    assert summary.trajectories + sum(summary.rejects.values()) + summary.blank == n_lines
     n_rejects = (tmp_path / "turns.rejects.jsonl").read_bytes().count(b"\n")
-    assert n_rejects == rejected
+    assert n_rejects == sum(summary.rejects.values()) >= rejected  # + duplicate ids
+    turn_ids = [json.loads(l)["id"] for l in (tmp_path / "turns.jsonl").read_text().split("\n") if l]
+    assert len(turn_ids) == len(set(turn_ids))

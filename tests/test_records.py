@@ -118,3 +118,47 @@ def test_append_writer_survives_kill_and_repairs_torn_tail(tmp_path):
 def test_rejects_path_sits_next_to_output(tmp_path):
     assert rejects_path(tmp_path / "turns.jsonl") == tmp_path / "turns.rejects.jsonl"
     assert "reject" in rejects_path("x/out").name
+
+
+def test_every_record_field_is_documented_and_samples_declare_their_fields():
+    from pivotrl import records
+
+    models = [records.FunctionCall, records.ToolCall, records.Message, records.Trajectory,
+              records.Turn, records.Sample, records.Profile]
+    for model in models:
+        for name, info in model.model_fields.items():
+            assert info.description, f"{model.__name__}.{name} has no description"
+    # what profiling writes into a sample is declared, not an undocumented extra
+    assert {"finish_reason", "tokens"} <= set(records.Sample.model_fields)
+
+
+def test_one_atomic_writer_in_the_code_base():
+    """Temp-file-then-rename lives in records.atomic_path only; everything else calls it."""
+    import re
+    from pathlib import Path
+
+    import pivotrl
+
+    src = Path(pivotrl.__file__).parent
+    pattern = re.compile(r"mkstemp|os\.replace\(|os\.rename\(|\.tmp\"\)|tmp\.replace\(")
+    offenders = [f"{p.relative_to(src)}:{i}" for p in src.rglob("*.py")
+                 for i, line in enumerate(p.read_text().splitlines(), 1)
+                 if pattern.search(line) and p.name != "records.py"
+                 and not line.lstrip().startswith("#")]
+    # directories, not file writers: the sandbox's skeleton root is renamed into place, and
+    # workspace.remove_tree moves subdirectories up to flatten a tree it deletes
+    assert [o for o in offenders if not o.startswith(("sandbox.py", "workspace.py"))] == []
+
+
+def test_atomic_writer_leaves_the_old_file_when_interrupted(tmp_path):
+    from pivotrl.records import AtomicWriter, write_text_atomic
+
+    out = tmp_path / "out.jsonl"
+    write_text_atomic(out, "old\n")
+    with pytest.raises(RuntimeError):
+        with AtomicWriter(out) as w:
+            w.write({"a": 1})
+            raise RuntimeError("killed")
+    assert out.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
+    write_atomic(out, [{"a": 1}])
+    assert out.read_text() == '{"a": 1}\n' and oct(out.stat().st_mode & 0o777) != "0o600"

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
+from pivotrl.outputs import guarded_command
 from pivotrl.records import RecordError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -34,7 +35,7 @@ def line_progress(description: str):
         yield lambda lineno: progress.update(task, completed=lineno)
 
 
-@app.command()
+@guarded_command(app, inputs=["trajectories"], outputs=["out", "eval_out"])
 def extract(
     trajectories: Path = typer.Argument(..., help="Trajectory JSONL (OpenAI chat messages)."),
     out: Path = typer.Option(..., "--out", help="Turns JSONL to write."),
@@ -66,7 +67,7 @@ def extract(
         raise typer.Exit(1)
 
 
-@app.command()
+@guarded_command(app, inputs=["cases", "config"], outputs=["out"], with_sidecars=False)
 def verify(cases: Path = typer.Argument(..., help="Verify cases JSONL (Turn + candidate/completion)."),
            verifier: str = typer.Option("toolcall", help="Verifier name."),
            config: Optional[Path] = typer.Option(None, help="YAML verifier config."),
@@ -103,7 +104,7 @@ def verify(cases: Path = typer.Argument(..., help="Verify cases JSONL (Turn + ca
         console.print(f"  {n:6d}  {reason}")
 
 
-@app.command()
+@guarded_command(app, inputs=["turns", "shard_files", "config", "verifier_config"], outputs=["out"])
 def profile(
     turns: Path = typer.Argument(..., help="Turns JSONL (from pivotrl extract)."),
     shard_files: Optional[list[Path]] = typer.Argument(None, help="With --merge: shard outputs to join."),
@@ -207,7 +208,7 @@ def profile(
     console.print(table)
 
 
-@app.command()
+@guarded_command(app, inputs=["profile_file"], outputs=["out"])
 def select(
     profile_file: Path = typer.Argument(..., metavar="PROFILE", help="Profile JSONL (pivotrl profile)."),
     out: Path = typer.Option(..., "--out", help="Pivots JSONL (Profile records, input order)."),
@@ -375,7 +376,7 @@ def demo(out: Path = typer.Option(Path("pivotrl_demo"), help="Output folder (cac
     console.print(f"report: {out / 'report.md'}  results: {out / 'results.json'}")
 
 
-@app.command()
+@guarded_command(app, inputs=["turns"], outputs=["out"])
 def export(turns: Path = typer.Argument(..., help="Turns or pivots JSONL."),
            format: str = typer.Option(..., "--format", help="nemo-gym (JSONL rows) or verl (parquet)."),
            out: Path = typer.Option(..., "--out", help="Output file."),
@@ -412,7 +413,7 @@ def export(turns: Path = typer.Argument(..., help="Turns or pivots JSONL."),
         raise typer.Exit(1)
 
 
-@import_app.command("nemo-gym")
+@guarded_command(import_app, "nemo-gym", inputs=["rows"], outputs=["out"])
 def import_nemo_gym(rows: Path = typer.Argument(..., help="NeMo-Gym rows JSONL."),
                     out: Path = typer.Option(..., "--out", help="Turns JSONL to write.")) -> None:
     """NeMo-Gym pivot rows back to Turns."""

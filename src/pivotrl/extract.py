@@ -16,8 +16,9 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from rich.table import Table
 
-from pivotrl.records import (AtomicWriter, Reject, Trajectory, Turn, message_text, read_records,
-                             rejects_path)
+from pivotrl.outputs import check_outputs
+from pivotrl.records import (AtomicWriter, RecordError, Reject, Trajectory, Turn, dump,
+                             message_text, read_records, rejects_path)
 
 
 class ExtractOptions(BaseModel):
@@ -77,7 +78,8 @@ def extract_turns(traj: Trajectory, opts: ExtractOptions) -> tuple[list[Turn], C
 
 @dataclass
 class ExtractSummary:
-    read: int = 0
+    read: int = 0  # every line of the file: read = trajectories + rejected + blank
+    blank: int = 0  # lines of JSON whitespace only (skipped)
     trajectories: int = 0
     turns_train: int = 0
     turns_eval: int = 0
@@ -89,7 +91,8 @@ class ExtractSummary:
 
     def table(self) -> Table:
         t = Table(title="pivotrl extract", show_header=False)
-        t.add_row("lines read", str(self.read))
+        t.add_row("lines read", f"{self.read} = {self.trajectories} processed + "
+                  f"{sum(self.rejects.values())} rejected + {self.blank} blank (skipped)")
         t.add_row("trajectories", f"{self.trajectories} ({self.trajectories_eval} held out for eval)")
         t.add_row("turns written", f"{self.turns_train} train, {self.turns_eval} eval")
         for domain, n in sorted(self.per_domain.items()):
@@ -111,21 +114,33 @@ def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None 
                  eval_out: str | Path | None = None, strict: bool = False,
                  progress=None) -> ExtractSummary:
     """Stream `path` → turns in `out` (and `eval_out` for held-out trajectories), bad lines to
-    `<out stem>.rejects.jsonl`. All outputs are written atomically."""
+    `<out stem>.rejects.jsonl`. All outputs are written atomically.
+
+    Rules: a later trajectory with an id already seen is rejected (turn ids must be unique);
+    blank lines are skipped and counted; every line is counted once in `read`."""
     opts = opts or ExtractOptions()
     out = Path(out)
     if opts.eval_fraction > 0 and eval_out is None:
         eval_out = out.with_name(out.name.replace(".jsonl", "") + ".eval.jsonl")
+    check_outputs([path], [out, eval_out, rejects_path(out)])
     summary = ExtractSummary(rejects_file=str(rejects_path(out)))
+    counts: dict[str, int] = {}
+    first_line: dict[str, int] = {}  # trajectory id -> line it was first read on
     with AtomicWriter(out) as train_w, AtomicWriter(rejects_path(out)) as reject_w:
         eval_w = AtomicWriter(eval_out) if eval_out else None
         try:
-            for lineno, rec in read_records(path, Trajectory, strict=strict):
+            for lineno, rec in read_records(path, Trajectory, strict=strict, counts=counts):
                 summary.read += 1
+                if not isinstance(rec, Reject) and rec.id in first_line:
+                    rec = Reject(str(path), lineno, f"duplicate trajectory id {rec.id!r} (first "
+                                 f"on line {first_line[rec.id]})", "id", dump(rec)[:2000])
+                    if strict:
+                        raise RecordError(rec)
                 if isinstance(rec, Reject):
                     summary.rejects[reject_kind(rec.reason)] += 1
                     reject_w.write(rec.to_json())
                     continue
+                first_line[rec.id] = lineno
                 summary.trajectories += 1
                 turns, skipped = extract_turns(rec, opts)
                 summary.skipped.update(skipped)
@@ -146,4 +161,6 @@ def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None 
             raise
         if eval_w is not None:
             eval_w.__exit__(None, None, None)
+    summary.blank = counts.get("blank", 0)
+    summary.read += summary.blank
     return summary

@@ -27,8 +27,9 @@ from pydantic import BaseModel, Field
 from pivotrl.actions import parse_completion
 from pivotrl.chat import prompt_text
 from pivotrl.formats import PLAIN_TOKEN_BUDGET, parser_for, token_budget
+from pivotrl.outputs import output_lock
 from pivotrl.records import (AppendWriter, Profile, Reject, Sample, Turn, done_ids, read_records,
-                             rejects_path, write_atomic)
+                             rejects_path, write_atomic, write_text_atomic)
 from pivotrl.sampling.base import Completion, SamplingParams, derive_seed
 from pivotrl.scoring import Parser, score_completions
 from pivotrl.verifiers.base import Score
@@ -245,7 +246,16 @@ def profile_file(turns_path: str | Path, out_path: str | Path, sampler, verifier
                  cfg: ProfileConfig, *, model_name: str = "", progress: bool = True,
                  console=None) -> dict[str, Any]:
     """Profile a Turn file into an append-only Profile file (resumable); returns the stats dict
-    also written to PROFILE.stats.json."""
+    also written to PROFILE.stats.json. One run per output at a time: a second run on the same
+    `out_path` fails with OutputLockedError (a ValueError) instead of writing every turn twice."""
+    with output_lock(out_path):
+        return _profile_locked(turns_path, out_path, sampler, verifier, tokenizer, cfg,
+                               model_name=model_name, progress=progress, console=console)
+
+
+def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verifier, tokenizer,
+                    cfg: ProfileConfig, *, model_name: str = "", progress: bool = True,
+                    console=None) -> dict[str, Any]:
     t0 = time.perf_counter()
     shard = parse_shard(cfg.shard)
     out_path, spath = Path(out_path), stats_path(out_path)
@@ -278,10 +288,7 @@ def profile_file(turns_path: str | Path, out_path: str | Path, sampler, verifier
         doc = {"settings": identity, "turns_file": str(turns_path),
                "totals": {k: sum(r.get(k, 0) for r in all_runs) for k in keys},
                "outcomes": summarize_output(out_path) if final else None, "runs": all_runs}
-        spath.parent.mkdir(parents=True, exist_ok=True)
-        tmp = spath.with_name(spath.name + ".tmp")
-        tmp.write_text(json.dumps(doc, indent=2))
-        tmp.replace(spath)
+        write_text_atomic(spath, json.dumps(doc, indent=2))
         return doc
 
     bar = _progress(console) if progress else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,14 +29,17 @@ class Record(BaseModel):
 
 
 class FunctionCall(Record):
-    name: str
-    arguments: str | dict[str, Any] = "{}"
+    name: str = Field(..., description="Name of the called tool (OpenAI `function.name`).")
+    arguments: str | dict[str, Any] = Field(
+        "{}", description="Arguments: a JSON object, or a string holding one (OpenAI's form); "
+        "default: no arguments.")
 
 
 class ToolCall(Record):
-    id: str | None = None
-    type: str = "function"
-    function: FunctionCall
+    id: str | None = Field(None, description="Call id that a later tool message answers "
+                           "(`tool_call_id`); None when the data set has none.")
+    type: str = Field("function", description="OpenAI call type; only 'function' exists.")
+    function: FunctionCall = Field(..., description="The called function and its arguments.")
 
     def args(self) -> dict[str, Any]:
         """The arguments as a dict, whichever form the file used (raises ValueError if not JSON)."""
@@ -43,45 +47,60 @@ class ToolCall(Record):
 
 
 class Message(Record):
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str | list[Any] | None = None
-    tool_calls: list[ToolCall] | None = None
-    tool_call_id: str | None = None
-    reasoning_content: str | None = None
-    name: str | None = None
+    role: Literal["system", "user", "assistant", "tool"] = Field(
+        ..., description="Who speaks (OpenAI chat roles).")
+    content: str | list[Any] | None = Field(
+        None, description="Text, or OpenAI content parts; None for a pure tool-call message.")
+    tool_calls: list[ToolCall] | None = Field(
+        None, description="Assistant only: the tool calls of this message.")
+    tool_call_id: str | None = Field(
+        None, description="Tool only: id of the call this message answers.")
+    reasoning_content: str | None = Field(
+        None, description="Assistant only: the model's thinking, kept apart from content.")
+    name: str | None = Field(None, description="Tool only: name of the answering tool.")
 
 
 class Trajectory(Record):
-    id: str
-    messages: list[Message]
-    tools: list[dict[str, Any]] = Field(default_factory=list)
-    domain: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    id: str = Field(..., description="Unique id of the trajectory within its file.")
+    messages: list[Message] = Field(..., description="The conversation, in order.")
+    tools: list[dict[str, Any]] = Field(
+        default_factory=list, description="OpenAI tool schemas offered to the model; default none.")
+    domain: str | None = Field(None, description="Task family, for per-domain counts.")
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="Anything else (e.g. a workspace for the shell "
+        "verifier); copied into every Turn.")
 
 
 class Turn(Record):
-    id: str
-    trajectory_id: str
-    turn: int
-    domain: str | None = None
-    tools: list[dict[str, Any]] = Field(default_factory=list)
-    context: list[Message]
-    expected: Message
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    id: str = Field(..., description="`<trajectory id>/<assistant ordinal>`.")
+    trajectory_id: str = Field(..., description="Id of the trajectory the turn comes from.")
+    turn: int = Field(..., description="Ordinal of the expected message among the trajectory's "
+                      "assistant messages (0-based).")
+    domain: str | None = Field(None, description="The trajectory's domain.")
+    tools: list[dict[str, Any]] = Field(default_factory=list,
+                                        description="The trajectory's tool schemas.")
+    context: list[Message] = Field(..., description="Every message before the expected one.")
+    expected: Message = Field(..., description="The expert's assistant message at this turn.")
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="The trajectory's metadata plus `message_index`.")
 
 
 class Sample(Record):
-    completion: str
-    reward: float
-    valid: bool
-    reason: str = ""
+    completion: str = Field(..., description="The sampled text, as the model wrote it.")
+    reward: float = Field(..., description="Verifier reward in [0, 1] (pivotrl.scoring).")
+    valid: bool = Field(..., description="False when the text could not be parsed or scored.")
+    reason: str = Field("", description="Why the reward is what it is; empty when unremarkable.")
+    finish_reason: str | None = Field(
+        None, description="Why sampling stopped: 'stop', or 'length' when cut at max_new_tokens; "
+        "None when the sampler does not say.")
+    tokens: int | None = Field(None, description="Tokens generated; None when not reported.")
 
 
 class Profile(Turn):
-    k: int
-    samples: list[Sample]
-    reward_mean: float
-    reward_std: float
+    k: int = Field(..., description="Samples drawn for this turn.")
+    samples: list[Sample] = Field(..., description="The K samples with their rewards.")
+    reward_mean: float = Field(..., description="Mean reward over the samples.")
+    reward_std: float = Field(..., description="Population standard deviation of the rewards.")
 
 
 def parse_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any]:
@@ -169,11 +188,72 @@ def _first_error(exc: ValidationError) -> tuple[str, str]:
 
 
 T = TypeVar("T", bound=BaseModel)
+MAX_DEPTH = 64  # deepest JSON nesting accepted (real records: < 20; pydantic's encoder fails ~250)
+UTF8_BOM = "\ufeff"
+
+
+def iter_lines(path: str | Path) -> Iterator[tuple[int, str, str]]:
+    """(line number, text without its "\n", problem) of every line of a JSONL file: the one
+    way every reader here splits and decodes, so line numbers match `wc -l` and editors.
+
+    - only "\n" ends a line: "\r", "\x0b", "\x1c", U+2028 ... are data (str.splitlines would
+      split on them and shift every later line);
+    - a UTF-8 BOM at the start of the file is not data and is dropped;
+    - a line that is not UTF-8 comes with problem "not UTF-8 ..." (text decoded with U+FFFD,
+      for the rejects file only): nothing is silently replaced.
+    Blank lines are yielded too: what they mean is the caller's rule (`is_blank`).
+    """
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if raw.endswith(b"\n"):
+                raw = raw[:-1]
+            try:
+                text, problem = raw.decode("utf-8"), ""
+            except UnicodeDecodeError as exc:
+                text = raw.decode("utf-8", "replace")
+                problem = f"not UTF-8: invalid byte at column {exc.start + 1}"
+            if lineno == 1 and text.startswith(UTF8_BOM):
+                text = text[1:]
+            yield lineno, text, problem
+
+
+def is_blank(text: str) -> bool:
+    """Only JSON whitespace (space, tab, CR): such a line holds no record and is skipped and
+    counted; any other character makes it a record line (rejected if it is not one)."""
+    return not text.strip(" \t\r")
+
+
+def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether lists/objects nest deeper than `limit` (iterative: no recursion on the input)."""
+    stack = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
+
+
+def parse_json_line(text: str) -> tuple[Any, str]:
+    """(value, "") or (None, reason) for one line's JSON; never raises on hostile input."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"not JSON: {exc.msg} at column {exc.colno}"
+    except RecursionError:
+        return None, f"not accepted: JSON nested deeper than {MAX_DEPTH} levels"
+    if isinstance(value, (dict, list)) and too_deep(value):
+        return None, f"not accepted: JSON nested deeper than {MAX_DEPTH} levels"
+    return value, ""
 
 
 def read_records(path: str | Path, model: type[T], *, strict: bool = False,
-                 check=None) -> Iterator[tuple[int, T | Reject]]:
-    """Yield (line number, record or Reject) for every non-blank line of a JSONL file.
+                 check=None, counts: dict[str, int] | None = None
+                 ) -> Iterator[tuple[int, T | Reject]]:
+    """Yield (line number, record or Reject) for every non-blank line of a JSONL file
+    (lines as `iter_lines` reads them; blank lines are skipped and counted in
+    `counts["blank"]` when `counts` is given).
 
     `check(record) -> (field, reason) | None` adds semantic validation (e.g. `check_trajectory`
     for Trajectory files). With strict=True the first bad line raises RecordError instead.
@@ -181,23 +261,24 @@ def read_records(path: str | Path, model: type[T], *, strict: bool = False,
     path = Path(path)
     if check is None and model is Trajectory:
         check = check_trajectory
-    # newline="\n": line numbers match `wc -l` and editors (a stray \r is data, not a line break).
-    with path.open("r", encoding="utf-8", errors="replace", newline="\n") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            result = _parse_line(str(path), lineno, line, model, check)
-            if strict and isinstance(result, Reject):
-                raise RecordError(result)
-            yield lineno, result
+    for lineno, text, problem in iter_lines(path):
+        if not problem and is_blank(text):
+            if counts is not None:
+                counts["blank"] = counts.get("blank", 0) + 1
+            continue
+        if problem:
+            result: T | Reject = Reject(str(path), lineno, problem, "", text[:2000])
+        else:
+            result = _parse_line(str(path), lineno, text, model, check)
+        if strict and isinstance(result, Reject):
+            raise RecordError(result)
+        yield lineno, result
 
 
-def _parse_line(file: str, lineno: int, line: str, model: type[T], check) -> T | Reject:
-    raw = line.rstrip("\n")
-    try:
-        obj = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        return Reject(file, lineno, f"not JSON: {exc.msg} at column {exc.colno}", "", raw[:2000])
+def _parse_line(file: str, lineno: int, raw: str, model: type[T], check) -> T | Reject:
+    obj, problem = parse_json_line(raw)
+    if problem:
+        return Reject(file, lineno, problem, "", raw[:2000])
     if not isinstance(obj, dict):
         return Reject(file, lineno, f"expected a JSON object, got {type(obj).__name__}", "",
                       raw[:2000])
@@ -230,20 +311,42 @@ def dump(record: BaseModel | dict[str, Any]) -> str:
     return json.dumps(record, ensure_ascii=False)
 
 
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """`with atomic_path(out) as tmp:` write the whole file to `tmp` (any writer: text, JSONL,
+    parquet); it replaces `out` only when the block ends without an exception, so readers never
+    see a half file and an interrupted run leaves the previous file (or none). The one
+    temp-file-then-rename in the code base."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    # mkstemp makes the file 0600; give it the permissions a plain open() would.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb") as fh:  # the data is on disk before the name points at it
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """A whole text file (JSON stats, a report) via `atomic_path`."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
 class AtomicWriter:
-    """Write a whole JSONL file via temp file + rename: readers never see a half file, and an
-    interrupted run leaves the previous file (or none) in place."""
+    """Write a whole JSONL file via `atomic_path` (temp file + rename)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, self._tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.",
-                                         suffix=".tmp")
-        # mkstemp makes the file 0600; give it the permissions a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(self._tmp, 0o666 & ~umask)
-        self._fh = os.fdopen(fd, "w", encoding="utf-8")
+        self._ctx = atomic_path(self.path)
+        self._fh = self._ctx.__enter__().open("w", encoding="utf-8")
         self.count = 0
 
     def write(self, record: BaseModel | dict[str, Any]) -> None:
@@ -253,15 +356,12 @@ class AtomicWriter:
     def __enter__(self) -> AtomicWriter:
         return self
 
-    def __exit__(self, exc_type, *_) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._fh.close()
         if exc_type is None:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self._fh.close()
-            os.replace(self._tmp, self.path)
-        else:
-            self._fh.close()
-            Path(self._tmp).unlink(missing_ok=True)
+            self._ctx.__exit__(None, None, None)
+        else:  # the temp file is removed, the exception goes on
+            self._ctx.__exit__(exc_type, exc, tb)
 
 
 def write_atomic(path: str | Path, records: Iterable[BaseModel | dict[str, Any]]) -> int:
@@ -317,12 +417,7 @@ def done_ids(path: str | Path, key: str = "id") -> set[str]:
     if not path.exists():
         return set()
     repair_tail(path)
-    ids = set()
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                ids.add(str(json.loads(line)[key]))
-    return ids
+    return {str(json.loads(text)[key]) for _, text, _ in iter_lines(path) if not is_blank(text)}
 
 
 def rejects_path(out: str | Path) -> Path:

@@ -22,7 +22,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from pivotrl.actions import parse_completion
-from pivotrl.records import Message, Turn, _first_error
+from pivotrl.outputs import check_outputs
+from pivotrl.records import Message, Turn, _first_error, is_blank, iter_lines, parse_json_line
 from pivotrl.scoring import Parser, score_actions
 from pivotrl.yaml_config import read_mapping
 from pivotrl.verifiers import get_verifier
@@ -57,12 +58,11 @@ class VerifySummary:
 def _case(lineno: int, line: str, parse: Parser = parse_completion
           ) -> tuple[str | None, Turn | None, Message | None, str]:
     """(id, turn, action, problem) for one input line; problem != "" means a bad line."""
-    if not line.strip():
+    if is_blank(line):
         return None, None, None, f"line {lineno}: blank line"
-    try:
-        obj = json.loads(line)
-    except (ValueError, RecursionError) as exc:
-        return None, None, None, f"line {lineno}: not JSON: {exc}"
+    obj, problem = parse_json_line(line)
+    if problem:
+        return None, None, None, f"line {lineno}: {problem}"
     if not isinstance(obj, dict):
         return None, None, None, f"line {lineno}: expected a JSON object, got {type(obj).__name__}"
     case_id = obj.get("id") if isinstance(obj.get("id"), str) else None
@@ -98,6 +98,7 @@ def verify_file(cases_path: str | Path, verifier_name: str, config: dict[str, An
                 out_path: str | Path | None = None, parse: Parser = parse_completion) -> VerifySummary:
     """Score every line of `cases_path`; write results to `out_path` (stdout when None).
     parse: how "completion" texts are read (the model's `formats.parser_for`)."""
+    check_outputs([cases_path], [out_path])
     verifier = get_verifier(verifier_name, **(config or {}))
     summary = VerifySummary()
     out = open(out_path, "w", encoding="utf-8") if out_path is not None else sys.stdout
@@ -120,11 +121,11 @@ def verify_file(cases_path: str | Path, verifier_name: str, config: dict[str, An
         pending.clear()
 
     try:
-        with open(cases_path, encoding="utf-8", errors="replace") as fh:
-            for lineno, line in enumerate(fh, start=1):
-                pending.append(_case(lineno, line, parse))
-                if len(pending) >= BATCH:
-                    flush()
+        for lineno, line, problem in iter_lines(cases_path):
+            pending.append((None, None, None, f"line {lineno}: {problem}") if problem
+                           else _case(lineno, line, parse))
+            if len(pending) >= BATCH:
+                flush()
         flush()
     finally:
         if out_path is not None:

@@ -18,8 +18,11 @@ functions added at their turn), BFCL's step limit per user turn, success = BFCL'
 `{"in_domain": {world: {"success", "ci95", "episodes", "turn_accuracy", ...}},
   "ood": {family: {"accuracy", "ci95", "n"}}}`, and `write_result` puts a markdown table next to it.
 
-`ood_logprob_stats` measures how far a checkpoint moved from the base on OOD text (mean per-token
-KL and the rank correlation of the base's top-k next tokens): the demo's Theorem 3.3 check.
+`evaluate_world` and `evaluate_ood` also return per-item outcomes on request (`items=[]`), the
+rows the demo's paired verdicts are computed from. `ood_logprob_stats` measures how far a
+checkpoint moved from the base on OOD text (mean per-token KL and the rank correlation of the
+base's top-k next tokens), averaged over every position: a descriptive drift measure; the
+demo's Theorem 3.3 check proper is in theory.py.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from pivotrl.records import Trajectory, iter_valid
+from pivotrl.records import Trajectory, iter_valid, write_text_atomic
 
 DEFAULT_VERIFIERS = {"toolshop": "toolcall", "terminal": "shell"}
 
@@ -342,9 +345,7 @@ def write_result(result: dict[str, Any], out: str | Path) -> tuple[Path, Path]:
     """RESULT.json (atomically) and RESULT.md next to it."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(out)
+    write_text_atomic(out, json.dumps(result, indent=2) + "\n")
     md = out.with_suffix(".md")
     md.write_text(markdown(result), encoding="utf-8")
     return out, md

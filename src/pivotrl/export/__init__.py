@@ -9,8 +9,6 @@ output. No output path may be an input path.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,8 +21,8 @@ from pivotrl.export.nemo_gym import (DEFAULT_AGENT_NAME, PARALLEL_CALLS, missing
                                      nemo_gym_to_turn, row_problem, turn_to_nemo_gym)
 from pivotrl.export.verl import (DEFAULT_AGENT_LOOP, ToolUnion, tool_config_path, turn_to_verl,
                                  verl_schema, write_tool_config)
-from pivotrl.records import (Record, Reject, Trajectory, Turn, check_trajectory, read_records,
-                             rejects_path, write_atomic)
+from pivotrl.records import (Record, Reject, Trajectory, Turn, atomic_path, check_trajectory,
+                             read_records, rejects_path, write_atomic)
 
 FORMATS = ("nemo-gym", "verl")
 __all__ = ["DEFAULT_AGENT_LOOP", "DEFAULT_AGENT_NAME", "FORMATS", "PARALLEL_CALLS", "ExportSummary",
@@ -155,26 +153,18 @@ def _write_parquet(out: Path, rows: Iterator[dict[str, Any]], batch_rows: int) -
     import pyarrow.parquet as pq
 
     schema = verl_schema()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    os.close(fd)
     n = 0
-    try:
-        with pq.ParquetWriter(tmp, schema) as writer:
-            batch: list[dict[str, Any]] = []
-            for row in rows:
-                batch.append(row)
-                if len(batch) >= batch_rows:
-                    writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-                    n += len(batch)
-                    batch = []
-            if batch or n == 0:
+    with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema) as writer:
+        batch: list[dict[str, Any]] = []
+        for row in rows:
+            batch.append(row)
+            if len(batch) >= batch_rows:
                 writer.write_table(pa.Table.from_pylist(batch, schema=schema))
                 n += len(batch)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+                batch = []
+        if batch or n == 0:
+            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+            n += len(batch)
     return n
 
 

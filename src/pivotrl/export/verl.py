@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pivotrl.records import Message, Turn, message_text
+from pivotrl.records import Message, Turn, message_text, write_text_atomic
 
 DEFAULT_AGENT_LOOP = "single_turn_agent"
 # verl's tool registry imports this class by name; BaseTool carries a schema and executes nothing.
@@ -153,7 +153,5 @@ def write_tool_config(path: Path, union: ToolUnion) -> None:
     header = ("# verl tool config written by `pivotrl export --format verl`: the tools of the rows\n"
               "# of the parquet next to it. Point data.tool_config_path (single_turn_agent) or\n"
               "# actor_rollout_ref.rollout.multi_turn.tool_config_path (tool_agent) at this file.\n")
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(header + yaml.safe_dump(union.config(), sort_keys=False, allow_unicode=True),
-                   encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, header + yaml.safe_dump(union.config(), sort_keys=False,
+                                                    allow_unicode=True))

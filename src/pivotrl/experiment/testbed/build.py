@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from pivotrl.experiment.evaluate import EvalConfig
-from pivotrl.records import write_atomic
+from pivotrl.records import write_atomic, write_text_atomic
 from pivotrl.yaml_config import load_model
 from pivotrl.experiment.testbed.pretrain import PretrainConfig
 from pivotrl.experiment.testbed.tiny import TinyModelConfig
@@ -219,9 +219,7 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     lap("evaluate", t0)
     info["timings"] = timings
     info["build_seconds"] = round(time.time() - start, 1)
-    tmp = out / "build.json.tmp"
-    tmp.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(out / "build.json")
+    write_text_atomic(out / "build.json", json.dumps(info, indent=2) + "\n")
     return {**info, "cached": False}
 
 

@@ -1,0 +1,115 @@
+"""Output paths: no verb writes onto one of its inputs, and one writer at a time per output.
+
+`check_outputs` is the one rule, `guarded_command` applies it to every CLI verb before the verb
+opens anything, and `output_lock` keeps two runs from appending to the same file.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pivotrl.records import rejects_path
+
+
+class OutputPathError(ValueError):
+    """An output path that is an input, or another output, of the same command."""
+
+
+class OutputLockedError(ValueError):
+    """Another live process is writing the same output."""
+
+
+def _identities(p: Path) -> set[tuple[object, ...]]:
+    ids: set[tuple[object, ...]] = {("path", str(p.resolve()))}  # symlinks followed
+    try:
+        st = p.stat()
+        ids.add(("inode", st.st_dev, st.st_ino))  # hard links
+    except OSError:
+        pass
+    return ids
+
+
+def check_outputs(inputs: Iterable[str | Path | None],
+                  outputs: Iterable[str | Path | None]) -> None:
+    """Raise OutputPathError when an output would overwrite an input or another output: the
+    same resolved path (symlinks followed) or, for files that exist, the same inode (hard
+    links). None entries are ignored."""
+    seen: dict[tuple[object, ...], tuple[str, Path]] = {}
+    for kind, paths in (("input", inputs), ("output", outputs)):
+        for raw in paths:
+            if raw is None:
+                continue
+            p = Path(raw)
+            ids = _identities(p)
+            for key in ids:
+                if kind == "output" and key in seen:
+                    other_kind, other = seen[key]
+                    raise OutputPathError(f"output {p} is the same file as {other_kind} {other}: "
+                                          "refusing to overwrite it; choose another path")
+            for key in ids:
+                seen.setdefault(key, (kind, p))
+
+
+def sidecars(out: str | Path) -> list[Path]:
+    """Files verbs write next to OUT: its rejects, stats and histogram."""
+    out = Path(out)
+    stem = out.name[: -len(".jsonl")] if out.name.endswith(".jsonl") else out.name
+    return [rejects_path(out), out.with_name(f"{stem}.stats.json"),
+            out.with_name(f"{stem}.hist.png")]
+
+
+def _paths(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def guarded_command(app, name: str | None = None, *, inputs: Iterable[str] = (),
+                    outputs: Iterable[str] = (), with_sidecars: bool = True):
+    """`app.command(name)` whose parameters named in `outputs` (plus their `sidecars` unless
+    with_sidecars=False) are checked against those named in `inputs` before the verb runs; an
+    OutputPathError, there or from inside the verb, exits 2 with the message."""
+    def register(fn):
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def verb(*args, **kwargs):
+            import typer
+            from rich.console import Console
+
+            given = sig.bind_partial(*args, **kwargs).arguments
+            ins = [p for k in inputs for p in _paths(given.get(k))]
+            outs = [q for k in outputs for p in _paths(given.get(k)) if p is not None
+                    for q in [p, *(sidecars(p) if with_sidecars else [])]]
+            try:
+                check_outputs(ins, outs)
+                return fn(*args, **kwargs)
+            except OutputPathError as exc:
+                Console(stderr=True, soft_wrap=True).print(f"[red]{exc}[/red]")
+                raise typer.Exit(2) from None
+        return app.command(name)(verb)
+    return register
+
+
+@contextmanager
+def output_lock(path: str | Path) -> Iterator[Path]:
+    """Hold an exclusive lock on `path` for the block, via `flock` on the sidecar file
+    `<path>.lock`: a second writer fails at once (OutputLockedError), and since the kernel drops
+    the lock when its holder dies, a lock file left by a killed run never blocks a resume."""
+    import fcntl
+
+    lock = Path(path).with_name(Path(path).name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(lock, "a")
+    try:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputLockedError(f"{path} is being written by another run (lock {lock} is "
+                                    "held); wait for it to finish or choose another --out") from None
+        yield lock
+    finally:
+        fh.close()

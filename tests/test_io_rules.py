@@ -1,0 +1,137 @@
+"""Inputs and outputs: no verb overwrites an input, every line is read one way and accounted for."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from pivotrl.cli import app
+from pivotrl.extract import extract_file
+from pivotrl.records import Reject, Trajectory, read_records
+
+GOOD = {"id": "t1", "messages": [{"role": "user", "content": "hi"},
+                                 {"role": "assistant", "content": "hello"}]}
+
+
+def traj(i: int, **extra) -> str:
+    return json.dumps({**GOOD, "id": f"t{i}", **extra})
+
+
+def write(path, lines: list[str]) -> os.PathLike:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def test_extract_refuses_eval_out_equal_to_out(tmp_path):
+    src = write(tmp_path / "in.jsonl", [traj(i) for i in range(20)])
+    out = tmp_path / "turns.jsonl"
+    res = CliRunner().invoke(app, ["extract", str(src), "--out", str(out), "--eval-fraction",
+                                   "0.5", "--eval-out", str(out)])
+    assert res.exit_code == 2 and "same file" in " ".join(res.output.split())
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("link", ["same", "symlink", "hardlink"])
+def test_extract_refuses_to_write_onto_its_input(tmp_path, link):
+    src = write(tmp_path / "in.jsonl", [traj(i) for i in range(3)])
+    before = src.read_bytes()
+    out = tmp_path / "out.jsonl"
+    if link == "same":
+        out = tmp_path / "sub" / ".." / "in.jsonl"
+        (tmp_path / "sub").mkdir()
+    elif link == "symlink":
+        out.symlink_to(src)
+    else:
+        os.link(src, out)
+    res = CliRunner().invoke(app, ["extract", str(src), "--out", str(out)])
+    assert res.exit_code == 2 and "same file" in " ".join(res.output.split())
+    assert src.read_bytes() == before
+
+
+def test_verify_refuses_out_equal_to_its_input(tmp_path):
+    cases = write(tmp_path / "cases.jsonl", ['{"id": "x"}'])
+    res = CliRunner().invoke(app, ["verify", str(cases), "--out", str(cases)])
+    assert res.exit_code == 2
+    assert cases.read_text() == '{"id": "x"}\n'
+
+
+def test_verify_answers_exactly_one_line_per_input_line(tmp_path):
+    """A lone CR (and other characters str.splitlines breaks on) inside a JSON line is data."""
+    case = {"id": "c1", "trajectory_id": "t", "turn": 0, "context": [{"role": "user",
+            "content": "a\rb\x0bc\u2028d"}], "expected": {"role": "assistant", "content": "ok"},
+            "candidate": {"content": "ok"}}
+    # a raw CR is JSON whitespace between tokens; U+2028 is allowed raw inside strings
+    lines = [json.dumps(case, ensure_ascii=False).replace(', "turn"', ',\r"turn"')] * 3
+    lines += ["", "not json"]
+    cases = write(tmp_path / "cases.jsonl", lines)
+    out = tmp_path / "res.jsonl"
+    res = CliRunner().invoke(app, ["verify", str(cases), "--verifier", "exact", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    got = out.read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(got) == 5
+    assert [json.loads(g)["id"] for g in got] == ["c1", "c1", "c1", None, None]
+
+
+def test_each_line_rule_is_applied_and_counted(tmp_path):
+    deep = "[" * 100_000 + "]" * 100_000
+    meta = {}
+    for _ in range(300):
+        meta = {"x": meta}
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"\xef\xbb\xbf" + traj(0).encode() + b"\n"  # BOM: not data
+                    + b"   \t\r\n"  # whitespace only: skipped, counted
+                    + b"\n"  # blank: skipped, counted
+                    + deep.encode() + b"\n"  # nested 100k deep: rejected
+                    + traj(1, metadata=meta).encode() + b"\n"  # 300 deep: rejected
+                    + traj(2).encode()[:-1] + b', "domain": "\xff\xfe"}\n'  # not UTF-8: rejected
+                    + traj(3).encode() + b"\n"
+                    + traj(0).encode() + b"\n")  # duplicate id: rejected
+    summary = extract_file(src, tmp_path / "turns.jsonl")
+    assert summary.read == 8
+    assert (summary.trajectories, sum(summary.rejects.values()), summary.blank) == (2, 4, 2)
+    rejects = [json.loads(l) for l in (tmp_path / "turns.rejects.jsonl").read_text().splitlines()]
+    assert [r["line"] for r in rejects] == [4, 5, 6, 8]
+    assert "nested deeper" in rejects[0]["reason"] and "nested deeper" in rejects[1]["reason"]
+    assert "not UTF-8" in rejects[2]["reason"]
+    assert "duplicate trajectory id 't0'" in rejects[3]["reason"]
+    turn_ids = [json.loads(l)["id"] for l in (tmp_path / "turns.jsonl").read_text().splitlines()]
+    assert turn_ids == ["t0/0", "t3/0"]
+    results = list(read_records(src, Trajectory))
+    assert isinstance(results[0][1], Trajectory) and results[0][0] == 1
+
+
+HOLD_LOCK = """
+import sys, time
+from pivotrl.outputs import output_lock
+with output_lock(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_profile_out_is_locked_against_a_second_run_but_not_by_a_dead_one(tmp_path):
+    from pivotrl.profiling import ProfileConfig, profile_file
+
+    out = tmp_path / "profile.jsonl"
+    turns = write(tmp_path / "turns.jsonl", [])
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        with pytest.raises(ValueError, match="being written by another run"):
+            profile_file(turns, out, None, None, None, ProfileConfig(k=2))
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+    assert out.with_name("profile.jsonl.lock").exists()  # left behind by the killed run
+    from pivotrl.outputs import output_lock
+
+    t0 = time.monotonic()
+    with output_lock(out):  # a stale lock file does not block the resume
+        pass
+    assert time.monotonic() - t0 < 1
