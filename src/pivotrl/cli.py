@@ -309,17 +309,23 @@ def evaluate(
     model: Path = typer.Option(..., "--model", help="Checkpoint dir (HF format: model + tokenizer)."),
     testbed: Optional[Path] = typer.Option(None, "--testbed", help="Dir written by `pivotrl testbed build`."),
     out: Path = typer.Option(..., "--out", help="RESULT.json (a RESULT.md table is written next to it)."),
-    bfcl: Optional[Path] = typer.Option(None, "--bfcl", help="BFCL trajectories (`pivotrl data bfcl "
-                                        "--out F`): adds in_domain.bfcl_<category>, judged by "
-                                        "BFCL's multi_turn_checker."),
+    bfcl: Optional[Path] = typer.Option(None, "--bfcl", help="BFCL trajectories (`pivotrl data bfcl --out F`): "
+                                        "adds in_domain.bfcl_<category>, judged by BFCL's multi_turn_checker."),
     episodes: int = typer.Option(100, "--episodes", help="Eval episodes per world / BFCL category (0 = all)."),
     turn_trajectories: int = typer.Option(50, "--turn-trajectories",
                                           help="Eval trajectories per world scored turn by turn (0 = none)."),
     ood_per_family: int = typer.Option(100, "--ood", help="OOD eval tasks per family (0 = all)."),
     temperature: float = typer.Option(0.0, help="0 = greedy; > 0 samples with --seed."),
     seed: int = typer.Option(0, help="Sampling seed (temperature > 0)."),
+    turns: Optional[Path] = typer.Option(None, help="Instead: held-out Turn JSONL of any data set."),
+    verifier: str = typer.Option("toolcall", help="With --turns: the verifier."),
+    verifier_config: Optional[Path] = typer.Option(None, help="With --turns: the verifier's YAML options."),
 ) -> None:
-    """In-domain episode success and OOD accuracy of a checkpoint, with 95% intervals."""
+    """Episode success and OOD accuracy, 95% intervals; --turns: turn accuracy, clustered interval."""
+    if turns is not None:  # any data set's held-out turns (pivotrl.turn_eval)
+        from pivotrl.turn_eval import cli_evaluate_turns
+        raise typer.Exit(cli_evaluate_turns(console, model, turns, out, testbed or bfcl, verifier, verifier_config,
+                                            temperature=temperature, seed=seed))
     from rich.table import Table
 
     from pivotrl.experiment.evaluate import EvalConfig, evaluate_checkpoint, write_result

@@ -166,12 +166,21 @@ def _chunks(items: Iterable[Turn], size: int) -> Iterator[list[Turn]]:
         yield chunk
 
 
-def read_turns(path: str | Path) -> tuple[list[tuple[int, Turn]], list[Reject]]:
-    """Valid turns with their line numbers; bad lines and repeated ids become Rejects."""
+def read_turns(path: str | Path, shard: tuple[int, int] | None = None
+               ) -> tuple[list[tuple[int, Turn]], list[Reject]]:
+    """Valid turns with their line numbers; bad lines and repeated ids become Rejects.
+
+    shard (I, N): keep only the turns with shard_of(id, N) == I, each other turn dropped as soon
+    as it is read. A turn stores its whole context, so a turns file is many times the size of
+    its trajectories; this way each of N shard processes holds 1/N of it, not all of it. A
+    repeated id falls in the same shard as its first copy, so duplicates are still caught; bad
+    lines are reported by every shard (they have no trustworthy id)."""
     turns, rejects, first = [], [], {}
     for lineno, rec in read_records(path, Turn):
         if isinstance(rec, Reject):
             rejects.append(rec)
+        elif shard is not None and shard_of(rec.id, shard[1]) != shard[0]:
+            continue
         elif rec.id in first:
             rejects.append(Reject(str(path), lineno, f"duplicate id {rec.id!r} (first on line "
                                   f"{first[rec.id]})", "id"))
@@ -267,11 +276,9 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
         if changed:
             raise ValueError(f"{out_path} was written with other settings {changed} "
                              "(old, new); resume with the same command or write a new --out")
-    turns, rejects = read_turns(turns_path)
+    turns, rejects = read_turns(turns_path, shard)
     if rejects:
         write_atomic(rejects_path(out_path), [r.to_json() for r in rejects])
-    if shard is not None:
-        turns = [(ln, t) for ln, t in turns if shard_of(t.id, shard[1]) == shard[0]]
     done = done_ids(out_path)
     todo = [t for _, t in turns if t.id not in done]
     stats = RunStats(turns_selected=len(turns), turns_done_before=len(turns) - len(todo),
