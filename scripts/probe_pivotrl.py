@@ -1,18 +1,17 @@
 """Probe one-turn GRPO on one testbed world: does it raise turn accuracy on held-out expert states?
 
-Profiles the first `--profile-turns` expert turns of WORLD with the base (resumable, the demo's
-`prepare_world`), then trains each `--arm` (any demo method) at one lr for `--steps`, and prints
-turn accuracy (greedy, `state` verifier) on the expert states of `--trajectories` eval
-trajectories at every checkpoint, plus the greedy accuracy on the training pivots themselves
-(memorised vs learned). Two arms train side by side (one thread each).
+Profiles every turn of the first `--profile-trajectories` train trajectories of WORLD with the
+base (resumable, the demo's `prepare_world`), then trains each `--arm` (any demo method) at one
+lr for `--steps`, and prints turn accuracy (greedy, `state` verifier) on the expert states of
+`--trajectories` eval trajectories at every checkpoint, plus the greedy accuracy on the training
+pivots themselves (memorised vs learned). Two arms train side by side (one thread each).
 
-The held-out states come from eval trajectories 50.. (`--dev-offset`), disjoint from the eval
-tasks the demo reports on (its first 30), so choosing settings with this probe does not tune the
-demo's own measurement. (Session 3's first probes, which set the demo's pivots_per_step, used
-eval trajectories 0–39; see the issue #7 note.)
+The held-out states come from the demo's dev split (eval trajectories 0–39 by default,
+`--dev-offset`), never from its eval split (40–99), so choosing settings with this probe does not
+tune the measurement the demo's verdicts are drawn from.
 
     python3 scripts/probe_pivotrl.py --testbed runs/testbed --out runs/probe --world toolshop \
-        --profile-turns 480 --arm pivotrl --arm sft --lr 3e-4 --steps 60 --eval-every 20
+        --profile-trajectories 100 --arm pivotrl --arm sft --lr 3e-4 --steps 60 --eval-every 20
 """
 
 import argparse
@@ -77,7 +76,8 @@ def main() -> None:
     ap.add_argument("--num-generations", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--trajectories", type=int, default=40, help="eval trajectories (held-out states)")
-    ap.add_argument("--dev-offset", type=int, default=50, help="first eval trajectory used (the demo uses 0-29)")
+    ap.add_argument("--dev-offset", type=int, default=0,
+                    help="first eval trajectory used (the demo's dev split is 0-39, its eval split 40-99)")
     args = ap.parse_args()
     cfg = DemoConfig(worlds=[args.world], profile_trajectories=args.profile_trajectories, steps=args.steps,
                      eval_every=args.eval_every, pivots_per_step=args.pivots_per_step,
