@@ -160,7 +160,12 @@ def rollout_match(rows: list[dict[str, Any]], items: list[dict[str, Any]], chose
             out[measure] = {**with_p, "without_profiling": without, "profiling_turns": profiling,
                             "base": base}
     head = out.get("turn") or out.get("episode") or {}
-    return {"pivotrl": head.get("pivotrl"), "e2e_rl": head.get("e2e_rl"), "by_measure": out}
+
+    def whole(x: float | None) -> int | None:  # the contract's ints (means over seeds, rounded)
+        return None if x is None else int(round(x))
+
+    return {"pivotrl": whole(head.get("pivotrl")), "e2e_rl": whole(head.get("e2e_rl")),
+            "by_measure": out}
 
 
 def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds: list[int],
