@@ -137,6 +137,25 @@ class SandboxCgroup:
             return None
         return group
 
+    def release(self) -> None:
+        """Remove the cgroup now if it is empty, else in a background thread (the sandbox's
+        processes die with its pid namespace a few milliseconds after bwrap exits; waiting for
+        them would add that to every run)."""
+        if not self._try_rmdir():
+            threading.Thread(target=self.destroy, daemon=True).start()
+
+    def _try_rmdir(self) -> bool:
+        left = []
+        for d in self.dirs:
+            try:
+                d.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                left.append(d)
+        self.dirs = left
+        return not left
+
     def destroy(self) -> None:
         """Kill whatever is left in the cgroup and remove it."""
         for d in self.dirs:

@@ -360,7 +360,7 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
             if fd >= 0:
                 os.close(fd)
         if group is not None:
-            group.destroy()
+            group.release()
         if as_root:
             chown_tree(workdir, owner.st_uid, owner.st_gid)
     stderr = err.decode("utf-8", "replace")
