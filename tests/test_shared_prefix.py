@@ -45,13 +45,13 @@ def grpo_batch(prompt_lengths=(9, 14, 6), group=3, seed=0):
     return ids, mask, n_completion
 
 
-def trl_logps(model, ids, mask, n_completion, batch_size=None):
+def trl_logps(model, ids, mask, n_completion, batch_size=None, compute_entropy=True):
     """TRL 1.16's own `_get_per_token_logps_and_entropies` (unbound; it only needs an autocast)."""
     from trl import GRPOTrainer
 
     fake = SimpleNamespace(accelerator=SimpleNamespace(autocast=nullcontext))
     logps, ent, _ = GRPOTrainer._get_per_token_logps_and_entropies.__wrapped__(
-        fake, model, ids, mask, n_completion, batch_size=batch_size, compute_entropy=True)
+        fake, model, ids, mask, n_completion, batch_size=batch_size, compute_entropy=compute_entropy)
     return logps, ent
 
 
@@ -210,7 +210,29 @@ def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_pa
         assert (grads[name] - ref).abs().max() <= 1e-4 * ref.abs().max(), name
 
 
-def _ddp_worker(rank: int, world: int, port: int, out_dir: str) -> None:
+def test_kl_reference_logprobs_take_the_shared_prefix_too(tiny_model_dir, tmp_path):
+    """beta > 0: TRL's separate reference model gets the shared-prefix forward as well, same numbers."""
+    from transformers import AutoTokenizer
+
+    from pivotrl.train.grpo import build_trainer, load_pivot_set
+    from pivotrl.train.shared_prefix import has_shared_prefix_forward
+    from tests.test_train_grpo import small_config
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    cfg = small_config(tmp_path, tiny_model_dir, beta=0.04)
+    trainer = build_trainer(cfg, load_pivot_set(cfg), reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+                            tokenizer=tok)
+    assert trainer.ref_model is not None and has_shared_prefix_forward(trainer._causal_lm(trainer.ref_model))
+    ids, mask, n_completion = grpo_batch(prompt_lengths=(30, 41, 25))
+    ids = ids % len(tok)
+    with torch.no_grad():
+        shared, _, _ = trainer._get_per_token_logps_and_entropies(trainer.ref_model, ids, mask, n_completion)
+        reference, _ = trl_logps(trainer.ref_model, ids, mask, n_completion, compute_entropy=False)
+    assert (reference[mask[:, -n_completion:].bool()] != 0).all()
+    assert (shared - reference).abs().max() <= 1e-5
+
+
+def _ddp_worker(rank: int, world: int, out_dir: str) -> None:
     """One DDP rank: shared-prefix log-probs through the DDP wrapper on this rank's batch."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -218,7 +240,8 @@ def _ddp_worker(rank: int, world: int, port: int, out_dir: str) -> None:
     from pivotrl.train.shared_prefix import shared_prefix_logps
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    # A rendezvous file, not a TCP port: nothing another process on the machine can take first.
+    dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous", rank=rank, world_size=world)
     try:
         ids, mask, n_completion = grpo_batch(seed=10 + rank)
         for find_unused in (False, True):
@@ -235,15 +258,10 @@ def test_ddp_syncs_shared_prefix_gradients(tmp_path):
     """Under DDP (2 gloo processes, different batches) the shared-prefix forward is ONE call of
     the wrapped model: the all-reduced gradients equal the mean of TRL's per-rank gradients, with
     and without find_unused_parameters."""
-    import socket
-
     import torch.multiprocessing as mp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     model = prepared(tiny_llama(3))  # also imports everything before the fork: children start at once
-    mp.start_processes(_ddp_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True, start_method="fork")
+    mp.start_processes(_ddp_worker, args=(2, str(tmp_path)), nprocs=2, join=True, start_method="fork")
     per_rank = []
     for rank in range(2):
         ids, mask, n_completion = grpo_batch(seed=10 + rank)
