@@ -3,6 +3,7 @@ openai backend's headers, extra_body and API key from the environment (a real lo
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import sys
 import threading
@@ -43,7 +44,9 @@ def fake_vllm(monkeypatch, max_model_len=16):
                 out.append(types.SimpleNamespace(outputs=outs))
             return out
 
-    module = types.SimpleNamespace(LLM=LLM, SamplingParams=lambda **kw: types.SimpleNamespace(**kw))
+    module = types.ModuleType("vllm")
+    module.__spec__ = importlib.machinery.ModuleSpec("vllm", None)
+    module.LLM, module.SamplingParams = LLM, lambda **kw: types.SimpleNamespace(**kw)
     monkeypatch.setitem(sys.modules, "vllm", module)
     return calls
 
@@ -129,3 +132,38 @@ def test_openai_headers_extra_body_and_key_from_the_environment(recorder, monkey
     assert {k.lower(): v for k, v in _Recorder.seen[-1][1].items()}["authorization"] == "Bearer sk-default"
     with pytest.raises(SamplerError, match="NOT_SET_ANYWHERE"):
         get_sampler("openai", "served", base_url=recorder, api_key_env="NOT_SET_ANYWHERE")
+
+
+def test_profile_cli_passes_engine_options_and_reports_long_prompts(tmp_path, monkeypatch,
+                                                                     tiny_model_dir):
+    from transformers import AutoTokenizer
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+
+    calls = fake_vllm(monkeypatch)
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    monkeypatch.setattr(sys.modules["vllm"].LLM, "get_tokenizer", lambda self: tokenizer)
+    turns = tmp_path / "turns.jsonl"
+    turns.write_text("".join(json.dumps({
+        "id": f"t{i}/1", "trajectory_id": f"t{i}", "turn": 1, "tools": [],
+        "context": [{"role": "user", "content": "hi" + " and more" * (300 * (i == 1))}],
+        "expected": {"role": "assistant", "content": "ok"}}) + "\n" for i in range(3)))
+    out = tmp_path / "p.jsonl"
+    args = ["profile", str(turns), "--model", str(tiny_model_dir), "--backend", "vllm",
+            "--out", str(out), "--k", "2", "--verifier", "exact", "--max-new-tokens", "4",
+            "--tensor-parallel-size", "2", "--max-model-len", "256", "--no-prefix-caching",
+            "--dtype", "bfloat16", "--no-progress"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert {k: calls["init"][k] for k in ("tensor_parallel_size", "max_model_len",
+                                          "enable_prefix_caching", "dtype")} == {
+        "tensor_parallel_size": 2, "max_model_len": 256, "enable_prefix_caching": False,
+        "dtype": "bfloat16"}
+    assert len(out.read_text().splitlines()) == 2  # t1's prompt is longer than 256 tokens
+    assert "prompts too long" in r.output
+    again = CliRunner().invoke(app, args)  # a resume does not trip on it either
+    assert again.exit_code == 0, again.output
+    bad = CliRunner().invoke(app, [*args[:6], "--out", str(tmp_path / "q.jsonl"), "--backend",
+                                   "hf", "--header", "X: y"])
+    assert bad.exit_code == 1 and "do not apply to --backend hf" in " ".join(bad.output.split())

@@ -128,6 +128,18 @@ def profile(
                                "appears exactly once."),
     config: Optional[Path] = typer.Option(None, help="YAML of profile options (configs/profile.yaml)."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
+    tensor_parallel_size: Optional[int] = typer.Option(None, help="vllm: GPUs one model is split over."),
+    max_model_len: Optional[int] = typer.Option(None, help="vllm: context length (default: the "
+                                                "model's); longer prompts are skipped and reported."),
+    gpu_memory_utilization: Optional[float] = typer.Option(None, help="vllm: share of GPU memory (0.9)."),
+    dtype: Optional[str] = typer.Option(None, help="vllm: auto | bfloat16 | float16 | float32."),
+    prefix_caching: Optional[bool] = typer.Option(None, "--prefix-caching/--no-prefix-caching",
+                                                  help="vllm: reuse shared prompt prefixes (on)."),
+    api_key_env: Optional[str] = typer.Option(None, help="openai: environment variable holding the "
+                                              "API key (default OPENAI_API_KEY; never the key itself)."),
+    header: Optional[list[str]] = typer.Option(None, "--header", help="openai: 'Name: value' sent "
+                                               "with every request (repeat)."),
+    extra_body: Optional[str] = typer.Option(None, help="openai: JSON object merged into every request."),
 ) -> None:
     """Sample K actions per turn with the reference policy and score them.
 
@@ -166,6 +178,11 @@ def profile(
     if verifier_config is not None:
         opts["verifier_config"] = read_mapping(verifier_config)
     try:
+        opts["engine"] = {**(opts.get("engine") or {}), **_engine_flags(
+            tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization, dtype=dtype,
+            enable_prefix_caching=prefix_caching, api_key_env=api_key_env, header=header,
+            extra_body=extra_body)}
         cfg = prof.ProfileConfig(**opts)
         prof.parse_shard(cfg.shard)
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
@@ -182,9 +199,10 @@ def profile(
 
             tokenizer = AutoTokenizer.from_pretrained(model)
             sampler = get_sampler("openai", served_model_name, base_url=base_url,
-                                  concurrency=concurrency)
+                                  concurrency=concurrency, **_engine_options("openai", cfg.engine))
         else:
-            sampler = get_sampler(backend, model, **({"batch_size": batch_size} if backend == "hf" else {}))
+            sampler = get_sampler(backend, model, **({"batch_size": batch_size} if backend == "hf" else {}),
+                                  **_engine_options(backend, cfg.engine))
             tokenizer = sampler.tokenizer
         doc = prof.profile_file(turns, out, sampler, ver, tokenizer, cfg, model_name=model,
                                 progress=progress, console=console)
@@ -205,7 +223,41 @@ def profile(
         table.add_row(key.replace("_", " "), str(run[key]))
     for key in ("all_fail", "mixed", "all_pass"):
         table.add_row(f"turns {key.replace('_', '-')}", str(oc[key]))
+    if run.get("too_long"):
+        table.add_row("prompts too long (skipped, in the rejects file)", str(len(run["too_long"])))
     console.print(table)
+
+
+_OPENAI_ENGINE_KEYS = ("headers", "extra_body", "api_key_env")
+
+
+def _engine_flags(*, header: Optional[list[str]], extra_body: Optional[str], **flags) -> dict:
+    """Engine flags given on the command line, as `ProfileConfig.engine` keys."""
+    import json
+
+    out = {key: val for key, val in flags.items() if val is not None}
+    if header:
+        pairs = [h.split(":", 1) for h in header]
+        if any(len(p) != 2 or not p[0].strip() for p in pairs):
+            raise ValueError(f"--header must be 'Name: value', got {header}")
+        out["headers"] = {name.strip(): value.strip() for name, value in pairs}
+    if extra_body is not None:
+        body = json.loads(extra_body)  # a JSONDecodeError is a ValueError
+        if not isinstance(body, dict):
+            raise ValueError("--extra-body must be a JSON object")
+        out["extra_body"] = body
+    return out
+
+
+def _engine_options(backend: str, engine: dict) -> dict:
+    """The engine options `backend` takes; any other is an error, not silently dropped."""
+    if backend == "openai":
+        wrong = sorted(set(engine) - set(_OPENAI_ENGINE_KEYS))
+    else:
+        wrong = sorted(engine) if backend == "hf" else sorted(set(engine) & set(_OPENAI_ENGINE_KEYS))
+    if wrong:
+        raise ValueError(f"engine options {wrong} do not apply to --backend {backend}")
+    return dict(engine)
 
 
 @guarded_command(app, inputs=["profile_file"], outputs=["out"])

@@ -31,6 +31,7 @@ from pivotrl.outputs import output_lock
 from pivotrl.records import (AppendWriter, Profile, Reject, Sample, Turn, done_ids, read_records,
                              rejects_path, write_atomic, write_text_atomic)
 from pivotrl.sampling.base import Completion, SamplingParams, derive_seed
+from pivotrl.sampling.pipeline import prefetch, prompt_limit, split_too_long
 from pivotrl.scoring import Parser, score_completions
 from pivotrl.verifiers.base import Score
 
@@ -65,6 +66,12 @@ class ProfileConfig(BaseModel):
                              "chunk are written when it is done).")
     shard: str | None = Field(None, description="'I/N': profile only turns with "
                               "hash(id) mod N == I (0-based).")
+    engine: dict[str, Any] = Field(default_factory=dict, description="Options of the sampling "
+                                   "backend: vllm, pivotrl.sampling.vllm.VLLMOptions "
+                                   "(tensor_parallel_size, max_model_len, gpu_memory_utilization, "
+                                   "dtype, enable_prefix_caching, extra); openai, headers, "
+                                   "extra_body, api_key_env. They change speed, not samples, so a "
+                                   "resume may change them.")
 
     def sampling(self, tokenizer: Any = None) -> SamplingParams:
         """Sampling parameters; an unset max_new_tokens is the model's budget (needs `tokenizer`)."""
@@ -151,6 +158,9 @@ class RunStats(BaseModel):
     invalid_samples: int = Field(0, description="Unparseable or unusable samples (reward 0).")
     truncated_samples: int = Field(0, description="Samples cut at max_new_tokens.")
     rejected_lines: int = Field(0, description="Bad lines of the Turn file (see the rejects file).")
+    too_long: dict[str, int] = Field(default_factory=dict, description="Turns skipped because "
+                                     "their prompt is longer than the engine takes (id: prompt "
+                                     "tokens); in the rejects file, and skipped again on resume.")
     wall_seconds: float = 0.0
     samples_per_second: float = 0.0
 
@@ -197,10 +207,19 @@ def profile_stream(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: Pro
     params = cfg.sampling(tokenizer)
     parse = parse or parser_for(tokenizer, cfg.response_format, cfg.chat_template_kwargs)
     stats = stats if stats is not None else RunStats()
-    for chunk in _chunks(turns, cfg.chunk_turns):
+    limit = prompt_limit(sampler)
+
+    def sample(chunk: list[Turn]) -> tuple[list[Turn], list[list[Completion]]]:
         prompts = [prompt_text(tokenizer, t.context, t.tools, cfg.chat_template_kwargs) for t in chunk]
+        fits, too_long = split_too_long(prompts, tokenizer, limit)
+        for i, n in too_long.items():  # set aside and reported, not a failed chunk
+            stats.too_long[chunk[i].id] = n
+        chunk, prompts = [chunk[i] for i in fits], [prompts[i] for i in fits]
         seeds = [turn_seed(cfg.seed, t.id) for t in chunk]
-        completions = sampler.sample(prompts, cfg.k, params, seeds=seeds)
+        return chunk, sampler.sample(prompts, cfg.k, params, seeds=seeds) if chunk else []
+
+    # Chunk i+1 is sampled while chunk i is scored (pivotrl.sampling.pipeline).
+    for chunk, completions in prefetch(sample, _chunks(turns, cfg.chunk_turns)):
         samples = score_samples(verifier, chunk, completions, parse)
         for turn, comps, row in zip(chunk, completions, samples):
             stats.rollout_turns += len(comps)
@@ -317,6 +336,12 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
         if bar is not None:
             bar.stop()
         doc = save(final=True)
+    if stats.too_long:  # nothing lost: what the engine cannot take is listed with the reason
+        lines = {t.id: ln for ln, t in turns}
+        write_atomic(rejects_path(out_path), [r.to_json() for r in rejects] + [
+            Reject(str(turns_path), lines.get(tid, 0), f"prompt of {n} tokens is longer than the "
+                   f"engine takes ({prompt_limit(sampler)}); raise max_model_len", "context").to_json()
+            for tid, n in stats.too_long.items()])
     return doc
 
 

@@ -1,0 +1,75 @@
+"""Keeping an engine busy and whole: prompts it cannot take are set aside before sampling, and the
+next chunk is sampled while the caller scores the current one.
+
+`prefetch(fn, items)` yields fn(item) in order, computing fn(next item) in a worker thread while
+the caller works on the current result. Profiling uses it so the GPU (or the server) samples chunk
+i+1 while the CPU parses and verifies chunk i; results and their order are exactly those of the
+plain loop (each chunk's seeds depend on its turns only), and an error in the worker is raised in
+the caller at that chunk.
+
+`split_too_long(prompts, tokenizer, limit)` tells which prompts exceed the engine's context
+(`sampler.max_prompt_tokens()`), so one over-long prompt costs a report instead of the whole
+chunk: vLLM fails a `generate` call outright on such a prompt, and a resume would hit it again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+_END = object()
+
+
+def prompt_limit(sampler: Any) -> int | None:
+    """The longest prompt (tokens) `sampler` accepts, when it knows one."""
+    limit = getattr(sampler, "max_prompt_tokens", None)
+    value = limit() if callable(limit) else None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def split_too_long(prompts: list[str], tokenizer: Any, limit: int | None) -> tuple[list[int], dict[int, int]]:
+    """(indices of prompts that fit, {index: token count} of those longer than `limit`).
+    Counted as the engines tokenize them: no special tokens added (pivotrl.chat)."""
+    if limit is None:
+        return list(range(len(prompts))), {}
+    fits, too_long = [], {}
+    for i, prompt in enumerate(prompts):
+        n = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        if n > limit:
+            too_long[i] = n
+        else:
+            fits.append(i)
+    return fits, too_long
+
+
+def prefetch(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+    """fn(item) for each item in order; fn(next) runs in a daemon thread (it does not hold the
+    process at exit after Ctrl-C) while the caller handles the current result."""
+    it = iter(items)
+
+    def start(item: T) -> tuple[threading.Thread, dict[str, Any]]:
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["value"] = fn(item)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller below
+                box["error"] = exc
+
+        thread = threading.Thread(target=run, name="pivotrl-prefetch", daemon=True)
+        thread.start()
+        return thread, box
+
+    first = next(it, _END)
+    pending = start(first) if first is not _END else None
+    while pending is not None:
+        thread, box = pending
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        following = next(it, _END)
+        pending = start(following) if following is not _END else None
+        yield box["value"]
