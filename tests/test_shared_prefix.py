@@ -159,12 +159,12 @@ def test_gradient_checkpointing_is_unsupported():
 
 
 @pytest.mark.parametrize("switch", [True, False])
-def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_path, switch):
+def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_path, monkeypatch, switch):
     """PivotGRPOTrainer's GRPO loss on one micro-batch: shared-prefix path == TRL's path; with the
     switch off the trainer never takes the shared-prefix path."""
     from transformers import AutoTokenizer
 
-    from pivotrl.train import shared_prefix
+    from pivotrl.train import rewards, shared_prefix
     from pivotrl.train.grpo import build_trainer, load_pivot_set
     from tests.test_train_grpo import small_config
 
@@ -184,7 +184,8 @@ def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_pa
     model = trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train() in a real run
     calls = []
-    original = shared_prefix.shared_prefix_logps
+    monkeypatch.setattr(rewards, "shared_prefix_logps",
+                        lambda *a, **k: calls.append(1) or shared_prefix.shared_prefix_logps(*a, **k))
 
     def losses_and_grads(on: bool):
         trainer.shared_prefix = on and switch
@@ -194,15 +195,9 @@ def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_pa
         model.zero_grad(set_to_none=True)
         return loss.detach(), grads
 
-    import pivotrl.train.rewards as rewards
-
-    rewards.shared_prefix_logps = lambda *a, **k: calls.append(1) or original(*a, **k)
-    try:
-        ref_loss, ref_grads = losses_and_grads(False)
-        assert not calls
-        loss, grads = losses_and_grads(True)
-    finally:
-        rewards.shared_prefix_logps = original
+    ref_loss, ref_grads = losses_and_grads(False)
+    assert not calls
+    loss, grads = losses_and_grads(True)
     assert bool(calls) is switch
     assert ref_loss != 0 and abs(loss - ref_loss) <= 1e-5 * abs(ref_loss)
     assert grads.keys() == ref_grads.keys() and grads

@@ -8,8 +8,8 @@ attends to that single copy of its keys and values:
 
 1. stage 1: the distinct prompts of the micro-batch, minus their last token, go through the
    backbone into a `DynamicCache` (the per-layer keys/values, still attached to the graph);
-2. the cache rows are gathered to one row per completion (`index_select`, no copy of the
-   graph), so each completion's gradient flows back into the one prompt encoding;
+2. the cache rows are gathered to one row per completion (`index_select`, differentiable), so
+   the completions' gradients are summed back into the one prompt encoding;
 3. stage 2: each row's last prompt token plus its completion runs against that cache through
    TRL's fused LM head, whose log-prob/entropy kernel then scores the completion tokens exactly as
    TRL's own call does (the last prompt token's output predicts the first completion token).
@@ -27,9 +27,14 @@ what TRL feeds them too; RoPE models depend only on differences, so padding neve
 
 Distributed training: both stages run inside ONE call of the (DDP/DeepSpeed/FSDP-wrapped) model:
 `enable_shared_prefix_forward` wraps the model's own `forward` (the fused-LM-head forward TRL
-installed), and the prefix tensors travel as keyword arguments of that call. The wrapper's reducer
+installed), and the prefix tensors travel as keyword arguments of that call. DDP's reducer
 therefore sees one forward and one backward per micro-step, exactly as in TRL's path; parameters
-used in both stages get one summed gradient before any all-reduce hook fires.
+used in both stages get one summed gradient before any all-reduce hook fires (2-process test).
+
+Costs and limits: the gathered keys/values hold B x P entries per layer (TRL's path keeps those and
+every other activation of the G prompt copies); stage 1 also runs the last layer's MLP on the
+prompt, which nothing reads. Gradient checkpointing drops caches inside transformers' layers, so
+with it (and for multimodal or non-full-attention models) the trainer keeps TRL's path.
 
 Groups are found, not assumed: TRL shuffles each generation batch before splitting it into
 micro-batches, so a micro-batch holds whatever completions it holds; rows with the same prompt
@@ -44,8 +49,6 @@ from contextlib import nullcontext
 
 import torch
 
-# Keyword arguments the wrapped forward understands; any other call goes to the original forward.
-_PREFIX_KWARGS = ("prefix_ids", "prefix_mask", "prefix_index")
 _MARK = "_pivotrl_shared_prefix"
 
 
@@ -116,7 +119,8 @@ def _two_stage_forward(model, inner, prefix_ids, prefix_mask, prefix_index, kwar
                            f"{n_prefix} prompt positions; turn shared_prefix_loss off for this model")
     _gather_rows(cache, prefix_index)
     ids = kwargs["input_ids"]
-    kwargs["position_ids"] = (n_prefix + torch.arange(ids.size(1), device=ids.device)).unsqueeze(0).expand(ids.size(0), -1)
+    columns = n_prefix + torch.arange(ids.size(1), device=ids.device)
+    kwargs["position_ids"] = columns.unsqueeze(0).expand(ids.size(0), -1)
     kwargs["past_key_values"] = cache
     return inner(**kwargs)
 
