@@ -173,8 +173,9 @@ def gradient_check(model: Any, tokenizer: Any, states: Sequence[tuple[Profile, b
 def summarise_gradient(points: list[dict[str, Any]]) -> dict[str, Any]:
     mixed = [p for p in points if p["reward_std"] > 0]
 
-    def corr(key: str) -> float:
-        return pearson([p["reward_std"] for p in mixed], [p[key] for p in mixed])
+    def corr(key: str) -> float | None:  # None, not NaN: results.json stays strict JSON
+        r = pearson([p["reward_std"] for p in mixed], [p[key] for p in mixed])
+        return None if math.isnan(r) else r
 
     def mean(vals: list[float]) -> float | None:
         return sum(vals) / len(vals) if vals else None
