@@ -40,6 +40,9 @@ class World(Protocol):
     # shell): change the state's contents in place the way probe number `probe` does (every
     # honest read sees it; nothing a call names is renamed), False when there is no such probe.
     # The `state` verifier then judges a call by behaviour on the perturbed copies too.
+    #
+    # Optional: `fork(self) -> World`, an independent copy in the same state (cheaper than a
+    # reset and a replay of the context, for worlds whose replay runs programs).
 
 
 WorldFactory = Callable[[], World]

@@ -5,9 +5,9 @@ counts, `echo 4` only knows the answer. Comparing outputs on the one workspace t
 cannot tell them apart; comparing them on a *perturbed* copy can. Each probe changes file
 contents in a way every honest read sees, without renaming anything a command names:
 
-0. every line of every text file doubled (counts, heads, tails, cat, cut all change);
-1. one new line appended to every text file (sort -u, wc -l and full copies change);
-2. one new file `zz-extra` in every directory (ls and `*` globs change).
+0. every line of every text file doubled, and one new line appended (counts, heads, tails, cat,
+   cut, sort -u, wc and copies all change);
+1. one new file `zz-extra` in every directory (ls and `*` globs change).
 
 A probe is only used when the *expert's* outcome changes under it (its output, exit code or the
 changes it makes to the files): the expert reads what the probe changed, so an equivalent
@@ -22,7 +22,7 @@ import contextlib
 import os
 from pathlib import Path
 
-PROBES = ("doubled lines", "appended line", "extra file")
+PROBES = ("lines doubled and one appended", "extra file")
 EXTRA_LINE = "zz extra line\n"
 EXTRA_FILE = "zz-extra"
 
@@ -43,23 +43,18 @@ def _rewrite_text_files(root: Path, change) -> None:
                     fh.write(change(text))
 
 
-def _doubled(text: str) -> str:
-    return "".join(line + line if line.endswith("\n") else line + "\n" + line
-                   for line in text.splitlines(keepends=True))
-
-
-def _appended(text: str) -> str:
-    return text + ("" if not text or text.endswith("\n") else "\n") + EXTRA_LINE
+def _changed(text: str) -> str:
+    doubled = "".join(line + line if line.endswith("\n") else line + "\n" + line + "\n"
+                      for line in text.splitlines(keepends=True))
+    return doubled + EXTRA_LINE
 
 
 def perturb_workspace(root: Path | str, probe: int) -> bool:
     """Apply probe number `probe` to the directory in place; False when there is no such probe."""
     root = Path(root)
     if probe == 0:
-        _rewrite_text_files(root, _doubled)
+        _rewrite_text_files(root, _changed)
     elif probe == 1:
-        _rewrite_text_files(root, _appended)
-    elif probe == 2:
         for dirpath, _dirs, _files in os.walk(root, followlinks=False):
             with contextlib.suppress(OSError):
                 (Path(dirpath) / EXTRA_FILE).write_text("zz\n", encoding="utf-8")

@@ -20,7 +20,7 @@ the normalised stdouts are equal and the resulting file trees (`snapshot_dir`) a
 - A candidate that times out or passes the output cap scores 0; so does every candidate of a
   turn whose expert command does (the turn cannot be verified: reason says so).
 - Reads and writes, not only output: a candidate that matches is run again on perturbed copies
-  of the workspace (`pivotrl.verifiers.probes`: lines doubled, a line appended, an extra file)
+  of the workspace (`pivotrl.verifiers.probes`: lines doubled and one appended; an extra file)
   wherever the expert's outcome changes under the perturbation, and must still match. `echo 4`
   prints what `grep -c apple notes.txt` printed, but not what it prints once the file changes.
 - Call vs message: a command where the expert answered with a message, or a message where the
@@ -81,7 +81,7 @@ class ShellConfig(BaseModel):
     compare_stderr: bool = Field(False, description="Normalised stderr must be equal too.")
     probes: bool = Field(
         True, description="Re-run a matching candidate on perturbed copies of the workspace "
-                          "(lines doubled, a line appended, an extra file) where the expert's "
+                          "(lines doubled and one appended; an extra file) where the expert's "
                           "outcome changes, so a command that only prints the expected output "
                           "(echo 4) without the expert's reads and writes scores 0.")
     replay_context: bool = Field(
@@ -231,7 +231,7 @@ class ShellVerifier:
             if got.problem:
                 return Score(0.0, True, f"candidate command {got.problem}")
             diff = self._compare(expert, got)
-            if not diff and self.config.probes:
+            if not diff and self.config.probes and cand.commands != exp.commands:
                 diff = self._probe(base, expert, exp.commands, cand.commands)
         finally:
             self._release(base)

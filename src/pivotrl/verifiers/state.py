@@ -3,7 +3,8 @@
 The candidate earns 1 when executing its calls leaves the world in the same state and shows the
 agent the same observations as executing the expert's calls:
 - two fresh worlds, each built by `world_at_turn(turn)` (reset to the task's config + the
-  context's calls replayed); every sample gets its own world, never shared;
+  context's calls replayed); every sample gets its own world, never shared (a world that can
+  `fork()` is built once per turn and forked per sample: the same state without the replay);
 - expert calls run on one, candidate calls on the other, in the order given;
 - equal iff `snapshot()`s are equal AND the observations are equal as a multiset (parallel calls
   in another order read the same; a call that changes state shows in the snapshot anyway)
@@ -62,6 +63,9 @@ class StateConfig(BaseModel):
     max_calls: int = Field(
         16, description="A candidate with more calls than this scores 0 (runaway output).")
     cache_turns: int = Field(4096, description="Turns whose expert outcome is kept (LRU).")
+    cached_worlds: int = Field(
+        64, description="Worlds at a turn kept for forking (worlds with fork(): one per turn and "
+                        "probe, LRU; each may hold a workspace on disk).")
 
 
 def _numbers_by_value(obj: Any) -> Any:
@@ -103,6 +107,7 @@ class StateVerifier:
         self.config = StateConfig(**config)
         self._cache: OrderedDict[str, tuple[str, list[str]] | str] = OrderedDict()
         self._probe_cache: OrderedDict[tuple[str, int], Any] = OrderedDict()
+        self._bases: OrderedDict[tuple[str, int | None], Any] = OrderedDict()
         self._lock = threading.Lock()
         self._fallback = None
 
@@ -126,7 +131,7 @@ class StateVerifier:
         if isinstance(expert, str):
             return Score(0.0, False, expert)
         try:
-            world = world_at_turn(turn)
+            world = self._world(turn, None)
         except Exception as exc:  # noqa: BLE001  (any world failure is a verdict, not a crash)
             return Score(0.0, False, f"world could not be rebuilt: {type(exc).__name__}: {exc}")
         try:
@@ -137,7 +142,10 @@ class StateVerifier:
         verdict = self._compare(expert, got)
         if verdict.reward < 1.0 or not self.config.same_action:
             return verdict
-        if callable(getattr(world, "perturb", None)):
+        exp_args = [(c.function.name, c.args()) for c in turn.expected.tool_calls]
+        if cand_args == exp_args:
+            diff = ""  # the expert's own calls
+        elif callable(getattr(world, "perturb", None)):
             try:
                 diff = self._probe_diff(turn, cand_args)
             except Exception as exc:  # noqa: BLE001
@@ -174,8 +182,8 @@ class StateVerifier:
     def _effects(self, turn: Turn, probe: int | None, calls) -> tuple[Any, list[str]] | None:
         """(changes to the snapshot, observations) of `calls` on the world at `turn`, perturbed by
         `probe` unless None; None when the world has no such probe."""
-        world = world_at_turn(turn)
-        if probe is not None and not world.perturb(probe):
+        world = self._world(turn, probe)
+        if world is None:
             return None
         before = json.loads(_canonical_snapshot(world.snapshot()))
         after_text, observations = self._run(world, calls)
@@ -183,6 +191,26 @@ class StateVerifier:
         if isinstance(before, dict) and isinstance(after, dict):
             return writes(before, after), observations
         return after, observations
+
+    def _world(self, turn: Turn, probe: int | None):
+        """A fresh world at `turn` (perturbed by `probe` unless None; None when the world has no
+        such probe). Worlds with `fork()` are built once per (turn, probe) and forked."""
+        key = (_turn_key(turn), probe)
+        with self._lock:
+            base = self._bases.get(key)
+            if base is not None:
+                self._bases.move_to_end(key)
+        if base is None:
+            base = world_at_turn(turn)
+            if probe is not None and not base.perturb(probe):
+                return None
+            if not callable(getattr(base, "fork", None)):
+                return base
+            with self._lock:
+                self._bases[key] = base
+                while len(self._bases) > self.config.cached_worlds:
+                    self._bases.popitem(last=False)  # a world frees its resources when dropped
+        return base.fork()
 
     def _probe_diff(self, turn: Turn, cand_calls) -> str:
         """"" when the candidate matches the expert on every probe that changes the expert."""
@@ -229,7 +257,7 @@ class StateVerifier:
                 return self._cache[key]
         outcome: tuple[str, list[str]] | str
         try:
-            world = world_at_turn(turn)
+            world = self._world(turn, None)
         except Exception as exc:  # noqa: BLE001  (unknown world, bad config, failed replay)
             outcome = f"world could not be rebuilt: {type(exc).__name__}: {exc}"
         else:

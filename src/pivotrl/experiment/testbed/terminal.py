@@ -79,9 +79,18 @@ class TerminalWorld:
         res = sandbox.run_in_sandbox(command, self.workdir, LIMITS)
         return observation(res)
 
+    def fork(self) -> "TerminalWorld":
+        """An independent copy in the same state (verifiers fork one world per sample instead of
+        replaying the context's commands each time)."""
+        twin = TerminalWorld()
+        if self.workdir is not None:
+            twin.workdir = sandbox.copy_workspace(self.workdir)
+            twin._cleanup = weakref.finalize(twin, sandbox.remove_workspace, str(twin.workdir))
+        return twin
+
     def perturb(self, probe: int) -> bool:
         """Change file contents the way probe number `probe` does (`pivotrl.verifiers.probes`:
-        lines doubled, a line appended, an extra file), so verifiers can tell a command that
+        lines doubled and one appended; an extra file), so verifiers can tell a command that
         reads the files from one that only prints what they held; False when no such probe."""
         if self.workdir is None or not perturb_workspace(self.workdir, probe):
             return False
