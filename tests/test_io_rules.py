@@ -135,3 +135,22 @@ def test_profile_out_is_locked_against_a_second_run_but_not_by_a_dead_one(tmp_pa
     with output_lock(out):  # a stale lock file does not block the resume
         pass
     assert time.monotonic() - t0 < 1
+
+
+@pytest.mark.parametrize("argv", [
+    ["select", "{f}", "--out", "{f}"],
+    ["export", "{f}", "--format", "nemo-gym", "--out", "{f}"],
+    ["import", "nemo-gym", "{f}", "--out", "{f}"],
+    ["profile", "{f}", "--model", "none", "--out", "{f}"],
+    ["profile", "{g}", "{f}", "--merge", "--out", "{f}"],
+    ["extract", "{f}", "--out", "{h}"],  # the rejects file of --out {h} is {f}
+])
+def test_every_verb_refuses_to_overwrite_an_input(tmp_path, argv):
+    f = write(tmp_path / "data.rejects.jsonl", ['{"id": "keep me"}'])
+    g = write(tmp_path / "other.jsonl", [traj(1)])
+    h = tmp_path / "data.jsonl"
+    args = [a.format(f=f, g=g, h=h) for a in argv]
+    before = f.read_bytes()
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and "same file" in " ".join(res.output.split()), res.output
+    assert f.read_bytes() == before
