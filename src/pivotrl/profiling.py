@@ -209,17 +209,18 @@ def profile_stream(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: Pro
     stats = stats if stats is not None else RunStats()
     limit = prompt_limit(sampler)
 
-    def sample(chunk: list[Turn]) -> tuple[list[Turn], list[list[Completion]]]:
+    def sample(chunk: list[Turn]) -> tuple[list[Turn], list[list[Completion]], dict[str, int]]:
         prompts = [prompt_text(tokenizer, t.context, t.tools, cfg.chat_template_kwargs) for t in chunk]
         fits, too_long = split_too_long(prompts, tokenizer, limit)
-        for i, n in too_long.items():  # set aside and reported, not a failed chunk
-            stats.too_long[chunk[i].id] = n
+        # set aside and reported (by the caller's thread: stats is saved there), not a failed chunk
+        skipped = {chunk[i].id: n for i, n in too_long.items()}
         chunk, prompts = [chunk[i] for i in fits], [prompts[i] for i in fits]
         seeds = [turn_seed(cfg.seed, t.id) for t in chunk]
-        return chunk, sampler.sample(prompts, cfg.k, params, seeds=seeds) if chunk else []
+        return chunk, sampler.sample(prompts, cfg.k, params, seeds=seeds) if chunk else [], skipped
 
     # Chunk i+1 is sampled while chunk i is scored (pivotrl.sampling.pipeline).
-    for chunk, completions in prefetch(sample, _chunks(turns, cfg.chunk_turns)):
+    for chunk, completions, skipped in prefetch(sample, _chunks(turns, cfg.chunk_turns)):
+        stats.too_long.update(skipped)
         samples = score_samples(verifier, chunk, completions, parse)
         for turn, comps, row in zip(chunk, completions, samples):
             stats.rollout_turns += len(comps)
