@@ -132,17 +132,75 @@ def pretrain_examples(weak: dict[str, list], ood_tasks: list, ood_repeat: int = 
     return examples
 
 
+def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tuple[dict, dict, dict, list]:
+    """Expert (train/eval) and weak trajectories per world, and the OOD tasks, written under
+    `out`; returns (expert by (world, split), weak by world, OOD counts, OOD train tasks)."""
+    from pivotrl.experiment.testbed import ood
+    from pivotrl.experiment.testbed.experts import ExpertConfig
+
+    say("expert trajectories")
+    expert, weak = {}, {}
+    weak_cfg = ExpertConfig(noise=cfg.weak_noise, habit=cfg.weak_habit)
+    for w in cfg.worlds:
+        for split, n in (("train", cfg.n_train), ("eval", cfg.n_eval)):
+            trajs = _trajectories(w, split, n, cfg.expert_seed, None, 0, cfg.workers)
+            write_atomic(out / w / f"{split}.jsonl", trajs)
+            expert[(w, split)] = trajs
+        say(f"weak trajectories: {w}")
+        weak[w] = _trajectories(w, "train", cfg.n_weak, cfg.weak_seed, weak_cfg,
+                                cfg.weak_task_start, cfg.workers)
+        write_atomic(out / "pretrain" / f"{w}.jsonl", weak[w])
+    ood_counts = ood.write_ood(out / "ood", cfg.ood_train, cfg.ood_eval, seed=0,
+                               families=cfg.ood_families)
+    return expert, weak, ood_counts, ood.load_ood(out / "ood" / "train.jsonl")
+
+
+def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: list):
+    """The testbed tokenizer, trained on the rendered train text (expert, weak and OOD)."""
+    from pivotrl.chat import template_messages
+    from pivotrl.experiment.testbed.tiny import build_tokenizer
+
+    seed_tok = build_tokenizer([], vocab_size=300)  # only to render texts with the template
+
+    def render(messages, tools):
+        return seed_tok.apply_chat_template(template_messages(messages), tools=tools or None,
+                                            tokenize=False)
+
+    texts = [render(t.messages, t.tools) for (w, split), ts in expert.items() if split == "train"
+             for t in ts]
+    texts += [render(t.messages, t.tools) for ts in weak.values() for t in ts]
+    texts += [render(task.messages + [_answer(task.answer)], None) for task in ood_train]
+    return build_tokenizer(texts, vocab_size=cfg.vocab_size)
+
+
+def pretrain_base(cfg: TestbedConfig, tokenizer, weak: dict, ood_train: list,
+                  say: Callable[[str], None]):
+    """A fresh tiny model (seeded init) pretrained on the mixture; returns (model, stats)."""
+    import torch
+
+    from pivotrl.experiment.testbed.pretrain import pretrain
+    from pivotrl.experiment.testbed.tiny import build_model
+
+    say("pretraining the base")
+    torch.set_num_threads(cfg.pretrain.threads)
+    model = build_model(tokenizer, cfg.model)
+    last = [0.0]
+
+    def on_step(step: int, loss: float) -> None:
+        if time.time() - last[0] > 5 or step == cfg.pretrain.steps:
+            last[0] = time.time()
+            say(f"pretraining the base: step {step}/{cfg.pretrain.steps} loss {loss:.3f}")
+
+    stats = pretrain(model, tokenizer, pretrain_examples(weak, ood_train, cfg.ood_repeat),
+                     cfg.pretrain, on_step)
+    return model, stats
+
+
 def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, force: bool = False,
                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Build everything under `out_dir` (see module doc); returns build.json's content."""
-    import torch
-
-    from pivotrl.chat import template_messages
     from pivotrl.experiment.evaluate import evaluate_model
-    from pivotrl.experiment.testbed import ood
-    from pivotrl.experiment.testbed.experts import ExpertConfig
-    from pivotrl.experiment.testbed.pretrain import pretrain
-    from pivotrl.experiment.testbed.tiny import build_model, build_tokenizer, parameter_count, save_tiny
+    from pivotrl.experiment.testbed.tiny import parameter_count, save_tiny
 
     cfg = cfg or TestbedConfig()
     out = Path(out_dir)
@@ -158,49 +216,12 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
         return time.time()
 
     t0 = time.time()
-    say("expert trajectories")
-    expert, weak = {}, {}
-    weak_cfg = ExpertConfig(noise=cfg.weak_noise, habit=cfg.weak_habit)
-    for w in cfg.worlds:
-        for split, n in (("train", cfg.n_train), ("eval", cfg.n_eval)):
-            trajs = _trajectories(w, split, n, cfg.expert_seed, None, 0, cfg.workers)
-            write_atomic(out / w / f"{split}.jsonl", trajs)
-            expert[(w, split)] = trajs
-        say(f"weak trajectories: {w}")
-        weak[w] = _trajectories(w, "train", cfg.n_weak, cfg.weak_seed, weak_cfg,
-                                cfg.weak_task_start, cfg.workers)
-        write_atomic(out / "pretrain" / f"{w}.jsonl", weak[w])
-    ood_counts = ood.write_ood(out / "ood", cfg.ood_train, cfg.ood_eval, seed=0,
-                               families=cfg.ood_families)
-    ood_train = ood.load_ood(out / "ood" / "train.jsonl")
+    expert, weak, ood_counts, ood_train = write_data(out, cfg, say)
     t0 = lap("data", t0)
-
     say("tokenizer")
-    seed_tok = build_tokenizer([], vocab_size=300)  # only to render texts with the template
-
-    def render(messages, tools):
-        return seed_tok.apply_chat_template(template_messages(messages), tools=tools or None,
-                                            tokenize=False)
-
-    texts = [render(t.messages, t.tools) for (w, split), ts in expert.items() if split == "train"
-             for t in ts]
-    texts += [render(t.messages, t.tools) for ts in weak.values() for t in ts]
-    texts += [render(task.messages + [_answer(task.answer)], None) for task in ood_train]
-    tokenizer = build_tokenizer(texts, vocab_size=cfg.vocab_size)
+    tokenizer = train_tokenizer(cfg, expert, weak, ood_train)
     t0 = lap("tokenizer", t0)
-
-    say("pretraining the base")
-    torch.set_num_threads(cfg.pretrain.threads)
-    model = build_model(tokenizer, cfg.model)
-    examples = pretrain_examples(weak, ood_train, cfg.ood_repeat)
-    last = [0.0]
-
-    def on_step(step: int, loss: float) -> None:
-        if time.time() - last[0] > 5 or step == cfg.pretrain.steps:
-            last[0] = time.time()
-            say(f"pretraining the base: step {step}/{cfg.pretrain.steps} loss {loss:.3f}")
-
-    stats = pretrain(model, tokenizer, examples, cfg.pretrain, on_step)
+    model, stats = pretrain_base(cfg, tokenizer, weak, ood_train, say)
     save_tiny(model, tokenizer, out / "base")
     t0 = lap("pretrain", t0)
 
