@@ -123,6 +123,10 @@ def test_stop_token_length_and_window(model):
     if first == 299:
         pytest.skip("the random model's first greedy token is the stand-in stop token")
     assert greedy.finish_reason == "length" and len(greedy.tokens) == 6
+    # The stop id is never fed to the model (padding uses a valid id): any id works as a stop.
+    far = generate(model, [prompt, prompt[:4]], [[None], [None]], max_new_tokens=6,
+                   stop_token_ids=[10**6], temperature=0.0)
+    assert far[0][0] == greedy
     # Make the greedy second token the stop: it ends the row and is kept.
     stop = greedy.tokens[1]
     got = generate(model, [prompt], [[None, None]], max_new_tokens=6, stop_token_ids=[stop],

@@ -193,7 +193,7 @@ def _generate_batch(model, prompts: list[list[int]], n: int, seeds: list[int | N
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
-    pad = stops[0]  # fed to finished rows only; never part of a result
+    pad = 0  # any valid id: masked in the prompt, fed to finished rows, never in a result
     ids, mask = _left_pad(prompts, pad, device)
     lengths = mask.sum(-1)
     positions = (mask.cumsum(-1) - 1).clamp_(min=0)
@@ -262,8 +262,8 @@ def _shared_prefix_attention(module, query, key, value, attention_mask, scaling=
 
     query [R, H, q, d]; key/value [R, Hkv, S, d]: the row's own generated tokens (all before the
     query, and the query itself). R = P·n rows, rows r·n … r·n+n-1 share prompt r. One softmax over
-    both parts: scores are concatenated before normalising, so this equals attending to the
-    prompt's keys copied into every row, without the copies."""
+    both parts (scores concatenated, then normalised), so this equals attending to the prompt's keys copied into
+    every row, without the copies."""
     if shared_prefix is None or query.shape[2] != 1:
         raise RuntimeError("shared-prefix attention is for one-token decoding steps only")
     kp_t, vp = shared_prefix.layers[module.layer_idx]
