@@ -77,32 +77,45 @@ def test_verify_answers_exactly_one_line_per_input_line(tmp_path):
     assert [json.loads(g)["id"] for g in got] == ["c1", "c1", "c1", None, None]
 
 
-def test_each_line_rule_is_applied_and_counted(tmp_path):
-    deep = "[" * 100_000 + "]" * 100_000
-    meta = {}
-    for _ in range(300):
+def _nested(depth: int) -> dict:
+    meta: dict = {}
+    for _ in range(depth):
         meta = {"x": meta}
+    return meta
+
+
+# (case, the middle line's bytes, what becomes of it: "ok", "blank" or a reject reason)
+LINE_RULES = [
+    ("bom", b"\xef\xbb\xbf" + traj(1).encode(), "ok"),  # only at the start of the file
+    ("whitespace", b"   \t\r", "blank"),
+    ("empty", b"", "blank"),
+    ("deep_json", b"[" * 100_000 + b"]" * 100_000, "nested deeper than 64"),
+    ("deep_metadata", traj(1, metadata=_nested(300)).encode(), "nested deeper than 64"),
+    ("invalid_utf8", traj(1).encode()[:-1] + b', "domain": "\xff\xfe"}', "not UTF-8"),
+    ("duplicate_id", traj(0).encode(), "duplicate trajectory id 't0' (first on line 1)"),
+]
+
+
+@pytest.mark.parametrize("case,line,expect", LINE_RULES, ids=[c[0] for c in LINE_RULES])
+def test_each_line_rule_is_applied_and_counted(tmp_path, case, line, expect):
     src = tmp_path / "in.jsonl"
-    src.write_bytes(b"\xef\xbb\xbf" + traj(0).encode() + b"\n"  # BOM: not data
-                    + b"   \t\r\n"  # whitespace only: skipped, counted
-                    + b"\n"  # blank: skipped, counted
-                    + deep.encode() + b"\n"  # nested 100k deep: rejected
-                    + traj(1, metadata=meta).encode() + b"\n"  # 300 deep: rejected
-                    + traj(2).encode()[:-1] + b', "domain": "\xff\xfe"}\n'  # not UTF-8: rejected
-                    + traj(3).encode() + b"\n"
-                    + traj(0).encode() + b"\n")  # duplicate id: rejected
+    first = traj(0).encode()
+    if case == "bom":  # a BOM belongs to the first line of a file
+        first, line = line, traj(2).encode()
+    src.write_bytes(first + b"\n" + line + b"\n" + traj(3).encode() + b"\n")
     summary = extract_file(src, tmp_path / "turns.jsonl")
-    assert summary.read == 8
-    assert (summary.trajectories, sum(summary.rejects.values()), summary.blank) == (2, 4, 2)
     rejects = [json.loads(l) for l in (tmp_path / "turns.rejects.jsonl").read_text().splitlines()]
-    assert [r["line"] for r in rejects] == [4, 5, 6, 8]
-    assert "nested deeper" in rejects[0]["reason"] and "nested deeper" in rejects[1]["reason"]
-    assert "not UTF-8" in rejects[2]["reason"]
-    assert "duplicate trajectory id 't0'" in rejects[3]["reason"]
+    assert summary.read == 3  # read = processed + rejected + blank
+    assert summary.trajectories + sum(summary.rejects.values()) + summary.blank == 3
+    if expect == "ok":
+        assert summary.trajectories == 3 and rejects == []
+    elif expect == "blank":
+        assert (summary.trajectories, summary.blank, rejects) == (2, 1, [])
+    else:
+        assert summary.trajectories == 2 and [r["line"] for r in rejects] == [2]
+        assert expect in rejects[0]["reason"]
     turn_ids = [json.loads(l)["id"] for l in (tmp_path / "turns.jsonl").read_text().splitlines()]
-    assert turn_ids == ["t0/0", "t3/0"]
-    results = list(read_records(src, Trajectory))
-    assert isinstance(results[0][1], Trajectory) and results[0][0] == 1
+    assert len(turn_ids) == len(set(turn_ids)) == summary.trajectories
 
 
 HOLD_LOCK = """

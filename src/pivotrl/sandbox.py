@@ -207,8 +207,7 @@ def _build_skeleton(root: Path) -> None:
         os.utime(p, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
 
 
-def _bwrap_argv(skeleton: Path, limits: SandboxLimits, nproc: int, workfd: int,
-                markfd: int) -> list[str]:
+def _bwrap_argv(skeleton: Path, limits: SandboxLimits, nproc: int, workfd: int) -> list[str]:
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session",
             "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             "--disable-userns", "--hostname", "sandbox", "--clearenv",
@@ -222,10 +221,10 @@ def _bwrap_argv(skeleton: Path, limits: SandboxLimits, nproc: int, workfd: int,
     argv += ["--proc", "/proc", "--dev", "/dev",
              "--size", str(limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp",
              "--bind-fd", str(workfd), "/work", "--chdir", "/work", "--",
-             # The first process inside writes one byte to `markfd`: the sandbox is up, so any
-             # `bwrap: ...` on stderr from here on is the command's own text.
-             "bash", "--norc", "--noprofile", "-c",  # bash: dash redirects fds 0-9 only
-             f'printf x >&{markfd}; exec {markfd}>&-; exec "$@"', "sh",
+             # The first process inside writes one byte to its stdin (the write end of a pipe
+             # we read): the sandbox is up, so any `bwrap: ...` on stderr from here on is the
+             # command's own text. The command's stdin is /dev/null.
+             "sh", "-c", 'printf x >&0; exec "$@" </dev/null', "sh",
              "prlimit", f"--as={limits.memory_mb * 1024 * 1024}", f"--nproc={nproc}",
              f"--cpu={max(1, int(limits.cpu_s))}", f"--fsize={limits.max_file_mb * 1024 * 1024}",
              f"--nofile={limits.max_open_files}", "--core=0", "--"]
@@ -339,10 +338,10 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
     started = False
     try:
         argv = (_cgroup_prefix(group) + prefix
-                + _bwrap_argv(skeleton, limits, nproc, workfd, mark_w) + cmd)
+                + _bwrap_argv(skeleton, limits, nproc, workfd) + cmd)
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, pass_fds=(workfd, mark_w),
+            proc = subprocess.Popen(argv, stdin=mark_w, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, pass_fds=(workfd,),
                                     start_new_session=True, cwd="/", env=HOST_ENV)
         except FileNotFoundError as exc:
             raise SandboxUnavailable(f"{exc.filename or 'bwrap'} not found; {INSTALL_HINT}") \
