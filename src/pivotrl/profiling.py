@@ -366,8 +366,8 @@ def merge_profiles(turns_path: str | Path, shard_paths: Sequence[str | Path],
                    out_path: str | Path) -> dict[str, Any]:
     """Join shard outputs into one Profile file in TURNS order; every valid turn of TURNS must
     appear exactly once across the shards (else MergeError, naming the ids, and nothing written)."""
-    turns, _ = read_turns(turns_path)
-    expected = [t.id for _, t in turns]
+    # Valid ids in file order, first copy of a repeated id (read_turns' rule), contexts not kept.
+    expected = list(dict.fromkeys(r.id for _, r in read_records(turns_path, Turn) if not isinstance(r, Reject)))
     where: dict[str, list[tuple[int, int]]] = {}
     for s, path in enumerate(shard_paths):
         path = Path(path)
