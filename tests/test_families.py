@@ -243,6 +243,23 @@ def test_other_families_are_read_with_their_response_template_strictly(name):
     assert message.valid and message.message.content == "Which order?"
 
 
+def test_thinking_kwargs_reach_the_prompt_and_set_the_token_budget():
+    from pivotrl.profiling import ProfileConfig
+    from pivotrl.train.config import GRPORunConfig
+    from pivotrl.train.grpo import with_token_budget
+
+    qwen3, off = make_tokenizer("qwen3"), {"enable_thinking": False}
+    assert token_budget(qwen3) == 4096 and token_budget(qwen3, off) == 256
+    assert token_budget(make_tokenizer("qwen2_5")) == 256 and token_budget(make_tokenizer("gptoss")) == 4096
+    assert prompt_text(qwen3, CONTEXT, TOOLS, off).endswith("<think>\n\n</think>\n\n")
+    assert not prompt_text(qwen3, CONTEXT, TOOLS).endswith("</think>\n\n")
+    assert ProfileConfig().sampling(qwen3).max_new_tokens == 4096
+    assert ProfileConfig(chat_template_kwargs=off).sampling(qwen3).max_new_tokens == 256
+    assert ProfileConfig(max_new_tokens=99).sampling(qwen3).max_new_tokens == 99
+    cfg = GRPORunConfig(model="m", pivots="p.jsonl", output_dir="o", chat_template_kwargs=off)
+    assert with_token_budget(cfg, qwen3).max_completion_length == 256
+
+
 def test_xml_arguments_are_typed_by_the_tool_schema():
     tok = make_tokenizer("qwen3_5_think")
     text = completion(tok, call())

@@ -34,7 +34,8 @@ def template_message(message: Message, *, keep_reasoning: bool = False) -> dict[
         out["name"] = message.name
     if keep_reasoning and message.reasoning_content:
         out["reasoning_content"] = message.reasoning_content
-        out["thinking"] = message.reasoning_content
+        if not (message.content and message.tool_calls):  # gpt-oss's template refuses both there
+            out["thinking"] = message.reasoning_content
     return out
 
 
