@@ -1,6 +1,7 @@
 """Whole-sandbox limits, secrets, deep trees and honest errors of the bubblewrap sandbox."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +109,19 @@ def test_snapshot_sees_permissions_and_hard_links(ws):
         run_in_sandbox("sort a.txt > out; chmod 000 out", bad)
         assert snapshot_dir(bad)["out"] == "[mode 0000] hello\n"
         assert snapshot_dir(good)["out"] == "hello\n"
+
+
+@pytest.mark.skipif(not _in_force("disk"), reason="no tmpfs quota here (needs root)")
+def test_workspaces_of_a_killed_process_are_unmounted_and_removed():
+    import subprocess
+    import sys
+
+    from pivotrl import workspace
+
+    code = ("import os; from pivotrl.workspace import copy_workspace; "
+            "print(copy_workspace(None), flush=True); os._exit(0)")  # dies without cleanup
+    left = Path(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               check=True).stdout.strip())
+    assert os.path.ismount(left)
+    workspace._remove_stale_mounts()
+    assert not left.exists()

@@ -62,9 +62,17 @@ def _mount_tmpfs(path: Path, size_bytes: int) -> bool:
     global _quota_supported
     if os.geteuid() != 0 or _quota_supported is False:
         return False
+    ok = _mount_tmpfs_at(path, size_bytes)
+    if _quota_supported is None:  # the first try decides for this process
+        _quota_supported = ok
+        if ok:
+            _remove_stale_mounts()
+    return ok
+
+
+def _mount_tmpfs_at(path: Path, size_bytes: int) -> bool:
     fs = _syscall(_FSOPEN, b"tmpfs", 1)  # FSOPEN_CLOEXEC
     if fs < 0:
-        _quota_supported = False
         return False
     try:
         opts = {b"size": str(size_bytes).encode(), b"nr_inodes": str(WORKSPACE_INODES).encode(),
@@ -78,14 +86,27 @@ def _mount_tmpfs(path: Path, size_bytes: int) -> bool:
         if mnt < 0:
             return False
         try:
-            ok = _syscall(_MOVE_MOUNT, mnt, b"", _AT_FDCWD, os.fsencode(path),
-                          _MOVE_MOUNT_F_EMPTY_PATH) == 0
+            return _syscall(_MOVE_MOUNT, mnt, b"", _AT_FDCWD, os.fsencode(path),
+                            _MOVE_MOUNT_F_EMPTY_PATH) == 0
         finally:
             os.close(mnt)
-        _quota_supported = _quota_supported or ok
-        return ok
     finally:
         os.close(fs)
+
+
+def _remove_stale_mounts() -> None:
+    """Unmount workspaces of processes that died before removing them (the pid is in the
+    name); a live process's workspaces are left alone."""
+    points: list[str] = []
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo", encoding="utf-8") as fh:
+        points = [line.split()[4] for line in fh]
+    for point in points:
+        name = os.path.basename(point)
+        pid = name.split("-")[2] if name.startswith("pivotrl-ws-") else ""
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            if _libc.umount2(os.fsencode(point), _MNT_DETACH) == 0:
+                with contextlib.suppress(OSError):
+                    remove_tree(point)
 
 
 def disk_quota_available() -> bool:
@@ -213,7 +234,8 @@ def copy_workspace(src: Path | str | None, disk_mb: int = DEFAULT_DISK_MB) -> Pa
     """A fresh temp directory (under $PIVOTRL_WORKSPACE_DIR if set) holding a copy of `src`
     (see `copy_tree`); an empty one when `src` is None. As root it is a tmpfs of `disk_mb` MiB
     (module docstring). The caller removes it (`remove_workspace`), or use `workspace_copy`."""
-    dst = Path(tempfile.mkdtemp(prefix="pivotrl-ws-", dir=os.environ.get(WORKSPACE_DIR_ENV)))
+    dst = Path(tempfile.mkdtemp(prefix=f"pivotrl-ws-{os.getpid()}-",
+                                dir=os.environ.get(WORKSPACE_DIR_ENV)))
     os.chmod(dst, 0o755)
     if _mount_tmpfs(dst, disk_mb * 1024 * 1024):
         with _quota_lock:
