@@ -78,3 +78,17 @@ def test_unknown_data_source_and_missing_extra_info(rows):
                                      verifier="exact") == 1.0
     with pytest.raises(ValueError, match="ground_truth"):
         verl_reward.compute_score("x", "hi", "", {})
+
+
+def test_the_rollout_is_read_in_the_named_format(rows):
+    """With response_format, text in another family's format (Qwen3-Coder XML) is read as that
+    family writes it; the Hermes default reads no call in it and pays nothing."""
+    row = next(r for r in rows if json.loads(r["reward_model"]["ground_truth"]).get("tool_calls")
+               and r["extra_info"]["domain"] == "weather")
+    expert = json.loads(row["reward_model"]["ground_truth"])["tool_calls"][0]["function"]
+    city = json.loads(expert["arguments"])["city"]
+    text = (f"<tool_call>\n<function={expert['name']}>\n<parameter=city>\n{city}\n</parameter>\n"
+            "</function>\n</tool_call>")
+    gt, info = row["reward_model"]["ground_truth"], row["extra_info"]
+    assert verl_reward.compute_score("x", text, gt, info, response_format="qwen-xml") == 1.0
+    assert verl_reward.compute_score("x", text, gt, info) == 0.0

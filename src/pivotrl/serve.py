@@ -141,6 +141,10 @@ class Engine:
 
         self.sampler = HFSampler(model_dir, batch_size=batch_size)
         self.tokenizer = self.sampler.tokenizer
+        # tool calls are read in the model's own format (its chat template tells which)
+        from pivotrl.formats import parser_for
+
+        self.parse = parser_for(self.tokenizer)
         context = getattr(self.sampler.model.config, "max_position_embeddings", None)
         self.max_model_len = context if isinstance(context, int) and context > 0 else None
         self.max_tokens_limit = max_tokens_limit or self.max_model_len or 32768
@@ -220,15 +224,13 @@ def _completion_choices(results, req: CompletionRequest) -> list[dict[str, Any]]
     return choices
 
 
-def _chat_choices(results, req: ChatRequest) -> list[dict[str, Any]]:
-    from pivotrl.actions import parse_completion
-
+def _chat_choices(results, req: ChatRequest, parse) -> list[dict[str, Any]]:
     choices = []
     for j, c in enumerate(results[0]):
         text, stopped = _apply_stop(c.text, req.stop)
         message: dict[str, Any] = {"role": "assistant", "content": text}
         reason = "stop" if stopped else c.finish_reason
-        parsed = parse_completion(text) if req.tool_choice != "none" else None
+        parsed = parse(text, req.tools) if req.tool_choice != "none" else None
         if parsed is not None and parsed.valid and parsed.message.tool_calls:
             message = {"role": "assistant", "content": parsed.message.content,
                        "tool_calls": [{"id": tc.id or f"call_{uuid.uuid4().hex[:24]}",
@@ -353,7 +355,7 @@ def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = N
         results = await engine.generate(request, [prompt], req, max_tokens)
         body = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
                 "created": int(time.time()), "model": name,
-                "choices": _chat_choices(results, req), "usage": _usage(results)}
+                "choices": _chat_choices(results, req, engine.parse), "usage": _usage(results)}
         return answer(body, req, _chat_events)
 
     return app

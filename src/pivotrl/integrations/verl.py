@@ -8,7 +8,10 @@ and scored through `pivotrl.scoring` (the one path profiling and GRPO use), so a
 is the reward pivotrl would give: the expert's own action scores 1, unparseable text 0.
 
 reward_kwargs (verl config `custom_reward_function.reward_kwargs`): `verifier` (a registered
-name, default "toolcall") and `verifier_config` (its options, as in configs/verifiers/*.yaml).
+name, default "toolcall"), `verifier_config` (its options, as in configs/verifiers/*.yaml), and
+how to read the rollout text: `model` (the policy's checkpoint or tokenizer dir: its chat template
+tells the tool-call format) and/or `response_format` (hermes, qwen-xml, glm, deepseek, harmony,
+…; pivotrl.formats). Neither given: Hermes `<tool_call>` JSON, the format `render_action` writes.
 Every import is absolute: verl executes this file as a standalone module.
 """
 
@@ -22,6 +25,17 @@ from pivotrl.records import Turn
 from pivotrl.scoring import score_completion
 
 DEFAULT_VERIFIER = "toolcall"
+
+
+@lru_cache(maxsize=8)
+def _parser(model: str | None, response_format: str | None):
+    if model is None and response_format is None:
+        from pivotrl.actions import parse_completion
+
+        return parse_completion
+    from pivotrl.formats import parser_for_model
+
+    return parser_for_model(model, response_format)
 
 
 @lru_cache(maxsize=16)
@@ -59,10 +73,12 @@ def turn_from_verl(ground_truth: Any, extra_info: dict[str, Any] | None) -> Turn
 
 def compute_score(data_source: str, solution_str: str, ground_truth: Any,
                   extra_info: dict[str, Any] | None = None, *, verifier: str = DEFAULT_VERIFIER,
-                  verifier_config: dict[str, Any] | None = None, **_: Any) -> float:
+                  verifier_config: dict[str, Any] | None = None, model: str | None = None,
+                  response_format: str | None = None, **_: Any) -> float:
     """The reward of `solution_str` (the decoded rollout) at the row's pivot, in [0, 1].
     `data_source` is not needed: the row itself says what the expert did."""
     del data_source
     turn = turn_from_verl(ground_truth, extra_info)
     scorer = _verifier(verifier, json.dumps(verifier_config or {}, sort_keys=True))
-    return float(score_completion(scorer, turn, solution_str or "").reward)
+    parse = _parser(model, response_format)
+    return float(score_completion(scorer, turn, solution_str or "", parse).reward)
