@@ -1,8 +1,10 @@
-"""Run model-written shell commands in a bubblewrap sandbox, and compare file trees.
+"""Run model-written shell commands in a bubblewrap sandbox (workspaces and file-tree snapshots:
+`pivotrl.workspace`, re-exported here).
 
 What a command inside `run_in_sandbox` sees and may do:
-- `/work` is a bind of the caller's `workdir` (writable; the cwd). Pass a copy (`workspace_copy`)
-  when the original must stay untouched.
+- `/work` is a bind of the caller's `workdir` (writable; the cwd), or of a size-limited copy
+  that is copied back afterwards (disk, below). Pass a copy (`workspace_copy`) when the original
+  must stay untouched.
 - `/` is a read-only skeleton with every mount point in place (so `/` never changes and
   `ls -la` prints the same in every run); `/usr` (and `/bin`, `/lib*` where they are real
   directories) are read-only binds of the host's; `/etc` holds a handful of files (its own
@@ -22,7 +24,9 @@ What a command inside `run_in_sandbox` sees and may do:
   * memory and processes: a cgroup per run (`pivotrl.cgroups`: v2 when delegated, else v1 as
     root) caps the sum over all its processes (`total_memory_mb`, `max_processes`). Without a
     cgroup only rlimits remain: RLIMIT_AS per process (`memory_mb`) and RLIMIT_NPROC per uid, so
-    the sandbox's memory is bounded by memory_mb x max_processes, not by total_memory_mb.
+    the sandbox's memory is bounded by memory_mb x max_processes, not by total_memory_mb (and,
+    not as root, RLIMIT_NPROC counts every process of the caller's uid, so it is set to their
+    number now + max_processes). Cost (bench/bench_sandbox.py): about 2 ms CPU per run.
   * disk: as root every run writes into a size-limited tmpfs (`pivotrl.workspace`): a
     workspace from `copy_workspace` is one; any other workdir is staged on one (`disk_mb`) and
     copied back. Without it, RLIMIT_FSIZE bounds each file, not their number.
