@@ -118,8 +118,11 @@ def test_final_message_rewording_and_refusals_still_score_1():
 
 ROUTE = [fn("plan_route", {"distance": {"type": "string"}, "shift": {"type": "string"},
                            "when": {"type": "string"}, "position": {"type": "string"},
-                           "note": {"type": "string"}, "account": {"type": "number"}},
+                           "note": {"type": "string"}, "account": {"type": "number"},
+                           "query": {"type": "string"}},
             required=[])]
+SQL = ("SELECT name, city FROM customers WHERE age > 30 AND city = 'Oslo' AND active = 1 "
+       "ORDER BY name LIMIT 10")
 LONG_NOTE = ("please leave the parcel with the neighbour at number 12 because nobody will be at "
              "home during the day and the courier should ring twice before leaving")
 
@@ -134,6 +137,7 @@ LONG_NOTE = ("please leave the parcel with the neighbour at number 12 because no
     ("note", LONG_NOTE, LONG_NOTE.replace("number 12", "number 13")),
     ("note", LONG_NOTE, LONG_NOTE.replace("before leaving", "after leaving")),
     ("account", 12345678901234567, 1.2345678901234568e16),
+    ("query", SQL, SQL.replace("age > 30", "age < 30")),
 ])
 def test_toolcall_values_that_mean_something_else_score_0(key, expert, cand):
     """Punctuation that carries meaning, a flipped negation, id or word in long text, a large

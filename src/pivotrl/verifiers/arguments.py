@@ -17,10 +17,10 @@ difference could change what the call does.
   schema leaves one choice it can mean; backends that match enums case-insensitively and those
   that do not both receive a value the schema names).
 - Identifiers (ids, keys, paths, urls, e-mails, codes, names of files/users/repos, enums,
-  dates): exactly; e-mail addresses up to case (mail systems match them case-insensitively).
-- Short values (a city, a unit): equal as *tokens*: case folded, runs of whitespace, and
-  punctuation at token edges (a comma after a word, quotes, a trailing full stop) dropped.
-  Nothing inside a token is dropped: "1.5" != "15", "-5" != "5", "12/1/2024" != "1/21/2024",
+  dates) and code (expressions, formulas, regexes, commands, SQL): exactly; e-mail addresses up to case (mail systems match them case-insensitively).
+- Short values (a city, a unit): equal as *tokens*: case folded, runs of whitespace, a comma
+  or semicolon after a word and a full stop after a letter dropped (`value_tokens`). Nothing
+  else is dropped (brackets and operators are meaning in "(1 + 2) * 3"): "1.5" != "15", "-5" != "5", "12/1/2024" != "1/21/2024",
   "40.7,-74.0" keeps its signs. In calls that change state (create_*, update_*, …) such values
   compare exactly (`strict`): a state checker sees the stored string.
 - Free text (message, description, query, or many words): equal as tokens, or token similarity
@@ -51,7 +51,7 @@ _SCALARS = (str, int, float, bool)
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}")
 _INT_LITERAL = re.compile(r"-?(?:0|[1-9]\d*)")
 _DEC_LITERAL = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?")
-_EDGE = "\"'`()[]{}<>,;:!?."
+_TRAILING = re.compile(r"(?<=\w)[,;]+$|(?<=[^\W\d])\.$")
 
 _WRITE_VERB = re.compile(
     r"^(?:create|add|update|set|send|post|write|edit|modify|delete|remove|book|reserve|cancel|"
@@ -73,10 +73,12 @@ def is_number(v: Any) -> bool:
 
 
 def value_tokens(s: str) -> list[str]:
-    """Case-folded whitespace tokens with punctuation at their edges dropped (never inside)."""
+    """Case-folded whitespace tokens; a comma or semicolon after a word and a full stop after
+    a letter are separators, not content ("New York, NY" == "new york ny", "St." == "St").
+    Nothing else is dropped: brackets, quotes, signs, "!" and "." inside or after a digit stay."""
     out = []
     for chunk in s.casefold().split():
-        tok = chunk.strip(_EDGE)
+        tok = _TRAILING.sub("", chunk)
         if tok:
             out.append(tok)
     return out

@@ -245,15 +245,21 @@ def _typo(a: str, b: str) -> bool:
     return short[i:] == long_[i + 1:]
 
 
+_OPERATORS = re.compile(r"[<>=+*/%&|^~]")
+
+
 def free_text_differs(expected: str, candidate: str, threshold: float) -> str:
     """"" when two free texts say the same: token similarity >= threshold, the same facts and
-    negations in the same order, and every replaced word a typo of the expert's word (words may
-    be added or dropped within the threshold, never swapped for another word)."""
+    negations in the same order, the same operator symbols (< > = + * / % & | ^ ~), and every
+    replaced word a typo of the expert's word (words may be added or dropped within the
+    threshold, never swapped for another word)."""
     if token_similarity(expected, candidate, threshold) < threshold:
         return "text differs"
     diff = facts_differ(TextFacts(expected), TextFacts(candidate))
     if diff:
         return diff
+    if Counter(_OPERATORS.findall(expected)) != Counter(_OPERATORS.findall(candidate)):
+        return "operators differ"  # "a > 5" is not "a < 5"; words alone do not show it
     ta, tb = tokens(expected), tokens(candidate)
     for op, i1, i2, j1, j2 in SequenceMatcher(None, ta, tb, autojunk=False).get_opcodes():
         if op == "replace" and not (i2 - i1 == j2 - j1 and all(

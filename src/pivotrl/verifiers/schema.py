@@ -33,7 +33,10 @@ _ID_NAME = re.compile(
     r"dir|dirs|directory|folder|url|urls|uri|link|email|emails|username|user|login|password|"
     r"code|sku|symbol|ticker|hash|sha|branch|commit|repo|repos|handle|account|number|isbn|phone|"
     r"zip|zipcode|postcode|ip|host|hostname|port|domain|namespace|version|dest|destination|src|"
-    r"source|target|receiver|recipient|sender)$|[a-z](?:Id|ID|Ids|Path|Url|URL|Key|Name)$")
+    r"source|target|receiver|recipient|sender|"
+    # code: case, brackets and operators are meaning ("(1 + 2) * 3" is not "1 + 2 * 3")
+    r"expression|expr|formula|equation|function|func|lambda|regex|pattern|script|command|cmd|"
+    r"sql|program|snippet|selector|xpath|jsonpath)$|[a-z](?:Id|ID|Ids|Path|Url|URL|Key|Name)$")
 _FREE_NAME = re.compile(
     r"(?:^|_)(?:description|desc|message|msg|content|body|text|query|prompt|note|notes|comment|"
     r"comments|reason|summary|title|subject|instruction|instructions|question|answer|feedback|"
