@@ -94,7 +94,9 @@ class VLLMSampler:
         per_prompt = [
             self._vllm.SamplingParams(n=n, temperature=params.temperature, top_p=params.top_p,
                                       max_tokens=params.max_new_tokens, seed=seed,
-                                      skip_special_tokens=True)
+                                      # gpt-oss's and DeepSeek's call delimiters are special
+                                      # tokens: the parser must see them (chat.completion_text)
+                                      skip_special_tokens=False)
             for seed in prompt_seeds(params, len(prompts), seeds)
         ]
         outputs = self.llm.generate([{"prompt_token_ids": x} for x in ids], per_prompt,
