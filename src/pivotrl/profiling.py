@@ -28,8 +28,9 @@ from pivotrl.actions import parse_completion
 from pivotrl.chat import prompt_text
 from pivotrl.formats import PLAIN_TOKEN_BUDGET, parser_for, token_budget
 from pivotrl.outputs import output_lock
-from pivotrl.records import (AppendWriter, Profile, Reject, Sample, Turn, done_ids, read_records,
-                             rejects_path, write_atomic, write_text_atomic)
+from pivotrl.records import (AppendWriter, Profile, Reject, Sample, Turn, done_ids, is_blank,
+                             iter_lines, read_records, rejects_path, write_atomic,
+                             write_text_atomic)
 from pivotrl.sampling.base import Completion, SamplingParams, derive_seed
 from pivotrl.sampling.pipeline import prefetch, prompt_limit, split_too_long
 from pivotrl.scoring import Parser, score_completions
@@ -256,16 +257,15 @@ def summarize_output(path: str | Path, threshold: float = SUCCESS_THRESHOLD) -> 
     n = samples = invalid = 0
     path = Path(path)
     if path.exists():
-        with path.open(encoding="utf-8") as fh:
-            for line in fh:
-                if not line.strip():
-                    continue
-                rec = json.loads(line)
-                rewards = [s["reward"] for s in rec.get("samples", [])]
-                counts[outcome(rewards, threshold)] += 1
-                n += 1
-                samples += len(rewards)
-                invalid += sum(not s.get("valid", True) for s in rec.get("samples", []))
+        for _, line, _ in iter_lines(path):
+            if is_blank(line):
+                continue
+            rec = json.loads(line)
+            rewards = [s["reward"] for s in rec.get("samples", [])]
+            counts[outcome(rewards, threshold)] += 1
+            n += 1
+            samples += len(rewards)
+            invalid += sum(not s.get("valid", True) for s in rec.get("samples", []))
     return {"turns": n, "samples": samples, "invalid_samples": invalid,
             "all_fail": counts["all_fail"], "all_pass": counts["all_pass"], "mixed": counts["mixed"],
             "success_threshold": threshold}
