@@ -9,8 +9,10 @@ expert's when, in this order:
    "#W123", "app.log", "2024-01-02", "12/1/2024", e-mails, paths, URLs) compared exactly but
    for case. A wrong count or id is a wrong answer, however similar the rest of the sentence.
    Order is kept so that "return 2 of 3" is not "return 3 of 2".
-2. Negations are equal in number ("not", "no", "never", "n't", "cannot", "none", "nothing",
-   "without", "unable", …): "has been cancelled" is not "has not been cancelled".
+2. Negations are equal, each with the word it denies (the next fact or content word): "not",
+   "no", "never", "n't", "cannot", "none", "without", "unable", "failed", …. "has been
+   cancelled" is not "has not been cancelled", and "could not find it" is not "could find it,
+   no problem" (same count, another word denied).
 3. The remaining *content words* (stopwords such as articles, pronouns and auxiliaries dropped,
    inflection stripped: "cancelled" == "cancel") may differ only on one side: words the
    candidate adds or drops, at most (1 − threshold) · n of them (n = the longer side's count,
@@ -113,13 +115,15 @@ def _stem(word: str) -> str:
 
 
 class TextFacts:
-    """What the message rule compares: facts in order, negation count, content words."""
+    """What the message rule compares: facts in order, negations with the word each one denies
+    (the next fact or content word: "not cancelled" -> "cancel"), content words."""
     __slots__ = ("facts", "negations", "content", "words")
 
     def __init__(self, text: str):
         facts: list[str] = []
         content: list[str] = []
-        negations = words = 0
+        scopes: list[str] = []
+        open_ = words = 0  # negations still waiting for the word they deny
         text = _CONTRACTION.sub(_expand, text.replace("’", "'"))
         for chunk in text.split():
             tok = _EDGE.sub("", chunk)
@@ -130,21 +134,32 @@ class TextFacts:
             low = tok.casefold()
             words += 1
             num = _number(low)
+            if low in ("n't", "'t") or low in _NEGATIONS:
+                open_ += 1
+                continue
             if num is not None:
+                word = num
                 facts.append(num)
-            elif low in ("n't", "'t") or low in _NEGATIONS:
-                negations += 1
             elif low in _NUMBER_WORDS:
-                facts.append(str(_NUMBER_WORDS[low]))
+                word = str(_NUMBER_WORDS[low])
+                facts.append(word)
             elif _ID_MARK.search(low):
+                word = low
                 facts.append(low)  # an identifier: exact but for case
             elif low.startswith("'"):
                 continue  # "'s", "'ll", "'ve": possessives and contractions
             else:
                 low = low[:-2] if low.endswith("'s") else low
-                if low not in _STOPWORDS:
-                    content.append(_stem(low))
-        self.facts, self.negations, self.content, self.words = facts, negations, content, words
+                if low in _STOPWORDS:
+                    continue
+                word = _stem(low)
+                content.append(word)
+            if open_ and word != "to":
+                scopes.extend([word] * open_)
+                open_ = 0
+        scopes.extend([""] * open_)
+        self.facts, self.content, self.words = facts, content, words
+        self.negations = tuple(sorted(scopes))
 
 
 def facts_differ(expected: TextFacts, candidate: TextFacts) -> str:
@@ -153,7 +168,9 @@ def facts_differ(expected: TextFacts, candidate: TextFacts) -> str:
         return (f"facts differ: {' '.join(candidate.facts) or '(none)'} vs expert's "
                 f"{' '.join(expected.facts) or '(none)'}")
     if expected.negations != candidate.negations:
-        return f"negations differ ({candidate.negations} vs expert's {expected.negations})"
+        shown = [", ".join(f"not {w}".strip() for w in n) or "none"
+                 for n in (candidate.negations, expected.negations)]
+        return f"negations differ ({shown[0]} vs expert's {shown[1]})"
     return ""
 
 

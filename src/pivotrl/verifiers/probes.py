@@ -7,7 +7,7 @@ contents in a way every honest read sees, without renaming anything a command na
 
 0. every line of every text file doubled, and one new line appended (counts, heads, tails, cat,
    cut, sort -u, wc and copies all change);
-1. one new file `zz-extra` in every directory (ls and `*` globs change).
+1. one new file `zz-extra-<random>` in every directory (ls and `*` globs change).
 
 A probe is only used when the *expert's* outcome changes under it (its output, exit code or the
 changes it makes to the files): the expert reads what the probe changed, so an equivalent
@@ -20,11 +20,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 from pathlib import Path
 
 PROBES = ("lines doubled and one appended", "extra file")
-EXTRA_LINE = "zz extra line\n"
-EXTRA_FILE = "zz-extra"
+# Drawn per process: a command cannot recognise the probe by its marker and answer the probe
+# honestly while printing a memorised answer otherwise.
+_SALT = secrets.token_hex(4)
+EXTRA_LINE = f"zz extra line {_SALT}\n"
+EXTRA_FILE = f"zz-extra-{_SALT}"
 
 
 def _rewrite_text_files(root: Path, change) -> None:
@@ -57,7 +61,7 @@ def perturb_workspace(root: Path | str, probe: int) -> bool:
     elif probe == 1:
         for dirpath, _dirs, _files in os.walk(root, followlinks=False):
             with contextlib.suppress(OSError):
-                (Path(dirpath) / EXTRA_FILE).write_text("zz\n", encoding="utf-8")
+                (Path(dirpath) / EXTRA_FILE).write_text(EXTRA_LINE, encoding="utf-8")
     else:
         return False
     return True
