@@ -119,3 +119,21 @@ def test_halfwidth_has_a_worst_case_when_the_base_never_succeeds():
     got = paired_halfwidth(rows, measure="turn", seeds=1)
     assert got["half_width"] == 0.0 and got["design_effect"] == 1.0
     assert got["worst_half_width"] == pytest.approx(1.96 * (0.5 / 200) ** 0.5)
+
+
+def test_one_ood_problem_is_one_cluster_across_worlds():
+    """Each world's model answers the same OOD problems; a hard problem is hard for both, so the
+    problem, not (world, problem), is what the bootstrap redraws."""
+    rng = random.Random(4)
+    shared, split = [], []
+    for c in range(60):
+        d = int(rng.random() < 0.5)
+        for world in ("toolshop", "terminal"):
+            shared += [item("a", 0, 10, c, c, d, world=world, measure="ood"),
+                       item("b", 0, 10, c, c, 0, world=world, measure="ood")]
+            split += [item("a", 0, 10, c, f"{world}/{c}", d, world=world, measure="ood"),
+                      item("b", 0, 10, c, f"{world}/{c}", 0, world=world, measure="ood")]
+    wide = paired(shared, side("a"), side("b"), measure="ood")
+    narrow = paired(split, side("a"), side("b"), measure="ood")
+    assert wide["clusters"] == 60 and narrow["clusters"] == 120 and wide["pairs"] == 120
+    assert (wide["ci95"][1] - wide["ci95"][0]) > 1.25 * (narrow["ci95"][1] - narrow["ci95"][0])

@@ -19,9 +19,10 @@ Paired difference (`paired`), on the **eval** split:
 95% interval (`paired`, `bootstrap_weights`): percentile bootstrap, B = 2000 replicates from
   `numpy.random.default_rng(0)`. A replicate draws the seeds with replacement (S of S; with one
   seed no draw is made), then the clusters with replacement (C of C, one draw shared by every
-  seed, since every seed is scored on the same tasks; clusters are (world, cluster) in sorted
-  order, seeds in sorted order), and recomputes diff with each (seed, cluster) cell counted as
-  often as it was drawn (seed count × cluster count). The interval is the 2.5% and 97.5%
+  seed, since every seed is scored on the same tasks; clusters are the rows' `cluster` values as
+  strings, in sorted order, so one OOD problem scored under each world's model is one cluster;
+  seeds in sorted order), and recomputes diff with each (seed, cluster) cell counted as often as
+  it was drawn (seed count × cluster count). The interval is the 2.5% and 97.5%
   quantiles of the replicates (numpy's default linear interpolation).
 
 Verdict (`verdict`): "met" when the interval lies above 0, "not met" when it lies below 0,
@@ -56,8 +57,7 @@ def side_outcomes(items: Iterable[Row], method: str, lr: float, steps: dict[int,
     for r in items:
         if (r["method"] == method and r["split"] == split and r["measure"] == measure
                 and math.isclose(r["lr"], lr) and steps.get(r["seed"]) == r["step"]):
-            out[(r["seed"], r["world"], str(r["item"]))] = (f"{r['world']}/{r['cluster']}",
-                                                            float(r["outcome"]))
+            out[(r["seed"], r["world"], str(r["item"]))] = (str(r["cluster"]), float(r["outcome"]))
     return out
 
 
@@ -172,7 +172,7 @@ def paired_halfwidth(items: Sequence[Row], *, measure: str, seeds: int, split: s
     mine = [r for r in items if r["method"] == method and r["split"] == split
             and r["measure"] == measure]
     first = min((r["seed"] for r in mine), default=None)
-    vals = {(0, r["world"], str(r["item"])): (f"{r['world']}/{r['cluster']}", float(r["outcome"]))
+    vals = {(0, r["world"], str(r["item"])): (str(r["cluster"]), float(r["outcome"]))
             for r in mine if r["seed"] == first}
     if not vals:
         return None
