@@ -291,7 +291,9 @@ def run_theory(out: Path, testbed: Path, cfg: Any, items: Sequence[dict[str, Any
                 step = side["steps"][seed]
                 run = out / "runs" / f"{world}/{method}/lr{side['lr']:g}-seed{seed}"
                 ckpt = run / f"checkpoint-{step}"
-                models[method] = load_tiny(ckpt if (ckpt / "config.json").exists() else run)[0]
+                ckpt = ckpt if (ckpt / "config.json").exists() else run
+                if (ckpt / "config.json").exists():  # a world without pivots trains no PivotRL
+                    models[method] = load_tiny(ckpt)[0]
         if "pivotrl" in models:
             models["null: random direction, PivotRL's distance"] = perturbed_like(base, models["pivotrl"])
         if models:
