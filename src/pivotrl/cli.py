@@ -129,16 +129,12 @@ def profile(
     config: Optional[Path] = typer.Option(None, help="YAML of profile options (configs/profile.yaml)."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
     tensor_parallel_size: Optional[int] = typer.Option(None, help="vllm: GPUs one model is split over."),
-    max_model_len: Optional[int] = typer.Option(None, help="vllm: context length (default: the "
-                                                "model's); longer prompts are skipped and reported."),
+    max_model_len: Optional[int] = typer.Option(None, help="vllm: context; longer prompts are set aside."),
     gpu_memory_utilization: Optional[float] = typer.Option(None, help="vllm: share of GPU memory (0.9)."),
     dtype: Optional[str] = typer.Option(None, help="vllm: auto | bfloat16 | float16 | float32."),
-    prefix_caching: Optional[bool] = typer.Option(None, "--prefix-caching/--no-prefix-caching",
-                                                  help="vllm: reuse shared prompt prefixes (on)."),
-    api_key_env: Optional[str] = typer.Option(None, help="openai: environment variable holding the "
-                                              "API key (default OPENAI_API_KEY; never the key itself)."),
-    header: Optional[list[str]] = typer.Option(None, "--header", help="openai: 'Name: value' sent "
-                                               "with every request (repeat)."),
+    prefix_caching: Optional[bool] = typer.Option(None, "--prefix-caching/--no-prefix-caching", help="vllm (on)."),
+    api_key_env: Optional[str] = typer.Option(None, help="openai: env variable of the API key (OPENAI_API_KEY)."),
+    header: Optional[list[str]] = typer.Option(None, "--header", help="openai: 'Name: value' (repeat)."),
     extra_body: Optional[str] = typer.Option(None, help="openai: JSON object merged into every request."),
 ) -> None:
     """Sample K actions per turn with the reference policy and score them.
@@ -177,8 +173,10 @@ def profile(
     opts.update({key: val for key, val in given.items() if val is not None})
     if verifier_config is not None:
         opts["verifier_config"] = read_mapping(verifier_config)
+    from pivotrl.sampling.options import build_sampler, engine_flags
+
     try:
-        opts["engine"] = {**(opts.get("engine") or {}), **_engine_flags(
+        opts["engine"] = {**(opts.get("engine") or {}), **engine_flags(
             tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
             gpu_memory_utilization=gpu_memory_utilization, dtype=dtype,
             enable_prefix_caching=prefix_caching, api_key_env=api_key_env, header=header,
@@ -189,21 +187,13 @@ def profile(
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2)
 
-    from pivotrl.sampling import SamplerError, get_sampler
+    from pivotrl.sampling import SamplerError
     from pivotrl.verifiers import get_verifier
 
     ver = get_verifier(cfg.verifier, **cfg.verifier_config)
     try:
-        if backend == "openai":
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(model)
-            sampler = get_sampler("openai", served_model_name, base_url=base_url,
-                                  concurrency=concurrency, **_engine_options("openai", cfg.engine))
-        else:
-            sampler = get_sampler(backend, model, **({"batch_size": batch_size} if backend == "hf" else {}),
-                                  **_engine_options(backend, cfg.engine))
-            tokenizer = sampler.tokenizer
+        sampler, tokenizer = build_sampler(backend, model, cfg.engine, base_url=base_url, batch_size=batch_size,
+                                           served_model_name=served_model_name, concurrency=concurrency)
         doc = prof.profile_file(turns, out, sampler, ver, tokenizer, cfg, model_name=model,
                                 progress=progress, console=console)
     except (SamplerError, ValueError) as exc:  # unreachable server; resume with other settings
@@ -223,41 +213,8 @@ def profile(
         table.add_row(key.replace("_", " "), str(run[key]))
     for key in ("all_fail", "mixed", "all_pass"):
         table.add_row(f"turns {key.replace('_', '-')}", str(oc[key]))
-    if run.get("too_long"):
-        table.add_row("prompts too long (skipped, in the rejects file)", str(len(run["too_long"])))
+    table.add_row("prompts too long (set aside, rejects file)", str(len(run.get("too_long", {}))))
     console.print(table)
-
-
-_OPENAI_ENGINE_KEYS = ("headers", "extra_body", "api_key_env")
-
-
-def _engine_flags(*, header: Optional[list[str]], extra_body: Optional[str], **flags) -> dict:
-    """Engine flags given on the command line, as `ProfileConfig.engine` keys."""
-    import json
-
-    out = {key: val for key, val in flags.items() if val is not None}
-    if header:
-        pairs = [h.split(":", 1) for h in header]
-        if any(len(p) != 2 or not p[0].strip() for p in pairs):
-            raise ValueError(f"--header must be 'Name: value', got {header}")
-        out["headers"] = {name.strip(): value.strip() for name, value in pairs}
-    if extra_body is not None:
-        body = json.loads(extra_body)  # a JSONDecodeError is a ValueError
-        if not isinstance(body, dict):
-            raise ValueError("--extra-body must be a JSON object")
-        out["extra_body"] = body
-    return out
-
-
-def _engine_options(backend: str, engine: dict) -> dict:
-    """The engine options `backend` takes; any other is an error, not silently dropped."""
-    if backend == "openai":
-        wrong = sorted(set(engine) - set(_OPENAI_ENGINE_KEYS))
-    else:
-        wrong = sorted(engine) if backend == "hf" else sorted(set(engine) & set(_OPENAI_ENGINE_KEYS))
-    if wrong:
-        raise ValueError(f"engine options {wrong} do not apply to --backend {backend}")
-    return dict(engine)
 
 
 @guarded_command(app, inputs=["profile_file"], outputs=["out"])
@@ -439,54 +396,26 @@ def export(turns: Path = typer.Argument(..., help="Turns or pivots JSONL."),
            format: str = typer.Option(..., "--format", help="nemo-gym (JSONL rows) or verl (parquet)."),
            out: Path = typer.Option(..., "--out", help="Output file."),
            ability: str = typer.Option("agent", help="verl `ability` column."),
-           agent_name: Optional[str] = typer.Option(
-               None, help="nemo-gym: agent_ref.name, the agent block of the Gym config (default: an "
-               "imported row's own, else pivotrl_single_step_tool_use_with_argument_comparison_agent); "
-               "verl: the agent loop (default single_turn_agent)."),
-           parallel_calls: str = typer.Option(
-               "batch", help="nemo-gym: several expert calls become a function_call_batch (batch) "
-               "or go to the rejects file (reject: single-call datasets).")) -> None:
+           agent_name: Optional[str] = typer.Option(None, help="nemo-gym: agent_ref.name (the Gym config's "
+                                                    "agent block); verl: the agent loop (single_turn_agent)."),
+           parallel_calls: str = typer.Option("batch", help="nemo-gym: several calls -> function_call_batch "
+                                              "(batch) or the rejects file (reject).")) -> None:
     """Write Turns/pivots as NeMo-Gym rows or verl parquet (+ the tool config verl reads)."""
-    from pivotrl.export import FORMATS, export_file
-    from pivotrl.records import rejects_path
+    from pivotrl.export import cli_export
 
-    if format not in FORMATS:
-        console.print(f"[red]unknown --format {format!r}; use one of: {', '.join(FORMATS)}[/red]")
-        raise typer.Exit(2)
-    if not turns.is_file():
-        console.print(f"[red]{turns}: no such file[/red]")
-        raise typer.Exit(2)
-    try:
-        summary = export_file(turns, out, format, ability=ability, agent_name=agent_name,
-                              parallel_calls=parallel_calls)
-    except ValueError as exc:  # a bad --parallel-calls, an output that is the input
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
-    console.print(summary.table(f"export {format} → {out}"))
-    for path in summary.files:
-        console.print(f"wrote {path}")
-    if summary.rejects:
-        console.print(f"rejected lines: {rejects_path(out)}")
-    if summary.written == 0:
-        raise typer.Exit(1)
+    if code := cli_export(console, turns, format, out, ability=ability, agent_name=agent_name,
+                          parallel_calls=parallel_calls):
+        raise typer.Exit(code)
 
 
 @guarded_command(import_app, "nemo-gym", inputs=["rows"], outputs=["out"])
 def import_nemo_gym(rows: Path = typer.Argument(..., help="NeMo-Gym rows JSONL."),
                     out: Path = typer.Option(..., "--out", help="Turns JSONL to write.")) -> None:
     """NeMo-Gym pivot rows back to Turns."""
-    from pivotrl.export import import_nemo_gym as run_import
-    from pivotrl.records import rejects_path
+    from pivotrl.export import cli_import
 
-    if not rows.is_file():
-        console.print(f"[red]{rows}: no such file[/red]")
-        raise typer.Exit(2)
-    summary = run_import(rows, out)
-    console.print(summary.table(f"import nemo-gym → {out}"))
-    if summary.rejects:
-        console.print(f"rejected lines: {rejects_path(out)}")
-    if summary.written == 0:
-        raise typer.Exit(1)
+    if code := cli_import(console, rows, out):
+        raise typer.Exit(code)
 
 
 @data_app.command("bfcl")
@@ -554,8 +483,7 @@ def serve(
     port: int = typer.Option(8000, help="TCP port."),
     batch_size: int = typer.Option(64, help="Sequences per generate call."),
     served_model_name: Optional[str] = typer.Option(None, help="Name in /v1/models (default: the --model value)."),
-    max_tokens_limit: Optional[int] = typer.Option(None, help="Largest max_tokens a request may ask "
-                                                   "(default: the model's context length)."),
+    max_tokens_limit: Optional[int] = typer.Option(None, help="Largest max_tokens (default: the context)."),
     max_request_tokens: int = typer.Option(65536, help="Largest n x max_tokens x prompts of one request."),
 ) -> None:
     """An OpenAI-compatible endpoint around a local HF model (/health, /v1/models, /v1/completions,

@@ -25,7 +25,7 @@ from pivotrl.records import (Record, Reject, Trajectory, Turn, atomic_path, chec
                              read_records, rejects_path, write_atomic)
 
 FORMATS = ("nemo-gym", "verl")
-__all__ = ["DEFAULT_AGENT_LOOP", "DEFAULT_AGENT_NAME", "FORMATS", "PARALLEL_CALLS", "ExportSummary",
+__all__ = ["cli_export", "cli_import", "DEFAULT_AGENT_LOOP", "DEFAULT_AGENT_NAME", "FORMATS", "PARALLEL_CALLS", "ExportSummary",
            "check_turn", "export_file", "import_nemo_gym", "nemo_gym_to_turn", "row_to_turn",
            "tool_config_path", "turn_to_nemo_gym", "turn_to_verl", "verl_schema"]
 
@@ -210,3 +210,44 @@ def import_nemo_gym(rows: str | Path, out: str | Path) -> ExportSummary:
     summary.written = write_atomic(out, turns())
     _write_rejects(out, summary.rejects)
     return summary
+
+
+# ---------------------------------------------------------------- the CLI verbs' bodies
+
+
+def _report(console, summary: ExportSummary, title: str, out: Path) -> int:
+    console.print(summary.table(title))
+    for path in summary.files:
+        console.print(f"wrote {path}")
+    if summary.rejects:
+        console.print(f"rejected lines: {rejects_path(out)}")
+    return 1 if summary.written == 0 else 0
+
+
+def cli_export(console, turns: Path, fmt: str, out: Path, **options: Any) -> int:
+    """`pivotrl export`: the exit code (2: bad arguments, 1: nothing written)."""
+    if fmt not in FORMATS:
+        console.print(f"[red]unknown --format {fmt!r}; use one of: {', '.join(FORMATS)}[/red]")
+        return 2
+    if not turns.is_file():
+        console.print(f"[red]{turns}: no such file[/red]")
+        return 2
+    try:
+        summary = export_file(turns, out, fmt, **options)
+    except ValueError as exc:  # a bad --parallel-calls, an output that is the input
+        console.print(f"[red]{exc}[/red]")
+        return 2
+    return _report(console, summary, f"export {fmt} → {out}", out)
+
+
+def cli_import(console, rows: Path, out: Path) -> int:
+    """`pivotrl import nemo-gym`: the exit code."""
+    if not rows.is_file():
+        console.print(f"[red]{rows}: no such file[/red]")
+        return 2
+    try:
+        summary = import_nemo_gym(rows, out)
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/red]")
+        return 2
+    return _report(console, summary, f"import nemo-gym → {out}", out)
