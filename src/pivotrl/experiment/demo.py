@@ -141,8 +141,10 @@ def prepare_world(testbed: Path, out: Path, world: str, cfg: DemoConfig) -> dict
     wdir = out / "data" / world
     wdir.mkdir(parents=True, exist_ok=True)
     stats_file = wdir / "pivots.stats.json"
-    if stats_file.exists() and (wdir / "pivots.jsonl").exists():
-        return json.loads(stats_file.read_text())
+    if stats_file.exists() and (wdir / "pivots.jsonl").exists() and (wdir / "trajectories.jsonl").exists():
+        cached = json.loads(stats_file.read_text())
+        if cached.get("trajectories") is not None:  # a folder from before every arm shared the data
+            return cached
     n = cfg.profile_trajectories
     trajs = [t for i, t in enumerate(iter_valid(testbed / world / "train.jsonl", Trajectory))
              if not n or i < n]

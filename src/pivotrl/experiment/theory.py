@@ -39,6 +39,8 @@ from typing import Any
 from pivotrl.chat import prompt_text
 from pivotrl.records import Profile
 
+THEORY_VERSION = 2  # bump when the checks change: an older theory.json is recomputed, not reused
+
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
     n = len(x)
@@ -272,7 +274,9 @@ def run_theory(out: Path, testbed: Path, cfg: Any, items: Sequence[dict[str, Any
 
     path = out / "theory.json"
     if path.exists():
-        return json.loads(path.read_text())
+        cached = json.loads(path.read_text())
+        if cached.get("version") == THEORY_VERSION:
+            return cached
     base, tok = load_tiny(testbed / "base")
     verifier = get_verifier(cfg.verifier)
     chosen = choose(items, measure=cfg.select_on)
@@ -299,7 +303,7 @@ def run_theory(out: Path, testbed: Path, cfg: Any, items: Sequence[dict[str, Any
         if models:
             prefs[world] = preference_check(base, models, tok, [p for p, pivot in got if pivot], verifier,
                                             samples=cfg.theory_samples, max_new_tokens=cfg.max_completion_length)
-    result = {**summarise_gradient(grad_points), "preferences": prefs,
+    result = {"version": THEORY_VERSION, **summarise_gradient(grad_points), "preferences": prefs,
               "checkpoints": {m: chosen[m] for m in ("pivotrl", "sft") if m in chosen}}
     path.write_text(json.dumps(result))
     return result
