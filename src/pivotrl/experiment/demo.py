@@ -141,10 +141,13 @@ def prepare_world(testbed: Path, out: Path, world: str, cfg: DemoConfig) -> dict
     wdir = out / "data" / world
     wdir.mkdir(parents=True, exist_ok=True)
     stats_file = wdir / "pivots.stats.json"
-    if stats_file.exists() and (wdir / "pivots.jsonl").exists() and (wdir / "trajectories.jsonl").exists():
+    if stats_file.exists() and (wdir / "pivots.jsonl").exists():
         cached = json.loads(stats_file.read_text())
-        if cached.get("trajectories") is not None:  # a folder from before every arm shared the data
-            return cached
+        if cached.get("trajectories") is None or not (wdir / "trajectories.jsonl").exists():
+            # Its profile holds turns outside the shared trajectories; resuming would mix them in.
+            raise ValueError(f"{wdir}: prepared by an earlier demo whose pivots were not drawn "
+                             "from every arm's trajectories; use a new --out folder")
+        return cached
     n = cfg.profile_trajectories
     trajs = [t for i, t in enumerate(iter_valid(testbed / world / "train.jsonl", Trajectory))
              if not n or i < n]
