@@ -14,7 +14,7 @@ import pytest
 
 from nemo_gym_contract import model_errors, validator_problem
 from pivotrl.export import export_file, import_nemo_gym, turn_to_nemo_gym
-from pivotrl.export.nemo_gym import items_to_messages
+from pivotrl.export.nemo_gym import gym_config_path, items_to_messages
 from pivotrl.extract import ExtractOptions, extract_file
 from pivotrl.records import Turn, iter_valid, rejects_path, write_atomic
 from test_export import _semantic, sample_turns
@@ -56,6 +56,17 @@ def test_exported_example_trajectories_pass_nemo_gym(tmp_path):
         assert validator_problem(row) is None, row["id"]
     kinds = {row["expected_action"]["type"] for row in _rows(rows)}
     assert kinds == {"function_call", "message"}
+    # the Gym config next to the rows: the agent block the rows name reads them and routes to an
+    # argument-comparison resources server defined in the same file
+    import yaml
+
+    config = yaml.safe_load(gym_config_path(rows).read_text())
+    assert summary.files == [gym_config_path(rows)]
+    agent = _rows(rows)[0]["agent_ref"]["name"]
+    block = config[agent]["responses_api_agents"]["tool_simulation_agent"]
+    assert block["datasets"][0]["jsonl_fpath"] == str(rows.resolve())
+    server = config[block["resources_server"]["name"]]["resources_servers"]
+    assert "single_step_tool_use_with_argument_comparison" in server
 
 
 def test_parallel_calls_are_a_batch_or_rejected(tmp_path):
@@ -71,6 +82,14 @@ def test_parallel_calls_are_a_batch_or_rejected(tmp_path):
     assert "function_call_batch" in validator_problem(row)
     src = tmp_path / "turns.jsonl"
     write_atomic(src, [turn, sample_turns()[1]])
+    export_file(src, tmp_path / "batch.jsonl", "nemo-gym")
+    import yaml
+
+    config = yaml.safe_load(gym_config_path(tmp_path / "batch.jsonl").read_text())
+    server = next(v for k, v in config.items() if k.endswith("_resources_server"))
+    comparator = server["resources_servers"]["single_step_tool_use_with_argument_comparison"][
+        "tool_call_comparator_config"]
+    assert comparator["parallel_tool_call_rewarding"] is True  # else batches score as one call
     summary = export_file(src, tmp_path / "rows.jsonl", "nemo-gym", parallel_calls="reject")
     assert summary.written == 1 and summary.rejects[0].field == "expected.tool_calls"
     assert all(validator_problem(r) is None for r in _rows(tmp_path / "rows.jsonl"))

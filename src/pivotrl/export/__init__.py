@@ -17,8 +17,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pivotrl.export.nemo_gym import (DEFAULT_AGENT_NAME, PARALLEL_CALLS, missing_tools,
-                                     nemo_gym_to_turn, row_problem, turn_to_nemo_gym)
+from pivotrl.export.nemo_gym import (DEFAULT_AGENT_NAME, PARALLEL_CALLS, gym_config,
+                                     gym_config_path, missing_tools, nemo_gym_to_turn, row_problem,
+                                     turn_to_nemo_gym)
 from pivotrl.export.verl import (DEFAULT_AGENT_LOOP, ToolUnion, tool_config_path, turn_to_verl,
                                  verl_schema, write_tool_config)
 from pivotrl.records import (Record, Reject, Trajectory, Turn, atomic_path, check_trajectory,
@@ -118,19 +119,30 @@ def export_file(turns: str | Path, out: str | Path, fmt: str, *, batch_rows: int
     if parallel_calls not in PARALLEL_CALLS:
         raise ValueError(f"parallel_calls must be one of {PARALLEL_CALLS}, got {parallel_calls!r}")
     turns, out = Path(turns), Path(out)
-    _refuse_overwrite(turns, out, rejects_path(out), tool_config_path(out))
+    _refuse_overwrite(turns, out, rejects_path(out), tool_config_path(out), gym_config_path(out))
     summary = ExportSummary()
     if fmt == "nemo-gym":
         def check(turn: Turn) -> tuple[str, str] | None:
             return check_turn(turn) or row_problem(turn, parallel_calls)
 
+        agents: dict[str, None] = {}  # agent_ref names in first-seen order
+        batches = False
+
         def rows() -> Iterator[dict[str, Any]]:
+            nonlocal batches
             for turn in _valid_turns(turns, summary, check):
                 if missing_tools(turn):
                     summary.warnings["expected tool not in the row's tools"] += 1
-                yield turn_to_nemo_gym(turn, agent_name)
+                row = turn_to_nemo_gym(turn, agent_name)
+                agents[row["agent_ref"]["name"]] = None
+                batches = batches or row["expected_action"]["type"] == "function_call_batch"
+                yield row
 
         summary.written = write_atomic(out, rows())
+        _write_yaml(gym_config_path(out), gym_config(out, list(agents), batches),
+                    "# NeMo-Gym config for the rows next to it (written by `pivotrl export --format "
+                    "nemo-gym`):\n# each agent block is the agent_ref.name of its rows.\n")
+        summary.files.append(gym_config_path(out))
     else:
         union = ToolUnion()
 
@@ -146,6 +158,14 @@ def export_file(turns: str | Path, out: str | Path, fmt: str, *, batch_rows: int
             summary.warnings[warning] += 1
     _write_rejects(out, summary.rejects)
     return summary
+
+
+def _write_yaml(path: Path, data: dict[str, Any], header: str) -> None:
+    import yaml
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    tmp.replace(path)
 
 
 def _write_parquet(out: Path, rows: Iterator[dict[str, Any]], batch_rows: int) -> int:
