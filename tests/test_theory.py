@@ -84,7 +84,7 @@ def test_preference_statistics_at_known_values(tiny):
         for p in shifted.parameters():
             p.add_(0.003)
     moved = perturbed_like(model, shifted, seed=6)
-    dist = math.sqrt(sum(float((a - b).pow(2).sum()) for a, b in zip(moved.parameters(), model.parameters())))
+    dist = math.sqrt(sum(float((a - b).detach().pow(2).sum()) for a, b in zip(moved.parameters(), model.parameters())))
     assert dist > 0
     got = preference_check(model, {"same": model, "moved": moved}, tok, [state()] * 2,
                            get_verifier("exact"), samples=8, max_new_tokens=6)
@@ -103,6 +103,6 @@ def test_perturbation_has_the_target_distance(tiny):
             p.add_(0.01)
     want = math.sqrt(sum(p.numel() for p in model.parameters())) * 0.01
     moved = perturbed_like(model, target, seed=2)
-    got = math.sqrt(sum(float((a - b).pow(2).sum()) for a, b in zip(moved.parameters(), model.parameters())))
+    got = math.sqrt(sum(float((a - b).detach().pow(2).sum()) for a, b in zip(moved.parameters(), model.parameters())))
     assert got == pytest.approx(want, rel=1e-3)
     assert sequence_logps(model, [1, 2], [[], [3]]).shape == (2,)

@@ -17,8 +17,9 @@ RULE = ("Each verdict compares two methods' dev-chosen checkpoints on the SAME e
         "the same seeds: diff = mean over every (seed, item) pair of outcome_a − outcome_b; 95% "
         "interval = percentile bootstrap (2000 replicates, numpy default_rng(0)) that redraws the "
         "seeds and, shared across seeds, the clusters (the task of an episode or OOD problem, the "
-        "trajectory of a turn; one OOD problem is one cluster across worlds) with replacement. **met** / **not met** only when the interval "
-        "excludes 0, otherwise **within noise**; **not measurable** when an arm is missing. "
+        "trajectory of a turn; one OOD problem is one cluster across worlds) with replacement. "
+        "**met** / **not met** only when the interval excludes 0, otherwise **within noise**; "
+        "**not measurable** when an arm is missing. "
         "items.jsonl holds every outcome (pivotrl.experiment.stats has the rule as code).")
 
 
