@@ -375,6 +375,8 @@ def check_gpu_tests(ctx: Context) -> dict[str, Any]:
     # pytest exits 5 when no test is selected: no gpu-marked test yet is not a failure of the kit.
     if proc.returncode not in (0, 5):
         raise RuntimeError(f"pytest exited {proc.returncode}: {out['summary']} (see gpu_tests.log)")
+    if ctx.device == "cuda" and not ctx.dry_run and counts.get("skipped"):
+        raise RuntimeError(f"gpu tests were skipped on a CUDA machine: {out['summary']}")
     return out
 
 

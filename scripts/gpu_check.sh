@@ -21,8 +21,8 @@ install() {
   fi
   rm -rf "$site"
   # --no-deps: the wheelhouse is the whole closure; the resolver must not touch the image's torch.
-  if ! "$py" -m pip install --no-index --no-deps --target "$site" --disable-pip-version-check \
-      --quiet "$wheels"/*.whl; then
+  if ! "$py" -m pip install --no-index --no-deps --no-compile --target "$site" \
+      --disable-pip-version-check --quiet "$wheels"/*.whl; then
     echo "pip install failed; unpacking the wheels instead (a wheel is a zip of its site files)"
     for whl in "$wheels"/*.whl; do "$py" -m zipfile -e "$whl" "$site" || return 1; done
   fi

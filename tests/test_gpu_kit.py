@@ -113,11 +113,22 @@ def test_plan_ships_a_pinned_copy_of_what_the_image_has_when_asked():
     assert "filelock" in plan and "sympy" not in plan and "torch" not in plan
 
 
-def test_real_plan_has_trl_datasets_pydantic_and_no_torch():
+def test_real_plan_has_trl_datasets_pydantic_and_nothing_the_image_has():
     names = {wheelhouse.normalise(r.split("=")[0].split("<")[0].split(">")[0])
              for r in wheelhouse.plan()}
     assert {"trl", "datasets", "pydantic", "pydantic-core"} <= names
-    assert not names & {"torch", "transformers", "numpy", "accelerate", "tokenizers", "nvidia-nccl-cu12"}
+    # never shadow the image's compiled stack (pandas against its numpy, torch, ...)
+    assert not names & {"torch", "transformers", "numpy", "pandas", "accelerate", "tokenizers"}
+    assert set(wheelhouse.project_roots()) >= {"trl", "datasets", "pydantic", "torch"}
+
+
+def test_tree_bytes_counts_what_git_would_send(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("/big/\n")
+    (tmp_path / "a.txt").write_bytes(b"x" * 1000)
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "b.bin").write_bytes(b"y" * 5000)
+    assert wheelhouse.tree_bytes(tmp_path) == 1000 + len("/big/\n")
 
 
 def write_sized(path: Path, size: int) -> None:
@@ -131,7 +142,10 @@ def test_check_flags_oversize_missing_wheels_and_sdists(tmp_path):
     wanted = ["trl==1.16.0", "pydantic-core==2.46.4"]
     assert wheelhouse.check(tmp_path, wanted, limit=5 * wheelhouse.MIB) == []
     problems = wheelhouse.check(tmp_path, wanted + ["datasets==5.2.0"], limit=4 * wheelhouse.MIB)
-    assert any("5.0 MiB > limit 4 MiB" in p for p in problems)
+    assert any("5.0 MiB + working tree 0.0 MiB > limit 4 MiB" in p for p in problems)
+    # The working tree travels in the same 64 MiB: it counts against the limit too.
+    assert wheelhouse.check(tmp_path, wanted, limit=6 * wheelhouse.MIB, tree_bytes=wheelhouse.MIB) == []
+    assert wheelhouse.check(tmp_path, wanted, limit=6 * wheelhouse.MIB, tree_bytes=2 * wheelhouse.MIB)
     assert any("no wheel for datasets==5.2.0" in p for p in problems)
     (tmp_path / "xxhash-4.1.0.tar.gz").write_bytes(b"sdist")
     assert any("xxhash-4.1.0.tar.gz: not a wheel" in p for p in wheelhouse.check(tmp_path, wanted))
@@ -139,6 +153,7 @@ def test_check_flags_oversize_missing_wheels_and_sdists(tmp_path):
 
 def test_check_cli_fails_over_the_limit(tmp_path, monkeypatch):
     monkeypatch.setattr(wheelhouse, "plan", lambda: ["trl==1.16.0"])
+    monkeypatch.setattr(wheelhouse, "tree_bytes", lambda: 0)
     write_sized(tmp_path / "trl-1.16.0-py3-none-any.whl", 2 * wheelhouse.MIB)
     assert wheelhouse.main(["check", "--dest", str(tmp_path), "--limit-mib", "3"]) == 0
     assert wheelhouse.main(["check", "--dest", str(tmp_path), "--limit-mib", "1"]) == 1
