@@ -15,7 +15,7 @@ point. The design effect is never taken below 1 (a conservative choice: with few
 negative within-trajectory correlation is mostly noise).
 
 Samples are seeded per turn, from (seed, turn id): a turn's result does not depend on which other
-turns share its batch, or on --limit.
+turns share its batch, or on `limit`.
 """
 
 from __future__ import annotations
