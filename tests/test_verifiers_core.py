@@ -391,3 +391,30 @@ def test_cli_verify_with_yaml_config(tmp_path):
     bad_cfg = tmp_path / "bad.yaml"
     bad_cfg.write_text("free_text_threshold: [1]\n")
     assert CliRunner().invoke(app, ["verify", str(cases), "--config", str(bad_cfg)]).exit_code == 1
+
+
+def test_list_order_by_what_the_parameter_means():
+    s = {"type": "string"}
+    tools = [{"type": "function", "function": {"name": "send_mail", "parameters": {
+        "type": "object", "properties": {"to": s, "cc": {"type": "array", "items": s}}}}},
+             {"type": "function", "function": {"name": "exchange_items", "parameters": {
+                 "type": "object", "properties": {"item_ids": {"type": "array", "items": s},
+                                                  "tags": {"type": "array", "items": s},
+                                                  "new_item_ids": {"type": "array", "items": s}}}}}]
+    verifier = get_verifier("toolcall")
+    mail = call_turn(("send_mail", {"to": "a@x.io", "cc": ["b@x.io", "c@x.io"]}), tools=tools)
+    assert reward(verifier, mail, hermes(("send_mail", {"to": "a@x.io", "cc": ["c@x.io", "b@x.io"]}))) == 1
+    assert reward(verifier, mail, hermes(("send_mail", {"to": "a@x.io", "cc": ["c@x.io", "c@x.io"]}))) == 0
+    paired = {"item_ids": ["1", "2"], "new_item_ids": ["7", "8"], "tags": ["x", "y"]}
+    turn = call_turn(("exchange_items", paired), tools=tools)
+    for key in ("item_ids", "tags"):  # paired lists keep their order, even a set-like name
+        swapped = {**paired, key: list(reversed(paired[key]))}
+        assert reward(verifier, turn, hermes(("exchange_items", swapped))) == 0, key
+
+
+def test_enum_case_only_when_it_names_one_value():
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+              "properties": {"mode": {"type": "string", "enum": ["fast", "Fast", "safe"]}}}}}]
+    verifier = get_verifier("toolcall")
+    assert reward(verifier, call_turn(("f", {"mode": "safe"}), tools=tools), hermes(("f", {"mode": "SAFE"}))) == 1
+    assert reward(verifier, call_turn(("f", {"mode": "fast"}), tools=tools), hermes(("f", {"mode": "FAST"}))) == 0
