@@ -260,6 +260,17 @@ def test_thinking_kwargs_reach_the_prompt_and_set_the_token_budget():
     assert with_token_budget(cfg, qwen3).max_completion_length == 256
 
 
+def test_harmony_ends_as_samplers_and_trainers_leave_it():
+    tok = make_tokenizer("gptoss")
+    text = completion(tok, call())
+    assert text.endswith("<|call|>")
+    parse = parser_for(tok)
+    stopped = text.removesuffix("<|call|>")  # a sampler that cuts the stop token <|call|>
+    padded = text + "<|return|><|return|>"  # a trainer that pads with EOS after the stop
+    assert parse(stopped, TOOLS).valid and parse(padded, TOOLS).valid
+    assert not parse(text + "<|start|>assistant<|channel|>final<|message|>done", TOOLS).valid
+
+
 def test_xml_arguments_are_typed_by_the_tool_schema():
     tok = make_tokenizer("qwen3_5_think")
     text = completion(tok, call())
@@ -282,6 +293,8 @@ def test_sft_labels_cover_the_assistant_action_only(family):
     rendered = tok.decode(row["input_ids"])
     if reasoning and reasoning in rendered:  # the template renders the target turn's reasoning
         assert reasoning in trained
+    if name in ("qwen3", "qwen3_5_think", "nemotron_3_nano", "glm4moe", "gptoss"):
+        assert reasoning in trained  # templates known to render it
 
 
 @pytest.fixture(scope="module")

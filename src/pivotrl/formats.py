@@ -65,10 +65,12 @@ FORMATS = {f.name: f for f in (
     ResponseFormat("deepseek", split_deepseek_calls, FOREIGN_CALL_MARKERS,
                    end_markers=END_MARKERS + ("<｜end▁of▁sentence｜>",),
                    call_openers=("<｜tool▁calls▁begin｜>",)),
-    # gpt-oss reasons in the analysis channel, not in <think>; its turn ends with <|return|> or
-    # <|call|>, which the reader itself must see, so only generic end markers are dropped.
+    # gpt-oss reasons in the analysis channel, not in <think>. Its turn ends with <|return|> or
+    # <|call|>; the reader must see <|call|> (it ends a call), <|return|> only ends the turn (and
+    # is the tokenizer's EOS, which a trainer may leave after a <|call|> stop).
     ResponseFormat("harmony", split_harmony, ("<|channel|>", "<|message|>", "<|call|>",
-                                               "to=functions.", "<|start|>"), think=False),
+                                               "to=functions.", "<|start|>"), think=False,
+                   end_markers=END_MARKERS + ("<|return|>",)),
 )}
 
 # TRL template name (trl.chat_template_utils.<name>_chat_template) → (format, thinks by default).
@@ -136,11 +138,12 @@ def detect(tokenizer: Any, response_format: str | None = None) -> Family:
         if template and marker in template:
             return Family(None, fmt, thinks or fmt == "harmony")
     where = getattr(tokenizer, "name_or_path", "") or "the tokenizer"
-    problem = "no chat template" if not template else "the chat template's tool calls are in no known format"
+    problem = "no chat template" if not template else "its chat template writes tool calls in no known format"
     raise UnknownFormatError(
-        f"{where}: {problem} (known: {', '.join(FORMATS)}; families: {', '.join(KNOWN_TEMPLATES)}). Fix: set "
-        "`response_format:` in the config (or --response-format) to the format the model writes, or "
-        "give the tokenizer a `response_template` (transformers response parsing) in tokenizer_config.json.")
+        f"{where}: {problem} (formats: {', '.join(FORMATS)}; families: {', '.join(KNOWN_TEMPLATES)}). "
+        "Fix: set `response_format:` in the config (or --response-format) to the format the model "
+        "writes, or give the tokenizer a `response_template` (transformers response parsing) in "
+        "tokenizer_config.json.")
 
 
 def _with_response_template(tokenizer: Any) -> Any:
