@@ -229,6 +229,23 @@ def test_unknown_template_is_an_error_that_names_the_fix():
     assert parser_for(tok, "hermes").name == "hermes"
 
 
+def test_verify_with_an_unknown_family_stops_with_the_fix(tmp_path):
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+
+    tok = make_tokenizer("qwen3")
+    tok.chat_template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    tok.save_pretrained(tmp_path / "tok")
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps({**TURN.model_dump(mode="json", exclude_none=True), "completion": "hi"}) + "\n")
+    result = CliRunner().invoke(app, ["verify", str(cases), "--model", str(tmp_path / "tok")])
+    assert result.exit_code == 1 and "response-format" in result.output.replace("\n", "")
+    ok = CliRunner().invoke(app, ["verify", str(cases), "--model", str(tmp_path / "tok"),
+                                  "--response-format", "hermes", "--out", str(tmp_path / "o.jsonl")])
+    assert ok.exit_code == 0 and json.loads((tmp_path / "o.jsonl").read_text())["valid"]
+
+
 @pytest.mark.parametrize("name", sorted(RESPONSE_TEMPLATE_FAMILIES))
 def test_other_families_are_read_with_their_response_template_strictly(name):
     tok = make_tokenizer(name)
