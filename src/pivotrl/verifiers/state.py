@@ -195,17 +195,20 @@ class StateVerifier:
     def _world(self, turn: Turn, probe: int | None):
         """A fresh world at `turn` (perturbed by `probe` unless None; None when the world has no
         such probe). Worlds with `fork()` are built once per (turn, probe) and forked."""
-        key = (_turn_key(turn), probe)
-        with self._lock:
-            base = self._bases.get(key)
-            if base is not None:
-                self._bases.move_to_end(key)
+        key, base = None, None
+        if self._bases:  # only worlds that fork are kept: others skip the key's cost
+            key = (_turn_key(turn), probe)
+            with self._lock:
+                base = self._bases.get(key)
+                if base is not None:
+                    self._bases.move_to_end(key)
         if base is None:
             base = world_at_turn(turn)
             if probe is not None and not base.perturb(probe):
                 return None
             if not callable(getattr(base, "fork", None)):
                 return base
+            key = key or (_turn_key(turn), probe)
             with self._lock:
                 self._bases[key] = base
                 while len(self._bases) > self.config.cached_worlds:
