@@ -278,19 +278,11 @@ def _chat_events(body: dict[str, Any], include_usage: bool):
     yield "data: [DONE]\n\n"
 
 
-def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = None,
-               max_tokens_limit: int | None = None, max_request_tokens: int = MAX_REQUEST_TOKENS):
-    from fastapi import FastAPI, Request
+def _openai_errors(app) -> None:
+    """Every error as OpenAI's `{"error": {...}}` (validation errors are 400s, as vLLM answers)."""
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, Response, StreamingResponse
+    from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
-
-    from pivotrl.chat import prompt_text
-
-    engine = Engine(model_dir, batch_size, max_tokens_limit, max_request_tokens)
-    name = served_name or str(model_dir)
-    app = FastAPI(title="pivotrl serve", version="1")
-    app.state.engine = engine
 
     @app.exception_handler(APIError)
     async def api_error(_, exc: APIError):
@@ -306,6 +298,20 @@ def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = N
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_, exc: StarletteHTTPException):
         return JSONResponse(error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code)
+
+
+def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = None,
+               max_tokens_limit: int | None = None, max_request_tokens: int = MAX_REQUEST_TOKENS):
+    from fastapi import FastAPI, Request
+    from fastapi.responses import Response, StreamingResponse
+
+    from pivotrl.chat import prompt_text
+
+    engine = Engine(model_dir, batch_size, max_tokens_limit, max_request_tokens)
+    name = served_name or str(model_dir)
+    app = FastAPI(title="pivotrl serve", version="1")
+    app.state.engine = engine
+    _openai_errors(app)
 
     def check(req: _Common, max_tokens: int, n_prompts: int) -> None:
         if req.model is not None and req.model != name:
