@@ -203,7 +203,9 @@ class SFTRunConfig(_RunCommon):
     max_length: int | None = Field(4096, description="Tokens per trajectory; longer ones are dropped and "
                                    "counted (cutting would leave half an action in the loss; ours).")
     assistant_only_loss: bool = Field(True, description="Loss on assistant tokens only (paper's SFT "
-                                      "baseline; needs {% generation %} in the chat template).")
+                                      "baseline). Marked by the template's {% generation %} markers, TRL's "
+                                      "training template of a known family, or (Llama 3.1/3.2) rendered "
+                                      "prefixes: train/sft.py sft_template.")
 
     @classmethod
     def _path_fields(cls) -> tuple[str, ...]:
