@@ -224,15 +224,14 @@ def is_blank(text: str) -> bool:
 
 
 def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether lists/objects nest deeper than `limit` (iterative: no recursion on the input)."""
-    stack = [(obj, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
-    return False
+    """Whether lists/objects nest deeper than `limit` levels (level by level: no recursion)."""
+    level = [obj] if isinstance(obj, (dict, list)) else []
+    for _ in range(limit):
+        level = [c for node in level for c in (node.values() if isinstance(node, dict) else node)
+                 if isinstance(c, (dict, list))]
+        if not level:
+            return False
+    return bool(level)
 
 
 def parse_json_line(text: str) -> tuple[Any, str]:
@@ -243,7 +242,8 @@ def parse_json_line(text: str) -> tuple[Any, str]:
         return None, f"not JSON: {exc.msg} at column {exc.colno}"
     except RecursionError:
         return None, f"not accepted: JSON nested deeper than {MAX_DEPTH} levels"
-    if isinstance(value, (dict, list)) and too_deep(value):
+    # fewer brackets than the limit cannot nest deeper (a C-speed count spares most walks)
+    if text.count("[") + text.count("{") > MAX_DEPTH and too_deep(value):
         return None, f"not accepted: JSON nested deeper than {MAX_DEPTH} levels"
     return value, ""
 
