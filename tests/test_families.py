@@ -407,6 +407,19 @@ def test_prompts_carry_one_bos_in_every_stage(tiny_model, tmp_path, monkeypatch)
     assert seen["params"][0]["skip_special_tokens"] is False  # call delimiters reach the parser
 
 
+@pytest.mark.parametrize("name", ["gptoss", "deepseekv3", "qwen3_5_think"])
+def test_grpo_reward_reads_trls_completion_ids_in_the_family_format(name):
+    from pivotrl.train.grpo import turn_json
+    from pivotrl.train.rewards import PivotReward
+
+    tok = make_tokenizer(name)
+    texts = [completion(tok, call()), completion(tok, call(quantity=4))]
+    ids = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts]
+    trl_texts = tok.batch_decode(ids, skip_special_tokens=True)  # what TRL passes as `completions`
+    reward = PivotReward("toolcall", parse=parser_for(tok), tokenizer=tok)
+    assert reward(["p", "p"], trl_texts, [turn_json(TURN)] * 2, completion_ids=ids) == [1.0, 0.0]
+
+
 def test_completion_text_keeps_call_delimiters_that_are_special_tokens():
     tok = make_tokenizer("gptoss")
     text = completion(tok, call())
