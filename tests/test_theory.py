@@ -56,6 +56,7 @@ def test_held_out_progress_is_maximal_when_held_out_actions_repeat_the_batch(tin
     assert len({tuple(c) for c in comps}) == 4
     got = state_signal(model, prompt, comps + comps, [1.0, 0.0, 0.0, 0.0] * 2, random.Random(3))
     assert got["progress"] == pytest.approx(got["grad_norm"], rel=1e-4)
+    assert got["signal"] == pytest.approx(got["grad_norm"] ** 2, rel=1e-4)
     assert got["null_progress"] < got["progress"] - 1e-6
     assert got["grad_norm_grpo"] > got["grad_norm"]  # ÷ a sample std below 1
 
@@ -69,6 +70,8 @@ def test_summary_separates_zero_std_states_and_reports_the_null():
     assert got["grad_norm_vs_std_corr"] == pytest.approx(1.0)
     assert got["null_grad_norm_vs_std_corr"] == pytest.approx(1.0)  # the construction, shown
     assert got["progress_positive"] == 1.0 and got["null_progress_positive"] == 0.0
+    lo, hi = got["progress_ci95"]
+    assert lo < got["progress_mean"] < hi and got["null_progress_ci95"][1] < 0
 
 
 def test_preference_statistics_at_known_values(tiny):

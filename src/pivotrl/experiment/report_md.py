@@ -27,6 +27,10 @@ def _f(x: float | None, digits: int = 3) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def _ci(ci: list[float] | None) -> str:
+    return "" if not ci else f"[{ci[0]:.4f}, {ci[1]:.4f}]"
+
+
 def _side(s: dict[str, Any]) -> str:
     steps = "/".join(str(v) for v in s["steps"].values())
     return f"{s['method']} (lr {s['lr']:g}, step {steps})"
@@ -139,15 +143,20 @@ def theory_section(results: dict[str, Any], plots: list[str]) -> list[str]:
               "| statistic | verifier rewards | null: rewards shuffled within the state |", "|---|---|---|",
               f"| Pearson r, plain gradient norm vs reward std | {_f(th['grad_norm_vs_std_corr'])} | "
               f"{_f(th.get('null_grad_norm_vs_std_corr'))} |",
-              f"| mean held-out progress per unit step | {_f(th.get('progress_mean'), 4)} | "
-              f"{_f(th.get('null_progress_mean'), 4)} |",
+              f"| mean held-out progress per unit step [95% CI over states] | "
+              f"{_f(th.get('progress_mean'), 4)} {_ci(th.get('progress_ci95'))} | "
+              f"{_f(th.get('null_progress_mean'), 4)} {_ci(th.get('null_progress_ci95'))} |",
+              f"| mean g_A·g_B, unbiased ‖true gradient‖² [95% CI] | {_f(th.get('signal_mean'), 4)} "
+              f"{_ci(th.get('signal_ci95'))} | {_f(th.get('null_signal_mean'), 4)} "
+              f"{_ci(th.get('null_signal_ci95'))} |",
               f"| share of states with held-out progress > 0 | {_f(th.get('progress_positive'), 2)} | "
               f"{_f(th.get('null_progress_positive'), 2)} |",
               f"| Pearson r, held-out progress vs reward std | {_f(th.get('progress_vs_std_corr'))} | "
               f"{_f(th.get('null_progress_vs_std_corr'))} |", "",
               "The gradient-norm correlation holds under the null as well (the coefficients r − r̄ scale "
-              "with the std for any rewards): it is not evidence. Held-out progress is: it is positive "
-              "only if what the verifier rewards in one half generalises to the other. GRPO-normalised "
+              "with the std for any rewards): it is not evidence. Held-out progress and g_A·g_B are: "
+              "their expectation is 0 under the null and positive only if what the verifier rewards "
+              "in one half generalises to the other. GRPO-normalised "
               f"gradient norm (÷ sample std): pivots {_f(th.get('grad_norm_grpo_pivots'))}, other mixed "
               f"states {_f(th.get('grad_norm_grpo_other_mixed'))}."]
         if "theory_grad_vs_std.png" in plots:

@@ -15,6 +15,9 @@ sampled from the base and split in half: A (the update's batch) and B (held out)
   along g_A: (g_A / ‖g_A‖) · g_B, g_B the same gradient on B. It is positive only if what A
   rewards generalises to other actions at s; under the null (A's rewards shuffled) its mean is
   ~0. The theorem predicts real progress > null, rising with std.
+- `signal` = g_A · g_B: with A and B independent, an unbiased estimate of ‖∇J(s)‖², the squared
+  norm of the TRUE policy gradient at s, whereas ‖g_A‖² adds the sampling noise, which is what
+  grows with std for any rewards. Under the null its expectation is 0 at every std.
 - `grad_norm_grpo`: the GRPO-normalised gradient (advantages ÷ the sample std, as TRL), pivots
   vs other mixed states; zero-std states are 0 by construction and are counted, not correlated.
 
@@ -39,7 +42,7 @@ from typing import Any
 from pivotrl.chat import prompt_text
 from pivotrl.records import Profile
 
-THEORY_VERSION = 2  # bump when the checks change: an older theory.json is recomputed, not reused
+THEORY_VERSION = 3  # bump when the checks change: an older theory.json is recomputed, not reused
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
@@ -149,7 +152,8 @@ def state_signal(model: Any, prompt: list[int], completions: list[list[int]], re
         g_a = policy_gradient(model, prompt, ca, _centred(r))
         norm = float(g_a.norm())
         out[f"{tag}grad_norm"] = norm
-        out[f"{tag}progress"] = float(g_a @ g_b) / norm if norm > 0 else 0.0
+        out[f"{tag}signal"] = float(g_a @ g_b)
+        out[f"{tag}progress"] = out[f"{tag}signal"] / norm if norm > 0 else 0.0
     out["grad_norm_grpo"] = float(policy_gradient(model, prompt, ca, _centred(ra, True)).norm())
     return out
 
@@ -182,6 +186,13 @@ def summarise_gradient(points: list[dict[str, Any]]) -> dict[str, Any]:
     def mean(vals: list[float]) -> float | None:
         return sum(vals) / len(vals) if vals else None
 
+    def interval(vals: list[float]) -> list[float] | None:  # 95%, normal, over states
+        if len(vals) < 2:
+            return None
+        m = sum(vals) / len(vals)
+        half = 1.96 * math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1) / len(vals))
+        return [m - half, m + half]
+
     return {"points": points, "states": len(points), "mixed_states": len(mixed),
             "zero_std_states": len(points) - len(mixed),
             "grad_norm_vs_std_corr": corr("grad_norm"),
@@ -190,6 +201,13 @@ def summarise_gradient(points: list[dict[str, Any]]) -> dict[str, Any]:
             "null_progress_mean": mean([p["null_progress"] for p in mixed]),
             "progress_positive": mean([float(p["progress"] > 0) for p in mixed]),
             "null_progress_positive": mean([float(p["null_progress"] > 0) for p in mixed]),
+            "signal_mean": mean([p.get("signal", 0.0) for p in mixed]),
+            "null_signal_mean": mean([p.get("null_signal", 0.0) for p in mixed]),
+            "signal_ci95": interval([p.get("signal", 0.0) for p in mixed]),
+            "null_signal_ci95": interval([p.get("null_signal", 0.0) for p in mixed]),
+            "progress_ci95": interval([p["progress"] for p in mixed]),
+            "null_progress_ci95": interval([p["null_progress"] for p in mixed]),
+            "signal_vs_std_corr": corr("signal") if all("signal" in p for p in mixed) else None,
             "progress_vs_std_corr": corr("progress"),
             "null_progress_vs_std_corr": corr("null_progress"),
             "grad_norm_grpo_pivots": mean([p["grad_norm_grpo"] for p in mixed if p["pivot"]]),
