@@ -23,7 +23,7 @@ from pivotrl.export.nemo_gym import (DEFAULT_AGENT_NAME, PARALLEL_CALLS, gym_con
 from pivotrl.export.verl import (DEFAULT_AGENT_LOOP, ToolUnion, tool_config_path, turn_to_verl,
                                  verl_schema, write_tool_config)
 from pivotrl.records import (Record, Reject, Trajectory, Turn, atomic_path, check_trajectory,
-                             read_records, rejects_path, write_atomic)
+                             read_records, rejects_path, write_atomic, write_text_atomic)
 
 FORMATS = ("nemo-gym", "verl")
 __all__ = ["cli_export", "cli_import", "DEFAULT_AGENT_LOOP", "DEFAULT_AGENT_NAME", "FORMATS", "PARALLEL_CALLS", "ExportSummary",
@@ -163,9 +163,7 @@ def export_file(turns: str | Path, out: str | Path, fmt: str, *, batch_rows: int
 def _write_yaml(path: Path, data: dict[str, Any], header: str) -> None:
     import yaml
 
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
 
 
 def _write_parquet(out: Path, rows: Iterator[dict[str, Any]], batch_rows: int) -> int:
