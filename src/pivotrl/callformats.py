@@ -46,69 +46,37 @@ def _calls_region(body: str, open_tag: str) -> tuple[str, int]:
     return (body, -1) if first == -1 else (body[:first].strip(), first)
 
 
-# ---------------------------------------------------------------- Qwen3.5 / Nemotron 3 XML
+# ---------------------------------------------------------------- Qwen3.5 / Nemotron 3 XML, GLM-4.5
 
 _XML_CALL = re.compile(r"<tool_call>\s*<function=([^>\n]+)>(.*?)</function>\s*</tool_call>", re.S)
 # The template writes "<parameter=K>\n" + value + "\n</parameter>\n": exactly one newline each side
 # belongs to the format, any other whitespace to the value.
 _XML_PARAM = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.S)
-
-
-def split_xml_calls(body: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
-    content, pos = _calls_region(body, "<tool_call>")
-    if pos == -1:
-        return content, []
-    calls = []
-    while pos < len(body):
-        m = _XML_CALL.match(body, pos)
-        if m is None:
-            raise InvalidAction("<tool_call> block is not <function=NAME><parameter=K>V</parameter>"
-                                "…</function></tool_call>")
-        name, inner = m.group(1).strip(), m.group(2)
-        args: dict[str, Any] = {}
-        at = _after_ws(inner, 0)
-        while at < len(inner):
-            p = _XML_PARAM.match(inner, at)
-            if p is None:
-                raise InvalidAction(f"call {name!r}: text outside <parameter=…> blocks")
-            key = p.group(1).strip()
-            _no_duplicate(args, key, name)
-            args[key] = RawValue(p.group(2))
-            at = _after_ws(inner, p.end())
-        if not name:
-            raise InvalidAction("tool call without a name")
-        calls.append((name, args))
-        pos = _after_ws(body, m.end())
-        if pos < len(body) and not body.startswith("<tool_call>", pos):
-            raise InvalidAction("text after the last </tool_call>")
-    return content, calls
-
-
-# ---------------------------------------------------------------- GLM-4.5
-
 _GLM_CALL = re.compile(r"<tool_call>([^\n<]+)(.*?)</tool_call>", re.S)
 _GLM_ARG = re.compile(r"<arg_key>([^<]+)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)
 
 
-def split_glm_calls(body: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+def _split_tagged(body: str, call_re: re.Pattern, arg_re: re.Pattern, shape: str
+                  ) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """Content, then <tool_call> blocks back to back: each block matches `call_re` (name, inner
+    text) and its inner text is nothing but `arg_re` matches (key, raw value) and whitespace."""
     content, pos = _calls_region(body, "<tool_call>")
     if pos == -1:
         return content, []
     calls = []
     while pos < len(body):
-        m = _GLM_CALL.match(body, pos)
+        m = call_re.match(body, pos)
         if m is None:
-            raise InvalidAction("<tool_call> block is not NAME<arg_key>K</arg_key><arg_value>V"
-                                "</arg_value>…</tool_call>")
+            raise InvalidAction(f"<tool_call> block is not {shape}")
         name, inner = m.group(1).strip(), m.group(2)
         if not name:
             raise InvalidAction("tool call without a name")
         args: dict[str, Any] = {}
         at = _after_ws(inner, 0)
         while at < len(inner):
-            a = _GLM_ARG.match(inner, at)
+            a = arg_re.match(inner, at)
             if a is None:
-                raise InvalidAction(f"call {name!r}: text outside <arg_key>/<arg_value> pairs")
+                raise InvalidAction(f"call {name!r}: text outside its argument blocks")
             key = a.group(1).strip()
             _no_duplicate(args, key, name)
             args[key] = RawValue(a.group(2))
@@ -118,6 +86,16 @@ def split_glm_calls(body: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
         if pos < len(body) and not body.startswith("<tool_call>", pos):
             raise InvalidAction("text after the last </tool_call>")
     return content, calls
+
+
+def split_xml_calls(body: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    return _split_tagged(body, _XML_CALL, _XML_PARAM,
+                         "<function=NAME><parameter=K>V</parameter>…</function></tool_call>")
+
+
+def split_glm_calls(body: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    return _split_tagged(body, _GLM_CALL, _GLM_ARG,
+                         "NAME<arg_key>K</arg_key><arg_value>V</arg_value>…</tool_call>")
 
 
 # ---------------------------------------------------------------- DeepSeek-V3
