@@ -90,6 +90,7 @@ def test_endpoints(server):
     ({"prompt": "x", "top_p": 0}, 400, "top_p"),
     ({"prompt": "x", "max_tokens": 10**9}, 400, "max_tokens"),
     ({"prompt": "x", "max_tokens": 2000, "n": 128}, 400, "max_tokens"),  # n x max_tokens bound
+    ({"prompt": "x " * 300, "max_tokens": 2040}, 400, "max_tokens"),  # prompt + max_tokens > context
     ({"prompt": "x", "logprobs": 2}, 400, "logprobs"),
     ({"prompt": "x", "model": "not-served"}, 404, "model"),
     ({"prompt": []}, 400, "prompt"),

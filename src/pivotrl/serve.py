@@ -12,7 +12,8 @@ Fields this server cannot honour (`logprobs`, `top_logprobs`, `echo`, `best_of` 
 Errors have OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`: 400 for any invalid
 field or number (NaN/inf floats, seeds outside int64, limits below), 404 for an unknown model.
 Limits protect the host: `max_tokens` <= `max_tokens_limit` (the model's context length when
-known) and `n x max_tokens x prompts` <= `max_request_tokens`. A request whose client disconnects
+known), prompt + `max_tokens` within the context, and `n x max_tokens x prompts` <=
+`max_request_tokens`. A request whose client disconnects
 is cancelled, waiting or generating (generation stops at the next token); SIGTERM cancels the
 running generation and shuts down.
 
@@ -170,6 +171,17 @@ class Engine:
         if total > self.max_request_tokens:
             raise APIError(400, f"n x max_tokens x prompts = {total} is above this server's "
                            f"limit {self.max_request_tokens} (--max-request-tokens)", "max_tokens")
+
+    def check_context(self, prompts: list[str], max_tokens: int) -> None:
+        """vLLM's rule: prompt + max_tokens must fit the model's context (400 otherwise)."""
+        if self.max_model_len is None:
+            return
+        for prompt in prompts:
+            used = len(self.tokenizer(prompt, add_special_tokens=False)["input_ids"]) + max_tokens
+            if used > self.max_model_len:
+                raise APIError(400, f"This model's maximum context length is {self.max_model_len} "
+                               f"tokens. However, you requested {used} tokens (prompt + max_tokens)",
+                               "max_tokens")
 
     def _run(self, prompts, n, params, seeds, event):
         self.cancel.event = event
@@ -344,6 +356,7 @@ def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = N
             raise APIError(400, "prompt is empty", "prompt")
         max_tokens = req.max_tokens or DEFAULT_MAX_TOKENS
         check(req, max_tokens, len(prompts))
+        engine.check_context(prompts, max_tokens)
         results = await engine.generate(request, prompts, req, max_tokens)
         body = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
                 "created": int(time.time()), "model": name,
@@ -358,6 +371,7 @@ def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = N
             prompt = prompt_text(engine.tokenizer, req.messages, req.tools)
         except Exception as exc:  # noqa: BLE001 - a template error is the client's input
             raise APIError(400, f"chat template failed: {exc}", "messages") from None
+        engine.check_context([prompt], max_tokens)
         results = await engine.generate(request, [prompt], req, max_tokens)
         body = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
                 "created": int(time.time()), "model": name,
