@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from typing import Any
 
 from pivotrl.verifiers.messages import free_text_differs
@@ -150,8 +151,8 @@ class ArgumentComparer:
         return "" if exp == cand else f"{name}: {cand!r} != {exp!r}"
 
     def string(self, spec: ParamSpec | None, name: str, exp: str, cand: str) -> str:
-        if exp == cand:
-            return ""
+        if exp == cand or unicodedata.normalize("NFC", exp) == unicodedata.normalize("NFC", cand):
+            return ""  # canonically equivalent Unicode ("é" as one or two code points): same text
         differ = f"{name}: {cand!r} != {exp!r}"
         enum = spec.enum if spec is not None else None
         if enum is not None:
