@@ -123,6 +123,14 @@ def cuda_peak_bytes(reset: bool = False) -> int:
     return int(torch.cuda.max_memory_allocated())
 
 
+def cuda_peak_mib(ctx: Context, what: str) -> float:
+    """Peak CUDA memory since the last reset; on --device cuda, none means `what` ran on the CPU."""
+    peak = cuda_peak_bytes()
+    if ctx.device == "cuda" and peak == 0:
+        raise RuntimeError(f"{what} allocated no CUDA memory: it ran on the CPU")
+    return round(peak / 2**20, 1)
+
+
 def metric_rows(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -220,14 +228,12 @@ def check_profile(ctx: Context) -> dict[str, Any]:
     if len(records) != s.turns or any(len(r["samples"]) != s.k for r in records):
         raise RuntimeError(f"{out}: {len(records)} profiles, expected {s.turns} with {s.k} samples")
     stats = json.loads(out.with_name("profile.stats.json").read_text())
-    peak = cuda_peak_bytes()
-    if ctx.device == "cuda" and peak == 0:
-        raise RuntimeError("profiling allocated no CUDA memory: the sampler ran on the CPU")
+    peak = cuda_peak_mib(ctx, "profiling")
     return {"turns": len(records), "samples": stats["totals"]["rollout_turns"],
             "generated_tokens": stats["totals"]["generated_tokens"],
             "samples_per_second": stats["runs"][-1]["samples_per_second"],
             "outcomes": stats["outcomes"], "wall_seconds": round(wall, 3),
-            "cuda_peak_mib": round(peak / 2**20, 1)}
+            "cuda_peak_mib": peak}
 
 
 def check_sft(ctx: Context) -> dict[str, Any]:
@@ -250,7 +256,7 @@ def check_sft(ctx: Context) -> dict[str, Any]:
         raise RuntimeError(f"SFT: {summary['steps']} steps, losses {losses}")
     return {"steps": summary["steps"], "bf16": cfg.bf16(), "train_loss": summary["train_loss"],
             "wall_seconds": round(wall, 3), **step_seconds(rows, wall, summary["steps"]),
-            "cuda_peak_mib": round(cuda_peak_bytes() / 2**20, 1)}
+            "cuda_peak_mib": cuda_peak_mib(ctx, "SFT")}
 
 
 def grpo_config(ctx: Context, name: str, precision: str | None = None, **extra: Any):
@@ -297,7 +303,7 @@ def run_grpo(ctx: Context, name: str, shared: bool) -> dict[str, Any]:
             **step_seconds(rows, wall, summary["steps"]),
             "first_step": {k: first.get(k) for k in ("reward_mean", "loss", "grad_norm",
                                                      "completion_length")},
-            "cuda_peak_mib": round(cuda_peak_bytes() / 2**20, 1)}
+            "cuda_peak_mib": cuda_peak_mib(ctx, "GRPO")}
 
 
 def check_grpo_plain(ctx: Context) -> dict[str, Any]:
