@@ -40,13 +40,16 @@ from pivotrl.verifiers.messages import (MAX_SIMILARITY_TOKENS, compare_messages,
 from pivotrl.verifiers.schema import build_index, schema_index  # noqa: F401
 from pivotrl.world import action_rule
 
+
 class ToolcallConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     free_text_threshold: float = Field(
         0.95, description="Min similarity (1 − token edit distance / longer length, on normalised "
                           "tokens) for free-text arguments. 0.95: texts under 20 tokens must match "
                           "exactly after normalisation (BFCL and state checkers compare text "
-                          "exactly; 0.9 let 19 BFCL mutations through).")
+                          "exactly; 0.9 let 19 BFCL mutations through). Above it, texts must still "
+                          "agree on numbers, ids, negations and operators, and differ in no "
+                          "replaced word but a one-letter typo.")
     free_text_min_words: int = Field(
         6, description="A string argument with at least this many words is free text even if "
                        "its parameter name does not say so.")
