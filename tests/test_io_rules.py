@@ -167,3 +167,11 @@ def test_every_verb_refuses_to_overwrite_an_input(tmp_path, argv):
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2 and "same file" in " ".join(res.output.split()), res.output
     assert f.read_bytes() == before
+
+
+def test_evaluate_refuses_to_write_its_result_onto_an_input(tmp_path):
+    turns = write(tmp_path / "turns.jsonl", ['{"id": "keep me"}'])
+    res = CliRunner().invoke(app, ["evaluate", "--model", str(tmp_path), "--turns", str(turns),
+                                   "--out", str(turns)])
+    assert res.exit_code == 2 and "same file" in " ".join(res.output.split())
+    assert turns.read_text() == '{"id": "keep me"}\n'

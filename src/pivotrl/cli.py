@@ -313,7 +313,7 @@ def sft(
     _print_train_summary("sft", train_sft(cfg))
 
 
-@app.command()
+@guarded_command(app, inputs=["bfcl", "turns", "verifier_config"], outputs=["out"], with_sidecars=False)
 def evaluate(
     model: Path = typer.Option(..., "--model", help="Checkpoint dir (HF format: model + tokenizer)."),
     testbed: Optional[Path] = typer.Option(None, "--testbed", help="Dir written by `pivotrl testbed build`."),
