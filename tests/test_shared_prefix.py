@@ -13,15 +13,16 @@ import torch
 PAD = 0
 
 
-def tiny_llama(seed: int = 0):
-    """A random 2-layer Llama with grouped-query attention, as small as the maths allows."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def tiny_llama(seed: int = 0, model_type: str = "llama"):
+    """A random 2-layer Llama (or Qwen2: q/k/v biases; Qwen3: q/k norms) with grouped-query
+    attention, as small as the maths allows."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         tie_word_embeddings=False, pad_token_id=PAD)
-    return LlamaForCausalLM(config).float().train()
+    config = AutoConfig.for_model(model_type, vocab_size=96, hidden_size=32, intermediate_size=64,
+                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                  max_position_embeddings=256, tie_word_embeddings=False, pad_token_id=PAD)
+    return AutoModelForCausalLM.from_config(config).float().train()
 
 
 def grpo_batch(prompt_lengths=(9, 14, 6), group=3, seed=0):
@@ -107,8 +108,9 @@ def test_prefix_groups_key_on_tokens_and_mask():
         assert inverse[row] == u
 
 
-def test_logprobs_entropies_and_gradients_match_trl():
-    model = prepared(tiny_llama())
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "qwen3"])
+def test_logprobs_entropies_and_gradients_match_trl(model_type):
+    model = prepared(tiny_llama(model_type=model_type))
     ids, mask, n_completion = grpo_batch()
     assert_same(model, ids, mask, n_completion)
 
