@@ -394,3 +394,16 @@ def test_shell_cache_eviction_under_threads():
     assert len(bases) == 2 and not v._users and not v._evicted
     v.close()
     assert not any(b.exists() for b in bases)
+
+
+@pytest.mark.parametrize("name", ["state", "shell", "judge"])
+def test_yaml_configs_document_the_defaults(name):
+    import importlib
+
+    import yaml
+
+    module = importlib.import_module(f"pivotrl.verifiers.{name}")
+    config = getattr(module, f"{name.capitalize()}Config")
+    path = Path(__file__).resolve().parents[1] / "configs" / "verifiers" / f"{name}.yaml"
+    assert yaml.safe_load(path.read_text()) == config().model_dump()
+    assert all(field.description for field in config.model_fields.values())
