@@ -26,9 +26,10 @@ from pivotrl.records import (Record, Reject, Trajectory, Turn, atomic_path, chec
                              read_records, rejects_path, write_atomic, write_text_atomic)
 
 FORMATS = ("nemo-gym", "verl")
-__all__ = ["cli_export", "cli_import", "DEFAULT_AGENT_LOOP", "DEFAULT_AGENT_NAME", "FORMATS", "PARALLEL_CALLS", "ExportSummary",
-           "check_turn", "export_file", "import_nemo_gym", "nemo_gym_to_turn", "row_to_turn",
-           "tool_config_path", "turn_to_nemo_gym", "turn_to_verl", "verl_schema"]
+__all__ = ["DEFAULT_AGENT_LOOP", "DEFAULT_AGENT_NAME", "FORMATS", "PARALLEL_CALLS", "ExportSummary",
+           "check_turn", "cli_export", "cli_import", "export_file", "gym_config_path",
+           "import_nemo_gym", "nemo_gym_to_turn", "row_to_turn", "tool_config_path",
+           "turn_to_nemo_gym", "turn_to_verl", "verl_schema"]
 
 
 @dataclass
