@@ -69,10 +69,13 @@ class ToolcallConfig(BaseModel):
                           "claims a result, and their numbers and ids agree (the decision is the "
                           "same: call nothing). An apology inside an answer is not a refusal.")
     numeric_strings: bool = Field(
-        True, description="Accept a canonical numeric string for an integer/number parameter "
-                          "('2' for 2): the schema says it is a number and schema-validating "
-                          "backends (pydantic lax mode, FastAPI, the testbed worlds) parse it so. "
-                          "False for executors that take JSON types literally (BFCL's checker).")
+        False, description="Accept a canonical numeric string for an integer/number parameter "
+                           "('2' for 2), as lax backends do (pydantic lax mode, FastAPI). Default "
+                           "False, precision first: JSON Schema, strict function calling and "
+                           "executors that take JSON types literally (BFCL: '2' * 3 is '222') "
+                           "reject it; on BFCL's mutated calls turning it on dropped precision "
+                           "0.993 -> 0.893. Where the turn names a world, the world's own rule "
+                           "(canonical_call) decides instead, whatever this says.")
     int_float_equal: bool = Field(
         False, description="Accept 5.0 for an *integer* parameter. Default False: BFCL's checker, "
                             "NVIDIA's comparator and typed executors (range(5.0), list[5.0]) reject "
