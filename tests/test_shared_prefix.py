@@ -151,6 +151,18 @@ def test_shared_prefix_encodes_each_prompt_once():
     assert seen == [(3, n_prompt - 1), (9, n_completion + 1)]
 
 
+def test_generation_still_sees_the_models_signature():
+    """`generate` inspects forward's parameters; hiding `logits_to_keep` would make every prefill
+    project all prompt positions through the LM head."""
+    import inspect
+
+    model = prepared(tiny_llama())
+    assert "logits_to_keep" in inspect.signature(model.forward).parameters
+    assert model._supports_logits_to_keep()
+    out = model.generate(torch.tensor([[5, 6, 7]]), min_new_tokens=3, max_new_tokens=3, do_sample=False)
+    assert out.shape == (1, 6)
+
+
 def test_gradient_checkpointing_is_unsupported():
     from pivotrl.train.shared_prefix import unsupported_reason
 

@@ -44,6 +44,7 @@ simply encoded once in each.
 
 from __future__ import annotations
 
+import functools
 import types
 from contextlib import nullcontext
 
@@ -92,6 +93,9 @@ def enable_shared_prefix_forward(model) -> bool:
         return False
     inner = model.forward
 
+    # The class's signature stays visible: `generate` reads it (e.g. `logits_to_keep`, which keeps
+    # the prefill from projecting every prompt position through the LM head).
+    @functools.wraps(type(model).forward)
     def forward(self, *args, prefix_ids=None, prefix_mask=None, prefix_index=None, **kwargs):
         if prefix_ids is None:
             return inner(*args, **kwargs)
