@@ -209,9 +209,10 @@ def _generate_batch(model, prompts: list[list[int]], n: int, seeds: list[int | N
     tokens = []
     shared = _prefix_attention_supported(model)
     if shared:
-        # Keys stored transposed once: every decoding step multiplies by them.
-        prefix = _SharedPrefix([(layer.keys.transpose(-1, -2).contiguous(), layer.values)
-                                for layer in cache.layers], mask.bool(), n)
+        # Kept in float32 (the attention math runs in float32 whatever the model's dtype: scores
+        # rounded to bfloat16 would move the softmax by ~1%), keys transposed once.
+        prefix = _SharedPrefix([(layer.keys.float().transpose(-1, -2).contiguous(),
+                                 layer.values.float()) for layer in cache.layers], mask.bool(), n)
         cache = DynamicCache()
         step_kwargs: dict[str, Any] = {"shared_prefix": prefix}
     else:
@@ -272,23 +273,23 @@ def _shared_prefix_attention(module, query, key, value, attention_mask, scaling=
     n, g = shared_prefix.group, heads // kv_heads
     scaling = dim ** -0.5 if scaling is None else scaling
     # Prefix part: per prompt, all its rows' queries (n samples × g heads sharing a kv head).
-    q = query.reshape(prompts, n, kv_heads, g, dim).permute(0, 2, 1, 3, 4).reshape(
+    q = query.float().reshape(prompts, n, kv_heads, g, dim).permute(0, 2, 1, 3, 4).reshape(
         prompts, kv_heads, n * g, dim)
-    s_pre = torch.matmul(q, kp_t).float() * scaling  # [P, Hkv, n·g, L]
+    s_pre = torch.matmul(q, kp_t) * scaling  # [P, Hkv, n·g, L]
     s_pre = s_pre.masked_fill(~shared_prefix.mask[:, None, None, :], float("-inf"))
     # Own part: every generated token so far is visible (decoding is one token at a time).
-    k_own = key.repeat_interleave(g, dim=1) if g > 1 else key
-    v_own = value.repeat_interleave(g, dim=1) if g > 1 else value
-    s_own = torch.matmul(query, k_own.transpose(-1, -2)).float() * scaling  # [R, H, 1, S]
+    k_own = (key.repeat_interleave(g, dim=1) if g > 1 else key).float()
+    v_own = (value.repeat_interleave(g, dim=1) if g > 1 else value).float()
+    s_own = torch.matmul(query.float(), k_own.transpose(-1, -2)) * scaling  # [R, H, 1, S]
     s_own = s_own.reshape(prompts, n, kv_heads, g, -1).permute(0, 2, 1, 3, 4).reshape(
         prompts, kv_heads, n * g, -1)
-    weights = torch.softmax(torch.cat([s_pre, s_own], dim=-1), dim=-1).to(query.dtype)
+    weights = torch.softmax(torch.cat([s_pre, s_own], dim=-1), dim=-1)
     out = torch.matmul(weights[..., :length], vp)  # [P, Hkv, n·g, d]
     w_own = weights[..., length:].reshape(prompts, kv_heads, n, g, -1).permute(0, 2, 1, 3, 4)
     out_own = torch.matmul(w_own.reshape(rows, heads, 1, -1), v_own)  # [R, H, 1, d]
     out = out.reshape(prompts, kv_heads, n, g, dim).permute(0, 2, 1, 3, 4).reshape(
         rows, heads, 1, dim) + out_own
-    return out.transpose(1, 2).contiguous(), None
+    return out.transpose(1, 2).contiguous().to(query.dtype), None
 
 
 @contextmanager
