@@ -162,7 +162,10 @@ def main() -> int:
           f"completion {c:.0f} tokens; token-work bound {(p + c) / (p / args.generations + c):.2f}×")
     med = {arm: statistics.median(v) for arm, v in seconds.items()}
     for arm in arms:
-        print(f"  {arm:<14} {med[arm]:.3f} s   speed-up of shared prefix {med[arm] / med['shared prefix']:.2f}×")
+        # Paired per repeat (the arms ran back to back), so a load change between repeats cancels.
+        ratios = [a / b for a, b in zip(seconds[arm], seconds["shared prefix"])]
+        print(f"  {arm:<14} {med[arm]:.3f} s   speed-up of shared prefix: median {statistics.median(ratios):.2f}× "
+              f"(repeats {min(ratios):.2f}-{max(ratios):.2f}×)")
 
     if args.steps:
         step, grad_norms = {False: [], True: []}, {}
