@@ -45,8 +45,8 @@ def main() -> int:
                           num_attention_heads=16, num_key_value_heads=4, intermediate_size=2816,
                           max_position_embeddings=4096, eos_token_id=1, pad_token_id=0)
         model = LlamaForCausalLM(cfg).to(device, dtype).eval()
-        kw = dict(max_new_tokens=args.max_new_tokens, stop_token_ids=stop,
-                  batch_size=args.batch_size)
+        kw = {"max_new_tokens": args.max_new_tokens, "stop_token_ids": stop,
+                  "batch_size": args.batch_size}
         few = prompts[:8]
         greedy = generate(model, few, [[None]] * len(few), temperature=0.0, **kw)
         with torch.no_grad():
@@ -66,10 +66,14 @@ def main() -> int:
         floor = sum(b == r for b, r in zip(batched, ref)) / len(few)
         # Teacher-forced check: the logits of the second decoding step against a plain forward
         # of prompt + first token in the same dtype (greedy, so the first token is the same).
-        import pivotrl.generation as generation
+        from pivotrl import generation
 
         real, seen = generation.pick_tokens, []
-        generation.pick_tokens = lambda logits, *a, **k: (seen.append(logits), real(logits, *a, **k))[1]
+        def spy(logits, *a, seen=seen, real=real, **k):
+            seen.append(logits)
+            return real(logits, *a, **k)
+
+        generation.pick_tokens = spy
         deltas, own = {}, 0.0
         try:
             for share in (True, False):
@@ -89,7 +93,7 @@ def main() -> int:
                 deltas[share] = worst
         finally:
             generation.pick_tokens = real
-        print(f"{str(dtype):>15}: decoding-step logits vs a full forward, max |Δ| / std(logits): "
+        print(f"{dtype!s:>15}: decoding-step logits vs a full forward, max |Δ| / std(logits): "
               f"shared {deltas[True]:.2e}, per-sample {deltas[False]:.2e}, transformers' own cached "
               f"step {own:.2e}")
         seeds = sample_seeds(range(len(prompts)), args.k)
@@ -110,13 +114,14 @@ def main() -> int:
                     with torch.no_grad():
                         model.generate(input_ids=ids, attention_mask=att.long(), do_sample=True,
                                        top_k=0, num_return_sequences=args.k,
-                                       max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens,
+                                       max_new_tokens=args.max_new_tokens,
+                                       min_new_tokens=args.max_new_tokens,
                                        pad_token_id=0, eos_token_id=stop)
             else:
                 generate(model, prompts, seeds, share_prefix=name == "shared", **kw)
             torch.cuda.synchronize() if device == "cuda" else None
             rates[name] = len(prompts) * args.k / (time.perf_counter() - t0)
-        print(f"{str(dtype):>15}: greedy = transformers generate on {agree:.0%} of prompts "
+        print(f"{dtype!s:>15}: greedy = transformers generate on {agree:.0%} of prompts "
               f"(transformers batched = alone on {floor:.0%}); "
               f"sampled shared = per-sample on {same:.0%} of prompts; samples/s (second run) "
               f"shared {rates['shared']:.0f}, per-sample {rates['per_sample']:.0f}, "

@@ -120,8 +120,8 @@ def main() -> int:
     speedup, overhead = [], []
     for r in range(args.repeats):
         # Alternate the order so that a busy neighbour does not always slow the same side.
-        runs = [("shared", lambda: profiled(f"shared{r}", True)),
-                ("per_sample", lambda: profiled(f"per_sample{r}", False)), ("bare", bare)]
+        runs = [("shared", lambda r=r: profiled(f"shared{r}", True)),
+                ("per_sample", lambda r=r: profiled(f"per_sample{r}", False)), ("bare", bare)]
         rate = {name: fn() for name, fn in (runs if r % 2 == 0 else runs[::-1])}
         speedup.append(rate["shared"] / rate["per_sample"])
         overhead.append(rate["shared"] / rate["bare"])

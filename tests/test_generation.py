@@ -10,7 +10,13 @@ import pytest
 import torch
 
 import pivotrl.generation as gen
-from pivotrl.generation import Generated, generate, generate_each, sample_seeds, stop_ids
+from pivotrl.generation import (
+    Generated,
+    generate,
+    generate_each,
+    sample_seeds,
+    stop_ids,
+)
 
 STOP = 2  # an ordinary token id used as the stop token where a test needs one
 
@@ -51,7 +57,7 @@ def test_greedy_equals_transformers_generate_on_every_path(monkeypatch, kv_heads
     model = _model(kv_heads)
     prompts = _prompts(LENGTHS)
     want = [_hf_greedy(model, p, 12, [299]) for p in prompts]
-    kw = dict(max_new_tokens=12, stop_token_ids=[299], temperature=0.0)
+    kw = {"max_new_tokens": 12, "stop_token_ids": [299], "temperature": 0.0}
     got = {"shared": generate(model, prompts, sample_seeds([None] * 5, 3), **kw),
            "per_sample": generate(model, prompts, sample_seeds([None] * 5, 3), share_prefix=False,
                                   **kw),
@@ -87,7 +93,7 @@ def test_shared_prefix_attention_matches_the_copied_cache_numerically(model, mon
 
 def test_sampled_completions_depend_only_on_prompt_and_seed(model):
     prompts = _prompts(LENGTHS, seed=2)
-    kw = dict(max_new_tokens=10, stop_token_ids=[299], temperature=1.0)
+    kw = {"max_new_tokens": 10, "stop_token_ids": [299], "temperature": 1.0}
     a = generate(model, prompts, sample_seeds([11, 22, 33, 44, 55], 4), **kw)
     per_sample = generate(model, prompts, sample_seeds([11, 22, 33, 44, 55], 4),
                           share_prefix=False, **kw)
@@ -108,7 +114,7 @@ def test_sampled_completions_depend_only_on_prompt_and_seed(model):
 
 def test_generate_each_groups_identical_prompts_keeping_each_seed(model):
     p, q = _prompts([30, 12], seed=3)
-    kw = dict(max_new_tokens=10, stop_token_ids=[299], temperature=1.0)
+    kw = {"max_new_tokens": 10, "stop_token_ids": [299], "temperature": 1.0}
     got = generate_each(model, [p, q, p, p], [5, 6, 7, 8], **kw)
     want = [generate(model, [x], [[s]], **kw)[0][0] for x, s in zip([p, q, p, p], [5, 6, 7, 8])]
     assert got == want

@@ -29,6 +29,7 @@ outside training.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -197,8 +198,10 @@ def _generate_batch(model, prompts: list[list[int]], n: int, seeds: list[int | N
     ids, mask = _left_pad(prompts, pad, device)
     lengths = mask.sum(-1)
     positions = (mask.cumsum(-1) - 1).clamp_(min=0)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                logits_to_keep=1)
+    # Only the last position's logits are needed (a vocabulary-wide row per prompt token otherwise).
+    takes_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+    keep = {"logits_to_keep": 1} if takes_keep else {}
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **keep)
     logits = out.logits[:, -1].float().repeat_interleave(n, dim=0)
     cache = out.past_key_values
     rows = len(prompts) * n
@@ -262,9 +265,9 @@ def _shared_prefix_attention(module, query, key, value, attention_mask, scaling=
     """Attention of decoding rows over (their prompt's shared cache) ∪ (their own new tokens).
 
     query [R, H, q, d]; key/value [R, Hkv, S, d]: the row's own generated tokens (all before the
-    query, and the query itself). R = P·n rows, rows r·n … r·n+n-1 share prompt r. One softmax over
-    both parts (scores concatenated, then normalised), so this equals attending to the prompt's keys copied into
-    every row, without the copies."""
+    query, and the query itself). R = P·n rows, rows r·n … r·n+n-1 share prompt r. One softmax
+    over both parts (scores concatenated, then normalised), so this equals attending to the
+    prompt's keys copied into every row, without the copies."""
     if shared_prefix is None or query.shape[2] != 1:
         raise RuntimeError("shared-prefix attention is for one-token decoding steps only")
     kp_t, vp = shared_prefix.layers[module.layer_idx]

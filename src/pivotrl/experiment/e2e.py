@@ -30,8 +30,8 @@ from typing import Any
 import torch
 
 from pivotrl.chat import prompt_text
-from pivotrl.generation import completion_logps, generate_each, stop_ids
 from pivotrl.experiment.episodes import EpisodeResult, run_episodes
+from pivotrl.generation import completion_logps, generate_each, stop_ids
 from pivotrl.records import Message, Trajectory, iter_valid
 from pivotrl.sampling.base import derive_seed
 from pivotrl.train.config import E2ERunConfig
