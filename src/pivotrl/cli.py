@@ -10,19 +10,37 @@ import typer
 from rich.console import Console
 from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
+from pivotrl.experiment import cli as experiment_cli
+from pivotrl.experiment.evaluate import EvalConfig
+from pivotrl.extract import ExtractOptions
 from pivotrl.outputs import guarded_command
+from pivotrl.pivots import SelectConfig
+from pivotrl.profiling import ProfileConfig
 from pivotrl.records import RecordError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="PivotRL: RL on the pivot turns of existing agent trajectories.")
-testbed_app = typer.Typer(no_args_is_help=True, help="The built-in testbed: worlds, tiny model.")
-data_app = typer.Typer(no_args_is_help=True, help="Real data sets turned into Trajectory files.")
 import_app = typer.Typer(no_args_is_help=True, help="Read other engines' formats back to Turns.")
-app.add_typer(testbed_app, name="testbed")
-app.add_typer(data_app, name="data")
 app.add_typer(import_app, name="import")
+# The experiment's verbs (demo, testbed, data) are defined beside it; only this module wires
+# both layers together.
+app.command()(experiment_cli.demo)
+app.add_typer(experiment_cli.testbed_app, name="testbed")
+app.add_typer(experiment_cli.data_app, name="data")
 
 console = Console(stderr=True, soft_wrap=True)  # messages name paths: never wrap them
+
+
+def option(model, field: str, *decls: str, help: str | None = None):
+    """A typer option whose default and help come from a config model's field: each default is
+    written once, in the config, and the CLI cannot drift from it."""
+    info = model.model_fields[field]
+    return typer.Option(info.get_default(call_default_factory=True), *decls, help=help or info.description)
+
+
+def default_of(model, field: str) -> str:
+    """`(default: X)` for options that stay None so that a YAML config can set them."""
+    return f"(default: {model.model_fields[field].get_default(call_default_factory=True)})"
 
 
 @contextmanager
@@ -40,15 +58,15 @@ def extract(
     trajectories: Path = typer.Argument(..., help="Trajectory JSONL (OpenAI chat messages)."),
     out: Path = typer.Option(..., "--out", help="Turns JSONL to write."),
     eval_out: Optional[Path] = typer.Option(None, help="Where eval turns go (with --eval-fraction)."),
-    eval_fraction: float = typer.Option(0.0, help="Fraction of trajectories (by id) held out."),
-    seed: int = typer.Option(0, help="Seed of the train/eval split."),
-    keep_reasoning: bool = typer.Option(False, help="Keep earlier turns' reasoning_content in context."),
-    skip_content_regex: Optional[str] = typer.Option(None, help="Skip turns whose text matches."),
-    only_tool_calls: bool = typer.Option(False, help="Keep only turns whose expert action calls a tool."),
+    eval_fraction: float = option(ExtractOptions, "eval_fraction"),
+    seed: int = option(ExtractOptions, "seed"),
+    keep_reasoning: bool = option(ExtractOptions, "keep_reasoning"),
+    skip_content_regex: Optional[str] = option(ExtractOptions, "skip_content_regex"),
+    only_tool_calls: bool = option(ExtractOptions, "only_tool_calls"),
     strict: bool = typer.Option(False, help="Stop at the first bad line instead of rejecting it."),
 ) -> None:
     """Every assistant message of every trajectory becomes one Turn (context + expected action)."""
-    from pivotrl.extract import ExtractOptions, extract_file
+    from pivotrl.extract import extract_file
 
     opts = ExtractOptions(keep_reasoning=keep_reasoning, skip_content_regex=skip_content_regex,
                           only_tool_calls=only_tool_calls, eval_fraction=eval_fraction, seed=seed)
@@ -110,10 +128,10 @@ def profile(
     shard_files: Optional[list[Path]] = typer.Argument(None, help="With --merge: shard outputs to join."),
     out: Path = typer.Option(..., "--out", help="Profile JSONL (appended; rerun the same command to resume)."),
     model: Optional[str] = typer.Option(None, help="HF model dir: templates the prompts; hf/vllm load it."),
-    k: Optional[int] = typer.Option(None, "--k", help="Samples per turn (default: 8)."),
-    verifier: Optional[str] = typer.Option(None, help="Verifier name (default: toolcall)."),
+    k: Optional[int] = typer.Option(None, "--k", help=f"Samples per turn {default_of(ProfileConfig, 'k')}."),
+    verifier: Optional[str] = typer.Option(None, help=f"Verifier name {default_of(ProfileConfig, 'verifier')}."),
     verifier_config: Optional[Path] = typer.Option(None, help="YAML of the verifier's options."),
-    seed: Optional[int] = typer.Option(None, help="Base seed (default 0); turn t uses derive(seed, t.id)."),
+    seed: Optional[int] = typer.Option(None, help=f"Base seed {default_of(ProfileConfig, 'seed')}; turn t uses derive(seed, t.id)."),
     backend: str = typer.Option("hf", help="Sampler: hf | vllm | openai."),
     base_url: str = typer.Option("http://127.0.0.1:8000/v1", help="openai backend: server URL (…/v1)."),
     served_model_name: Optional[str] = typer.Option(None, help="openai backend: model name (default: asks the server)."),
@@ -121,8 +139,8 @@ def profile(
     concurrency: int = typer.Option(16, help="openai backend: requests in flight."),
     max_new_tokens: Optional[int] = typer.Option(None, help="Tokens per sample (default: 4096 for a "
                                                 "thinking model, else 256)."),
-    temperature: Optional[float] = typer.Option(None, help="Sampling temperature (default: 1.0)."),
-    top_p: Optional[float] = typer.Option(None, help="Nucleus mass (default: 1.0)."),
+    temperature: Optional[float] = typer.Option(None, help=f"Sampling temperature {default_of(ProfileConfig, 'temperature')}."),
+    top_p: Optional[float] = typer.Option(None, help=f"Nucleus mass {default_of(ProfileConfig, 'top_p')}."),
     shard: Optional[str] = typer.Option(None, help="I/N: only turns with hash(id) mod N == I."),
     merge: bool = typer.Option(False, help="Join SHARD_FILES into --out, checking every turn of TURNS "
                                "appears exactly once."),
@@ -141,55 +159,26 @@ def profile(
 
     Shards: run `pivotrl profile TURNS --shard I/N --out p.I.jsonl …` for I in 0..N-1 (in parallel),
     then `pivotrl profile TURNS --merge --out profile.jsonl p.0.jsonl … p.N-1.jsonl`."""
-    from pivotrl.yaml_config import read_mapping
-    from rich.table import Table
-
     from pivotrl import profiling as prof
+    from pivotrl.sampling import SamplerError
+    from pivotrl.sampling.options import build_sampler
+    from pivotrl.verifiers import get_verifier
 
-    if merge:
-        if not shard_files:
-            console.print("[red]--merge needs the shard files after TURNS[/red]")
-            raise typer.Exit(2)
-        try:
-            doc = prof.merge_profiles(turns, shard_files, out)
-        except prof.MergeError as exc:
-            console.print(f"[red]{exc}[/red]")
-            raise typer.Exit(1)
-        console.print(f"merged {len(shard_files)} shards → {out}: {doc['outcomes']}")
-        return
-    if shard_files:
-        console.print("[red]extra arguments are only for --merge[/red]")
-        raise typer.Exit(2)
+    if merge or shard_files:
+        return _merge_shards(turns, shard_files, out, merge)
     if model is None:
         console.print("[red]--model is required (the model dir; its tokenizer builds the prompts)[/red]")
         raise typer.Exit(2)
     if not turns.is_file():
         console.print(f"[red]{turns}: no such file[/red]")
         raise typer.Exit(2)
-    opts = read_mapping(config) if config else {}
-    opts = {key: val for key, val in opts.items() if key in prof.ProfileConfig.model_fields}
     given = {"k": k, "verifier": verifier, "seed": seed, "max_new_tokens": max_new_tokens,
              "temperature": temperature, "top_p": top_p, "shard": shard}
-    opts.update({key: val for key, val in given.items() if val is not None})
-    if verifier_config is not None:
-        opts["verifier_config"] = read_mapping(verifier_config)
-    from pivotrl.sampling.options import build_sampler, engine_flags
-
-    try:
-        opts["engine"] = {**(opts.get("engine") or {}), **engine_flags(
-            tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
-            gpu_memory_utilization=gpu_memory_utilization, dtype=dtype,
-            enable_prefix_caching=prefix_caching, api_key_env=api_key_env, header=header,
-            extra_body=extra_body)}
-        cfg = prof.ProfileConfig(**opts)
-        prof.parse_shard(cfg.shard)
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2)
-
-    from pivotrl.sampling import SamplerError
-    from pivotrl.verifiers import get_verifier
-
+    engine = dict(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
+                  gpu_memory_utilization=gpu_memory_utilization, dtype=dtype,
+                  enable_prefix_caching=prefix_caching, api_key_env=api_key_env, header=header,
+                  extra_body=extra_body)
+    cfg = _profile_config(config, verifier_config, given, engine)
     ver = get_verifier(cfg.verifier, **cfg.verifier_config)
     try:
         sampler, tokenizer = build_sampler(backend, model, cfg.engine, base_url=base_url, batch_size=batch_size,
@@ -203,6 +192,51 @@ def profile(
         console.print(f"[yellow]stopped; {out} keeps every finished turn — rerun the same command "
                       "to resume[/yellow]")
         raise typer.Exit(130)
+    _print_profile_table(doc, out)
+
+
+def _merge_shards(turns: Path, shard_files: Optional[list[Path]], out: Path, merge: bool) -> None:
+    from pivotrl.profiling import MergeError, merge_profiles
+
+    if not merge:
+        console.print("[red]extra arguments are only for --merge[/red]")
+        raise typer.Exit(2)
+    if not shard_files:
+        console.print("[red]--merge needs the shard files after TURNS[/red]")
+        raise typer.Exit(2)
+    try:
+        doc = merge_profiles(turns, shard_files, out)
+    except MergeError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1)
+    console.print(f"merged {len(shard_files)} shards → {out}: {doc['outcomes']}")
+
+
+def _profile_config(config: Optional[Path], verifier_config: Optional[Path], given: dict,
+                    engine: dict) -> ProfileConfig:
+    """Precedence: CLI options > the --config YAML > ProfileConfig's defaults."""
+    from pivotrl.profiling import parse_shard
+    from pivotrl.sampling.options import engine_flags
+    from pivotrl.yaml_config import read_mapping
+
+    try:
+        opts = read_mapping(config) if config else {}
+        opts = {key: val for key, val in opts.items() if key in ProfileConfig.model_fields}
+        opts.update({key: val for key, val in given.items() if val is not None})
+        if verifier_config is not None:
+            opts["verifier_config"] = read_mapping(verifier_config)
+        opts["engine"] = {**(opts.get("engine") or {}), **engine_flags(**engine)}
+        cfg = ProfileConfig(**opts)
+        parse_shard(cfg.shard)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2)
+    return cfg
+
+
+def _print_profile_table(doc: dict, out: Path) -> None:
+    from rich.table import Table
+
     run, oc = doc["runs"][-1], doc["outcomes"]
     table = Table(title=f"pivotrl profile → {out}")
     table.add_column("")
@@ -221,18 +255,18 @@ def profile(
 def select(
     profile_file: Path = typer.Argument(..., metavar="PROFILE", help="Profile JSONL (pivotrl profile)."),
     out: Path = typer.Option(..., "--out", help="Pivots JSONL (Profile records, input order)."),
-    lambda_diff: float = typer.Option(0.75, help="Keep turns with success rate < λ_diff."),
-    min_std: float = typer.Option(0.0, help="Keep turns with outcome std > this (paper: 0)."),
-    budget: Optional[int] = typer.Option(None, help="At most N turns; the easiest are dropped first."),
-    strategy: str = typer.Option("pivots", help="pivots | all | random (ablation baselines)."),
-    seed: int = typer.Option(0, help="Seed of --strategy random."),
-    success_threshold: float = typer.Option(0.5, help="Reward ≥ this counts as a success."),
+    lambda_diff: float = option(SelectConfig, "lambda_diff"),
+    min_std: float = option(SelectConfig, "min_std"),
+    budget: Optional[int] = option(SelectConfig, "budget"),
+    strategy: str = option(SelectConfig, "strategy"),
+    seed: int = option(SelectConfig, "seed"),
+    success_threshold: float = option(SelectConfig, "success_threshold"),
     plot: bool = typer.Option(True, help="Write PIVOTS.hist.png."),
 ) -> None:
     """Keep the pivots: mixed outcomes, not too easy (writes PIVOTS.stats.json and a histogram)."""
     from rich.table import Table
 
-    from pivotrl.pivots import SelectConfig, select_file
+    from pivotrl.pivots import select_file
 
     try:
         cfg = SelectConfig(lambda_diff=lambda_diff, min_std=min_std, budget=budget,
@@ -320,12 +354,11 @@ def evaluate(
     out: Path = typer.Option(..., "--out", help="RESULT.json (a RESULT.md table is written next to it)."),
     bfcl: Optional[Path] = typer.Option(None, "--bfcl", help="BFCL trajectories (`pivotrl data bfcl --out F`): "
                                         "adds in_domain.bfcl_<category>, judged by BFCL's multi_turn_checker."),
-    episodes: int = typer.Option(100, "--episodes", help="Eval episodes per world / BFCL category (0 = all)."),
-    turn_trajectories: int = typer.Option(50, "--turn-trajectories",
-                                          help="Eval trajectories per world scored turn by turn (0 = none)."),
-    ood_per_family: int = typer.Option(100, "--ood", help="OOD eval tasks per family (0 = all)."),
-    temperature: float = typer.Option(0.0, help="0 = greedy; > 0 samples with --seed."),
-    seed: int = typer.Option(0, help="Sampling seed (temperature > 0)."),
+    episodes: int = option(EvalConfig, "episodes", "--episodes"),
+    turn_trajectories: int = option(EvalConfig, "turn_trajectories", "--turn-trajectories"),
+    ood_per_family: int = option(EvalConfig, "ood_per_family", "--ood"),
+    temperature: float = option(EvalConfig, "temperature"),
+    seed: int = option(EvalConfig, "seed"),
     turns: Optional[Path] = typer.Option(None, help="Instead: held-out Turn JSONL of any data set."),
     verifier: str = typer.Option("toolcall", help="With --turns: the verifier."),
     verifier_config: Optional[Path] = typer.Option(None, help="With --turns: the verifier's YAML options."),
@@ -337,7 +370,7 @@ def evaluate(
                                             temperature=temperature, seed=seed))
     from rich.table import Table
 
-    from pivotrl.experiment.evaluate import EvalConfig, evaluate_checkpoint, write_result
+    from pivotrl.experiment.evaluate import evaluate_checkpoint, write_result
 
     if testbed is None and bfcl is None:
         console.print("[red]give --testbed DIR, --bfcl FILE, or both[/red]")
@@ -369,28 +402,6 @@ def evaluate(
     console.print(f"wrote {json_path} and {md_path} ({result['seconds']} s)")
 
 
-@app.command()
-def demo(out: Path = typer.Option(Path("pivotrl_demo"), help="Output folder (cache + report)."),
-         full: bool = typer.Option(False, help="More seeds, learning rates and steps (slower)."),
-         testbed: Optional[Path] = typer.Option(None, help="Testbed folder (default OUT/testbed)."),
-         workers: Optional[int] = typer.Option(None, help="Training jobs in parallel."),
-         config: Optional[Path] = typer.Option(None, help="DemoConfig YAML (default: the built-in "
-                                               "grid, as in configs/demo.yaml); --full applies on top.")) -> None:
-    """The whole method and its baselines on the built-in testbed, with a report."""
-    from pivotrl.experiment.demo import DemoConfig, run_demo
-
-    try:
-        cfg = DemoConfig.from_yaml(config) if config else DemoConfig()
-    except ValueError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2)
-    cfg = cfg.full() if full else cfg
-    if workers:
-        cfg = cfg.model_copy(update={"workers": workers})
-    run_demo(out, cfg, testbed=testbed)
-    console.print(f"report: {out / 'report.md'}  results: {out / 'results.json'}")
-
-
 @guarded_command(app, inputs=["turns"], outputs=["out"])
 def export(turns: Path = typer.Argument(..., help="Turns or pivots JSONL."),
            format: str = typer.Option(..., "--format", help="nemo-gym (JSONL rows) or verl (parquet)."),
@@ -416,64 +427,6 @@ def import_nemo_gym(rows: Path = typer.Argument(..., help="NeMo-Gym rows JSONL."
 
     if code := cli_import(console, rows, out):
         raise typer.Exit(code)
-
-
-@data_app.command("bfcl")
-def data_bfcl(out: Path = typer.Option(..., "--out", help="Trajectory JSONL to write."),
-              categories: Optional[list[str]] = typer.Option(
-                  None, "--categories", help="base, miss_func, miss_param, long_context (repeat; default all)."
-              )) -> None:
-    """BFCL multi-turn ground truth as Trajectory records (expert calls + real backend outputs)."""
-    from rich.progress import Progress
-
-    from pivotrl.experiment.bfcl import CATEGORIES, load_category, write_bfcl
-
-    chosen = [c for item in (categories or list(CATEGORIES)) for c in item.split(",") if c]
-    unknown = [c for c in chosen if c not in CATEGORIES]
-    if unknown:
-        console.print(f"[red]unknown categories {unknown}; known: {', '.join(CATEGORIES)}[/red]")
-        raise typer.Exit(2)
-    total = sum(len(load_category(c)) for c in chosen)
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("BFCL tasks", total=total)
-        summary = write_bfcl(out, chosen, on_task=lambda _: progress.advance(task))
-    console.print(summary.table())
-    console.print(f"wrote {out}")
-
-
-@testbed_app.command("build")
-def testbed_build(
-    out: Path = typer.Option(..., "--out", help="Output dir (base/, <world>/, ood/, build.json)."),
-    config: Optional[Path] = typer.Option(None, "--config", help="Testbed YAML (default: built-in "
-                                          "defaults, the same as configs/testbed.yaml)."),
-    quick: bool = typer.Option(False, "--quick", help="A much smaller build (tests, smoke runs)."),
-    force: bool = typer.Option(False, "--force", help="Rebuild even if a build with this config exists."),
-) -> None:
-    """Build the testbed: worlds' data, OOD tasks and the tiny base model (cached)."""
-    from pivotrl.experiment.testbed.build import build_testbed, load_config
-
-    try:
-        cfg = load_config(config)
-    except ValueError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2)
-    if quick:
-        cfg = cfg.quick()
-    with Progress(TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
-        task = bar.add_task("testbed", total=None)
-        info = build_testbed(out, cfg, force=force,
-                             progress=lambda m: bar.update(task, description=m))
-    if info.get("cached"):
-        console.print(f"{out}: already built with this config (build.json hash "
-                      f"{info['config_hash']}); nothing to do (--force rebuilds)")
-    base = info["base"]
-    for world, v in base["in_domain"].items():
-        console.print(f"base {world}: episode success {v['success']:.2f} "
-                      f"[{v['ci95'][0]:.2f}, {v['ci95'][1]:.2f}] over {v['episodes']}, "
-                      f"turn accuracy {v.get('turn_accuracy', float('nan')):.2f}")
-    for family, v in base["ood"].items():
-        console.print(f"base ood/{family}: accuracy {v['accuracy']:.2f} over {v['n']}")
-    console.print(f"{info['parameters']:,} parameters; build {info['build_seconds']} s -> {out}")
 
 
 @app.command()
