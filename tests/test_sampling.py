@@ -186,3 +186,20 @@ def test_openai_unreachable_names_the_url():
     with pytest.raises(SamplerError, match="unreachable") as err:
         get_sampler("openai", None, base_url=url, backoff=0.01, max_retries=1)
     assert url in str(err.value)
+
+
+def test_completion_text_keeps_special_tokens(sampler, monkeypatch):
+    # gpt-oss's and DeepSeek's call delimiters are special tokens: the sampler must not drop
+    # them, or a call would read as prose. The final end token is still not part of the text.
+    import pivotrl.sampling.hf as hf
+    from pivotrl.generation import Generated
+
+    tok = sampler.tokenizer
+    special = tok.convert_tokens_to_ids(tok.all_special_tokens[0])
+    word = tok("hello", add_special_tokens=False)["input_ids"]
+    end = sampler.stop_token_ids[0]
+    fake = [[Generated(tokens=word + [special] + word + [end], finish_reason="stop")]]
+    monkeypatch.setattr(hf, "generate", lambda *a, **k: fake)
+    text = sampler.sample(["hi"], 1, SamplingParams(max_new_tokens=8, seed=0))[0][0].text
+    assert tok.all_special_tokens[0] in text and text.count("hello") == 2
+    assert not text.endswith(tok.convert_ids_to_tokens(end))

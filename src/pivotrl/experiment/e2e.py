@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from pivotrl.chat import prompt_text
+from pivotrl.chat import completion_text, prompt_text
 from pivotrl.experiment.episodes import EpisodeResult, run_episodes
 from pivotrl.generation import completion_logps, generate_each, stop_ids
 from pivotrl.records import Message, Trajectory, iter_valid
@@ -72,7 +72,7 @@ class RecordingPolicy:
                 self.turns.append([])
             self.turns[episode].append((prompt, completion))
             body = completion[:-1] if gen.finish_reason == "stop" else completion
-            texts.append(self.tok.decode(body, skip_special_tokens=True))
+            texts.append(completion_text(self.tok, body))
         return texts
 
 

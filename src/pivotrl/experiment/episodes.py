@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pivotrl.actions import parse_completion, render_action
+from pivotrl.chat import completion_text
 from pivotrl.records import Message, Trajectory, Turn, message_text
 from pivotrl.scoring import score_completions
 from pivotrl.world import make_world
@@ -241,7 +242,7 @@ class ModelPolicy:
                 continue
             body = g.tokens[:-1] if g.finish_reason == "stop" else g.tokens
             self.generated_tokens += len(body)
-            out[i] = tok.decode(body, skip_special_tokens=True)
+            out[i] = completion_text(tok, body)
         return out
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pivotrl.chat import completion_text
 from pivotrl.generation import generate, sample_seeds, stop_ids
 from pivotrl.sampling.base import Completion, SamplingParams, prompt_seeds
 
@@ -79,7 +80,8 @@ class HFSampler:
         for prompt, gens in zip(ids, outs):
             # The end token is counted in completion_tokens but is not part of the text.
             bodies = [g.tokens[:-1] if g.finish_reason == "stop" else g.tokens for g in gens]
-            texts = self.tokenizer.batch_decode(bodies, skip_special_tokens=True)
+            # Special tokens are kept: some families' call delimiters are special (chat.completion_text).
+            texts = [completion_text(self.tokenizer, body) for body in bodies]
             results.append([Completion(t, len(prompt), len(g.tokens), g.finish_reason)
                             for t, g in zip(texts, gens)])
         return results
