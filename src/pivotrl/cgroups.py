@@ -144,7 +144,8 @@ class SandboxCgroup:
         if not self._try_rmdir():
             threading.Thread(target=self.destroy, daemon=True).start()
 
-    def _try_rmdir(self) -> bool:
+    def _try_rmdir(self, kill: bool = False) -> bool:
+        """Remove every empty cgroup dir; with `kill`, signal the members of those that are not."""
         left = []
         for d in self.dirs:
             try:
@@ -153,6 +154,8 @@ class SandboxCgroup:
                 pass
             except OSError:
                 left.append(d)
+                if kill:
+                    _kill_members(d)
         self.dirs = left
         return not left
 
@@ -163,17 +166,7 @@ class SandboxCgroup:
                 with contextlib.suppress(OSError):
                     _write(d / "cgroup.kill", 1)
         for _ in range(50):
-            left = []
-            for d in self.dirs:
-                try:
-                    d.rmdir()
-                except FileNotFoundError:
-                    pass
-                except OSError:
-                    left.append(d)
-                    _kill_members(d)
-            self.dirs = left
-            if not left:
+            if self._try_rmdir(kill=True):
                 return
             time.sleep(0.01)
 

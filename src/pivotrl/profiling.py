@@ -166,7 +166,8 @@ class RunStats(BaseModel):
     samples_per_second: float = 0.0
 
 
-def _chunks(items: Iterable[Turn], size: int) -> Iterator[list[Turn]]:
+def chunks(items: Iterable[Turn], size: int) -> Iterator[list[Turn]]:
+    """Consecutive lists of `size` turns (the last may be shorter), read lazily."""
     chunk: list[Turn] = []
     for it in items:
         chunk.append(it)
@@ -220,7 +221,7 @@ def profile_stream(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: Pro
         return chunk, sampler.sample(prompts, cfg.k, params, seeds=seeds) if chunk else [], skipped
 
     # Chunk i+1 is sampled while chunk i is scored (pivotrl.sampling.pipeline).
-    for chunk, completions, skipped in prefetch(sample, _chunks(turns, cfg.chunk_turns)):
+    for chunk, completions, skipped in prefetch(sample, chunks(turns, cfg.chunk_turns)):
         stats.too_long.update(skipped)
         samples = score_samples(verifier, chunk, completions, parse)
         for turn, comps, row in zip(chunk, completions, samples):

@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 
 from pivotrl.chat import prompt_text
 from pivotrl.formats import parser_for
-from pivotrl.profiling import SUCCESS_THRESHOLD, read_turns, score_samples
+from pivotrl.profiling import SUCCESS_THRESHOLD, chunks, read_turns, score_samples
 from pivotrl.records import Turn, rejects_path, write_atomic
 from pivotrl.sampling.base import SamplingParams, derive_seed
 
@@ -113,23 +113,12 @@ def turn_seed(seed: int, turn_id: str) -> int:
     return derive_seed("evaluate", seed, turn_id)
 
 
-def _chunks(items: Iterable[Turn], size: int) -> Iterator[list[Turn]]:
-    chunk: list[Turn] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 def score_turns(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: TurnEvalConfig
                 ) -> Iterator[dict[str, Any]]:
     """One item per turn, in order: {id, trajectory_id, success, rewards, valid, reasons, tokens}."""
     params = cfg.sampling(tokenizer)
     parse = parser_for(tokenizer, cfg.response_format, cfg.chat_template_kwargs)
-    for chunk in _chunks(turns, cfg.chunk_turns):
+    for chunk in chunks(turns, cfg.chunk_turns):
         prompts = [prompt_text(tokenizer, t.context, t.tools, cfg.chat_template_kwargs) for t in chunk]
         completions = sampler.sample(prompts, cfg.samples, params,
                                      seeds=[turn_seed(cfg.seed, t.id) for t in chunk])
