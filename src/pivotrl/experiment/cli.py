@@ -66,6 +66,8 @@ def testbed_build(
                                           "defaults, the same as configs/testbed.yaml)."),
     quick: bool = typer.Option(False, "--quick", help="A much smaller build (tests, smoke runs)."),
     force: bool = typer.Option(False, "--force", help="Rebuild even if a build with this config exists."),
+    shipped_base: bool = typer.Option(True, "--shipped-base/--no-shipped-base", help="Use the package's "
+                                      "built base when it is exactly what pretraining would make here."),
 ) -> None:
     """Build the testbed: worlds' data, OOD tasks and the tiny base model (cached)."""
     from pivotrl.experiment.testbed.build import build_testbed, load_config
@@ -79,7 +81,7 @@ def testbed_build(
         cfg = cfg.quick()
     with Progress(TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("testbed", total=None)
-        info = build_testbed(out, cfg, force=force,
+        info = build_testbed(out, cfg, force=force, use_shipped_base=shipped_base,
                              progress=lambda m: bar.update(task, description=m))
     if info.get("cached"):
         console.print(f"{out}: already built with this config (build.json hash "

@@ -197,10 +197,14 @@ def pretrain_base(cfg: TestbedConfig, tokenizer, weak: dict, ood_train: list,
 
 
 def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, force: bool = False,
-                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Build everything under `out_dir` (see module doc); returns build.json's content."""
+                  progress: Callable[[str], None] | None = None,
+                  use_shipped_base: bool = True) -> dict[str, Any]:
+    """Build everything under `out_dir` (see module doc); returns build.json's content. The base
+    comes from the package's shipped weights when they are exactly what pretraining would make
+    here (`testbed.shipped`); `use_shipped_base=False` always pretrains."""
     from pivotrl.experiment.evaluate import evaluate_model
-    from pivotrl.experiment.testbed.tiny import parameter_count, save_tiny
+    from pivotrl.experiment.testbed import shipped
+    from pivotrl.experiment.testbed.tiny import load_tiny, parameter_count, save_tiny
 
     cfg = cfg or TestbedConfig()
     out = Path(out_dir)
@@ -221,8 +225,16 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     say("tokenizer")
     tokenizer = train_tokenizer(cfg, expert, weak, ood_train)
     t0 = lap("tokenizer", t0)
-    model, stats = pretrain_base(cfg, tokenizer, weak, ood_train, say)
-    save_tiny(model, tokenizer, out / "base")
+    tokenizer.save_pretrained(out / "base")
+    ship = shipped.usable(cfg.digest(), out / "base") if use_shipped_base else None
+    if ship is not None:
+        say("base: the shipped weights (same config hash, identical tokenizer)")
+        shipped.install(out / "base")
+        model, _ = load_tiny(out / "base")
+        stats = ship["pretrain"]
+    else:
+        model, stats = pretrain_base(cfg, tokenizer, weak, ood_train, say)
+        save_tiny(model, tokenizer, out / "base")
     t0 = lap("pretrain", t0)
 
     info: dict[str, Any] = {
@@ -234,6 +246,7 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
         "weak_success": {w: sum(t.metadata.get("success", False) for t in v) / max(1, len(v))
                          for w, v in weak.items()},
         "pretrain": stats,
+        "base_source": "pretrained" if ship is None else f"shipped (build hash {ship['config_hash']})",
     }
     say("measuring the base")
     info["base"] = evaluate_model(model, tokenizer, out, cfg.eval, progress=lambda m: say(f"base: {m}"))

@@ -1,0 +1,74 @@
+"""The built base, shipped with the package, so a fresh machine skips ~18 minutes of pretraining.
+
+`pivotrl testbed build` makes the base deterministically (seeded init, seeded batch order, the
+same thread count), so the weights are a function of the config. The package carries the weights
+one default build made (`shipped_base/`: model, tokenizer and that build's `build.json`) and uses
+them only when they are provably what the build would make here:
+
+- the config's hash (which includes the build's code version) equals the shipped build's, and
+- the tokenizer this build just trained on its freshly written data is byte-identical to the
+  shipped one (the data and tokenizer steps are cheap, so they always run: any change to the
+  worlds, experts or OOD tasks changes the data, hence the tokenizer, hence the shipped base is
+  not used).
+
+Otherwise the build pretrains as usual. `--no-shipped-base` forces pretraining; CI checks that the
+shipped hash is the default config's (tests/test_shipped_base.py). To refresh the weights after a
+change, rebuild and copy: `pivotrl testbed build --out runs/testbed --no-shipped-base`, then
+`python -m pivotrl.experiment.testbed.shipped runs/testbed`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+SHIPPED = Path(__file__).with_name("shipped_base")
+# What a base directory holds that the shipped copy needs (the model, its config, the tokenizer).
+BASE_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+              "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
+
+
+def shipped_info(root: Path = SHIPPED) -> dict[str, Any] | None:
+    try:
+        return json.loads((root / "build.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def usable(config_hash: str, tokenizer_dir: Path, root: Path = SHIPPED) -> dict[str, Any] | None:
+    """The shipped build.json when the shipped base is exactly what this build would pretrain."""
+    info = shipped_info(root)
+    if info is None or info.get("config_hash") != config_hash:
+        return None
+    fresh, shipped = tokenizer_dir / "tokenizer.json", root / "base" / "tokenizer.json"
+    if not fresh.is_file() or not shipped.is_file() or fresh.read_bytes() != shipped.read_bytes():
+        return None
+    return info
+
+
+def install(out_base: Path, root: Path = SHIPPED) -> None:
+    """Copy the shipped base into a build's `base/` folder."""
+    out_base.mkdir(parents=True, exist_ok=True)
+    for name in BASE_FILES:
+        if (root / "base" / name).is_file():
+            shutil.copyfile(root / "base" / name, out_base / name)
+
+
+def ship(build_dir: Path, root: Path = SHIPPED) -> None:
+    """Make `build_dir` (a finished default build) the shipped base."""
+    info = json.loads((build_dir / "build.json").read_text(encoding="utf-8"))
+    if info.get("base_source", "pretrained") != "pretrained":
+        raise ValueError(f"{build_dir}: its base was not pretrained by this build ({info['base_source']})")
+    (root / "base").mkdir(parents=True, exist_ok=True)
+    for name in BASE_FILES:
+        if (build_dir / "base" / name).is_file():
+            shutil.copyfile(build_dir / "base" / name, root / "base" / name)
+    (root / "build.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    ship(Path(sys.argv[1]))
+    print(f"shipped {sys.argv[1]} -> {SHIPPED}")

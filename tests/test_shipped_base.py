@@ -1,0 +1,77 @@
+"""The shipped base is used only when it is exactly what pretraining would make here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from pivotrl.experiment.testbed import build as build_mod
+from pivotrl.experiment.testbed import shipped
+from pivotrl.experiment.testbed.build import TestbedConfig, build_testbed
+
+
+def weights_digest(base_dir) -> str:
+    return hashlib.sha256((base_dir / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_the_shipped_base_is_the_default_configs():
+    # Changing the default testbed config (or BUILD_VERSION) without rebuilding and reshipping
+    # the base fails here: the shipped weights would silently stop being used.
+    info = shipped.shipped_info()
+    assert info is not None, "no shipped base in the package"
+    assert info["config_hash"] == TestbedConfig().digest()
+    assert info.get("base_source", "pretrained") == "pretrained"
+    assert (shipped.SHIPPED / "base" / "model.safetensors").is_file()
+
+
+@pytest.fixture(scope="module")
+def quick_build(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pretrained")
+    info = build_testbed(out, TestbedConfig().quick(), use_shipped_base=False)
+    return out, info
+
+
+def test_a_shipped_build_is_reused_bit_for_bit(quick_build, tmp_path, monkeypatch):
+    built, info = quick_build
+    root = tmp_path / "shipped_base"
+    shipped.ship(built, root)
+    monkeypatch.setattr(shipped, "SHIPPED", root)
+    monkeypatch.setattr(shipped.usable, "__defaults__", (root,))
+    monkeypatch.setattr(shipped.install, "__defaults__", (root,))
+
+    def no_pretraining(*args, **kwargs):
+        raise AssertionError("pretrained although the shipped base matched")
+
+    monkeypatch.setattr(build_mod, "pretrain_base", no_pretraining)
+    again = build_testbed(tmp_path / "again", TestbedConfig().quick())
+    assert again["base_source"].startswith("shipped")
+    assert weights_digest(tmp_path / "again" / "base") == weights_digest(built / "base")
+    # The same weights measure the same.
+    assert again["base"]["in_domain"] == info["base"]["in_domain"]
+    assert again["base"]["ood"] == info["base"]["ood"]
+
+
+def test_a_different_tokenizer_or_config_is_not_served(quick_build, tmp_path):
+    built, info = quick_build
+    root = tmp_path / "shipped_base"
+    shipped.ship(built, root)
+    assert shipped.usable(info["config_hash"], built / "base", root) is not None
+    assert shipped.usable("another-config", built / "base", root) is None
+    other = tmp_path / "tok"
+    other.mkdir()
+    data = json.loads((built / "base" / "tokenizer.json").read_text())
+    data["added_tokens"] = data.get("added_tokens", []) + [{"id": 99999, "content": "<x>"}]
+    (other / "tokenizer.json").write_text(json.dumps(data))
+    assert shipped.usable(info["config_hash"], other, root) is None
+
+
+def test_a_shipped_base_is_never_reshipped(tmp_path, quick_build):
+    built, _ = quick_build
+    copy = tmp_path / "copy"
+    (copy / "base").mkdir(parents=True)
+    info = json.loads((built / "build.json").read_text())
+    (copy / "build.json").write_text(json.dumps({**info, "base_source": "shipped (build hash x)"}))
+    with pytest.raises(ValueError, match="not pretrained"):
+        shipped.ship(copy, tmp_path / "root")
