@@ -8,9 +8,6 @@ must give; `tests/test_verifiers_*.py` test the verifiers' ordinary behaviour.
 from __future__ import annotations
 
 import json
-import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -19,6 +16,8 @@ from pivotrl.records import FunctionCall, Message, ToolCall, Turn
 from pivotrl.sandbox import sandbox_available
 from pivotrl.verifiers import get_verifier
 from pivotrl.world import register_world
+
+from fake_judge import FakeJudge
 
 needs_bwrap = pytest.mark.skipif(not sandbox_available(), reason="bubblewrap not usable here")
 
@@ -237,37 +236,15 @@ def test_command_that_only_prints_the_expected_output_scores_0(expert, cand):
 # ---------------------------------------------------------------- judge
 
 
-class _LenientJudge:
+def lenient(a: str, b: str) -> str:
     """A judge that ignores whitespace and cut markers: equal texts get YES."""
-
-    def __init__(self):
-        def rule(prompt: str) -> str:
-            a = re.search(r"Action A:\n(.*?)\n\nAction B:", prompt, re.S).group(1)
-            b = re.search(r"Action B:\n(.*?)\n\nAre actions", prompt, re.S).group(1)
-            norm = [" ".join(x.replace("…[cut]", "").split()) for x in (a, b)]
-            return "YES" if norm[0] == norm[1] else "NO"
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                reply = {"choices": [{"message": {"content": rule(body["messages"][-1]["content"])}}]}
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    norm = [" ".join(x.replace("…[cut]", "").split()) for x in (a, b)]
+    return "YES" if norm[0] == norm[1] else "NO"
 
 
 def test_judge_sees_the_whole_candidate():
     """Repeat the expert's answer, pad past the cut, then reverse it."""
-    srv = _LenientJudge()
+    srv = FakeJudge(lenient)
     try:
         verifier = get_verifier("judge", base_url=srv.url)
         t = turn(say("The capital of France is Paris."))
@@ -278,5 +255,4 @@ def test_judge_sees_the_whole_candidate():
         sc = verifier.score(t, say(huge))
         assert (sc.reward, sc.valid) == (0.0, False) and "too long" in sc.reason
     finally:
-        srv.httpd.shutdown()
-        srv.httpd.server_close()
+        srv.close()

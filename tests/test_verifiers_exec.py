@@ -2,8 +2,6 @@
 
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,8 @@ from pivotrl.sandbox import sandbox_available
 from pivotrl.verifiers import get_verifier
 from pivotrl.verifiers.judge import JudgeUnavailable, parse_verdict
 from pivotrl.world import register_world
+
+from fake_judge import FakeJudge
 
 needs_bwrap = pytest.mark.skipif(not sandbox_available(), reason="bubblewrap not usable here")
 
@@ -276,44 +276,6 @@ def test_state_failures_and_messages():
 # ---------------------------------------------------------------- judge
 
 
-class _Server:
-    """A real OpenAI-compatible endpoint on 127.0.0.1 answering by a rule on (A, B)."""
-
-    def __init__(self, rule):
-        outer = self
-        self.requests = 0
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests += 1
-                if self.path != "/v1/chat/completions":
-                    self.send_response(404)
-                    self.end_headers()
-                    return
-                prompt = body["messages"][-1]["content"]
-                a = re.search(r"Action A:\n(.*?)\n\nAction B:", prompt, re.S).group(1)
-                b = re.search(r"Action B:\n(.*?)\n\nAre actions", prompt, re.S).group(1)
-                reply = {"choices": [{"message": {"role": "assistant", "content": rule(a, b)}}]}
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 def _norm(s: str) -> str:
     return re.sub(r"[^a-z0-9 ]", "", s.lower()).strip()
 
@@ -331,7 +293,7 @@ QA = Turn(id="q/1", trajectory_id="q", turn=1, expected=say("The capital is Pari
 
 
 def test_judge_equivalence_and_cache(tmp_path):
-    srv = _Server(fair)
+    srv = FakeJudge(fair)
     try:
         cache = tmp_path / "judge.jsonl"
         v = get_verifier("judge", base_url=srv.url, model="m", cache_path=str(cache))
@@ -351,7 +313,7 @@ def test_judge_equivalence_and_cache(tmp_path):
 
 
 def test_judge_swap_check_defeats_position_bias():
-    srv = _Server(biased)
+    srv = FakeJudge(biased)
     try:
         wrong = say("The capital is London.")
         no_swap = get_verifier("judge", base_url=srv.url, swap_check=False)
@@ -363,7 +325,7 @@ def test_judge_swap_check_defeats_position_bias():
 
 
 def test_judge_down_is_a_clear_error():
-    srv = _Server(fair)
+    srv = FakeJudge(fair)
     url = srv.url
     srv.close()
     v = get_verifier("judge", base_url=url, retries=0, timeout_s=2)

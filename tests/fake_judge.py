@@ -1,0 +1,47 @@
+"""A real OpenAI-compatible judge endpoint on 127.0.0.1 for the judge verifier's tests: it reads
+the two actions out of the judge prompt and answers by a rule on (A, B)."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FakeJudge:
+    """A real OpenAI-compatible endpoint on 127.0.0.1 answering by a rule on (A, B)."""
+
+    def __init__(self, rule):
+        outer = self
+        self.requests = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests += 1
+                if self.path != "/v1/chat/completions":
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                prompt = body["messages"][-1]["content"]
+                a = re.search(r"Action A:\n(.*?)\n\nAction B:", prompt, re.S).group(1)
+                b = re.search(r"Action B:\n(.*?)\n\nAre actions", prompt, re.S).group(1)
+                reply = {"choices": [{"message": {"role": "assistant", "content": rule(a, b)}}]}
+                data = json.dumps(reply).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
