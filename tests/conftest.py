@@ -52,3 +52,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A worker process a failed test left behind must not keep the run from exiting (Python
+    joins its multiprocessing children at exit, and a hung one would hang the whole run)."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.kill()
+        child.join(5)

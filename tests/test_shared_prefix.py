@@ -3,8 +3,13 @@ same per-token log-probs, entropies, loss and every parameter's gradient."""
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from contextlib import nullcontext
+from datetime import timedelta
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -250,7 +255,9 @@ def _ddp_worker(rank: int, world: int, out_dir: str) -> None:
 
     torch.set_num_threads(1)
     # A rendezvous file, not a TCP port: nothing another process on the machine can take first.
-    dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous", rank=rank, world_size=world)
+    # A collective that waits longer than the timeout raises instead of hanging the suite.
+    dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=120))
     try:
         ids, mask, n_completion = grpo_batch(seed=10 + rank)
         for find_unused in (False, True):
@@ -267,10 +274,23 @@ def test_ddp_syncs_shared_prefix_gradients(tmp_path):
     """Under DDP (2 gloo processes, different batches) the shared-prefix forward is ONE call of
     the wrapped model: the all-reduced gradients equal the mean of TRL's per-rank gradients, with
     and without find_unused_parameters."""
-    import torch.multiprocessing as mp
-
-    model = prepared(tiny_llama(3))  # also imports everything before the fork: children start at once
-    mp.start_processes(_ddp_worker, args=(2, str(tmp_path)), nprocs=2, join=True, start_method="fork")
+    # Each rank is a fresh interpreter, not a fork of this one: a fork of a process with threads
+    # (torch's pools, pytest plugins) can deadlock, and a rank that hangs is killed at the deadline
+    # instead of outliving the test.
+    script = f"from test_shared_prefix import _ddp_worker; _ddp_worker({{}}, 2, {str(tmp_path)!r})"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    ranks = [subprocess.Popen([sys.executable, "-c", script.format(rank)], cwd=Path(__file__).parent,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for rank in range(2)]
+    try:
+        logs = [p.communicate(timeout=240)[0] for p in ranks]
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in ranks] == [0, 0], "\n".join(log[-3000:] for log in logs)
+    model = prepared(tiny_llama(3))
     per_rank = []
     for rank in range(2):
         ids, mask, n_completion = grpo_batch(seed=10 + rank)

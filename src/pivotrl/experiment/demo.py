@@ -21,9 +21,10 @@ result is seen, and is the same for every method.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -33,6 +34,28 @@ from pydantic import BaseModel, ConfigDict, Field
 from pivotrl.experiment.evaluate import EvalConfig
 from pivotrl.records import write_text_atomic
 from pivotrl.yaml_config import load_model
+
+
+
+class _InThisProcess(Executor):
+    """One worker: jobs run here, in order (nothing to start, and a debugger sees them)."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        fut: Future = Future()
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future
+            fut.set_exception(exc)
+        return fut
+
+
+def workers_pool(n: int) -> Executor:
+    """n worker processes, started as fresh interpreters: forking a process that holds torch's
+    thread pools can deadlock the child (Python 3.14 makes spawn-like starts the default for the
+    same reason)."""
+    if n <= 1:
+        return _InThisProcess()
+    return ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
 
 METHODS = ("sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact", "e2e_rl")
 PIVOT_SET_ARMS = ("pivotrl", "pivotrl_exact", "pivotrl_random")  # sized by the pivot set
@@ -356,7 +379,7 @@ def prepare_all(testbed: Path, out: Path, cfg: DemoConfig, log: Callable[[str], 
         f"trajectories per world are every arm's data; profile all their turns with the base "
         f"(K={cfg.k}, verifier {cfg.verifier}), select; one world per worker")
     pivot_stats = {}
-    with ProcessPoolExecutor(max_workers=min(cfg.workers, len(cfg.worlds))) as pool:
+    with workers_pool(min(cfg.workers, len(cfg.worlds))) as pool:
         futures = {w: pool.submit(prepare_world_1thread, testbed, out, w, cfg) for w in cfg.worlds}
         for world, fut in futures.items():
             pivot_stats[world] = s = fut.result()
@@ -406,7 +429,7 @@ def run_jobs(jobs: list[Job], testbed: Path, out: Path, cfg: DemoConfig, pivot_s
     log(f"4/5 {len(jobs)} training runs × {cfg.steps // cfg.eval_every} checkpoints, "
         f"{cfg.workers} at a time")
     t_jobs, rows = time.time(), []
-    with ProcessPoolExecutor(max_workers=cfg.workers) as pool:
+    with workers_pool(cfg.workers) as pool:
         futures = {pool.submit(run_job, j, testbed, out, cfg, pivot_stats[j.world]): j for j in jobs}
         for i, fut in enumerate(as_completed(futures), start=1):
             job = futures[fut]
