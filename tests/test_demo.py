@@ -32,7 +32,7 @@ def ensure_pivots(original):
 @pytest.mark.slow
 def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch):
     monkeypatch.setattr(demo, "prepare_world", ensure_pivots(demo.prepare_world))
-    cfg = DemoConfig(worlds=["toolshop"], seeds=[0], learning_rates=[1e-3],
+    cfg = DemoConfig(worlds=["toolshop"], methods=list(METHODS), seeds=[0], learning_rates=[1e-3],
                      steps=2, eval_every=1, k=2, profile_trajectories=2, num_generations=2,
                      pivots_per_step=2, max_completion_length=24, sft_batch_size=2,
                      e2e_tasks_per_step=1, dev_tasks=2, dev_ood_per_family=2,
@@ -96,6 +96,13 @@ def test_demo_yaml_is_the_default_and_typos_are_errors(tmp_path):
     bad.write_text("steps: [\n")
     with pytest.raises(ValueError, match="demo.yaml"):
         DemoConfig.from_yaml(bad)
+    bad.write_text("methods: [sft, pivot_rl]\n")
+    with pytest.raises(ValueError, match="unknown methods \\['pivot_rl'\\]"):
+        DemoConfig.from_yaml(bad)
+    # --full adds the ablation arms and seeds on top of the same per-run budget (cache reuse)
+    full = DemoConfig().full()
+    assert full.methods == list(METHODS) and full.seeds == [0, 1, 2]
+    assert (full.steps, full.learning_rates) == (DemoConfig().steps, DemoConfig().learning_rates)
 
 
 def test_strict_exact_is_the_raw_text_ablation():

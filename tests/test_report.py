@@ -28,10 +28,12 @@ def make(spec, seeds=(0,), worlds=("w",), ood=0.9):
             for seed in seeds:
                 for world in worlds:
                     key = dict(method=method, world=world, seed=seed, lr=lr, step=step)
+                    rates = {split: {"in_domain": {"success": r, "ci95": [0, 1], "episodes": N,
+                                                   "turns": N, "turn_accuracy": r},
+                                     "ood": {"next": {"accuracy": o, "ci95": [0, 1], "n": N}}}
+                             for split, r in (("dev", dev), ("eval", ev))}
                     rows.append({**key, "rollout_turns": turns, "kl_to_base": 0.1, "rank_corr": 0.9,
-                                 "in_domain": {"success": ev, "ci95": [0, 1], "episodes": N,
-                                               "turns": N, "turn_accuracy": ev},
-                                 "ood": {"next": {"accuracy": o, "ci95": [0, 1], "n": N}}})
+                                 **rates["eval"], "dev": rates["dev"]})
                     for split, rate in (("dev", dev), ("eval", ev)):
                         for measure, r in (("turn", rate), ("episode", rate), ("ood", o)):
                             for i, out in enumerate(outcomes(r)):
@@ -71,6 +73,9 @@ def test_checkpoints_are_chosen_on_dev_never_on_eval(tmp_path):
              and v["measure"] == "turn")
     assert v["a"]["steps"] == {"0": 10} and v["b"]["steps"] == {"0": 20}
     assert v["diff"] == pytest.approx(0.4 - 0.45) and v["verdict"] in ("within noise", "not met")
+    # the learning curves are drawn on dev, the split scored at every checkpoint
+    curve = {(c["lr"], c["step"]): c["turn_accuracy"] for c in pv["checkpoints"]}
+    assert curve == {(1e-4, 10): 0.6, (1e-4, 20): 0.5, (3e-4, 10): 0.4, (3e-4, 20): 0.4}
 
 
 def test_verdicts_recompute_from_the_item_rows(tmp_path):

@@ -29,8 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from pivotrl.experiment.checkpoint_eval import (Evaluator, item_rows, read_jsonl, score_run,
+                                                 write_jsonl)
 from pivotrl.experiment.evaluate import EvalConfig
 from pivotrl.records import write_text_atomic
 from pivotrl.yaml_config import load_model
@@ -67,21 +69,28 @@ class DemoConfig(BaseModel):
     worlds: list[str] = Field(default_factory=lambda: ["toolshop", "terminal"],
                               description="Agentic worlds; one model is trained per world, as the "
                               "paper trains one model per domain.")
+    methods: list[str] = Field(
+        default_factory=lambda: ["sft", "pivotrl", "e2e_rl"], description="Arms to train (the "
+        "base is always scored). The default grid holds the paper's three headline arms; the "
+        "ablations (pivotrl_no_filter: every turn; pivotrl_random: random turns, as many as the "
+        "pivots; pivotrl_exact: strict string-match reward) are in --full: with them the default "
+        "demo took 32 min on 2 cores against a 20-min budget.")
     seeds: list[int] = Field(default_factory=lambda: [0], description="Training seeds (--full: 3).")
     learning_rates: list[float] = Field(
         default_factory=lambda: [1e-4, 3e-4], description="The lr grid, the same for every method. "
         "docs/DESIGN.md: keep RL at ≤ 3e-4 on these tiny models. Measured on this testbed: "
         "a constant 1e-3 collapsed one-turn GRPO within 10 steps (OOD 0.96 → 0.28), so the grid "
-        "is 1e-4–3e-4; --full adds 3e-5.")
+        "is 1e-4–3e-4.")
     select_on: Literal["turn", "episode"] = Field(
         "turn", description="Dev measure that chooses each run's checkpoint and each method's lr "
         "(turn accuracy: the finer one, which a 30-step budget can move).")
     steps: int = Field(30, description="Optimizer steps per training run (sized for the default "
-                       "demo on 2 cores; --full: 80). The budget is small: 30 steps × 4 pivots "
+                       "demo on 2 cores; --full keeps it). The budget is small: 30 steps × 4 pivots "
                        "is about one pass over a world's ~100 pivots, and the earlier 30-step "
                        "demos moved OOD accuracy by at most 0.02 (KL to the base ≤ 0.35), so a "
                        "forgetting contrast cannot show at this size.")
-    eval_every: int = Field(10, description="Checkpoint and evaluate every N steps.")
+    eval_every: int = Field(10, description="Checkpoint every N steps; every checkpoint is scored "
+                            "on dev, the dev-chosen one on eval (experiment/checkpoint_eval.py).")
     k: int = Field(8, description="Profiling samples per turn (the paper profiles with K samples of π0).")
     profile_trajectories: int = Field(100, description="Expert trajectories per world that every "
                                       "arm trains on: all their turns are PivotRL's candidates "
@@ -108,7 +117,7 @@ class DemoConfig(BaseModel):
     eval: EvalConfig = Field(default_factory=lambda: EvalConfig(
         episodes=60, turn_trajectories=60, ood_per_family=60, batch_size=30,
         verifiers={"toolshop": "state", "terminal": "state"}),
-        description="Checkpoint evaluation on the eval split: greedy episodes on 60 tasks per "
+        description="Evaluation of a checkpoint on the eval split: greedy episodes on 60 tasks per "
         "world and turn accuracy on the expert states of the same 60 tasks, 60 OOD tasks per "
         "family: with the 40 dev tasks, the testbed's whole eval file (100 per world).")
     kl_prompts: int = Field(40, description="OOD texts for KL / rank correlation to the base.")
@@ -122,12 +131,18 @@ class DemoConfig(BaseModel):
         return load_model(cls, path)
 
     def full(self) -> "DemoConfig":
-        """More seeds, learning rates, steps and training trajectories (the default already
-        scores all 100 eval tasks per world: 40 dev + 60 eval). Not yet run; several hours on
-        2 cores. configs/demo_3seeds.yaml is the cheaper step: the default grid with 3 seeds."""
-        return self.model_copy(update={
-            "seeds": [0, 1, 2], "learning_rates": [3e-5, 1e-4, 3e-4], "steps": 80,
-            "eval_every": 20, "profile_trajectories": 200})
+        """Every arm (ablations included) and three seeds, at the default's budget per run, so a
+        --full run into a folder that holds the default run trains only what it adds (finished
+        jobs are cached)."""
+        return self.model_copy(update={"seeds": [0, 1, 2], "methods": list(METHODS)})
+
+    @field_validator("methods")
+    @classmethod
+    def _known_methods(cls, methods: list[str]) -> list[str]:
+        unknown = sorted(set(methods) - set(METHODS))
+        if unknown:
+            raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}")
+        return methods
 
 
 @dataclass(frozen=True)
@@ -257,79 +272,11 @@ def rollout_turns_at(job: Job, step: int, job_dir: Path, cfg: DemoConfig,
     return rollouts + profiling
 
 
-# ------------------------------------------------------------------ evaluation
-
-
-def split_tasks(tasks: list[Any], dev: int, n_eval: int, what: str) -> dict[str, list[Any]]:
-    """The first `dev` tasks are the dev split, the next `n_eval` (0 = the rest) the eval split."""
-    if len(tasks) <= dev:
-        raise ValueError(f"{what}: {len(tasks)} tasks, but dev_tasks={dev} leaves none for eval")
-    return {"dev": tasks[:dev], "eval": tasks[dev:dev + n_eval] if n_eval else tasks[dev:]}
-
-
-class Evaluator:
-    """Loads the testbed's dev and eval sets and the base once per process."""
-
-    def __init__(self, testbed: Path, cfg: DemoConfig):
-        from pivotrl.experiment.evaluate import load_ood_eval, load_trajectories, ood_texts
-        from pivotrl.experiment.testbed.tiny import load_tiny
-
-        self.cfg, self.testbed = cfg, testbed
-        self.base, self.tokenizer = load_tiny(testbed / "base")
-        by_family: dict[str, list[Any]] = {}
-        for t in load_ood_eval(testbed, 0):
-            by_family.setdefault(t.family, []).append(t)
-        self.ood = {"dev": [], "eval": []}
-        for family, tasks in by_family.items():
-            for split, got in split_tasks(tasks, cfg.dev_ood_per_family, cfg.eval.ood_per_family,
-                                          f"OOD family {family}").items():
-                self.ood[split] += got
-        ood_eval = self.ood["eval"]
-        self.kl_texts = ood_texts(self.tokenizer, ood_eval[:: max(1, len(ood_eval) // cfg.kl_prompts)])
-        n_eval = max(cfg.eval.episodes, cfg.eval.turn_trajectories)
-        self.trajs = {w: split_tasks(load_trajectories(testbed / w / "eval.jsonl"), cfg.dev_tasks,
-                                     n_eval, f"{w}/eval.jsonl") for w in cfg.worlds}
-
-    def __call__(self, model_dir: Path | None, world: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """(checkpoint row: eval-split rates in evaluate's shape + dev rates, per-item rows)."""
-        from pivotrl.experiment.evaluate import evaluate_ood, evaluate_world, ood_logprob_stats
-        from pivotrl.experiment.testbed.tiny import load_tiny
-
-        model, tok = (self.base, self.tokenizer) if model_dir is None else load_tiny(model_dir)
-        row: dict[str, Any] = {}
-        items: list[dict[str, Any]] = []
-        for split in ("dev", "eval"):
-            got: list[dict[str, Any]] = []
-            ind = evaluate_world(model, tok, world, self.trajs[world][split], self.cfg.eval, got)
-            ood = evaluate_ood(model, tok, self.ood[split], self.cfg.eval.batch_size, got)
-            items += [{"split": split, **r} for r in got]
-            row.update({"in_domain": ind, "ood": ood} if split == "eval"
-                       else {"dev": {"in_domain": ind, "ood": ood}})
-        kl = (ood_logprob_stats(model, self.base, tok, self.kl_texts) if model_dir is not None
-              else {"kl": 0.0, "rank_corr": 1.0})
-        return {**row, "kl_to_base": kl["kl"], "rank_corr": kl["rank_corr"]}, items
-
-
-def item_rows(items: list[dict[str, Any]], *, method: str, world: str, seed: int, lr: float,
-              step: int) -> list[dict[str, Any]]:
-    """Per-item outcomes in the contract's row shape (docs/DESIGN.md)."""
-    return [{"method": method, "world": world, "seed": seed, "lr": lr, "step": step,
-             "split": r["split"], "measure": r["measure"], "item": r["item"],
-             "cluster": r["cluster"], "outcome": r["outcome"]} for r in items]
-
-
-def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in rows))
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def run_job(job: Job, testbed: Path, out: Path, cfg: DemoConfig,
             pivot_stats: dict[str, Any]) -> list[dict[str, Any]]:
-    """Train + evaluate every checkpoint of one job; cached in job_dir/rows.json and
-    job_dir/items.jsonl (written before rows.json, so rows.json marks a finished job)."""
+    """Train one job, score its checkpoints (`checkpoint_eval.score_run`: all on dev, the
+    dev-chosen one on eval); cached in job_dir/rows.json and job_dir/items.jsonl (written before
+    rows.json, so rows.json marks a finished job)."""
     import torch
 
     torch.set_num_threads(1)
@@ -340,19 +287,18 @@ def run_job(job: Job, testbed: Path, out: Path, cfg: DemoConfig,
     t0 = time.time()
     train_job(job, testbed, out, cfg)
     train_s = time.time() - t0
-    evaluator = Evaluator(testbed, cfg)
-    rows, items = [], []
+    checkpoints = {}
     for step in range(cfg.eval_every, cfg.steps + 1, cfg.eval_every):
         ckpt = job_dir / f"checkpoint-{step}"
         if not ckpt.exists() and step == cfg.steps:
             ckpt = job_dir  # the e2e loop writes its last step as the final model only
         if not (ckpt / "config.json").exists():
             raise FileNotFoundError(f"{job.name}: no checkpoint at step {step} ({ckpt})")
-        row, got = evaluator(ckpt, job.world)
-        key = dict(method=job.method, world=job.world, seed=job.seed, lr=job.lr, step=step)
-        rows.append({**key, "rollout_turns": rollout_turns_at(job, step, job_dir, cfg, pivot_stats),
-                     **row})
-        items += item_rows(got, **key)
+        checkpoints[step] = ckpt
+    key = dict(method=job.method, world=job.world, seed=job.seed, lr=job.lr)
+    rows, items, _ = score_run(
+        key, checkpoints, Evaluator(testbed, cfg), cfg.select_on,
+        lambda step: {"rollout_turns": rollout_turns_at(job, step, job_dir, cfg, pivot_stats)})
     rows[-1]["train_seconds"] = train_s
     rows[-1]["eval_seconds"] = time.time() - t0 - train_s
     write_jsonl(job_dir / "items.jsonl", items)
@@ -411,7 +357,7 @@ def base_rows(out: Path, testbed: Path, cfg: DemoConfig) -> tuple[list[dict], li
 
 def plan_jobs(cfg: DemoConfig, pivot_stats: dict[str, Any], log: Callable[[str], None]) -> list[Job]:
     jobs = [Job(w, m, lr, s) for s in cfg.seeds for lr in cfg.learning_rates for w in cfg.worlds
-            for m in METHODS]
+            for m in cfg.methods]
     for world in cfg.worlds:
         if not pivot_stats[world].get("kept"):
             # Nothing to train on: the base never, or always, solves these turns. Said, not hidden.

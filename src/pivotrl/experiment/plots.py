@@ -1,5 +1,5 @@
 """The demo report's PNG plots, drawn from results.json's content (descriptive: every checkpoint on
-the eval split; the verdicts use the dev-chosen checkpoints only)."""
+the dev split; the verdicts use the dev-chosen checkpoints on the eval split)."""
 
 from __future__ import annotations
 

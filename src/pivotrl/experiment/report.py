@@ -58,9 +58,10 @@ def row_ood(row: dict[str, Any]) -> float:
 
 
 def checkpoint_curve(rows: list[dict[str, Any]], method: str) -> list[dict[str, Any]]:
-    """Per (lr, step), eval split: in-domain = mean success over worlds, OOD = mean over families,
-    each averaged over seeds (docs/DESIGN.md's `checkpoints` shape), with intervals over seeds.
-    Descriptive: plots only, never a verdict."""
+    """Per (lr, step), dev split (the one scored at every checkpoint, `checkpoint_eval`):
+    in-domain = mean success over worlds, OOD = mean over families, each averaged over seeds
+    (docs/DESIGN.md's `checkpoints` shape), with intervals over seeds. Descriptive: plots only,
+    never a verdict."""
     by_seed: dict[tuple, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r["method"] == method:
@@ -69,10 +70,11 @@ def checkpoint_curve(rows: list[dict[str, Any]], method: str) -> list[dict[str, 
     for (lr, step), seeds in sorted(by_seed.items()):
         ind, tacc, ood, kl, rank, turns = [], [], [], [], [], []
         for seed_rows in seeds.values():  # one row per world
-            ind.append(mean(r["in_domain"]["success"] for r in seed_rows))
-            if all("turn_accuracy" in r["in_domain"] for r in seed_rows):
-                tacc.append(mean(r["in_domain"]["turn_accuracy"] for r in seed_rows))
-            ood.append(mean(row_ood(r) for r in seed_rows))
+            dev = [r["dev"] for r in seed_rows]
+            ind.append(mean(d["in_domain"]["success"] for d in dev))
+            if all("turn_accuracy" in d["in_domain"] for d in dev):
+                tacc.append(mean(d["in_domain"]["turn_accuracy"] for d in dev))
+            ood.append(mean(row_ood(d) for d in dev))
             kl.append(mean(r.get("kl_to_base", 0.0) for r in seed_rows))
             rank.append(mean(r.get("rank_corr", 1.0) for r in seed_rows))
             turns.append(sum(r.get("rollout_turns", 0) for r in seed_rows))
@@ -138,7 +140,8 @@ def verdicts(items: list[dict[str, Any]], chosen: dict[str, Any]) -> list[dict[s
 def rollout_match(rows: list[dict[str, Any]], items: list[dict[str, Any]], chosen: dict[str, Any],
                   pivot_stats: dict[str, Any]) -> dict[str, Any]:
     """turns_to_match_e2e: PivotRL's rollout turns to reach E2E RL's dev-chosen accuracy, with and
-    without PivotRL's one-off profiling, with intervals (stats.rollout_ratio)."""
+    without PivotRL's one-off profiling, with intervals (stats.rollout_ratio). On the dev split:
+    a curve needs every checkpoint, and only dev is scored at every one (`checkpoint_eval`)."""
     if "e2e_rl" not in chosen or "pivotrl" not in chosen:
         return {}
     profiling = sum(s.get("profile_rollout_turns", 0) for s in pivot_stats.values())
@@ -149,11 +152,12 @@ def rollout_match(rows: list[dict[str, Any]], items: list[dict[str, Any]], chose
     out: dict[str, Any] = {}
     for measure in ("turn", "episode"):
         with_p = stats.rollout_ratio(items, turns, chosen["e2e_rl"], chosen["pivotrl"], measure=measure,
-                                     claimed=PAPER["rollout_ratio"])
+                                     claimed=PAPER["rollout_ratio"], split="dev")
         without = stats.rollout_ratio(items, bare, chosen["e2e_rl"], chosen["pivotrl"], measure=measure,
-                                      claimed=PAPER["rollout_ratio"])
+                                      claimed=PAPER["rollout_ratio"], split="dev")
         if with_p:
-            base = stats.eval_mean(items, chosen["base"], measure=measure) if "base" in chosen else None
+            base = (stats.eval_mean(items, chosen["base"], measure=measure, split="dev")
+                    if "base" in chosen else None)
             if base is not None and with_p["target"] <= base + 1e-12:
                 # E2E RL did not beat the base: any checkpoint "reaches" it, so no ratio is evidence.
                 with_p["verdict"] = "not measurable"

@@ -124,7 +124,7 @@ def verdict_section(results: dict[str, Any]) -> list[str]:
     for measure, r in tm.items():
         wo = r.get("without_profiling") or {}
         L.append(f"| PivotRL reaches E2E RL's accuracy with ≥ {PAPER['rollout_ratio']:g}× fewer rollout "
-                 f"turns (E2E's target: its dev-chosen checkpoint) | {MEASURE_NAMES[measure]} | pivotrl "
+                 f"turns (dev split: E2E's target is its dev-chosen checkpoint's score, PivotRL's curve every checkpoint's) | {MEASURE_NAMES[measure]} | pivotrl "
                  f"| e2e_rl | target {r['target']:.3f}: PivotRL {r['pivotrl'] or 'never'} turns vs E2E "
                  f"{r['e2e_rl']:.0f} (without the {r['profiling_turns']} profiling turns: ratio "
                  f"{_f(wo.get('ratio'), 1)}× [{_f((wo.get('ci95') or [None])[0], 1)}, "
@@ -186,8 +186,9 @@ def render_markdown(results: dict[str, Any], plots: list[str]) -> str:
          "results and verdicts are on the disjoint eval split.", ""]
     L += data_section(results) + power_section(results) + results_section(results)
     L += verdict_section(results)
-    L += ["## Every checkpoint (descriptive)", "", "Eval split, every lr and step: the frontier "
-          "and compute plots show the whole grid; no verdict is drawn from them.", "",
+    L += ["## Every checkpoint (descriptive)", "", "Dev split, every lr and step (the eval split is "
+          "scored at the dev-chosen checkpoints only): the frontier and compute plots show the whole "
+          "grid; no verdict is drawn from them.", "",
           "![frontier](frontier.png)", "", "![compute](compute.png)", ""]
     L += theory_section(results, plots)
     L += ["Paper (Qwen3-30B-A3B): in-domain base 17.84 / SFT 27.77 / PivotRL 31.95; OOD change vs base "

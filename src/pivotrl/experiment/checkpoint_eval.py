@@ -1,0 +1,114 @@
+"""Scoring a training run's checkpoints for the demo: the dev split at every checkpoint, the eval
+split at the one checkpoint the dev split chooses.
+
+Why eval is scored once per run: every verdict compares dev-chosen checkpoints on eval
+(`pivotrl.experiment.stats`), and the learning curves and the rollout-ratio curve are drawn on
+dev, so the eval outcomes of the other checkpoints would never be read. Scoring them cost 60% of
+each checkpoint's evaluation (60 eval vs 40 dev tasks per world and OOD family). The run's step is
+chosen by the rule the report applies (`stats.choose`: best dev score of `select_on`, ties to the
+earlier step), so the report's choice and this one are the same checkpoint.
+
+Per-item rows (`item_rows`) hold every outcome, so anyone can recompute every number."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from pivotrl.records import write_text_atomic
+
+SPLITS = ("dev", "eval")
+
+
+def split_tasks(tasks: list[Any], dev: int, n_eval: int, what: str) -> dict[str, list[Any]]:
+    """The first `dev` tasks are the dev split, the next `n_eval` (0 = the rest) the eval split."""
+    if len(tasks) <= dev:
+        raise ValueError(f"{what}: {len(tasks)} tasks, but dev_tasks={dev} leaves none for eval")
+    return {"dev": tasks[:dev], "eval": tasks[dev:dev + n_eval] if n_eval else tasks[dev:]}
+
+
+class Evaluator:
+    """Loads the testbed's dev and eval sets and the base once per process. `cfg` is the demo's
+    config (dev_tasks, dev_ood_per_family, kl_prompts, worlds, eval)."""
+
+    def __init__(self, testbed: Path, cfg: Any):
+        from pivotrl.experiment.evaluate import load_ood_eval, load_trajectories, ood_texts
+        from pivotrl.experiment.testbed.tiny import load_tiny
+
+        self.cfg, self.testbed = cfg, testbed
+        self.base, self.tokenizer = load_tiny(testbed / "base")
+        by_family: dict[str, list[Any]] = {}
+        for t in load_ood_eval(testbed, 0):
+            by_family.setdefault(t.family, []).append(t)
+        self.ood: dict[str, list[Any]] = {"dev": [], "eval": []}
+        for family, tasks in by_family.items():
+            for split, got in split_tasks(tasks, cfg.dev_ood_per_family, cfg.eval.ood_per_family,
+                                          f"OOD family {family}").items():
+                self.ood[split] += got
+        ood_eval = self.ood["eval"]
+        self.kl_texts = ood_texts(self.tokenizer, ood_eval[:: max(1, len(ood_eval) // cfg.kl_prompts)])
+        n_eval = max(cfg.eval.episodes, cfg.eval.turn_trajectories)
+        self.trajs = {w: split_tasks(load_trajectories(testbed / w / "eval.jsonl"), cfg.dev_tasks,
+                                     n_eval, f"{w}/eval.jsonl") for w in cfg.worlds}
+
+    def __call__(self, model_dir: Path | None, world: str, splits: tuple[str, ...] = SPLITS
+                 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """(checkpoint row, per-item rows). The row holds the eval split's rates in evaluate's
+        shape (`in_domain`, `ood`) when eval is scored, the dev split's under `dev`, and the KL to
+        the base on OOD text (None = the base itself)."""
+        from pivotrl.experiment.evaluate import evaluate_ood, evaluate_world, ood_logprob_stats
+        from pivotrl.experiment.testbed.tiny import load_tiny
+
+        model, tok = (self.base, self.tokenizer) if model_dir is None else load_tiny(model_dir)
+        row: dict[str, Any] = {}
+        items: list[dict[str, Any]] = []
+        for split in splits:
+            got: list[dict[str, Any]] = []
+            ind = evaluate_world(model, tok, world, self.trajs[world][split], self.cfg.eval, got)
+            ood = evaluate_ood(model, tok, self.ood[split], self.cfg.eval.batch_size, got)
+            items += [{"split": split, **r} for r in got]
+            row.update({"in_domain": ind, "ood": ood} if split == "eval"
+                       else {"dev": {"in_domain": ind, "ood": ood}})
+        kl = (ood_logprob_stats(model, self.base, tok, self.kl_texts) if model_dir is not None
+              else {"kl": 0.0, "rank_corr": 1.0})
+        return {**row, "kl_to_base": kl["kl"], "rank_corr": kl["rank_corr"]}, items
+
+
+def item_rows(items: list[dict[str, Any]], *, method: str, world: str, seed: int, lr: float,
+              step: int) -> list[dict[str, Any]]:
+    """Per-item outcomes in the contract's row shape (docs/DESIGN.md)."""
+    return [{"method": method, "world": world, "seed": seed, "lr": lr, "step": step,
+             "split": r["split"], "measure": r["measure"], "item": r["item"],
+             "cluster": r["cluster"], "outcome": r["outcome"]} for r in items]
+
+
+def score_run(key: dict[str, Any], checkpoints: dict[int, Path], evaluator: Evaluator,
+              select_on: str, extra: Callable[[int], dict[str, Any]] = lambda step: {}
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """Every checkpoint of one run on dev, then the dev-chosen one on eval.
+
+    key: method, world, seed, lr of the run; checkpoints: {step: model dir}; extra(step): more
+    fields for that step's row (rollout turns). Returns (one row per step, item rows, the chosen
+    step)."""
+    from pivotrl.experiment.stats import choose
+
+    rows, items = {}, []
+    for step, ckpt in sorted(checkpoints.items()):
+        row, got = evaluator(ckpt, key["world"], ("dev",))
+        rows[step] = {**key, "step": step, **extra(step), **row}
+        items += item_rows(got, **key, step=step)
+    measure = select_on if any(r["measure"] == select_on for r in items) else "episode"
+    chosen = choose(items, measure=measure)[key["method"]]["steps"][key["seed"]]
+    row, got = evaluator(checkpoints[chosen], key["world"], ("eval",))
+    rows[chosen].update({k: v for k, v in row.items() if k not in ("kl_to_base", "rank_corr")})
+    items += item_rows(got, **key, step=chosen)
+    return [rows[s] for s in sorted(rows)], items, chosen
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
