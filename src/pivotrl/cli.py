@@ -63,13 +63,15 @@ def extract(
     keep_reasoning: bool = option(ExtractOptions, "keep_reasoning"),
     skip_content_regex: Optional[str] = option(ExtractOptions, "skip_content_regex"),
     only_tool_calls: bool = option(ExtractOptions, "only_tool_calls"),
+    compact: bool = option(ExtractOptions, "compact"),
     strict: bool = typer.Option(False, help="Stop at the first bad line instead of rejecting it."),
 ) -> None:
     """Every assistant message of every trajectory becomes one Turn (context + expected action)."""
     from pivotrl.extract import extract_file
 
     opts = ExtractOptions(keep_reasoning=keep_reasoning, skip_content_regex=skip_content_regex,
-                          only_tool_calls=only_tool_calls, eval_fraction=eval_fraction, seed=seed)
+                          only_tool_calls=only_tool_calls, eval_fraction=eval_fraction, seed=seed,
+                          compact=compact)
     if not trajectories.exists():
         console.print(f"[red]{trajectories}: no such file[/red]")
         raise typer.Exit(2)

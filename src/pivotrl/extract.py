@@ -2,7 +2,9 @@
 
 A Turn is (the full context before the assistant message, that message as the expected action),
 with the trajectory's tools, domain and metadata. The file is streamed: one trajectory in memory
-at a time, so a 100k-trajectory file costs what one trajectory costs.
+at a time, so a 100k-trajectory file costs what one trajectory costs. Rows are written compact
+(`pivotrl.turn_rows`): a turn stores only the messages after its previous turn's, so the turns
+file grows like the trajectories, not like turns × context.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ class ExtractOptions(BaseModel):
         0.0, ge=0.0, lt=1.0, description="Fraction of trajectories held out for evaluation, split "
         "by trajectory id (never by row: turns of one trajectory share context, docs/DESIGN.md).")
     seed: int = Field(0, description="Seed of the train/eval split.")
+    compact: bool = Field(
+        True, description="Write compact rows that continue the previous row's context "
+        "(pivotrl.turn_rows; every pivotrl reader expands them). False: every row carries its "
+        "whole context, for tools that read turn rows without pivotrl.")
 
 
 def is_eval(trajectory_id: str, fraction: float, seed: int) -> bool:
@@ -126,8 +132,9 @@ def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None 
     summary = ExtractSummary(rejects_file=str(rejects_path(out)))
     counts: dict[str, int] = {}
     first_line: dict[str, int] = {}  # trajectory id -> line it was first read on
-    with AtomicWriter(out) as train_w, AtomicWriter(rejects_path(out)) as reject_w:
-        eval_w = AtomicWriter(eval_out) if eval_out else None
+    with AtomicWriter(out, compact=opts.compact) as train_w, \
+            AtomicWriter(rejects_path(out)) as reject_w:
+        eval_w = AtomicWriter(eval_out, compact=opts.compact) if eval_out else None
         try:
             for lineno, rec in read_records(path, Trajectory, strict=strict, counts=counts):
                 summary.read += 1

@@ -34,6 +34,7 @@ from pivotrl.records import (AppendWriter, Profile, Reject, Sample, Turn, done_i
 from pivotrl.sampling.base import Completion, SamplingParams, derive_seed
 from pivotrl.sampling.pipeline import prefetch, prompt_limit, split_too_long
 from pivotrl.scoring import Parser, score_completions
+from pivotrl.turn_io import RowAccess, index_rows, read_turns, shard_of  # noqa: F401 (API)
 from pivotrl.verifiers.base import Score
 
 # A shaped reward counts as a success from here (docs/DESIGN.md pitfall). The toolcall verifier's
@@ -103,11 +104,6 @@ def parse_shard(spec: str | None) -> tuple[int, int] | None:
     return i, n
 
 
-def shard_of(turn_id: str, n: int) -> int:
-    """Stable across runs and machines (not Python's salted hash)."""
-    return derive_seed("shard", turn_id) % n
-
-
 # ---------------------------------------------------------------- pure pieces
 
 
@@ -126,12 +122,14 @@ def _sample(c: Completion, s: Score) -> Sample:
 
 
 def make_profile(turn: Turn, samples: list[Sample]) -> Profile:
-    """The Profile record: reward mean and *population* std over the K samples."""
+    """The Profile record: reward mean and *population* std over the K samples. It shares the
+    turn's message objects (not copies): the writer sees they continue the previous row."""
     rewards = [s.reward for s in samples]
     mean = statistics.fmean(rewards) if rewards else 0.0
     std = statistics.pstdev(rewards) if len(rewards) > 1 else 0.0
-    data = turn.model_dump(mode="json", exclude_none=True)
-    data.update(k=len(samples), samples=[s.model_dump(mode="json") for s in samples],
+    data = turn.model_dump(mode="json", exclude_none=True, exclude={"context", "expected"})
+    data.update(context=turn.context, expected=turn.expected,
+                k=len(samples), samples=[s.model_dump(mode="json") for s in samples],
                 reward_mean=mean, reward_std=std)
     return Profile.model_validate(data)
 
@@ -176,30 +174,6 @@ def chunks(items: Iterable[Turn], size: int) -> Iterator[list[Turn]]:
             chunk = []
     if chunk:
         yield chunk
-
-
-def read_turns(path: str | Path, shard: tuple[int, int] | None = None
-               ) -> tuple[list[tuple[int, Turn]], list[Reject]]:
-    """Valid turns with their line numbers; bad lines and repeated ids become Rejects.
-
-    shard (I, N): keep only the turns with shard_of(id, N) == I, each other turn dropped as soon
-    as it is read. A turn stores its whole context, so a turns file is many times the size of
-    its trajectories; this way each of N shard processes holds 1/N of it, not all of it. A
-    repeated id falls in the same shard as its first copy, so duplicates are still caught; bad
-    lines are reported by every shard (they have no trustworthy id)."""
-    turns, rejects, first = [], [], {}
-    for lineno, rec in read_records(path, Turn):
-        if isinstance(rec, Reject):
-            rejects.append(rec)
-        elif shard is not None and shard_of(rec.id, shard[1]) != shard[0]:
-            continue
-        elif rec.id in first:
-            rejects.append(Reject(str(path), lineno, f"duplicate id {rec.id!r} (first on line "
-                                  f"{first[rec.id]})", "id"))
-        else:
-            first[rec.id] = lineno
-            turns.append((lineno, rec))
-    return turns, rejects
 
 
 def profile_stream(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: ProfileConfig,
@@ -369,23 +343,18 @@ def merge_profiles(turns_path: str | Path, shard_paths: Sequence[str | Path],
     appear exactly once across the shards (else MergeError, naming the ids, and nothing written)."""
     # Valid ids in file order, first copy of a repeated id (read_turns' rule), contexts not kept.
     expected = list(dict.fromkeys(r.id for _, r in read_records(turns_path, Turn) if not isinstance(r, Reject)))
-    where: dict[str, list[tuple[int, int]]] = {}
-    for s, path in enumerate(shard_paths):
-        path = Path(path)
+    where: dict[str, list[tuple[int, int]]] = {}  # id -> (shard, row index) of each copy
+    paths = [Path(p) for p in shard_paths]
+    index = []
+    for s, path in enumerate(paths):
         if not path.exists():
             raise MergeError(f"shard file {path} does not exist")
-        with path.open("rb") as fh:
-            offset, lineno = 0, 0
-            for raw in fh:
-                lineno += 1
-                if raw.strip():
-                    try:
-                        rid = str(json.loads(raw)["id"])
-                    except (ValueError, KeyError, TypeError):
-                        raise MergeError(f"{path}:{lineno}: not a Profile record (torn or foreign "
-                                         "line; resume that shard to repair it)") from None
-                    where.setdefault(rid, []).append((s, offset))
-                offset += len(raw)
+        try:
+            index.append(index_rows(path))
+        except ValueError as exc:
+            raise MergeError(f"{exc}; resume that shard to repair it") from None
+        for i, row in enumerate(index[-1]):
+            where.setdefault(row[0], []).append((s, i))
     want = set(expected)
     missing = [i for i in expected if i not in where]
     doubled = {i: len(v) for i, v in where.items() if len(v) > 1}
@@ -400,17 +369,15 @@ def merge_profiles(turns_path: str | Path, shard_paths: Sequence[str | Path],
         if unknown:
             parts.append(f"{len(unknown)} id(s) not in {turns_path}: {', '.join(unknown[:10])}")
         raise MergeError("cannot merge: " + "; ".join(parts))
-    handles = [Path(p).open("rb") for p in shard_paths]
+    # Rows are expanded and written again: a compact row continues the row before it in its
+    # shard file, which is not the row before it in TURNS order.
+    rows = RowAccess(paths, index, Profile)
     try:
-        def records() -> Iterator[dict[str, Any]]:
-            for tid in expected:
-                s, off = where[tid][0]
-                handles[s].seek(off)
-                yield json.loads(handles[s].readline())
-        write_atomic(out_path, records())
+        write_atomic(out_path, (rows.get(*where[tid][0]) for tid in expected))
+    except ValueError as exc:
+        raise MergeError(f"cannot merge: {exc}") from None
     finally:
-        for h in handles:
-            h.close()
+        rows.close()
     docs = [json.loads(stats_path(p).read_text()) for p in shard_paths if stats_path(p).exists()]
     totals: Counter[str] = Counter()
     for d in docs:

@@ -20,6 +20,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from pivotrl.turn_rows import RowDecoder, RowEncoder
+
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -257,10 +259,16 @@ def read_records(path: str | Path, model: type[T], *, strict: bool = False,
 
     `check(record) -> (field, reason) | None` adds semantic validation (e.g. `check_trajectory`
     for Trajectory files). With strict=True the first bad line raises RecordError instead.
+
+    Turn models (Turn, Profile, pivots) are expanded here, the one place: a compact row
+    (`pivotrl.turn_rows`) gets the context and tools of the row before it; a broken chain is a
+    Reject naming the field. A row that fails only `check` still continues the chain (its
+    context is well defined), so one bad turn does not take its trajectory's later turns along.
     """
     path = Path(path)
     if check is None and model is Trajectory:
         check = check_trajectory
+    rows = RowDecoder() if issubclass(model, Turn) else None
     for lineno, text, problem in iter_lines(path):
         if not problem and is_blank(text):
             if counts is not None:
@@ -269,26 +277,41 @@ def read_records(path: str | Path, model: type[T], *, strict: bool = False,
         if problem:
             result: T | Reject = Reject(str(path), lineno, problem, "", text[:2000])
         else:
-            result = _parse_line(str(path), lineno, text, model, check)
+            result = parse_line(str(path), lineno, text, model, check, rows)
+        if rows is not None and (problem or rows.prev_line != lineno):
+            rows.accept(None, lineno)
         if strict and isinstance(result, Reject):
             raise RecordError(result)
         yield lineno, result
 
 
-def _parse_line(file: str, lineno: int, raw: str, model: type[T], check) -> T | Reject:
+def parse_line(file: str, lineno: int, raw: str, model: type[T], check,
+                rows: RowDecoder | None = None) -> T | Reject:
+    """One line → record or Reject; with `rows`, a Turn row is expanded and, when valid,
+    becomes the row the next line may continue (`rows.accept`)."""
     obj, problem = parse_json_line(raw)
     if problem:
         return Reject(file, lineno, problem, "", raw[:2000])
     if not isinstance(obj, dict):
         return Reject(file, lineno, f"expected a JSON object, got {type(obj).__name__}", "",
                       raw[:2000])
+    full = obj
+    if rows is not None:
+        full, field, reason = rows.expand(obj)
+        if reason:
+            return Reject(file, lineno, reason, field, raw[:2000])
     try:
-        record = model.model_validate(obj)
+        record = model.model_validate(full)
     except ValidationError as exc:
         field, reason = _first_error(exc)
-        return Reject(file, lineno, reason, field, raw[:2000])
+        return Reject(file, lineno, reason, rows.field(obj, field) if rows else field, raw[:2000])
     except (ValueError, TypeError, RecursionError) as exc:  # pragma: no cover - defensive
         return Reject(file, lineno, f"invalid record: {exc}", "", raw[:2000])
+    if rows is not None:
+        problem = rows.check(obj, record)
+        if problem is not None:
+            return Reject(file, lineno, problem[1], problem[0], raw[:2000])
+        rows.accept(record, lineno)
     if check is not None:
         problem = check(record)
         if problem is not None:
@@ -341,16 +364,18 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 
 
 class AtomicWriter:
-    """Write a whole JSONL file via `atomic_path` (temp file + rename)."""
+    """Write a whole JSONL file via `atomic_path` (temp file + rename). Turn records (Turn,
+    Profile) go through `RowEncoder`: compact rows unless compact=False."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, compact: bool = True):
         self.path = Path(path)
         self._ctx = atomic_path(self.path)
         self._fh = self._ctx.__enter__().open("w", encoding="utf-8")
+        self._rows = RowEncoder(compact)
         self.count = 0
 
     def write(self, record: BaseModel | dict[str, Any]) -> None:
-        self._fh.write(dump(record) + "\n")
+        self._fh.write(_line(record, self._rows) + "\n")
         self.count += 1
 
     def __enter__(self) -> AtomicWriter:
@@ -364,8 +389,13 @@ class AtomicWriter:
             self._ctx.__exit__(exc_type, exc, tb)
 
 
-def write_atomic(path: str | Path, records: Iterable[BaseModel | dict[str, Any]]) -> int:
-    with AtomicWriter(path) as writer:
+def _line(record: BaseModel | dict[str, Any], rows: RowEncoder) -> str:
+    return rows.encode(record) if isinstance(record, Turn) else dump(record)
+
+
+def write_atomic(path: str | Path, records: Iterable[BaseModel | dict[str, Any]], *,
+                 compact: bool = True) -> int:
+    with AtomicWriter(path, compact=compact) as writer:
         for rec in records:
             writer.write(rec)
     return writer.count
@@ -386,17 +416,20 @@ def repair_tail(path: str | Path) -> int:
 
 class AppendWriter:
     """Append-only JSONL writer, one flush per record, so a crash loses at most the record
-    being written (and `repair_tail` removes its torn remains on resume)."""
+    being written (and `repair_tail` removes its torn remains on resume). Turn records are
+    encoded like AtomicWriter's; the first row of each writer is full, so rows appended by a
+    resumed run never continue a row of the earlier run."""
 
-    def __init__(self, path: str | Path, *, fsync: bool = False):
+    def __init__(self, path: str | Path, *, fsync: bool = False, compact: bool = True):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         repair_tail(self.path)
         self._fh = self.path.open("a", encoding="utf-8")
         self._fsync = fsync
+        self._rows = RowEncoder(compact)
 
     def write(self, record: BaseModel | dict[str, Any]) -> None:
-        self._fh.write(dump(record) + "\n")
+        self._fh.write(_line(record, self._rows) + "\n")
         self._fh.flush()
         if self._fsync:
             os.fsync(self._fh.fileno())

@@ -1,0 +1,101 @@
+"""Reading Turn files by shard, and rows of several files in another file's order (shard merge).
+
+Both go through `records.read_records` / `records.parse_line`, where compact rows
+(`pivotrl.turn_rows`) are expanded, so nothing here sees a row without its context.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pivotrl.records import Reject, Turn, is_blank, parse_line, read_records
+from pivotrl.sampling.base import derive_seed
+from pivotrl.turn_rows import CONTEXT_FROM, TOOLS_FROM, RowDecoder
+
+
+def shard_of(turn_id: str, n: int) -> int:
+    """Stable across runs and machines (not Python's salted hash)."""
+    return derive_seed("shard", turn_id) % n
+
+
+def read_turns(path: str | Path, shard: tuple[int, int] | None = None
+               ) -> tuple[list[tuple[int, Turn]], list[Reject]]:
+    """Valid turns with their line numbers; bad lines and repeated ids become Rejects.
+
+    shard (I, N): keep only the turns with shard_of(id, N) == I. Every row is still read and
+    expanded (a compact row continues the row before it, whatever its shard), and each other
+    shard's turn is dropped as soon as it is read. Turns of one trajectory read from a compact
+    file share their messages, so a shard holds about its trajectories' messages, not a copy of
+    the context per turn. A repeated id falls in the same shard as its first copy, so duplicates
+    are still caught; bad lines are reported by every shard (they have no trustworthy id)."""
+    turns, rejects, first = [], [], {}
+    for lineno, rec in read_records(path, Turn):
+        if isinstance(rec, Reject):
+            rejects.append(rec)
+        elif shard is not None and shard_of(rec.id, shard[1]) != shard[0]:
+            continue
+        elif rec.id in first:
+            rejects.append(Reject(str(path), lineno, f"duplicate id {rec.id!r} (first on line "
+                                  f"{first[rec.id]})", "id"))
+        else:
+            first[rec.id] = lineno
+            turns.append((lineno, rec))
+    return turns, rejects
+
+
+def index_rows(path: str | Path) -> list[tuple[str, int, int, bool]]:
+    """(id, byte offset, line number, stands alone) of every non-blank line of a file we wrote;
+    a line without an id raises ValueError naming it. "Stands alone": no reference to the row
+    before it, so expanding can start there."""
+    path = Path(path)
+    rows = []
+    with path.open("rb") as fh:
+        offset = 0
+        for lineno, raw in enumerate(fh, start=1):
+            if not is_blank(raw.decode("utf-8", "replace").rstrip("\n")):
+                try:
+                    obj = json.loads(raw)
+                    rid = str(obj["id"])
+                except (ValueError, KeyError, TypeError):
+                    raise ValueError(f"{path}:{lineno}: not a record with an id (a torn or "
+                                     "foreign line)") from None
+                rows.append((rid, offset, lineno, CONTEXT_FROM not in obj and TOOLS_FROM not in obj))
+            offset += len(raw)
+    return rows
+
+
+class RowAccess:
+    """Expanded rows of several files, asked for in any order: `get(f, i)` is row i of file f.
+
+    Asking for rows in their file's order reads each line once (the decoder keeps the previous
+    row). Asked out of order, it re-reads from the nearest earlier row that stands alone; a
+    chain never leaves one trajectory (`pivotrl.turn_rows`), so that is at most its turns."""
+
+    def __init__(self, paths: list[Path], index: list[list[tuple[str, int, int, bool]]], model):
+        self.paths, self.index, self.model = paths, index, model
+        self.handles = [p.open("rb") for p in paths]
+        self.decoders = [RowDecoder() for _ in paths]
+        self.last = [-1] * len(paths)
+
+    def get(self, f: int, i: int) -> Any:
+        start = i
+        if self.last[f] != i - 1:
+            while start > 0 and not self.index[f][start][3]:
+                start -= 1
+            self.decoders[f] = RowDecoder()
+        for j in range(start, i + 1):
+            _, offset, lineno, _ = self.index[f][j]
+            self.handles[f].seek(offset)
+            text = self.handles[f].readline().decode("utf-8", "replace").rstrip("\n")
+            rec = parse_line(str(self.paths[f]), lineno, text, self.model, None, self.decoders[f])
+            if isinstance(rec, Reject):
+                self.last[f] = -2  # the decoder holds no row: the next get starts afresh
+                raise ValueError(str(rec))
+        self.last[f] = i
+        return rec
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.close()
