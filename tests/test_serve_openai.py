@@ -1,6 +1,7 @@
 """`pivotrl serve` (a subprocess on loopback, serving the tiny model) as a drop-in for `vllm serve`:
 the openai backend profiles through it exactly as in-process, the official `openai` client streams
-from it, errors are OpenAI-shaped 4xx, a client that leaves frees the model, SIGTERM stops it."""
+from it token by token (the stream concatenates to the non-streamed answer), logprobs are the
+model's, errors are OpenAI-shaped 4xx, a client that leaves frees the model, SIGTERM stops it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 from pivotrl.profiling import ProfileConfig, profile_file
-from pivotrl.records import Profile, iter_valid
+from pivotrl.records import Message, Profile, iter_valid
 from pivotrl.sampling import SamplingParams, get_sampler
 from pivotrl.sampling.hf import HFSampler
 from pivotrl.verifiers import get_verifier
@@ -91,7 +92,8 @@ def test_endpoints(server):
     ({"prompt": "x", "max_tokens": 10**9}, 400, "max_tokens"),
     ({"prompt": "x", "max_tokens": 2000, "n": 128}, 400, "max_tokens"),  # n x max_tokens bound
     ({"prompt": "x " * 300, "max_tokens": 2040}, 400, "max_tokens"),  # prompt + max_tokens > context
-    ({"prompt": "x", "logprobs": 2}, 400, "logprobs"),
+    ({"prompt": "x", "logprobs": 21}, 400, "logprobs"),
+    ({"prompt": "x", "logprobs": -1}, 400, "logprobs"),
     ({"prompt": "x", "model": "not-served"}, 404, "model"),
     ({"prompt": []}, 400, "prompt"),
 ])
@@ -109,9 +111,16 @@ def test_non_finite_numbers_are_400(server):
         r = httpx.post(f"{server}{path}", content=raw, timeout=30,
                        headers={"content-type": "application/json"})
         assert r.status_code == 400 and r.json()["error"]["param"] in ("temperature", "top_p")
+
+@pytest.mark.parametrize("extra", [{"logprobs": True, "top_logprobs": 21},
+                                   {"logprobs": True, "top_logprobs": -1},
+                                   {"top_logprobs": 2}])  # top_logprobs needs logprobs=true
+def test_chat_logprob_errors(server, extra):
     r = httpx.post(f"{server}/chat/completions", timeout=30,
-                   json={"messages": [{"role": "user", "content": "x"}], "logprobs": True})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "logprobs"
+                   json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, **extra})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == 400 and err["param"] == "top_logprobs" and err["message"]
 
 
 def test_official_openai_client_streams(server):
@@ -138,14 +147,240 @@ def test_official_openai_client_streams(server):
     for c in whole.choices:  # same seed: the stream carries the same completions
         assert texts[c.index] == (c.message.content or "") and reasons[c.index] == c.finish_reason
     assert usage is not None and usage.completion_tokens == whole.usage.completion_tokens
-    plain = client.completions.create(model="tiny", prompt="hello", max_tokens=5, seed=3)
-    streamed = "".join(c.choices[0].text for c in client.completions.create(
-        model="tiny", prompt="hello", max_tokens=5, seed=3, stream=True) if c.choices)
-    assert streamed == plain.choices[0].text
+    plain = client.completions.create(model="tiny", prompt=["hello", "get"], max_tokens=12,
+                                      seed=3, n=2)
+    pieces: dict[int, list[str]] = {}
+    for c in client.completions.create(model="tiny", prompt=["hello", "get"], max_tokens=12,
+                                       seed=3, n=2, stream=True):
+        for choice in c.choices:
+            pieces.setdefault(choice.index, []).append(choice.text)
+    assert sorted(pieces) == [0, 1, 2, 3]
+    for c in plain.choices:  # token by token, and the same text as the non-streamed answer
+        assert "".join(pieces[c.index]) == c.text
+        assert sum(1 for p in pieces[c.index] if p) >= 3, pieces[c.index]
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="other", prompt="hello", max_tokens=2)
     with pytest.raises(openai.BadRequestError, match="temperature"):
         client.completions.create(model="tiny", prompt="hello", temperature=-1)
+
+
+def _sse_json(response) -> list[dict]:
+    lines = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(x) for x in lines[:-1]]
+
+
+def _model_logprobs(model_dir, prompt_ids: list[int], completion_ids: list[int]):
+    """log_softmax of the model's logits at each completion position, computed here, apart."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt_ids + completion_ids])).logits[0].float()
+    return torch.log_softmax(logits[len(prompt_ids) - 1:-1], dim=-1)
+
+
+def _check_logprobs(chosen: list[int], lps: list[float], tops: list[list[tuple[int, float]]],
+                    want, k: int) -> None:
+    assert len(chosen) == len(lps) == len(tops) > 0
+    for pos, (tok, lp, top) in enumerate(zip(chosen, lps, tops)):
+        assert abs(lp - float(want[pos, tok])) < 1e-4, (pos, lp, float(want[pos, tok]))
+        values = [v for _, v in top]
+        assert values == sorted(values, reverse=True)
+        ids = [i for i, _ in top]
+        assert ids == want[pos].topk(k).indices.tolist()  # the model's own top-k, best first
+        assert all(abs(v - float(want[pos, i])) < 1e-4 for i, v in top)
+        if lp >= values[-1] + 1e-6:  # the drawn token is in the top k: it is listed
+            assert tok in ids
+
+
+def _token_id(token: str) -> int:
+    return int(token.removeprefix("token_id:"))
+
+
+def test_completion_logprobs_are_the_models(server, tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    body = {"prompt": "get_order", "max_tokens": 8, "seed": 11, "temperature": 1.3, "logprobs": 3,
+            "return_tokens_as_token_ids": True}
+    choice = httpx.post(f"{server}/completions", json=body, timeout=60).json()["choices"][0]
+    plain = httpx.post(f"{server}/completions", json={**body, "logprobs": None},
+                       timeout=60).json()["choices"][0]
+    assert choice["text"] == plain["text"] and plain["logprobs"] is None  # same sample
+    block = choice["logprobs"]
+    chosen = [_token_id(t) for t in block["tokens"]]
+    assert tokenizer.decode(chosen, skip_special_tokens=False) == choice["text"]
+    # each dict lists the top 3, then the drawn token when it is not among them (vLLM's shape)
+    tops = [[(_token_id(t), v) for t, v in d.items()][:3] for d in block["top_logprobs"]]
+    assert all(len(d) in (3, 4) for d in block["top_logprobs"])
+    prompt = tokenizer("get_order", add_special_tokens=False)["input_ids"]
+    _check_logprobs(chosen, block["token_logprobs"], tops,
+                    _model_logprobs(tiny_model_dir, prompt, chosen), 3)
+    assert block["text_offset"][0] == 0 and block["text_offset"] == sorted(block["text_offset"])
+    # the stream carries the same tokens and logprobs, a token per chunk
+    with httpx.stream("POST", f"{server}/completions", json={**body, "stream": True}, timeout=60) as r:
+        chunks = [c["choices"][0] for c in _sse_json(r) if c["choices"]]
+    streamed = [c["logprobs"] for c in chunks if c["logprobs"]]
+    assert len(streamed) == len(chosen)
+    for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+        assert sum((c[key] for c in streamed), []) == block[key]
+    assert "".join(c["text"] for c in chunks) == choice["text"]
+
+
+def test_chat_logprobs_are_the_models(server, tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from pivotrl.chat import prompt_text
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    messages = [{"role": "user", "content": "Where is O-1?"}]
+    body = {"messages": messages, "max_tokens": 8, "seed": 2, "logprobs": True,
+            "top_logprobs": 4, "return_tokens_as_token_ids": True, "temperature": 0}
+    whole = httpx.post(f"{server}/chat/completions", json=body, timeout=60).json()
+    content = whole["choices"][0]["logprobs"]["content"]
+    chosen = [_token_id(c["token"]) for c in content]
+    prompt = tokenizer(prompt_text(tokenizer, [Message(**m) for m in messages], None),
+                       add_special_tokens=False)["input_ids"]
+    tops = [[(_token_id(t["token"]), t["logprob"]) for t in c["top_logprobs"]] for c in content]
+    _check_logprobs(chosen, [c["logprob"] for c in content], tops,
+                    _model_logprobs(tiny_model_dir, prompt, chosen), 4)
+    assert chosen == [top[0][0] for top in tops]  # temperature 0: the best token every time
+    assert all(c["bytes"] == list(c["token"].encode()) for c in content)
+    with httpx.stream("POST", f"{server}/chat/completions", json={**body, "stream": True},
+                      timeout=60) as r:
+        chunks = [c["choices"][0] for c in _sse_json(r) if c["choices"]]
+    assert sum((c["logprobs"]["content"] for c in chunks if c["logprobs"]), []) == content
+
+
+def test_stream_with_stop_strings_equals_plain(server):
+    body = {"prompt": "hello", "max_tokens": 16, "seed": 5, "n": 3}
+    texts = [c["text"] for c in httpx.post(f"{server}/completions", json=body,
+                                           timeout=60).json()["choices"]]
+    stop = [texts[0][4:7], texts[1][len(texts[1]) // 2:][:2]]  # strings these samples contain
+    plain = httpx.post(f"{server}/completions", json={**body, "stop": stop}, timeout=60).json()
+    with httpx.stream("POST", f"{server}/completions", json={**body, "stop": stop, "stream": True},
+                      timeout=60) as r:
+        chunks = [c["choices"][0] for c in _sse_json(r) if c["choices"]]
+    for c in plain["choices"]:
+        mine = [x for x in chunks if x["index"] == c["index"]]
+        assert "".join(x["text"] for x in mine) == c["text"]
+        assert mine[-1]["finish_reason"] == c["finish_reason"]
+    assert [c["finish_reason"] for c in plain["choices"]][:2] == ["stop", "stop"]
+
+
+def test_first_chunk_arrives_while_generation_runs(tiny_model_dir):
+    """Deterministic: the model's third forward pass blocks until the test has received a
+    chunk, so a stream that sent only after generation would never send one."""
+    import asyncio
+    import threading
+
+    from pivotrl import serve
+
+    engine = serve.Engine(str(tiny_model_dir), 64, None, 1 << 20)
+    gate, passes = threading.Event(), []
+
+    def hold(module, args):
+        passes.append(1)
+        if len(passes) == 3:  # prefill + one decoding step: two tokens drawn and reported
+            assert gate.wait(60), "the test never received a chunk"
+
+    engine.sampler.model.register_forward_pre_hook(hold)
+
+    class Client:
+        async def is_disconnected(self) -> bool:
+            return False
+
+    req = serve.CompletionRequest(prompt="hello", max_tokens=12, seed=4, logprobs=0, stream=True)
+    obs = engine.observer(req, 1)
+
+    async def run():
+        events = serve._stream_events(engine, Client(), ["hello"], req, 12, obs,
+                                      serve._CompletionChunks(req, obs), {"id": "x"})
+        first = await asyncio.wait_for(events.__anext__(), 60)
+        during = len(passes)
+        gate.set()
+        return first, during, [e async for e in events]
+
+    first, during, rest = asyncio.run(run())
+    assert during <= 3  # generation had not gone past its third forward pass (of 12)
+    chunk = json.loads(first.removeprefix("data: "))["choices"][0]
+    assert chunk["finish_reason"] is None and len(chunk["logprobs"]["tokens"]) == 1
+    assert rest[-1] == "data: [DONE]\n\n" and len(passes) > 3
+    text = chunk["text"] + "".join(json.loads(e[6:])["choices"][0]["text"] for e in rest[:-1])
+    plain = engine.sampler.sample(["hello"], 1, SamplingParams(max_new_tokens=12), seeds=[4])
+    assert text == plain[0][0].text
+
+
+def test_a_stream_closed_midway_stops_generation(tiny_model_dir):
+    """A client that leaves a stream (the server closes the event generator) frees the model
+    at the next forward pass, long before max_tokens."""
+    import asyncio
+
+    from pivotrl import serve
+
+    engine = serve.Engine(str(tiny_model_dir), 64, None, 1 << 20)
+    passes = []
+    engine.sampler.model.register_forward_pre_hook(lambda module, args: passes.append(1))
+
+    class Client:
+        async def is_disconnected(self) -> bool:
+            return False  # only the closed stream tells
+
+    req = serve.CompletionRequest(prompt="x", n=2, max_tokens=1900, seed=1, logprobs=0, stream=True)
+    obs = engine.observer(req, 1)
+
+    async def run():
+        events = serve._stream_events(engine, Client(), ["x"], req, 1900, obs,
+                                      serve._CompletionChunks(req, obs), {"id": "x"})
+        await events.__anext__()
+        await events.aclose()
+        async with engine.lock:  # the generation ended and let go of the model
+            return len(passes)
+
+    assert asyncio.run(asyncio.wait_for(run(), 120)) < 1900
+
+
+def test_streamed_tool_call_accumulates_like_the_plain_answer(tiny_model_dir):
+    """The openai client's own accumulator, fed our chunks for a completion that is a tool call
+    (its tokens fed one step at a time, no model needed), ends with the non-streamed message."""
+    import torch
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+    from openai.types.chat import ChatCompletionChunk
+    from transformers import AutoTokenizer
+
+    from pivotrl import serve
+    from pivotrl.formats import parser_for
+    from pivotrl.generation import Step
+    from pivotrl.sampling.base import Completion
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    parse = parser_for(tokenizer)
+    tools = [{"type": "function", "function": {"name": "get_order", "parameters": {}}}]
+    text = ('Let me look.<tool_call>\n{"name": "get_order", "arguments": {"order_id": "O-1"}}'
+            '\n</tool_call>')
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    req = serve.ChatRequest(messages=[Message(role="user", content="x")], tools=tools, stream=True)
+    sent: list = []
+    obs = serve.Observer(tokenizer, 1, 1, [tokenizer.eos_token_id], None,
+                         parse.format.call_openers, None, emit=sent.extend)
+    for tok in ids:
+        obs(Step([(0, 0)], torch.tensor([tok]), torch.zeros(1, 8), torch.tensor([True])))
+    chunks = serve._ChatChunks(req, obs, parse)
+    results = [[Completion(text, 5, len(ids), "stop")]]
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "tiny"}
+    state = ChatCompletionStreamState()
+    for choice in chunks.start() + [chunks.delta(*out) for out in sent] + chunks.last(results):
+        state.handle_chunk(ChatCompletionChunk(**head, choices=[choice]))
+    final = state.get_final_completion().choices[0]
+    plain = serve._chat_choices(results, req, parse)[0]
+    assert len(sent) > 3  # the content went out token by token
+    assert "".join(out[1] for out in sent) == "Let me look."  # nothing of the call as content
+    assert final.message.content == plain["message"]["content"] == "Let me look."
+    assert [(c.function.name, c.function.arguments) for c in final.message.tool_calls] == [
+        (c["function"]["name"], c["function"]["arguments"]) for c in plain["message"]["tool_calls"]]
+    assert final.finish_reason == plain["finish_reason"] == "tool_calls"
 
 
 def test_a_client_that_leaves_frees_the_model(tiny_model_dir):

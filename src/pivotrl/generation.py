@@ -23,14 +23,19 @@ end-to-end RL baseline all call it, so they share one padding, seeding and stopp
   it is not generated at all (`finish_reason="overlong"`, no tokens) rather than run past the
   positions the model was trained on.
 
+Observing the loop. `on_step`, when given, is called after every decoding step with a `Step`: the
+token each row drew and the logits it was drawn from. `pivotrl serve` streams and reports logprobs
+through it, so the tokens it sees are the ones this loop samples (there is no second loop).
+
 `completion_logps` is the one "LM head on completion positions only" log-prob helper for code
 outside training.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +55,17 @@ _ATTENTION_NAME = "pivotrl_shared_prefix"
 class Generated:
     tokens: list[int]  # generated ids, the stop token included when one was generated
     finish_reason: str  # "stop" (stop token), "length" (max_new_tokens), "overlong" (see window)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One decoding step of one batch, as `generate(on_step=...)` reports it. Row r is sample
+    `rows[r][1]` of prompt `rows[r][0]` (indices into `generate`'s arguments)."""
+
+    rows: list[tuple[int, int]]
+    tokens: torch.Tensor  # [R] the token each row drew at this step
+    logits: torch.Tensor  # [R, V] float32 model logits of the draw (before temperature and top-p)
+    active: torch.Tensor  # [R] bool: rows still generating (finished rows draw padding)
 
 
 def stop_ids(tokenizer: Any, model: Any = None) -> list[int]:
@@ -102,11 +118,13 @@ def pick_tokens(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float
 def generate(model: Any, prompts: Sequence[Sequence[int]], seeds: Sequence[Sequence[int | None]],
              *, max_new_tokens: int, stop_token_ids: Sequence[int], temperature: float = 1.0,
              top_p: float = 1.0, batch_size: int = 64, share_prefix: bool = True,
-             window: int | None = None) -> list[list[Generated]]:
+             window: int | None = None,
+             on_step: Callable[[Step], None] | None = None) -> list[list[Generated]]:
     """`len(seeds[i])` completions of token prompt `prompts[i]` (see the module docstring).
 
     batch_size: rows (samples) per forward pass; a batch holds max(1, batch_size // n) prompts of
-    n samples each, prompts of similar length together (little padding)."""
+    n samples each, prompts of similar length together (little padding). on_step: called with
+    each decoding step's `Step` (batches run one after another, so are their steps)."""
     if len(seeds) != len(prompts):
         raise ValueError(f"got {len(seeds)} seed lists for {len(prompts)} prompts")
     if max_new_tokens < 1:
@@ -138,12 +156,15 @@ def generate(model: Any, prompts: Sequence[Sequence[int]], seeds: Sequence[Seque
                     batch = group[start:start + per_batch]
                     rows = [s for i in batch for s in seeds[i]]
                     ids = [list(prompts[i]) for i in batch]
+                    # Rows are prompt-major on both paths: row k·n + j is sample j of batch[k].
+                    observe = None if on_step is None else functools.partial(
+                        _report_step, on_step, [(i, j) for i in batch for j in range(n)])
                     if share_prefix or n == 1:
                         out = _generate_batch(model, ids, n, rows, max_new_tokens, stops,
-                                              temperature, top_p)
+                                              temperature, top_p, observe)
                     else:  # the per-sample path: every sample prefills its own prompt copy
                         out = _generate_batch(model, [x for x in ids for _ in range(n)], 1, rows,
-                                              max_new_tokens, stops, temperature, top_p)
+                                              max_new_tokens, stops, temperature, top_p, observe)
                     for k, i in enumerate(batch):
                         results[i] = out[k * n:(k + 1) * n]
     finally:
@@ -169,6 +190,11 @@ def generate_each(model: Any, prompts: Sequence[Sequence[int]], seeds: Sequence[
     return result  # type: ignore[return-value]
 
 
+def _report_step(on_step: Callable[[Step], None], rows: list[tuple[int, int]],
+                 tokens: torch.Tensor, logits: torch.Tensor, active: torch.Tensor) -> None:
+    on_step(Step(rows, tokens, logits, active))
+
+
 def _left_pad(prompts: list[list[int]], pad: int, device: Any):
     width = max(len(x) for x in prompts)
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)
@@ -189,7 +215,7 @@ def _prefix_attention_supported(model: Any) -> bool:
 
 def _generate_batch(model, prompts: list[list[int]], n: int, seeds: list[int | None],
                     max_new_tokens: int, stops: list[int], temperature: float,
-                    top_p: float) -> list[Generated]:
+                    top_p: float, observe: Callable[..., None] | None = None) -> list[Generated]:
     """P prompts × n samples (rows prompt-major); the prompts are prefilled once."""
     from transformers import DynamicCache
 
@@ -227,6 +253,8 @@ def _generate_batch(model, prompts: list[list[int]], n: int, seeds: list[int | N
             tok = pick_tokens(logits, uniforms[:, t], temperature, top_p)
             tok = torch.where(done, torch.full_like(tok, pad), tok)
             tokens.append(tok)
+            if observe is not None:
+                observe(tok, logits, ~done)
             done = done | torch.isin(tok, stop_t)
             if t == max_new_tokens - 1 or bool(done.all()):
                 break

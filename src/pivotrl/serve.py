@@ -5,8 +5,9 @@ Endpoints: `GET /health`, `GET /v1/models`, `POST /v1/completions` (prompt text 
 `POST /v1/chat/completions` (messages + tools, templated with the model's own chat template; tool
 calls in the completion come back as OpenAI `tool_calls`). Request fields honoured: `model` (must
 be the served name), `n`, `max_tokens` / `max_completion_tokens`, `temperature`, `top_p`, `seed`,
-`stop`, `stream` (server-sent events, ending `data: [DONE]`) with `stream_options.include_usage`.
-Fields this server cannot honour (`logprobs`, `top_logprobs`, `echo`, `best_of` > n, penalties,
+`stop`, `stream` (server-sent events, ending `data: [DONE]`) with `stream_options.include_usage`,
+`logprobs` (completions: the top-k count) / `logprobs` + `top_logprobs` (chat), and vLLM's
+`return_tokens_as_token_ids`. Fields this server cannot honour (`echo`, `best_of` > n, penalties,
 `logit_bias`) are refused with a 400 rather than ignored.
 
 Errors have OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`: 400 for any invalid
@@ -18,9 +19,22 @@ is cancelled, waiting or generating (generation stops at the next token); SIGTER
 running generation and shuts down.
 
 Generation goes through the `hf` sampler, one request at a time, so for a given `seed` a prompt's
-samples are the ones `--backend hf` draws in-process for that seed. A stream is sent once
-generation ends (each choice's text in one chunk). For throughput on GPUs use `vllm serve`; this
-server is for small models, CPUs and tests.
+samples are the ones `--backend hf` draws in-process for that seed. For throughput on GPUs use
+`vllm serve`; this server is for small models, CPUs and tests.
+
+Streaming is token by token, for every n and every number of prompts: the generate loop reports
+each decoding step (`generation.generate(on_step=...)`) and each choice's new text goes out as it
+is drawn (`pivotrl.serve_stream` says when text is held back: incomplete UTF-8, a possible stop
+string, a tool call). A request's choices decode together, so their chunks interleave; prompts
+beyond one batch (`--batch-size` rows) start streaming when the batch before them ends. The
+streamed text concatenates to the non-streamed text for the same seed. Chat with tools: the text
+before a call streams as content; the calls go out as `delta.tool_calls` when generation ends, so
+a streamed tool-call message's content is that raw text while the non-streamed one's is the
+parser's (think blocks and surrounding whitespace dropped), as with vLLM's tool parsers. Errors
+after a stream started come as one `data: {"error": ...}` event before `[DONE]`.
+
+Logprobs come from the forward passes that drew the tokens: the log-softmax of the raw logits
+(before temperature and top-p), as vLLM reports by default; the end token is not listed.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the endpoint annotations (Request is
@@ -36,6 +50,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.records import Message
+from pivotrl.serve_stream import Observer, apply_stop, chat_logprobs, completion_logprobs
 
 DEFAULT_MAX_TOKENS = 256
 MAX_N = 128
@@ -56,6 +71,7 @@ class _Common(BaseModel):
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: dict[str, Any] | None = None
+    return_tokens_as_token_ids: bool = False  # vLLM's: logprob tokens as "token_id:<id>"
     # Accepted only at the values that change nothing (see `unsupported`).
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, **_FLOAT)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, **_FLOAT)
@@ -76,9 +92,11 @@ class CompletionRequest(_Common):
     echo: bool = False
     best_of: int | None = Field(None, ge=1, le=MAX_N)
 
+    def top_k(self) -> int | None:
+        """Alternatives per token in the logprobs (None: no logprobs)."""
+        return self.logprobs
+
     def unsupported(self) -> str | None:
-        if self.logprobs is not None:
-            return "logprobs"
         if self.echo:
             return "echo"
         if self.best_of is not None and self.best_of != self.n:
@@ -94,9 +112,10 @@ class ChatRequest(_Common):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
 
+    def top_k(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
     def unsupported(self) -> str | None:
-        if self.logprobs or self.top_logprobs:
-            return "logprobs"
         if self.tool_choice not in (None, "auto", "none"):
             return "tool_choice other than auto/none"
         return super().unsupported()
@@ -117,12 +136,6 @@ _ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 499: "ClientClosed
 def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": _ERROR_TYPES.get(status, "APIError"),
                       "param": param, "code": status}}
-
-
-def _apply_stop(text: str, stop: str | list[str] | None) -> tuple[str, bool]:
-    stops = [stop] if isinstance(stop, str) else (stop or [])
-    cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
-    return (text[:cut], True) if cut >= 0 else (text, False)
 
 
 def _sse(data: Any) -> str:
@@ -183,15 +196,23 @@ class Engine:
                                f"tokens. However, you requested {used} tokens (prompt + max_tokens)",
                                "max_tokens")
 
-    def _run(self, prompts, n, params, seeds, event):
+    def observer(self, req: _Common, n_prompts: int, tools_active: bool = False) -> Observer:
+        """Follows each choice through the generate loop (its text as deltas, its logprobs)."""
+        openers = self.parse.format.call_openers if tools_active else ()
+        return Observer(self.tokenizer, req.n, n_prompts, self.sampler.stop_token_ids, req.stop,
+                        openers, req.top_k())
+
+    def _run(self, prompts, n, params, seeds, event, on_step):
         self.cancel.event = event
         try:
-            return self.sampler.sample(prompts, n, params, seeds=seeds)
+            return self.sampler.sample(prompts, n, params, seeds=seeds, on_step=on_step)
         finally:
             self.cancel.event = None
 
-    async def generate(self, request, prompts: list[str], req: _Common, max_tokens: int):
-        """Completions of `prompts`; raises APIError(499) when the client leaves first."""
+    async def generate(self, request, prompts: list[str], req: _Common, max_tokens: int,
+                       on_step=None, event: threading.Event | None = None):
+        """Completions of `prompts`; raises APIError(499) when the client leaves first (or
+        `event` is set: the stream that reads `on_step` was closed)."""
         from pivotrl.sampling.base import SamplingParams, derive_seed
 
         params = SamplingParams(max_new_tokens=max_tokens, temperature=req.temperature,
@@ -199,14 +220,14 @@ class Engine:
         base = req.seed if req.seed is not None else random.getrandbits(62)
         # A single prompt samples with the request's seed itself (= hf backend with that seed).
         seeds = [base] if len(prompts) == 1 else [derive_seed(base, i) for i in range(len(prompts))]
-        event = threading.Event()
+        event = event or threading.Event()
         async with self.lock:
             if self.shutdown.is_set():
                 raise APIError(503, "the server is shutting down")
-            if await request.is_disconnected():
+            if event.is_set() or await request.is_disconnected():
                 raise APIError(499, "client disconnected")
             work = asyncio.ensure_future(asyncio.to_thread(self._run, prompts, req.n, params,
-                                                           seeds, event))
+                                                           seeds, event, on_step))
             while not work.done():
                 await asyncio.wait([work], timeout=0.1)
                 if not work.done() and await request.is_disconnected():
@@ -226,20 +247,25 @@ def _usage(results) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def _completion_choices(results, req: CompletionRequest) -> list[dict[str, Any]]:
+def _completion_choices(results, req: CompletionRequest, obs: Observer | None = None
+                        ) -> list[dict[str, Any]]:
     choices = []
     for i, comps in enumerate(results):
         for j, c in enumerate(comps):
-            text, stopped = _apply_stop(c.text, req.stop)
-            choices.append({"index": i * req.n + j, "text": text, "logprobs": None,
+            text, stopped = apply_stop(c.text, req.stop)
+            index = i * req.n + j
+            logprobs = None if obs is None or req.top_k() is None else completion_logprobs(
+                obs, obs.choices[index], as_ids=req.return_tokens_as_token_ids)
+            choices.append({"index": index, "text": text, "logprobs": logprobs,
                             "finish_reason": "stop" if stopped else c.finish_reason})
     return choices
 
 
-def _chat_choices(results, req: ChatRequest, parse) -> list[dict[str, Any]]:
+def _chat_choices(results, req: ChatRequest, parse, obs: Observer | None = None
+                  ) -> list[dict[str, Any]]:
     choices = []
     for j, c in enumerate(results[0]):
-        text, stopped = _apply_stop(c.text, req.stop)
+        text, stopped = apply_stop(c.text, req.stop)
         message: dict[str, Any] = {"role": "assistant", "content": text}
         reason = "stop" if stopped else c.finish_reason
         parsed = parse(text, req.tools) if req.tool_choice != "none" else None
@@ -251,7 +277,10 @@ def _chat_choices(results, req: ChatRequest, parse) -> list[dict[str, Any]]:
                                                     "arguments": _args(tc.function.arguments)}}
                                       for tc in parsed.message.tool_calls]}
             reason = "tool_calls"
-        choices.append({"index": j, "message": message, "finish_reason": reason, "logprobs": None})
+        logprobs = None if obs is None or req.top_k() is None else chat_logprobs(
+            obs, obs.choices[j], as_ids=req.return_tokens_as_token_ids)
+        choices.append({"index": j, "message": message, "finish_reason": reason,
+                        "logprobs": logprobs})
     return choices
 
 
@@ -259,34 +288,93 @@ def _args(arguments: Any) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
 
 
-def _completion_events(body: dict[str, Any], include_usage: bool):
-    head = {k: body[k] for k in ("id", "object", "created", "model")}
-    for choice in body["choices"]:
-        yield _sse({**head, "choices": [{**choice, "finish_reason": None}]})
-        yield _sse({**head, "choices": [{"index": choice["index"], "text": "", "logprobs": None,
-                                         "finish_reason": choice["finish_reason"]}]})
-    if include_usage:
-        yield _sse({**head, "choices": [], "usage": body["usage"]})
-    yield "data: [DONE]\n\n"
+class _CompletionChunks:
+    """The completions API's stream: text deltas, then each choice's rest with its finish_reason."""
+
+    object = "text_completion"
+
+    def __init__(self, req: CompletionRequest, obs: Observer):
+        self.req, self.obs = req, obs
+
+    def start(self) -> list[dict[str, Any]]:
+        return []
+
+    def delta(self, index: int, text: str, first: int, end: int,
+              reason: str | None = None) -> dict[str, Any]:
+        logprobs = None if self.req.top_k() is None or end <= first else completion_logprobs(
+            self.obs, self.obs.choices[index], first, end, self.req.return_tokens_as_token_ids)
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason}
+
+    def last(self, results) -> list[dict[str, Any]]:
+        return [self.delta(c["index"], self.obs.choices[c["index"]].remainder(c["text"]), 0, 0,
+                           c["finish_reason"]) for c in _completion_choices(results, self.req)]
 
 
-def _chat_events(body: dict[str, Any], include_usage: bool):
-    head = {**{k: body[k] for k in ("id", "created", "model")}, "object": "chat.completion.chunk"}
+class _ChatChunks:
+    """The chat API's stream: a role delta per choice, content deltas, then each choice's rest:
+    its calls as `delta.tool_calls` (complete, one entry per call, as the openai client
+    accumulates them), or the rest of its content; finish_reason in the last chunk."""
 
-    def chunk(index: int, delta: dict[str, Any], reason: str | None = None) -> str:
-        return _sse({**head, "choices": [{"index": index, "delta": delta, "logprobs": None,
-                                          "finish_reason": reason}]})
+    object = "chat.completion.chunk"
 
-    for choice in body["choices"]:
-        i, message = choice["index"], choice["message"]
-        yield chunk(i, {"role": "assistant", "content": ""})
-        if message.get("content"):
-            yield chunk(i, {"content": message["content"]})
-        for k, call in enumerate(message.get("tool_calls") or []):
-            yield chunk(i, {"tool_calls": [{"index": k, **call}]})
-        yield chunk(i, {}, choice["finish_reason"])
-    if include_usage:
-        yield _sse({**head, "choices": [], "usage": body["usage"]})
+    def __init__(self, req: ChatRequest, obs: Observer, parse):
+        self.req, self.obs, self.parse = req, obs, parse
+
+    def start(self) -> list[dict[str, Any]]:
+        return [self.delta(j, {"role": "assistant", "content": ""}) for j in range(self.req.n)]
+
+    def delta(self, index: int, delta: dict[str, Any] | str, first: int = 0, end: int = 0,
+              reason: str | None = None) -> dict[str, Any]:
+        logprobs = None if self.req.top_k() is None or end <= first else chat_logprobs(
+            self.obs, self.obs.choices[index], first, end, self.req.return_tokens_as_token_ids)
+        delta = {"content": delta} if isinstance(delta, str) else delta
+        return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
+
+    def last(self, results) -> list[dict[str, Any]]:
+        out = []
+        for c in _chat_choices(results, self.req, self.parse):
+            i, message, reason = c["index"], c["message"], c["finish_reason"]
+            if message.get("tool_calls"):
+                calls = [{"index": k, **call} for k, call in enumerate(message["tool_calls"])]
+                out += [self.delta(i, {"tool_calls": calls}), self.delta(i, {}, reason=reason)]
+            else:
+                rest = self.obs.choices[i].remainder(message["content"] or "")
+                out.append(self.delta(i, {"content": rest}, reason=reason))
+        return out
+
+
+async def _stream_events(engine: Engine, request, prompts: list[str], req: _Common,
+                         max_tokens: int, obs: Observer, chunks, head: dict[str, Any]):
+    """Server-sent events of one request while it generates: `obs` (on the generating thread)
+    hands each step's new text to this loop through a queue."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    obs.emit = lambda out: loop.call_soon_threadsafe(queue.put_nowait, out)
+    leave = threading.Event()
+    work = asyncio.ensure_future(engine.generate(request, prompts, req, max_tokens, obs, leave))
+
+    def ended(task) -> None:
+        # Steps were queued from the thread before it returned, so this end mark comes last.
+        queue.put_nowait(None)
+        if not task.cancelled():
+            task.exception()  # read here: a stream that was closed no longer awaits it
+
+    work.add_done_callback(ended)
+    try:
+        for choice in chunks.start():
+            yield _sse({**head, "choices": [choice]})
+        while (out := await queue.get()) is not None:
+            for index, text, first, end in out:
+                yield _sse({**head, "choices": [chunks.delta(index, text, first, end)]})
+        results = work.result()
+        for choice in chunks.last(results):
+            yield _sse({**head, "choices": [choice]})
+        if (req.stream_options or {}).get("include_usage"):
+            yield _sse({**head, "choices": [], "usage": _usage(results)})
+    except APIError as exc:  # the 200 and earlier chunks are sent: the error is an event
+        yield _sse(error_body(exc.status, exc.message, exc.param))
+    finally:
+        leave.set()  # a client that left mid-stream: generation stops at its next step
     yield "data: [DONE]\n\n"
 
 
@@ -330,14 +418,21 @@ def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = N
             raise APIError(404, f"The model `{req.model}` does not exist.", "model")
         if what := req.unsupported():
             raise APIError(400, f"{what} is not supported by pivotrl serve", what.split("/")[0])
+        if isinstance(req, ChatRequest) and req.top_logprobs is not None and not req.logprobs:
+            raise APIError(400, "top_logprobs needs logprobs=true", "top_logprobs")
         engine.check_budget(req, max_tokens, n_prompts)
 
-    def answer(body: dict[str, Any], req: _Common, events):
+    async def answer(request, prompts, req: _Common, max_tokens, obs, chunks, head, body):
         if not req.stream:
-            return body
-        usage = bool((req.stream_options or {}).get("include_usage"))
-        return StreamingResponse(events(body, usage), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+            results = await engine.generate(request, prompts, req, max_tokens,
+                                            obs if req.top_k() is not None else None)
+            return {**head, **body(results), "usage": _usage(results)}
+        if engine.shutdown.is_set():
+            raise APIError(503, "the server is shutting down")
+        head = {**head, "object": chunks.object}
+        return StreamingResponse(
+            _stream_events(engine, request, prompts, req, max_tokens, obs, chunks, head),
+            media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     @app.get("/health")
     async def health() -> Response:
@@ -357,11 +452,11 @@ def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = N
         max_tokens = req.max_tokens or DEFAULT_MAX_TOKENS
         check(req, max_tokens, len(prompts))
         engine.check_context(prompts, max_tokens)
-        results = await engine.generate(request, prompts, req, max_tokens)
-        body = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
-                "created": int(time.time()), "model": name,
-                "choices": _completion_choices(results, req), "usage": _usage(results)}
-        return answer(body, req, _completion_events)
+        obs = engine.observer(req, len(prompts))
+        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
+                "created": int(time.time()), "model": name}
+        return await answer(request, prompts, req, max_tokens, obs, _CompletionChunks(req, obs),
+                            head, lambda results: {"choices": _completion_choices(results, req, obs)})
 
     @app.post("/v1/chat/completions")
     async def chat(req: ChatRequest, request: Request):
@@ -372,11 +467,12 @@ def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = N
         except Exception as exc:  # noqa: BLE001 - a template error is the client's input
             raise APIError(400, f"chat template failed: {exc}", "messages") from None
         engine.check_context([prompt], max_tokens)
-        results = await engine.generate(request, [prompt], req, max_tokens)
-        body = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
-                "created": int(time.time()), "model": name,
-                "choices": _chat_choices(results, req, engine.parse), "usage": _usage(results)}
-        return answer(body, req, _chat_events)
+        obs = engine.observer(req, 1, tools_active=req.tool_choice != "none")
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
+                "created": int(time.time()), "model": name}
+        return await answer(request, [prompt], req, max_tokens, obs,
+                            _ChatChunks(req, obs, engine.parse), head,
+                            lambda results: {"choices": _chat_choices(results, req, engine.parse, obs)})
 
     return app
 

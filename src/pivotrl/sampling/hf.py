@@ -67,7 +67,8 @@ class HFSampler:
         self.stop_token_ids = list(stop_token_ids)
 
     def sample(self, prompts: list[str], n: int, params: SamplingParams,
-               seeds: list[int] | None = None) -> list[list[Completion]]:
+               seeds: list[int] | None = None, on_step: Any = None) -> list[list[Completion]]:
+        """on_step: `generation.generate`'s per-step observer (rows index `prompts`)."""
         if n < 1:
             raise ValueError("n must be ≥ 1")
         seeds_ = prompt_seeds(params, len(prompts), seeds)
@@ -75,7 +76,8 @@ class HFSampler:
         outs = generate(self.model, ids, sample_seeds(seeds_, n),
                         max_new_tokens=params.max_new_tokens, stop_token_ids=self.stop_token_ids,
                         temperature=params.temperature, top_p=params.top_p,
-                        batch_size=self.batch_size, share_prefix=self.share_prefix)
+                        batch_size=self.batch_size, share_prefix=self.share_prefix,
+                        on_step=on_step)
         results = []
         for prompt, gens in zip(ids, outs):
             # The end token is counted in completion_tokens but is not part of the text.
