@@ -164,3 +164,18 @@ def test_base_pretraining_is_reproducible(tiny_model_dir):
     a, b = run(), run()
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert not all(torch.equal(x, y) for x, y in zip(a, run(seed=1)))  # the seed does matter
+
+
+def test_cached_base_is_repeated_under_every_seed_of_the_run(tmp_path):
+    """The base is scored once per world; a rerun with more seeds repeats it under each of them
+    (a cache written for one seed must not leave the other seeds without their step 0)."""
+    from pivotrl.experiment.demo import base_rows
+
+    item = {"split": "eval", "measure": "turn", "item": 0, "cluster": "t0", "outcome": 1}
+    (tmp_path / "runs" / "base").mkdir(parents=True)
+    (tmp_path / "runs" / "base" / "toolshop.json").write_text(
+        json.dumps({"row": {"kl_to_base": 0.0}, "items": [item]}))
+    cfg = DemoConfig(worlds=["toolshop"], seeds=[0, 1, 2])
+    rows, items = base_rows(tmp_path, tmp_path / "no-testbed", cfg)
+    assert [(r["seed"], r["step"], r["method"]) for r in rows] == [(s, 0, "base") for s in (0, 1, 2)]
+    assert sorted(r["seed"] for r in items) == [0, 1, 2] and all(r["outcome"] == 1 for r in items)

@@ -336,22 +336,23 @@ def prepare_all(testbed: Path, out: Path, cfg: DemoConfig, log: Callable[[str], 
 
 
 def base_rows(out: Path, testbed: Path, cfg: DemoConfig) -> tuple[list[dict], list[dict]]:
-    """The base scored once per world on both splits, repeated under every seed (it is every
-    seed's step 0); cached."""
-    rows_file, items_file = out / "runs" / "base_rows.json", out / "runs" / "base_items.jsonl"
-    if rows_file.exists() and items_file.exists():
-        return json.loads(rows_file.read_text()), read_jsonl(items_file)
-    evaluator = Evaluator(testbed, cfg)
+    """The base scored once per world on both splits (cached per world, whatever the seeds) and
+    repeated under every seed of `cfg`: it is every seed's step 0."""
+    evaluator = None
     rows, items = [], []
     for world in cfg.worlds:
-        row, got = evaluator(None, world)
+        cache = out / "runs" / "base" / f"{world}.json"
+        if cache.exists():
+            scored = json.loads(cache.read_text())
+        else:
+            evaluator = evaluator or Evaluator(testbed, cfg)
+            row, got = evaluator(None, world)
+            scored = {"row": row, "items": got}
+            write_text_atomic(cache, json.dumps(scored))
         for seed in cfg.seeds:
             key = dict(method="base", world=world, seed=seed, lr=0.0, step=0)
-            rows.append({**key, "rollout_turns": 0, **row})
-            items += item_rows(got, **key)
-    rows_file.parent.mkdir(parents=True, exist_ok=True)
-    write_jsonl(items_file, items)
-    rows_file.write_text(json.dumps(rows))
+            rows.append({**key, "rollout_turns": 0, **scored["row"]})
+            items += item_rows(scored["items"], **key)
     return rows, items
 
 
