@@ -225,7 +225,7 @@ def test_completion_logprobs_are_the_models(server, tiny_model_dir):
     streamed = [c["logprobs"] for c in chunks if c["logprobs"]]
     assert len(streamed) == len(chosen)
     for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
-        assert sum((c[key] for c in streamed), []) == block[key]
+        assert [x for c in streamed for x in c[key]] == block[key]
     assert "".join(c["text"] for c in chunks) == choice["text"]
 
 
@@ -251,7 +251,7 @@ def test_chat_logprobs_are_the_models(server, tiny_model_dir):
     with httpx.stream("POST", f"{server}/chat/completions", json={**body, "stream": True},
                       timeout=60) as r:
         chunks = [c["choices"][0] for c in _sse_json(r) if c["choices"]]
-    assert sum((c["logprobs"]["content"] for c in chunks if c["logprobs"]), []) == content
+    assert [x for c in chunks if c["logprobs"] for x in c["logprobs"]["content"]] == content
 
 
 def test_stream_with_stop_strings_equals_plain(server):
@@ -297,7 +297,7 @@ def test_first_chunk_arrives_while_generation_runs(tiny_model_dir):
 
     async def run():
         events = serve._stream_events(engine, Client(), ["hello"], req, 12, obs,
-                                      serve._CompletionChunks(req, obs), {"id": "x"})
+                                      serve.CompletionChunks(req, obs), {"id": "x"})
         first = await asyncio.wait_for(events.__anext__(), 60)
         during = len(passes)
         gate.set()
@@ -333,7 +333,7 @@ def test_a_stream_closed_midway_stops_generation(tiny_model_dir):
 
     async def run():
         events = serve._stream_events(engine, Client(), ["x"], req, 1900, obs,
-                                      serve._CompletionChunks(req, obs), {"id": "x"})
+                                      serve.CompletionChunks(req, obs), {"id": "x"})
         await events.__anext__()
         await events.aclose()
         async with engine.lock:  # the generation ended and let go of the model
@@ -367,14 +367,14 @@ def test_streamed_tool_call_accumulates_like_the_plain_answer(tiny_model_dir):
                          parse.format.call_openers, None, emit=sent.extend)
     for tok in ids:
         obs(Step([(0, 0)], torch.tensor([tok]), torch.zeros(1, 8), torch.tensor([True])))
-    chunks = serve._ChatChunks(req, obs, parse)
+    chunks = serve.ChatChunks(req, obs, parse)
     results = [[Completion(text, 5, len(ids), "stop")]]
     head = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "tiny"}
     state = ChatCompletionStreamState()
     for choice in chunks.start() + [chunks.delta(*out) for out in sent] + chunks.last(results):
         state.handle_chunk(ChatCompletionChunk(**head, choices=[choice]))
     final = state.get_final_completion().choices[0]
-    plain = serve._chat_choices(results, req, parse)[0]
+    plain = serve.chat_choices(results, req, parse)[0]
     assert len(sent) > 3  # the content went out token by token
     assert "".join(out[1] for out in sent) == "Let me look."  # nothing of the call as content
     assert final.message.content == plain["message"]["content"] == "Let me look."

@@ -50,7 +50,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.records import Message
-from pivotrl.serve_stream import Observer, apply_stop, chat_logprobs, completion_logprobs
+from pivotrl.serve_stream import (
+    ChatChunks,
+    CompletionChunks,
+    Observer,
+    chat_choices,
+    completion_choices,
+    usage,
+)
 
 DEFAULT_MAX_TOKENS = 256
 MAX_N = 128
@@ -241,108 +248,6 @@ class Engine:
         return results
 
 
-def _usage(results) -> dict[str, int]:
-    prompt = sum(r[0].prompt_tokens for r in results if r)
-    completion = sum(c.completion_tokens for r in results for c in r)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-def _completion_choices(results, req: CompletionRequest, obs: Observer | None = None
-                        ) -> list[dict[str, Any]]:
-    choices = []
-    for i, comps in enumerate(results):
-        for j, c in enumerate(comps):
-            text, stopped = apply_stop(c.text, req.stop)
-            index = i * req.n + j
-            logprobs = None if obs is None or req.top_k() is None else completion_logprobs(
-                obs, obs.choices[index], as_ids=req.return_tokens_as_token_ids)
-            choices.append({"index": index, "text": text, "logprobs": logprobs,
-                            "finish_reason": "stop" if stopped else c.finish_reason})
-    return choices
-
-
-def _chat_choices(results, req: ChatRequest, parse, obs: Observer | None = None
-                  ) -> list[dict[str, Any]]:
-    choices = []
-    for j, c in enumerate(results[0]):
-        text, stopped = apply_stop(c.text, req.stop)
-        message: dict[str, Any] = {"role": "assistant", "content": text}
-        reason = "stop" if stopped else c.finish_reason
-        parsed = parse(text, req.tools) if req.tool_choice != "none" else None
-        if parsed is not None and parsed.valid and parsed.message.tool_calls:
-            message = {"role": "assistant", "content": parsed.message.content,
-                       "tool_calls": [{"id": tc.id or f"call_{uuid.uuid4().hex[:24]}",
-                                       "type": "function",
-                                       "function": {"name": tc.function.name,
-                                                    "arguments": _args(tc.function.arguments)}}
-                                      for tc in parsed.message.tool_calls]}
-            reason = "tool_calls"
-        logprobs = None if obs is None or req.top_k() is None else chat_logprobs(
-            obs, obs.choices[j], as_ids=req.return_tokens_as_token_ids)
-        choices.append({"index": j, "message": message, "finish_reason": reason,
-                        "logprobs": logprobs})
-    return choices
-
-
-def _args(arguments: Any) -> str:
-    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-
-
-class _CompletionChunks:
-    """The completions API's stream: text deltas, then each choice's rest with its finish_reason."""
-
-    object = "text_completion"
-
-    def __init__(self, req: CompletionRequest, obs: Observer):
-        self.req, self.obs = req, obs
-
-    def start(self) -> list[dict[str, Any]]:
-        return []
-
-    def delta(self, index: int, text: str, first: int, end: int,
-              reason: str | None = None) -> dict[str, Any]:
-        logprobs = None if self.req.top_k() is None or end <= first else completion_logprobs(
-            self.obs, self.obs.choices[index], first, end, self.req.return_tokens_as_token_ids)
-        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason}
-
-    def last(self, results) -> list[dict[str, Any]]:
-        return [self.delta(c["index"], self.obs.choices[c["index"]].remainder(c["text"]), 0, 0,
-                           c["finish_reason"]) for c in _completion_choices(results, self.req)]
-
-
-class _ChatChunks:
-    """The chat API's stream: a role delta per choice, content deltas, then each choice's rest:
-    its calls as `delta.tool_calls` (complete, one entry per call, as the openai client
-    accumulates them), or the rest of its content; finish_reason in the last chunk."""
-
-    object = "chat.completion.chunk"
-
-    def __init__(self, req: ChatRequest, obs: Observer, parse):
-        self.req, self.obs, self.parse = req, obs, parse
-
-    def start(self) -> list[dict[str, Any]]:
-        return [self.delta(j, {"role": "assistant", "content": ""}) for j in range(self.req.n)]
-
-    def delta(self, index: int, delta: dict[str, Any] | str, first: int = 0, end: int = 0,
-              reason: str | None = None) -> dict[str, Any]:
-        logprobs = None if self.req.top_k() is None or end <= first else chat_logprobs(
-            self.obs, self.obs.choices[index], first, end, self.req.return_tokens_as_token_ids)
-        delta = {"content": delta} if isinstance(delta, str) else delta
-        return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
-
-    def last(self, results) -> list[dict[str, Any]]:
-        out = []
-        for c in _chat_choices(results, self.req, self.parse):
-            i, message, reason = c["index"], c["message"], c["finish_reason"]
-            if message.get("tool_calls"):
-                calls = [{"index": k, **call} for k, call in enumerate(message["tool_calls"])]
-                out += [self.delta(i, {"tool_calls": calls}), self.delta(i, {}, reason=reason)]
-            else:
-                rest = self.obs.choices[i].remainder(message["content"] or "")
-                out.append(self.delta(i, {"content": rest}, reason=reason))
-        return out
-
-
 async def _stream_events(engine: Engine, request, prompts: list[str], req: _Common,
                          max_tokens: int, obs: Observer, chunks, head: dict[str, Any]):
     """Server-sent events of one request while it generates: `obs` (on the generating thread)
@@ -370,7 +275,7 @@ async def _stream_events(engine: Engine, request, prompts: list[str], req: _Comm
         for choice in chunks.last(results):
             yield _sse({**head, "choices": [choice]})
         if (req.stream_options or {}).get("include_usage"):
-            yield _sse({**head, "choices": [], "usage": _usage(results)})
+            yield _sse({**head, "choices": [], "usage": usage(results)})
     except APIError as exc:  # the 200 and earlier chunks are sent: the error is an event
         yield _sse(error_body(exc.status, exc.message, exc.param))
     finally:
@@ -426,7 +331,7 @@ def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = N
         if not req.stream:
             results = await engine.generate(request, prompts, req, max_tokens,
                                             obs if req.top_k() is not None else None)
-            return {**head, **body(results), "usage": _usage(results)}
+            return {**head, **body(results), "usage": usage(results)}
         if engine.shutdown.is_set():
             raise APIError(503, "the server is shutting down")
         head = {**head, "object": chunks.object}
@@ -455,8 +360,8 @@ def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = N
         obs = engine.observer(req, len(prompts))
         head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
                 "created": int(time.time()), "model": name}
-        return await answer(request, prompts, req, max_tokens, obs, _CompletionChunks(req, obs),
-                            head, lambda results: {"choices": _completion_choices(results, req, obs)})
+        return await answer(request, prompts, req, max_tokens, obs, CompletionChunks(req, obs),
+                            head, lambda results: {"choices": completion_choices(results, req, obs)})
 
     @app.post("/v1/chat/completions")
     async def chat(req: ChatRequest, request: Request):
@@ -471,8 +376,8 @@ def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = N
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
                 "created": int(time.time()), "model": name}
         return await answer(request, [prompt], req, max_tokens, obs,
-                            _ChatChunks(req, obs, engine.parse), head,
-                            lambda results: {"choices": _chat_choices(results, req, engine.parse, obs)})
+                            ChatChunks(req, obs, engine.parse), head,
+                            lambda results: {"choices": chat_choices(results, req, engine.parse, obs)})
 
     return app
 

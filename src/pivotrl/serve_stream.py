@@ -1,5 +1,5 @@
-"""What `pivotrl serve` reads off the generate loop while it runs: each choice's text, as deltas,
-and its tokens' logprobs.
+"""What `pivotrl serve` reads off the generate loop while it runs (each choice's text, as deltas,
+and its tokens' logprobs) and the shapes of its answers (choices, stream chunks, usage).
 
 `Observer` is `generation.generate`'s `on_step`: at every decoding step it hands each choice's new
 token to that choice's `ChoiceStream` (on the generating thread), and, when streaming, passes what
@@ -25,7 +25,9 @@ nor are tokens after a stop string or a pad token.
 
 from __future__ import annotations
 
+import json
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -197,3 +199,105 @@ def chat_logprobs(obs: Observer, choice: ChoiceStream, first: int = 0, end: int 
 
     return {"content": [{**item(tok, lp), "top_logprobs": [item(i, v) for i, v in top]}
                         for tok, lp, top in entries]}
+
+
+def usage(results) -> dict[str, int]:
+    prompt = sum(r[0].prompt_tokens for r in results if r)
+    completion = sum(c.completion_tokens for r in results for c in r)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def completion_choices(results, req: Any, obs: Observer | None = None) -> list[dict[str, Any]]:
+    """The completions API's choices (choice i·n + j: sample j of prompt i); logprobs from `obs`."""
+    choices = []
+    for i, comps in enumerate(results):
+        for j, c in enumerate(comps):
+            text, stopped = apply_stop(c.text, req.stop)
+            index = i * req.n + j
+            logprobs = None if obs is None or req.top_k() is None else completion_logprobs(
+                obs, obs.choices[index], as_ids=req.return_tokens_as_token_ids)
+            choices.append({"index": index, "text": text, "logprobs": logprobs,
+                            "finish_reason": "stop" if stopped else c.finish_reason})
+    return choices
+
+
+def chat_choices(results, req: Any, parse, obs: Observer | None = None) -> list[dict[str, Any]]:
+    """The chat API's choices: the text as content, or its tool calls when it parses into some."""
+    choices = []
+    for j, c in enumerate(results[0]):
+        text, stopped = apply_stop(c.text, req.stop)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        reason = "stop" if stopped else c.finish_reason
+        parsed = parse(text, req.tools) if req.tool_choice != "none" else None
+        if parsed is not None and parsed.valid and parsed.message.tool_calls:
+            message = {"role": "assistant", "content": parsed.message.content,
+                       "tool_calls": [{"id": tc.id or f"call_{uuid.uuid4().hex[:24]}",
+                                       "type": "function",
+                                       "function": {"name": tc.function.name,
+                                                    "arguments": _args(tc.function.arguments)}}
+                                      for tc in parsed.message.tool_calls]}
+            reason = "tool_calls"
+        logprobs = None if obs is None or req.top_k() is None else chat_logprobs(
+            obs, obs.choices[j], as_ids=req.return_tokens_as_token_ids)
+        choices.append({"index": j, "message": message, "finish_reason": reason,
+                        "logprobs": logprobs})
+    return choices
+
+
+def _args(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+class CompletionChunks:
+    """The completions API's stream: text deltas, then each choice's rest with its finish_reason."""
+
+    object = "text_completion"
+
+    def __init__(self, req: Any, obs: Observer):
+        self.req, self.obs = req, obs
+
+    def start(self) -> list[dict[str, Any]]:
+        return []
+
+    def delta(self, index: int, text: str, first: int, end: int,
+              reason: str | None = None) -> dict[str, Any]:
+        logprobs = None if self.req.top_k() is None or end <= first else completion_logprobs(
+            self.obs, self.obs.choices[index], first, end, self.req.return_tokens_as_token_ids)
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason}
+
+    def last(self, results) -> list[dict[str, Any]]:
+        return [self.delta(c["index"], self.obs.choices[c["index"]].remainder(c["text"]), 0, 0,
+                           c["finish_reason"]) for c in completion_choices(results, self.req)]
+
+
+class ChatChunks:
+    """The chat API's stream: a role delta per choice, content deltas, then each choice's rest:
+    its calls as `delta.tool_calls` (complete, one entry per call, as the openai client
+    accumulates them), or the rest of its content; finish_reason in the last chunk."""
+
+    object = "chat.completion.chunk"
+
+    def __init__(self, req: Any, obs: Observer, parse):
+        self.req, self.obs, self.parse = req, obs, parse
+
+    def start(self) -> list[dict[str, Any]]:
+        return [self.delta(j, {"role": "assistant", "content": ""}) for j in range(self.req.n)]
+
+    def delta(self, index: int, delta: dict[str, Any] | str, first: int = 0, end: int = 0,
+              reason: str | None = None) -> dict[str, Any]:
+        logprobs = None if self.req.top_k() is None or end <= first else chat_logprobs(
+            self.obs, self.obs.choices[index], first, end, self.req.return_tokens_as_token_ids)
+        delta = {"content": delta} if isinstance(delta, str) else delta
+        return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
+
+    def last(self, results) -> list[dict[str, Any]]:
+        out = []
+        for c in chat_choices(results, self.req, self.parse):
+            i, message, reason = c["index"], c["message"], c["finish_reason"]
+            if message.get("tool_calls"):
+                calls = [{"index": k, **call} for k, call in enumerate(message["tool_calls"])]
+                out += [self.delta(i, {"tool_calls": calls}), self.delta(i, {}, reason=reason)]
+            else:
+                rest = self.obs.choices[i].remainder(message["content"] or "")
+                out.append(self.delta(i, {"content": rest}, reason=reason))
+        return out
