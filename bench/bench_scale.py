@@ -1,6 +1,10 @@
-"""Turns files at scale: disk growth from trajectories to turns, and the memory of N shard
-processes reading a turns file, before (read every turn, then keep the shard's) and after
-(`profiling.read_turns(path, shard)`: other shards' turns dropped as they are read), side by side.
+"""Turns files at scale, full vs compact rows side by side: disk growth from trajectories to
+turns, and the memory of N shard processes reading the turns file with
+`profiling.read_turns(path, shard)` (other shards' turns dropped as they are read).
+
+full: every row carries its whole context (`pivotrl extract --no-compact`), so the file is
+O(turns × context); compact: a row continues the previous row's context (`pivotrl.turn_rows`),
+so the file grows like the trajectories, and the turns one reader keeps share their messages.
 
     python3 bench/bench_scale.py [--trajectories 300] [--rounds 16] [--tool-chars 1500] [--shards 8]
 
@@ -10,7 +14,9 @@ answer. `pivotrl extract` turns them into one Turn per assistant message, each w
 context. Every shard is read in its own fresh Python process (as `pivotrl profile --shard I/N`
 runs), one after another, and reports its peak resident memory (ru_maxrss) and seconds; a process
 that only imports the reader gives the baseline. Run N shards in parallel and the machine needs
-about the sum of their peaks: that sum is the headline, before and after.
+about the sum of their peaks. `--rounds-sweep 8,32` repeats the disk measure (and one shard
+reader) for other trajectory lengths: full rows grow with the square of the trajectory length,
+compact rows linearly.
 """
 
 from __future__ import annotations
@@ -36,16 +42,11 @@ SYSTEM = ("You are a data analyst with read-only access to the warehouse. Use ru
 # The reader in a child process; argv: turns path, mode, shard index, shard count.
 CHILD = r"""
 import resource, sys, time
-from pivotrl.profiling import read_turns, shard_of
+from pivotrl.profiling import read_turns
 path, mode, i, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 t0 = time.perf_counter()
-if mode == "before":
-    turns, _ = read_turns(path)
-    turns = [(ln, t) for ln, t in turns if shard_of(t.id, n) == i]
-elif mode == "after":
-    turns, _ = read_turns(path, (i, n))
-else:
-    turns = []
+turns, rejects = read_turns(path, (i, n)) if mode == "shard" else ([], [])
+assert not rejects, rejects[:3]
 seconds = time.perf_counter() - t0
 print(len(turns), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, round(seconds, 3))
 """
@@ -79,18 +80,36 @@ def read_in_child(turns: Path, mode: str, i: int, n: int) -> dict[str, float]:
     return {"turns": int(kept), "rss_mib": int(rss_kib) / 1024, "seconds": float(seconds)}
 
 
-def measure(turns: Path, shards: int) -> dict[str, dict]:
-    baseline = read_in_child(turns, "imports", 0, shards)
+def measure(files: dict[str, Path], shards: int) -> dict[str, dict]:
+    baseline = read_in_child(files["full"], "imports", 0, shards)
     rows = {"baseline": baseline}
-    for mode in ("before", "after"):
-        per_shard = [read_in_child(turns, mode, i, shards) for i in range(shards)]
-        rows[mode] = {"per_shard": per_shard,
+    for name, turns in files.items():
+        per_shard = [read_in_child(turns, "shard", i, shards) for i in range(shards)]
+        largest = max(per_shard, key=lambda r: r["rss_mib"])
+        rows[name] = {"per_shard": per_shard,
                       "turns": sum(r["turns"] for r in per_shard),
-                      "peak_rss_mib_max": max(r["rss_mib"] for r in per_shard),
+                      "peak_rss_mib_max": largest["rss_mib"],
+                      "above_baseline_mib_max": largest["rss_mib"] - baseline["rss_mib"],
                       "peak_rss_mib_sum": sum(r["rss_mib"] for r in per_shard),
                       "above_baseline_mib_sum": sum(r["rss_mib"] - baseline["rss_mib"] for r in per_shard),
                       "seconds_sum": sum(r["seconds"] for r in per_shard)}
     return rows
+
+
+def extract_both(tmp: Path, n: int, rounds: int, tool_chars: int) -> tuple[dict, dict, int]:
+    """Trajectories, then turns written full and compact: (paths, MiB, turns)."""
+    from pivotrl.extract import ExtractOptions, extract_file
+
+    paths = {"trajectories": tmp / f"trajectories.{rounds}.jsonl",
+             "full": tmp / f"turns.full.{rounds}.jsonl", "compact": tmp / f"turns.compact.{rounds}.jsonl"}
+    make_trajectories(paths["trajectories"], n, rounds, tool_chars)
+    seconds = {}
+    for name in ("full", "compact"):
+        t0 = time.perf_counter()
+        summary = extract_file(paths["trajectories"], paths[name], ExtractOptions(compact=name == "compact"))
+        seconds[name] = time.perf_counter() - t0
+    mib = {k: p.stat().st_size / 2**20 for k, p in paths.items()}
+    return paths, {**mib, "extract_seconds": seconds}, summary.turns_train
 
 
 def main() -> None:
@@ -99,40 +118,52 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=16, help="Tool calls per trajectory.")
     parser.add_argument("--tool-chars", type=int, default=1500, help="Characters per tool output.")
     parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--rounds-sweep", default="", help="e.g. 8,32: disk growth and shard "
+                        "0's reader memory for these trajectory lengths.")
     parser.add_argument("--out", type=Path, default=None, help="Also write the numbers as JSON.")
     args = parser.parse_args()
 
-    from pivotrl.extract import ExtractOptions, extract_file
-
     with tempfile.TemporaryDirectory() as tmp:
-        trajectories, turns = Path(tmp) / "trajectories.jsonl", Path(tmp) / "turns.jsonl"
-        make_trajectories(trajectories, args.trajectories, args.rounds, args.tool_chars)
-        t0 = time.perf_counter()
-        summary = extract_file(trajectories, turns, ExtractOptions())
-        extract_seconds = time.perf_counter() - t0
-        disk = {"trajectories_mib": trajectories.stat().st_size / 2**20,
-                "turns_mib": turns.stat().st_size / 2**20}
-        disk["growth"] = disk["turns_mib"] / disk["trajectories_mib"]
-        rows = measure(turns, args.shards)
-    n_turns = rows["after"]["turns"]
+        paths, disk, n_written = extract_both(Path(tmp), args.trajectories, args.rounds, args.tool_chars)
+        rows = measure({"full": paths["full"], "compact": paths["compact"]}, args.shards)
+        sweep = {}
+        for rounds in [int(r) for r in args.rounds_sweep.split(",") if r]:
+            swept, sweep[rounds], _ = extract_both(Path(tmp), args.trajectories, rounds, args.tool_chars)
+            for name in ("full", "compact"):  # one shard reader each: memory above the baseline
+                rss = read_in_child(swept[name], "shard", 0, args.shards)["rss_mib"]
+                sweep[rounds][f"{name}_shard0_mib"] = rss - rows["baseline"]["rss_mib"]
+            for p in swept.values():
+                p.unlink()
+    n_turns = rows["compact"]["turns"]
     print(f"{args.trajectories} trajectories x {args.rounds + 1} assistant turns -> {n_turns} turns "
-          f"(extract {extract_seconds:.1f} s, {summary.turns_train} written)")
-    print(f"disk: trajectories {disk['trajectories_mib']:.1f} MiB, turns {disk['turns_mib']:.1f} MiB "
-          f"({disk['growth']:.1f}x); the same before and after (turns still store whole contexts)")
+          f"({n_written} written; extract {disk['extract_seconds']['full']:.1f} s full, "
+          f"{disk['extract_seconds']['compact']:.1f} s compact)")
+    traj = disk["trajectories"]
+    print(f"\ndisk: trajectories {traj:.1f} MiB")
+    print(f"{'':34s}{'full':>12s}{'compact':>12s}{'ratio':>8s}")
+    print(f"{'turns file, MiB':34s}{disk['full']:12.1f}{disk['compact']:12.1f}"
+          f"{disk['full'] / disk['compact']:8.2f}")
+    print(f"{'turns / trajectories':34s}{disk['full'] / traj:12.2f}{disk['compact'] / traj:12.2f}")
+    for rounds, d in sweep.items():
+        print(f"{f'  rounds {rounds}: turns / traj.':34s}{d['full'] / d['trajectories']:12.2f}"
+              f"{d['compact'] / d['trajectories']:12.2f}{d['full'] / d['compact']:8.2f}")
+        print(f"{f'  rounds {rounds}: shard 0 MiB > base':34s}{d['full_shard0_mib']:12.1f}"
+              f"{d['compact_shard0_mib']:12.1f}{d['full_shard0_mib'] / d['compact_shard0_mib']:8.2f}")
     base = rows["baseline"]["rss_mib"]
-    print(f"\n{args.shards} shard processes, each a fresh Python (import-only baseline "
-          f"{base:.0f} MiB):")
-    print(f"{'':34s}{'before':>12s}{'after':>12s}{'ratio':>8s}   (seconds: wall, on a shared machine)")
+    print(f"\n{args.shards} shard processes (read_turns(path, shard)), each a fresh Python "
+          f"(import-only baseline {base:.0f} MiB):")
+    print(f"{'':34s}{'full':>12s}{'compact':>12s}{'ratio':>8s}   (seconds: wall, on a shared machine)")
     for key, label in (("peak_rss_mib_max", "largest shard peak RSS, MiB"),
+                       ("above_baseline_mib_max", "  of it above baseline, MiB"),
                        ("peak_rss_mib_sum", f"sum of {args.shards} peaks, MiB"),
                        ("above_baseline_mib_sum", "sum above baseline, MiB"),
                        ("seconds_sum", f"read seconds, {args.shards} shards")):
-        b, a = rows["before"][key], rows["after"][key]
+        b, a = rows["full"][key], rows["compact"][key]
         print(f"{label:34s}{b:12.1f}{a:12.1f}{b / a if a else float('inf'):8.2f}")
-    assert rows["before"]["turns"] == rows["after"]["turns"] == n_turns, "shards must cover the same turns"
+    assert rows["full"]["turns"] == n_turns == n_written, "shards must cover every turn"
     if args.out:
         args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "disk": disk,
-                                        "extract_seconds": extract_seconds, **rows}, indent=2))
+                                        "rounds_sweep": sweep, **rows}, indent=2))
 
 
 if __name__ == "__main__":

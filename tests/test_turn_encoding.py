@@ -256,3 +256,26 @@ def test_a_new_append_writer_starts_with_a_full_row(tmp_path):
                 w.write(t)
     assert ["context_from" in r for r in lines(out)] == [False, True, False, True]
     assert dumps(iter_valid(out, Turn)) == dumps(turns)
+
+
+def test_verify_cases_made_from_a_compact_file_score_like_full_ones(tmp_path):
+    from pivotrl.verify import verify_file
+
+    src = write_trajectories(tmp_path / "traj.jsonl", 2)
+    answers = []
+    for name in ("compact", "full"):
+        turns = tmp_path / f"{name}.jsonl"
+        extract_file(src, turns, ExtractOptions(compact=name == "compact"))
+        cases = tmp_path / f"{name}.cases.jsonl"
+        cases.write_text("".join(json.dumps({**r, "candidate": r["expected"]}) + "\n"
+                                 for r in lines(turns)))
+        verify_file(cases, "toolcall", out_path=tmp_path / f"{name}.out.jsonl")
+        answers.append(lines(tmp_path / f"{name}.out.jsonl"))
+    assert answers[0] == answers[1] and all(a["valid"] and a["reward"] == 1.0 for a in answers[0])
+    # a case whose row it continues is gone: that line says why, the next trajectory still scores
+    text = (tmp_path / "compact.cases.jsonl").read_text().splitlines()
+    (tmp_path / "cut.jsonl").write_text("\n".join(text[1:]) + "\n")
+    verify_file(tmp_path / "cut.jsonl", "toolcall", out_path=tmp_path / "cut.out.jsonl")
+    got = lines(tmp_path / "cut.out.jsonl")
+    assert got[0]["reason"].startswith("line 1: field context_from: continues row 'traj-0/0'")
+    assert [a["valid"] for a in got] == [False] * 3 + [True] * 4

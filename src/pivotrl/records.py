@@ -295,6 +295,12 @@ def parse_line(file: str, lineno: int, raw: str, model: type[T], check,
     if not isinstance(obj, dict):
         return Reject(file, lineno, f"expected a JSON object, got {type(obj).__name__}", "",
                       raw[:2000])
+    return parse_object(file, lineno, obj, raw, model, check, rows)
+
+
+def parse_object(file: str, lineno: int, obj: dict[str, Any], raw: str, model: type[T], check,
+                 rows: RowDecoder | None = None) -> T | Reject:
+    """A decoded JSON object → record or Reject (`parse_line` after the JSON)."""
     full = obj
     if rows is not None:
         full, field, reason = rows.expand(obj)

@@ -23,7 +23,9 @@ from pydantic import ValidationError
 
 from pivotrl.actions import parse_completion
 from pivotrl.outputs import check_outputs
-from pivotrl.records import Message, Turn, _first_error, is_blank, iter_lines, parse_json_line
+from pivotrl.records import (Message, Reject, Turn, _first_error, is_blank, iter_lines,
+                             parse_json_line, parse_object)
+from pivotrl.turn_rows import RowDecoder
 from pivotrl.scoring import Parser, score_actions
 from pivotrl.yaml_config import read_mapping
 from pivotrl.verifiers import get_verifier
@@ -55,9 +57,11 @@ class VerifySummary:
         return self.reward_sum / self.lines if self.lines else 0.0
 
 
-def _case(lineno: int, line: str, parse: Parser = parse_completion
+def _case(lineno: int, line: str, parse: Parser = parse_completion, rows: RowDecoder | None = None
           ) -> tuple[str | None, Turn | None, Message | None, str]:
-    """(id, turn, action, problem) for one input line; problem != "" means a bad line."""
+    """(id, turn, action, problem) for one input line; problem != "" means a bad line.
+    rows: cases made from a compact turns file continue the previous line's row (the one
+    expansion, `records.parse_object`)."""
     if is_blank(line):
         return None, None, None, f"line {lineno}: blank line"
     obj, problem = parse_json_line(line)
@@ -66,11 +70,9 @@ def _case(lineno: int, line: str, parse: Parser = parse_completion
     if not isinstance(obj, dict):
         return None, None, None, f"line {lineno}: expected a JSON object, got {type(obj).__name__}"
     case_id = obj.get("id") if isinstance(obj.get("id"), str) else None
-    try:
-        turn = Turn.model_validate(obj)
-    except ValidationError as exc:
-        loc, msg = _first_error(exc)
-        return case_id, None, None, f"line {lineno}: field {loc}: {msg}"
+    turn = parse_object("", lineno, obj, line, Turn, None, rows)
+    if isinstance(turn, Reject):
+        return case_id, None, None, f"line {lineno}: field {turn.field}: {turn.reason}"
     if "candidate" in obj:
         raw = obj["candidate"]
         if isinstance(raw, dict):
@@ -103,6 +105,7 @@ def verify_file(cases_path: str | Path, verifier_name: str, config: dict[str, An
     summary = VerifySummary()
     out = open(out_path, "w", encoding="utf-8") if out_path is not None else sys.stdout
     pending: list[tuple[str | None, Turn | None, Message | None, str]] = []
+    rows = RowDecoder()
 
     def flush() -> None:
         scores = score_actions(verifier, [c[1] for c in pending], [c[2] for c in pending],
@@ -123,7 +126,9 @@ def verify_file(cases_path: str | Path, verifier_name: str, config: dict[str, An
     try:
         for lineno, line, problem in iter_lines(cases_path):
             pending.append((None, None, None, f"line {lineno}: {problem}") if problem
-                           else _case(lineno, line, parse))
+                           else _case(lineno, line, parse, rows))
+            if rows.prev_line != lineno and (problem or not is_blank(line)):
+                rows.accept(None, lineno)  # a bad line breaks the chain of compact rows
             if len(pending) >= BATCH:
                 flush()
         flush()
