@@ -279,3 +279,24 @@ def test_verify_cases_made_from_a_compact_file_score_like_full_ones(tmp_path):
     got = lines(tmp_path / "cut.out.jsonl")
     assert got[0]["reason"].startswith("line 1: field context_from: continues row 'traj-0/0'")
     assert [a["valid"] for a in got] == [False] * 3 + [True] * 4
+
+
+@pytest.mark.parametrize("fmt", ["nemo-gym", "verl"])
+def test_exports_of_a_compact_file_carry_whole_contexts(tmp_path, fmt):
+    from pivotrl.export import export_file
+
+    src = write_trajectories(tmp_path / "traj.jsonl", 2)
+    outs = []
+    for name in ("compact", "full"):
+        turns = tmp_path / f"{name}.jsonl"
+        extract_file(src, turns, ExtractOptions(compact=name == "compact"))
+        out = tmp_path / f"{name}.out.{'jsonl' if fmt == 'nemo-gym' else 'parquet'}"
+        summary = export_file(turns, out, fmt)
+        assert summary.written == 8 and not summary.rejects
+        outs.append(out)
+    if fmt == "nemo-gym":
+        assert outs[0].read_text() == outs[1].read_text()
+    else:
+        import pandas as pd
+
+        assert pd.read_parquet(outs[0]).to_json() == pd.read_parquet(outs[1]).to_json()
