@@ -78,6 +78,14 @@ def test_compact_and_full_files_read_back_to_the_extracted_turns(tmp_path, keep_
     assert (tmp_path / "again_full.jsonl").read_text() == full.read_text()
 
 
+def test_blank_lines_are_not_rows_and_do_not_break_a_chain(tmp_path):
+    compact = tmp_path / "turns.jsonl"
+    extract_file(write_trajectories(tmp_path / "traj.jsonl", 1), compact)
+    spaced = tmp_path / "spaced.jsonl"
+    spaced.write_text(compact.read_text().replace("\n", "\n \n"))
+    assert dumps(iter_valid(spaced, Turn)) == dumps(iter_valid(compact, Turn))
+
+
 def test_a_file_with_whole_contexts_written_by_hand_still_reads(tmp_path):
     src = write_trajectories(tmp_path / "traj.jsonl", 2)
     truth = [t for line in src.read_text().splitlines()

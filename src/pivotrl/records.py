@@ -4,7 +4,8 @@ Every reader here streams: one line in memory at a time. A bad line never raises
 it becomes a `Reject` (file, line, field, reason) that the caller writes to a rejects file, or,
 with `strict=True`, a `RecordError` naming the same. Writers either append with a flush per
 record (resumable: a killed run leaves at most one torn last line, which `repair_tail` removes)
-or write a whole file atomically (temp file + rename).
+or write a whole file atomically (temp file + rename). Turn files (turns, profiles, pivots) may
+hold compact rows (`pivotrl.turn_rows`): `read_records` expands them, the writers produce them.
 """
 
 from __future__ import annotations
