@@ -10,8 +10,8 @@ so the file grows like the trajectories, and the turns one reader keeps share th
 
 Synthetic agent trajectories: a system prompt with tool instructions, a user request, then
 `--rounds` rounds of (assistant tool call, tool output of `--tool-chars` characters), and a final
-answer. `pivotrl extract` turns them into one Turn per assistant message, each with its whole
-context. Every shard is read in its own fresh Python process (as `pivotrl profile --shard I/N`
+answer. `pivotrl extract` turns them into one Turn per assistant message, written both ways.
+Every shard is read in its own fresh Python process (as `pivotrl profile --shard I/N`
 runs), one after another, and reports its peak resident memory (ru_maxrss) and seconds; a process
 that only imports the reader gives the baseline. Run N shards in parallel and the machine needs
 about the sum of their peaks. `--rounds-sweep 8,32` repeats the disk measure (and one shard
