@@ -254,6 +254,35 @@ def test_resumed_profiling_and_shard_merge_keep_every_chain(tmp_path, tokenizer)
     assert not (tmp_path / "m2.jsonl").exists()
 
 
+def test_profiling_streams_its_turns_instead_of_holding_the_shard(tmp_path, tokenizer, monkeypatch):
+    import pivotrl.profiling as profiling
+
+    turns = tmp_path / "turns.jsonl"
+    extract_file(write_trajectories(tmp_path / "traj.jsonl", 3), turns)
+    passes: list[list[int]] = []  # turns yielded so far by each read of the file
+    real = profiling.scan_turns
+
+    def counted(path, shard=None):
+        passes.append([0])
+        for item in real(path, shard):
+            passes[-1][0] += 1
+            yield item
+
+    class Probe(Answers):
+        read_when_sampling: list[int] = []
+
+        def sample(self, prompts, n, params, seeds=None):
+            self.read_when_sampling.append(passes[-1][0])
+            return super().sample(prompts, n, params, seeds)
+
+    monkeypatch.setattr(profiling, "scan_turns", counted)
+    profile_file(turns, tmp_path / "p.jsonl", Probe(), Length(), tokenizer,
+                 ProfileConfig(k=1, chunk_turns=2, max_new_tokens=4), progress=False)
+    assert [p[0] for p in passes] == [12, 12]  # ids first, then the turns themselves
+    assert Probe.read_when_sampling[0] <= 4  # chunk 1 (and 2, prefetched), not all 12
+    assert len(list(iter_valid(tmp_path / "p.jsonl", Profile))) == 12
+
+
 def test_a_new_append_writer_starts_with_a_full_row(tmp_path):
     src = write_trajectories(tmp_path / "traj.jsonl", 1)
     turns = extract_turns(Trajectory.model_validate_json(src.read_text()), ExtractOptions())[0]

@@ -34,7 +34,8 @@ from pivotrl.records import (AppendWriter, Profile, Reject, Sample, Turn, done_i
 from pivotrl.sampling.base import Completion, SamplingParams, derive_seed
 from pivotrl.sampling.pipeline import prefetch, prompt_limit, split_too_long
 from pivotrl.scoring import Parser, score_completions
-from pivotrl.turn_io import RowAccess, index_rows, read_turns, shard_of  # noqa: F401 (API)
+from pivotrl.turn_io import (RowAccess, index_rows, read_turns, scan_turns,  # noqa: F401 (API)
+                             shard_of)
 from pivotrl.verifiers.base import Score
 
 # A shaped reward counts as a success from here (docs/DESIGN.md pitfall). The toolcall verifier's
@@ -271,12 +272,22 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
         if changed:
             raise ValueError(f"{out_path} was written with other settings {changed} "
                              "(old, new); resume with the same command or write a new --out")
-    turns, rejects = read_turns(turns_path, shard)
+    # Two passes: ids and line numbers first (each turn dropped as read), then the turns to do,
+    # streamed into the sampler, so a run holds about one chunk of turns, not its whole shard.
+    lines: dict[str, int] = {}  # valid turn id -> line, in file order
+    rejects: list[Reject] = []
+    for lineno, rec in scan_turns(turns_path, shard):
+        if isinstance(rec, Reject):
+            rejects.append(rec)
+        else:
+            lines[rec.id] = lineno
     if rejects:
         write_atomic(rejects_path(out_path), [r.to_json() for r in rejects])
     done = done_ids(out_path)
-    todo = [t for _, t in turns if t.id not in done]
-    stats = RunStats(turns_selected=len(turns), turns_done_before=len(turns) - len(todo),
+    n_todo = sum(1 for tid in lines if tid not in done)
+    todo = (t for _, t in scan_turns(turns_path, shard)
+            if isinstance(t, Turn) and t.id in lines and t.id not in done)
+    stats = RunStats(turns_selected=len(lines), turns_done_before=len(lines) - n_todo,
                      rejected_lines=len(rejects))
     runs = (previous or {}).get("runs", []) if Path(out_path).exists() else []
 
@@ -299,7 +310,7 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
         with AppendWriter(out_path) as writer:
             if bar is not None:
                 bar.start()
-                task = bar.add_task("profiling", total=len(turns), completed=len(turns) - len(todo),
+                task = bar.add_task("profiling", total=len(lines), completed=len(lines) - n_todo,
                                     rate="")
             for i, rec in enumerate(profile_stream(todo, sampler, verifier, tokenizer, cfg, stats)):
                 writer.write(rec)
@@ -313,7 +324,6 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
             bar.stop()
         doc = save(final=True)
     if stats.too_long:  # nothing lost: what the engine cannot take is listed with the reason
-        lines = {t.id: ln for ln, t in turns}
         write_atomic(rejects_path(out_path), [r.to_json() for r in rejects] + [
             Reject(str(turns_path), lines.get(tid, 0), f"prompt of {n} tokens is longer than the "
                    f"engine takes ({prompt_limit(sampler)}); raise max_model_len", "context").to_json()

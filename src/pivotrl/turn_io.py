@@ -7,6 +7,7 @@ Both go through `records.read_records` / `records.parse_line`, where compact row
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,27 +21,40 @@ def shard_of(turn_id: str, n: int) -> int:
     return derive_seed("shard", turn_id) % n
 
 
-def read_turns(path: str | Path, shard: tuple[int, int] | None = None
-               ) -> tuple[list[tuple[int, Turn]], list[Reject]]:
-    """Valid turns with their line numbers; bad lines and repeated ids become Rejects.
+def scan_turns(path: str | Path, shard: tuple[int, int] | None = None
+               ) -> Iterator[tuple[int, Turn | Reject]]:
+    """(line number, Turn or Reject) in file order, streaming: bad lines and repeated ids are
+    Rejects.
 
-    shard (I, N): keep only the turns with shard_of(id, N) == I. Every row is still read and
-    expanded (a compact row continues the row before it, whatever its shard), and each other
-    shard's turn is dropped as soon as it is read. Turns of one trajectory read from a compact
-    file share their messages, so a shard holds about its trajectories' messages, not a copy of
-    the context per turn. A repeated id falls in the same shard as its first copy, so duplicates
-    are still caught; bad lines are reported by every shard (they have no trustworthy id)."""
-    turns, rejects, first = [], [], {}
+    shard (I, N): only the turns with shard_of(id, N) == I. Every row is still read and expanded
+    (a compact row continues the row before it, whatever its shard), and each other shard's turn
+    is dropped as soon as it is read. A repeated id falls in the same shard as its first copy, so
+    duplicates are still caught; bad lines are reported by every shard (they have no
+    trustworthy id)."""
+    first: dict[str, int] = {}
     for lineno, rec in read_records(path, Turn):
         if isinstance(rec, Reject):
-            rejects.append(rec)
+            yield lineno, rec
         elif shard is not None and shard_of(rec.id, shard[1]) != shard[0]:
             continue
         elif rec.id in first:
-            rejects.append(Reject(str(path), lineno, f"duplicate id {rec.id!r} (first on line "
-                                  f"{first[rec.id]})", "id"))
+            yield lineno, Reject(str(path), lineno, f"duplicate id {rec.id!r} (first on line "
+                                 f"{first[rec.id]})", "id")
         else:
             first[rec.id] = lineno
+            yield lineno, rec
+
+
+def read_turns(path: str | Path, shard: tuple[int, int] | None = None
+               ) -> tuple[list[tuple[int, Turn]], list[Reject]]:
+    """`scan_turns` collected: valid turns with their line numbers, and the Rejects. Turns of one
+    trajectory read from a compact file share their messages, so the list holds about its
+    trajectories' messages, not a copy of the context per turn."""
+    turns, rejects = [], []
+    for lineno, rec in scan_turns(path, shard):
+        if isinstance(rec, Reject):
+            rejects.append(rec)
+        else:
             turns.append((lineno, rec))
     return turns, rejects
 
