@@ -42,10 +42,13 @@ SYSTEM = ("You are a data analyst with read-only access to the warehouse. Use ru
 # The reader in a child process; argv: turns path, mode, shard index, shard count.
 CHILD = r"""
 import resource, sys, time
-from pivotrl.profiling import read_turns
+from pivotrl.profiling import chunks, read_turns, scan_turns
 path, mode, i, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 t0 = time.perf_counter()
 turns, rejects = read_turns(path, (i, n)) if mode == "shard" else ([], [])
+if mode == "stream":  # as `pivotrl profile --shard` reads: ids first, then one chunk at a time
+    ids = [ln for ln, _ in scan_turns(path, (i, n))]
+    turns = [t.id for chunk in chunks((t for _, t in scan_turns(path, (i, n))), 64) for t in chunk]
 assert not rejects, rejects[:3]
 seconds = time.perf_counter() - t0
 print(len(turns), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, round(seconds, 3))
@@ -80,11 +83,12 @@ def read_in_child(turns: Path, mode: str, i: int, n: int) -> dict[str, float]:
     return {"turns": int(kept), "rss_mib": int(rss_kib) / 1024, "seconds": float(seconds)}
 
 
-def measure(files: dict[str, Path], shards: int) -> dict[str, dict]:
-    baseline = read_in_child(files["full"], "imports", 0, shards)
+def measure(readers: dict[str, tuple[Path, str]], shards: int) -> dict[str, dict]:
+    """readers: name -> (turns file, child mode)."""
+    baseline = read_in_child(next(iter(readers.values()))[0], "imports", 0, shards)
     rows = {"baseline": baseline}
-    for name, turns in files.items():
-        per_shard = [read_in_child(turns, "shard", i, shards) for i in range(shards)]
+    for name, (turns, mode) in readers.items():
+        per_shard = [read_in_child(turns, mode, i, shards) for i in range(shards)]
         largest = max(per_shard, key=lambda r: r["rss_mib"])
         rows[name] = {"per_shard": per_shard,
                       "turns": sum(r["turns"] for r in per_shard),
@@ -125,12 +129,15 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         paths, disk, n_written = extract_both(Path(tmp), args.trajectories, args.rounds, args.tool_chars)
-        rows = measure({"full": paths["full"], "compact": paths["compact"]}, args.shards)
+        rows = measure({"full": (paths["full"], "shard"), "compact": (paths["compact"], "shard"),
+                        "streamed": (paths["compact"], "stream")}, args.shards)
         sweep = {}
         for rounds in [int(r) for r in args.rounds_sweep.split(",") if r]:
             swept, sweep[rounds], _ = extract_both(Path(tmp), args.trajectories, rounds, args.tool_chars)
-            for name in ("full", "compact"):  # one shard reader each: memory above the baseline
-                rss = read_in_child(swept[name], "shard", 0, args.shards)["rss_mib"]
+            for name, path, mode in (("full", swept["full"], "shard"),  # shard 0's reader:
+                                     ("compact", swept["compact"], "shard"),  # MiB above baseline
+                                     ("streamed", swept["compact"], "stream")):
+                rss = read_in_child(path, mode, 0, args.shards)["rss_mib"]
                 sweep[rounds][f"{name}_shard0_mib"] = rss - rows["baseline"]["rss_mib"]
             for p in swept.values():
                 p.unlink()
@@ -148,19 +155,24 @@ def main() -> None:
         print(f"{f'  rounds {rounds}: turns / traj.':34s}{d['full'] / d['trajectories']:12.2f}"
               f"{d['compact'] / d['trajectories']:12.2f}{d['full'] / d['compact']:8.2f}")
         print(f"{f'  rounds {rounds}: shard 0 MiB > base':34s}{d['full_shard0_mib']:12.1f}"
-              f"{d['compact_shard0_mib']:12.1f}{d['full_shard0_mib'] / d['compact_shard0_mib']:8.2f}")
+              f"{d['compact_shard0_mib']:12.1f}{d['full_shard0_mib'] / d['compact_shard0_mib']:8.2f}"
+              f"   streamed: {d['streamed_shard0_mib']:.1f}")
     base = rows["baseline"]["rss_mib"]
-    print(f"\n{args.shards} shard processes (read_turns(path, shard)), each a fresh Python "
-          f"(import-only baseline {base:.0f} MiB):")
-    print(f"{'':34s}{'full':>12s}{'compact':>12s}{'ratio':>8s}   (seconds: wall, on a shared machine)")
+    print(f"\n{args.shards} shard processes, each a fresh Python (import-only baseline {base:.0f} "
+          "MiB).\nfull, compact: read_turns(path, shard) keeps the shard's turns; streamed: the "
+          "compact file\nread as `pivotrl profile --shard` reads it (ids, then 64 turns at a time). "
+          "Seconds: wall, shared machine.")
+    print(f"{'':34s}{'full':>12s}{'compact':>12s}{'streamed':>12s}{'f/c':>7s}{'f/s':>7s}")
     for key, label in (("peak_rss_mib_max", "largest shard peak RSS, MiB"),
                        ("above_baseline_mib_max", "  of it above baseline, MiB"),
                        ("peak_rss_mib_sum", f"sum of {args.shards} peaks, MiB"),
                        ("above_baseline_mib_sum", "sum above baseline, MiB"),
                        ("seconds_sum", f"read seconds, {args.shards} shards")):
-        b, a = rows["full"][key], rows["compact"][key]
-        print(f"{label:34s}{b:12.1f}{a:12.1f}{b / a if a else float('inf'):8.2f}")
-    assert rows["full"]["turns"] == n_turns == n_written, "shards must cover every turn"
+        b, a, st = rows["full"][key], rows["compact"][key], rows["streamed"][key]
+        print(f"{label:34s}{b:12.1f}{a:12.1f}{st:12.1f}{b / a if a else float('inf'):7.2f}"
+              f"{b / st if st else float('inf'):7.2f}")
+    assert rows["full"]["turns"] == rows["streamed"]["turns"] == n_turns == n_written, \
+        "shards must cover every turn"
     if args.out:
         args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "disk": disk,
                                         "rounds_sweep": sweep, **rows}, indent=2))
