@@ -337,3 +337,22 @@ def test_exports_of_a_compact_file_carry_whole_contexts(tmp_path, fmt):
         import pandas as pd
 
         assert pd.read_parquet(outs[0]).to_json() == pd.read_parquet(outs[1]).to_json()
+
+
+def test_pivots_selected_from_a_compact_profile_are_compact_and_train_reads_them(tmp_path, tokenizer):
+    from pivotrl.pivots import SelectConfig, select_file
+    from pivotrl.train.config import GRPORunConfig
+    from pivotrl.train.grpo import load_pivot_set, turn_json
+
+    turns = tmp_path / "turns.jsonl"
+    extract_file(write_trajectories(tmp_path / "traj.jsonl", 3), turns)
+    profile = tmp_path / "profile.jsonl"
+    profile_file(turns, profile, Answers(), Length(), tokenizer,
+                 ProfileConfig(k=2, chunk_turns=4, max_new_tokens=4), progress=False)
+    pivots = tmp_path / "pivots.jsonl"
+    select_file(profile, pivots, SelectConfig(strategy="all"), plot_png=False)
+    assert sum("context_from" in r for r in lines(pivots)) == 12 - 3
+    cfg = GRPORunConfig(model="unused", pivots=pivots, output_dir=tmp_path / "run")
+    loaded = load_pivot_set(cfg)
+    truth = [t for _, t in read_turns(turns)[0]]
+    assert [turn_json(t) for t in loaded] == [turn_json(t) for t in truth]
