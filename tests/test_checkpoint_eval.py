@@ -1,45 +1,66 @@
-"""A run's checkpoints: all scored on dev, the eval split only at the dev-chosen one, chosen by
-the same rule as the report (best dev score, ties to the earlier step)."""
+"""A run's checkpoints are all scored on dev; the eval split is scored only where the report's
+choice (best dev score pooled over worlds, ties to the earlier step and smaller lr) lands."""
 
+from dataclasses import dataclass
 from pathlib import Path
 
-from pivotrl.experiment.checkpoint_eval import score_run
-from pivotrl.experiment.stats import choose
+import pytest
+
+from pivotrl.experiment.checkpoint_eval import eval_targets, merge_eval, score_dev
+from pivotrl.experiment.report import chosen_sides
 
 
 class FakeEvaluator:
-    """Turn outcomes on 10 dev and 10 eval items at each checkpoint's rates; records its calls."""
+    """Turn outcomes on 10 items per split at each (world, checkpoint)'s rate; records calls."""
 
-    def __init__(self, dev: dict[str, float], eval_: dict[str, float]):
-        self.rates = {"dev": dev, "eval": eval_}
-        self.calls: list[tuple[str, tuple[str, ...]]] = []
+    def __init__(self, rates: dict[tuple[str, str], float]):
+        self.rates = rates
+        self.calls: list[tuple[str, str, tuple[str, ...]]] = []
 
     def __call__(self, ckpt: Path, world: str, splits=("dev", "eval")):
-        self.calls.append((ckpt.name, splits))
+        self.calls.append((world, ckpt.name, splits))
+        rate = self.rates[(world, ckpt.name)]
         row, items = {"kl_to_base": 0.5, "rank_corr": 0.9}, []
         for split in splits:
-            rate = self.rates[split][ckpt.name]
-            got = [{"split": split, "measure": "turn", "item": i, "cluster": i // 2,
-                    "outcome": int(i < round(rate * 10))} for i in range(10)]
-            items += got
+            items += [{"split": split, "measure": "turn", "item": i, "cluster": i // 2,
+                       "outcome": int(i < round(rate * 10))} for i in range(10)]
             rates = {"in_domain": {"turn_accuracy": rate}, "ood": {}}
             row.update(rates if split == "eval" else {"dev": rates})
         return row, items
 
 
-def test_eval_is_scored_once_at_the_dev_chosen_step():
-    ckpts = {s: Path(f"checkpoint-{s}") for s in (10, 20, 30)}
-    ev = FakeEvaluator(dev={"checkpoint-10": 0.3, "checkpoint-20": 0.6, "checkpoint-30": 0.6},
-                       eval_={"checkpoint-10": 0.9, "checkpoint-20": 0.5, "checkpoint-30": 0.7})
-    key = dict(method="pivotrl", world="w", seed=3, lr=1e-4)
-    rows, items, chosen = score_run(key, ckpts, ev, "turn", lambda step: {"rollout_turns": step * 2})
-    assert chosen == 20  # dev tie between 20 and 30 goes to the earlier step; eval's best (10) is unseen
-    assert ev.calls == [("checkpoint-10", ("dev",)), ("checkpoint-20", ("dev",)),
-                        ("checkpoint-30", ("dev",)), ("checkpoint-20", ("eval",))]
-    assert [r["step"] for r in rows] == [10, 20, 30]
-    assert [r["rollout_turns"] for r in rows] == [20, 40, 60]
-    assert [("in_domain" in r) for r in rows] == [False, True, False]
-    assert rows[1]["in_domain"]["turn_accuracy"] == 0.5 and rows[1]["dev"]["in_domain"]["turn_accuracy"] == 0.6
-    assert {(r["split"], r["step"]) for r in items} == {("dev", 10), ("dev", 20), ("dev", 30), ("eval", 20)}
-    # the report's rule, applied to the saved item rows, picks the same checkpoint
-    assert choose(items, measure="turn")["pivotrl"]["steps"] == {3: 20}
+@dataclass(frozen=True)
+class Run:
+    world: str
+    method: str
+    lr: float
+    seed: int
+
+
+def test_dev_everywhere_then_eval_only_at_the_reports_choice():
+    # lr 1e-4: dev rates by step pooled over the two worlds: 10 → 0.35, 20 → 0.55, 30 → 0.55
+    # lr 3e-4: best pooled dev 0.5 < 0.55, so the method's lr is 1e-4 and its step 20 (tie → earlier)
+    rates = {1e-4: {"a": (0.3, 0.6, 0.6), "b": (0.4, 0.5, 0.5)},
+             3e-4: {"a": (0.5, 0.5, 0.5), "b": (0.5, 0.5, 0.5)}}
+    rows, items, runs = [], [], []
+    for lr, by_world in rates.items():
+        for world, per_step in by_world.items():
+            run = Run(world, "pivotrl", lr, 0)
+            runs.append(run)
+            ev = FakeEvaluator({(world, f"checkpoint-{s}"): r for s, r in zip((10, 20, 30), per_step)})
+            ckpts = {s: Path(f"checkpoint-{s}") for s in (10, 20, 30)}
+            key = dict(method="pivotrl", world=world, seed=0, lr=lr)
+            got_rows, got_items = score_dev(key, ckpts, ev, lambda step: {"rollout_turns": step})
+            assert [c[2] for c in ev.calls] == [("dev",)] * 3  # no eval while training runs finish
+            assert [r["rollout_turns"] for r in got_rows] == [10, 20, 30]
+            rows += got_rows
+            items += got_items
+    targets = eval_targets(chosen_sides(items, "turn", [0]), runs)
+    # world a alone would choose step 20 or 30 and world b step 20: the pooled choice is 20 for both
+    assert sorted((r.world, r.lr, step) for r, step in targets) == [("a", 1e-4, 20), ("b", 1e-4, 20)]
+    merge_eval(rows, dict(method="pivotrl", world="a", seed=0, lr=1e-4), 20,
+               {"in_domain": {"turn_accuracy": 0.7}, "ood": {}})
+    with_eval = [(r["world"], r["lr"], r["step"]) for r in rows if "in_domain" in r]
+    assert with_eval == [("a", 1e-4, 20)]
+    with pytest.raises(KeyError):
+        merge_eval(rows, dict(method="sft", world="a", seed=0, lr=1e-4), 20, {"in_domain": {}, "ood": {}})

@@ -1,20 +1,22 @@
-"""Scoring a training run's checkpoints for the demo: the dev split at every checkpoint, the eval
-split at the one checkpoint the dev split chooses.
+"""Scoring training runs' checkpoints for the demo: the dev split at every checkpoint, the eval
+split only at the checkpoints the dev split chooses.
 
-Why eval is scored once per run: every verdict compares dev-chosen checkpoints on eval
+Why eval is scored so rarely: every verdict compares dev-chosen checkpoints on eval
 (`pivotrl.experiment.stats`), and the learning curves and the rollout-ratio curve are drawn on
-dev, so the eval outcomes of the other checkpoints would never be read. Scoring them cost 60% of
-each checkpoint's evaluation (60 eval vs 40 dev tasks per world and OOD family). The run's step is
-chosen by the rule the report applies (`stats.choose`: best dev score of `select_on`, ties to the
-earlier step), so the report's choice and this one are the same checkpoint.
+dev, so eval outcomes of other checkpoints would never be read; scoring them cost 60% of each
+checkpoint's evaluation (60 eval vs 40 dev tasks per world and OOD family). The choice is the
+report's own (`report.chosen_sides`: each method's lr, and a step per seed, by the best dev score
+pooled over worlds), made once every run has its dev scores, so the eval split is scored exactly
+where the report reads it (`eval_targets`).
 
 Per-item rows (`item_rows`) hold every outcome, so anyone can recompute every number."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from pivotrl.records import write_text_atomic
 
@@ -83,27 +85,40 @@ def item_rows(items: list[dict[str, Any]], *, method: str, world: str, seed: int
              "cluster": r["cluster"], "outcome": r["outcome"]} for r in items]
 
 
-def score_run(key: dict[str, Any], checkpoints: dict[int, Path], evaluator: Evaluator,
-              select_on: str, extra: Callable[[int], dict[str, Any]] = lambda step: {}
-              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
-    """Every checkpoint of one run on dev, then the dev-chosen one on eval.
-
-    key: method, world, seed, lr of the run; checkpoints: {step: model dir}; extra(step): more
-    fields for that step's row (rollout turns). Returns (one row per step, item rows, the chosen
-    step)."""
-    from pivotrl.experiment.stats import choose
-
-    rows, items = {}, []
+def score_dev(key: dict[str, Any], checkpoints: dict[int, Path], evaluator: Evaluator,
+              extra: Callable[[int], dict[str, Any]] = lambda step: {}
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every checkpoint of one run on dev. key: method, world, seed, lr of the run; checkpoints:
+    {step: model dir}; extra(step): more fields for that step's row (rollout turns). Returns
+    (one row per step, item rows)."""
+    rows, items = [], []
     for step, ckpt in sorted(checkpoints.items()):
         row, got = evaluator(ckpt, key["world"], ("dev",))
-        rows[step] = {**key, "step": step, **extra(step), **row}
+        rows.append({**key, "step": step, **extra(step), **row})
         items += item_rows(got, **key, step=step)
-    measure = select_on if any(r["measure"] == select_on for r in items) else "episode"
-    chosen = choose(items, measure=measure)[key["method"]]["steps"][key["seed"]]
-    row, got = evaluator(checkpoints[chosen], key["world"], ("eval",))
-    rows[chosen].update({k: v for k, v in row.items() if k not in ("kl_to_base", "rank_corr")})
-    items += item_rows(got, **key, step=chosen)
-    return [rows[s] for s in sorted(rows)], items, chosen
+    return rows, items
+
+
+def eval_targets(chosen: dict[str, dict[str, Any]], runs: Iterable[Any]) -> list[tuple[Any, int]]:
+    """(run, step) pairs the eval split must be scored at: for each method's chosen lr, every
+    world's run of each seed at that seed's chosen step. `runs` have method, lr, seed (any
+    world); `chosen` is `report.chosen_sides`'s."""
+    out = []
+    for run in runs:
+        side = chosen.get(run.method)
+        if side and math.isclose(run.lr, side["lr"]) and run.seed in side["steps"]:
+            out.append((run, side["steps"][run.seed]))
+    return out
+
+
+def merge_eval(rows: list[dict[str, Any]], key: dict[str, Any], step: int,
+               eval_row: dict[str, Any]) -> None:
+    """Put a checkpoint's eval rates (`in_domain`, `ood`) into its dev row, in place."""
+    for r in rows:
+        if all(r[k] == v for k, v in key.items()) and r["step"] == step:
+            r.update({k: eval_row[k] for k in ("in_domain", "ood")})
+            return
+    raise KeyError(f"no dev row for {key} at step {step}")
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:

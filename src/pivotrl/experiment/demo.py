@@ -31,8 +31,8 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pivotrl.experiment.checkpoint_eval import (Evaluator, item_rows, read_jsonl, score_run,
-                                                 write_jsonl)
+from pivotrl.experiment.checkpoint_eval import (Evaluator, eval_targets, item_rows, merge_eval,
+                                                 read_jsonl, score_dev, write_jsonl)
 from pivotrl.experiment.evaluate import EvalConfig
 from pivotrl.records import write_text_atomic
 from pivotrl.yaml_config import load_model
@@ -272,21 +272,9 @@ def rollout_turns_at(job: Job, step: int, job_dir: Path, cfg: DemoConfig,
     return rollouts + profiling
 
 
-def run_job(job: Job, testbed: Path, out: Path, cfg: DemoConfig,
-            pivot_stats: dict[str, Any]) -> list[dict[str, Any]]:
-    """Train one job, score its checkpoints (`checkpoint_eval.score_run`: all on dev, the
-    dev-chosen one on eval); cached in job_dir/rows.json and job_dir/items.jsonl (written before
-    rows.json, so rows.json marks a finished job)."""
-    import torch
-
-    torch.set_num_threads(1)
+def checkpoint_dirs(job: Job, out: Path, cfg: DemoConfig) -> dict[int, Path]:
+    """{step: model dir} of a trained job."""
     job_dir = out / "runs" / job.name
-    done = job_dir / "rows.json"
-    if done.exists() and (job_dir / "items.jsonl").exists():
-        return json.loads(done.read_text())
-    t0 = time.time()
-    train_job(job, testbed, out, cfg)
-    train_s = time.time() - t0
     checkpoints = {}
     for step in range(cfg.eval_every, cfg.steps + 1, cfg.eval_every):
         ckpt = job_dir / f"checkpoint-{step}"
@@ -295,15 +283,72 @@ def run_job(job: Job, testbed: Path, out: Path, cfg: DemoConfig,
         if not (ckpt / "config.json").exists():
             raise FileNotFoundError(f"{job.name}: no checkpoint at step {step} ({ckpt})")
         checkpoints[step] = ckpt
+    return checkpoints
+
+
+def run_job(job: Job, testbed: Path, out: Path, cfg: DemoConfig,
+            pivot_stats: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Train one job and score every checkpoint on dev; cached in job_dir/rows.json and
+    job_dir/items.jsonl (written before rows.json, so rows.json marks a finished job)."""
+    import torch
+
+    torch.set_num_threads(1)
+    job_dir = out / "runs" / job.name
+    done = job_dir / "rows.json"
+    if done.exists() and (job_dir / "items.jsonl").exists():
+        # dev only: eval scores live beside, per chosen checkpoint (`score_chosen`)
+        rows = [{k: v for k, v in r.items() if k not in ("in_domain", "ood")}
+                for r in json.loads(done.read_text())]
+        return rows, [r for r in read_jsonl(job_dir / "items.jsonl") if r["split"] == "dev"]
+    t0 = time.time()
+    train_job(job, testbed, out, cfg)
+    train_s = time.time() - t0
     key = dict(method=job.method, world=job.world, seed=job.seed, lr=job.lr)
-    rows, items, _ = score_run(
-        key, checkpoints, Evaluator(testbed, cfg), cfg.select_on,
+    rows, items = score_dev(
+        key, checkpoint_dirs(job, out, cfg), Evaluator(testbed, cfg),
         lambda step: {"rollout_turns": rollout_turns_at(job, step, job_dir, cfg, pivot_stats)})
     rows[-1]["train_seconds"] = train_s
     rows[-1]["eval_seconds"] = time.time() - t0 - train_s
     write_jsonl(job_dir / "items.jsonl", items)
     write_text_atomic(done, json.dumps(rows))
-    return rows
+    return rows, items
+
+
+def eval_at(job: Job, step: int, testbed: Path, out: Path,
+            cfg: DemoConfig) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One checkpoint on the eval split: (its rates, item rows); cached beside the job."""
+    import torch
+
+    torch.set_num_threads(1)
+    cache = out / "runs" / job.name / f"eval-step{step}.json"
+    if cache.exists():
+        got = json.loads(cache.read_text())
+        return got["row"], got["items"]
+    row, scored = Evaluator(testbed, cfg)(checkpoint_dirs(job, out, cfg)[step], job.world, ("eval",))
+    items = item_rows(scored, method=job.method, world=job.world, seed=job.seed, lr=job.lr, step=step)
+    row = {k: row[k] for k in ("in_domain", "ood")}
+    write_text_atomic(cache, json.dumps({"row": row, "items": items}))
+    return row, items
+
+
+def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: Path, out: Path,
+                 cfg: DemoConfig, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Choose on dev (the report's rule), then score the eval split at exactly those
+    checkpoints; their rates go into `rows` in place. Returns the eval item rows."""
+    from pivotrl.experiment.report import chosen_sides
+
+    targets = eval_targets(chosen_sides(items, cfg.select_on, cfg.seeds), jobs)
+    log(f"  the eval split at the {len(targets)} dev-chosen checkpoints")
+    got: list[dict[str, Any]] = []
+    with workers_pool(cfg.workers) as pool:
+        futures = {pool.submit(eval_at, job, step, testbed, out, cfg): (job, step) for job, step in targets}
+        for fut in as_completed(futures):
+            job, step = futures[fut]
+            row, scored = fut.result()
+            merge_eval(rows, dict(method=job.method, world=job.world, seed=job.seed, lr=job.lr),
+                       step, row)
+            got += scored
+    return got
 
 
 # ------------------------------------------------------------------ the whole demo
@@ -376,14 +421,15 @@ def run_jobs(jobs: list[Job], testbed: Path, out: Path, cfg: DemoConfig, pivot_s
     log(f"4/5 {len(jobs)} training runs × {cfg.steps // cfg.eval_every} checkpoints, "
         f"{cfg.workers} at a time")
     t_jobs, rows = time.time(), []
+    items: list[dict[str, Any]] = []
     with workers_pool(cfg.workers) as pool:
         futures = {pool.submit(run_job, j, testbed, out, cfg, pivot_stats[j.world]): j for j in jobs}
         for i, fut in enumerate(as_completed(futures), start=1):
             job = futures[fut]
-            rows += fut.result()
+            job_rows, job_items = fut.result()
+            rows, items = rows + job_rows, items + job_items
             per_job = (time.time() - t_jobs) / i
             log(f"  [{i}/{len(jobs)}] {job.name} done; ETA {per_job * (len(jobs) - i) / 60:.1f} min")
-    items = [r for j in jobs for r in read_jsonl(out / "runs" / j.name / "items.jsonl")]
     return rows, items
 
 
@@ -421,9 +467,10 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
     trained = sum(not (out / "runs" / j.name / "rows.json").exists() for j in jobs)
     job_rows, job_items = run_jobs(jobs, testbed, out, cfg, pivot_stats, log)
     rows, items = rows + job_rows, items + job_items
-    write_jsonl(out / "items.jsonl", items)
 
-    log("5/5 checkpoints chosen on dev; theory checks; paired verdicts on eval; report")
+    log("5/5 checkpoints chosen on dev; the eval split there; theory checks; paired verdicts; report")
+    items += score_chosen(jobs, rows, items, testbed, out, cfg, log)
+    write_jsonl(out / "items.jsonl", items)
     theory = run_theory(out, testbed, cfg, items)
     invocations = record_invocation(out, time.time() - start, trained=trained, jobs=len(jobs))
     results = write_report(rows, items, out, seeds=cfg.seeds, select_on=cfg.select_on,
