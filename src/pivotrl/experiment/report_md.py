@@ -125,7 +125,7 @@ def verdict_section(results: dict[str, Any]) -> list[str]:
         wo = r.get("without_profiling") or {}
         L.append(f"| PivotRL reaches E2E RL's accuracy with ≥ {PAPER['rollout_ratio']:g}× fewer rollout "
                  f"turns (dev split: E2E's target is its dev-chosen checkpoint's score, PivotRL's curve every checkpoint's) | {MEASURE_NAMES[measure]} | pivotrl "
-                 f"| e2e_rl | target {r['target']:.3f}: PivotRL {r['pivotrl'] or 'never'} turns vs E2E "
+                 f"| e2e_rl | target {r['target']:.3f}: PivotRL {_f(r['pivotrl'], 0) if r['pivotrl'] else 'never'} turns vs E2E "
                  f"{r['e2e_rl']:.0f} (without the {r['profiling_turns']} profiling turns: ratio "
                  f"{_f(wo.get('ratio'), 1)}× [{_f((wo.get('ci95') or [None])[0], 1)}, "
                  f"{_f((wo.get('ci95') or [None, None])[1], 1)}]) | ratio {r['ratio']:.1f}× "
