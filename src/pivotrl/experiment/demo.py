@@ -38,7 +38,6 @@ from pivotrl.records import write_text_atomic
 from pivotrl.yaml_config import load_model
 
 
-
 class _InThisProcess(Executor):
     """One worker: jobs run here, in order (nothing to start, and a debugger sees them)."""
 
@@ -58,6 +57,7 @@ def workers_pool(n: int) -> Executor:
     if n <= 1:
         return _InThisProcess()
     return ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
+
 
 METHODS = ("sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact", "e2e_rl")
 PIVOT_SET_ARMS = ("pivotrl", "pivotrl_exact", "pivotrl_random")  # sized by the pivot set
