@@ -295,14 +295,22 @@ def test_a_new_append_writer_starts_with_a_full_row(tmp_path):
     assert dumps(iter_valid(out, Turn)) == dumps(turns)
 
 
-def test_verify_cases_made_from_a_compact_file_score_like_full_ones(tmp_path):
-    from pivotrl.verify import verify_file
-
+def extracted_both_ways(tmp_path):
+    """[("compact", turns file), ("full", turns file)] of the same two trajectories."""
     src = write_trajectories(tmp_path / "traj.jsonl", 2)
-    answers = []
+    out = []
     for name in ("compact", "full"):
         turns = tmp_path / f"{name}.jsonl"
         extract_file(src, turns, ExtractOptions(compact=name == "compact"))
+        out.append((name, turns))
+    return out
+
+
+def test_verify_cases_made_from_a_compact_file_score_like_full_ones(tmp_path):
+    from pivotrl.verify import verify_file
+
+    answers = []
+    for name, turns in extracted_both_ways(tmp_path):
         cases = tmp_path / f"{name}.cases.jsonl"
         cases.write_text("".join(json.dumps({**r, "candidate": r["expected"]}) + "\n"
                                  for r in lines(turns)))
@@ -322,11 +330,8 @@ def test_verify_cases_made_from_a_compact_file_score_like_full_ones(tmp_path):
 def test_exports_of_a_compact_file_carry_whole_contexts(tmp_path, fmt):
     from pivotrl.export import export_file
 
-    src = write_trajectories(tmp_path / "traj.jsonl", 2)
     outs = []
-    for name in ("compact", "full"):
-        turns = tmp_path / f"{name}.jsonl"
-        extract_file(src, turns, ExtractOptions(compact=name == "compact"))
+    for name, turns in extracted_both_ways(tmp_path):
         out = tmp_path / f"{name}.out.{'jsonl' if fmt == 'nemo-gym' else 'parquet'}"
         summary = export_file(turns, out, fmt)
         assert summary.written == 8 and not summary.rejects

@@ -279,8 +279,8 @@ def read_records(path: str | Path, model: type[T], *, strict: bool = False,
             result: T | Reject = Reject(str(path), lineno, problem, "", text[:2000])
         else:
             result = parse_line(str(path), lineno, text, model, check, rows)
-        if rows is not None and (problem or rows.prev_line != lineno):
-            rows.accept(None, lineno)
+        if rows is not None:
+            rows.line_done(lineno)
         if strict and isinstance(result, Reject):
             raise RecordError(result)
         yield lineno, result

@@ -180,6 +180,12 @@ class RowDecoder:
             return ".".join([CONTEXT_TAIL, str(int(parts[1]) - self.tail_start), *parts[2:]])
         return loc
 
+    def line_done(self, lineno: int) -> None:
+        """End of a non-blank line: unless it became the previous row (`accept`), it breaks the
+        chain (a bad line cannot be continued)."""
+        if self.prev_line != lineno:
+            self.accept(None, lineno)
+
     def accept(self, record: Any, lineno: int) -> None:
         """Record the line just read: its row (None when rejected) is what the next one continues."""
         self.prev, self.prev_line = record, lineno

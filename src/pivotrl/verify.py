@@ -25,8 +25,8 @@ from pivotrl.actions import parse_completion
 from pivotrl.outputs import check_outputs
 from pivotrl.records import (Message, Reject, Turn, _first_error, is_blank, iter_lines,
                              parse_json_line, parse_object)
-from pivotrl.turn_rows import RowDecoder
 from pivotrl.scoring import Parser, score_actions
+from pivotrl.turn_rows import RowDecoder
 from pivotrl.yaml_config import read_mapping
 from pivotrl.verifiers import get_verifier
 
@@ -127,8 +127,8 @@ def verify_file(cases_path: str | Path, verifier_name: str, config: dict[str, An
         for lineno, line, problem in iter_lines(cases_path):
             pending.append((None, None, None, f"line {lineno}: {problem}") if problem
                            else _case(lineno, line, parse, rows))
-            if rows.prev_line != lineno and (problem or not is_blank(line)):
-                rows.accept(None, lineno)  # a bad line breaks the chain of compact rows
+            if problem or not is_blank(line):
+                rows.line_done(lineno)
             if len(pending) >= BATCH:
                 flush()
         flush()
