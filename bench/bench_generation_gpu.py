@@ -30,7 +30,7 @@ def main() -> int:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from pivotrl.generation import generate, sample_seeds
+    from pivotrl.sampling.generate import generate, sample_seeds
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     print(f"torch {torch.__version__}, device {device}"
@@ -66,7 +66,7 @@ def main() -> int:
         floor = sum(b == r for b, r in zip(batched, ref)) / len(few)
         # Teacher-forced check: the logits of the second decoding step against a plain forward
         # of prompt + first token in the same dtype (greedy, so the first token is the same).
-        from pivotrl import generation
+        from pivotrl.sampling import generate as generation
 
         real, seen = generation.pick_tokens, []
         def spy(logits, *a, seen=seen, real=real, **k):

@@ -109,9 +109,9 @@ def main() -> int:
     from transformers import AutoTokenizer, PrinterCallback
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    from pivotrl.chat import prompt_text
+    from pivotrl.formats.chat import prompt_text
     from pivotrl.experiment.testbed.tiny import build_model, build_tokenizer, save_tiny
-    from pivotrl.records import Turn, iter_valid
+    from pivotrl.io.records import Turn, iter_valid
     from pivotrl.train.config import GRPORunConfig
     from pivotrl.train.grpo import build_trainer, load_pivot_set
 

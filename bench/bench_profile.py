@@ -30,7 +30,7 @@ DEFAULT_BASE = Path(__file__).resolve().parent.parent / "runs" / "testbed" / "ba
 
 def testbed_model(tmp: Path) -> Path:
     """A random Llama of the testbed base's shape, its tokenizer trained on toolshop text."""
-    from pivotrl.chat import template_messages
+    from pivotrl.formats.chat import template_messages
     from pivotrl.experiment.testbed.experts import generate_trajectories
     from pivotrl.experiment.testbed.tiny import build_model, build_tokenizer, save_tiny
 
@@ -45,7 +45,7 @@ def testbed_model(tmp: Path) -> Path:
 def write_turns(path: Path, n: int) -> None:
     from pivotrl.experiment.testbed.experts import generate_trajectories
     from pivotrl.extract import ExtractOptions, extract_turns
-    from pivotrl.records import write_atomic
+    from pivotrl.io.records import write_atomic
 
     turns, i = [], 0
     while len(turns) < n:
@@ -68,9 +68,9 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    from pivotrl.chat import prompt_text
-    from pivotrl.profiling import ProfileConfig, profile_file, turn_seed
-    from pivotrl.records import Turn, iter_valid
+    from pivotrl.formats.chat import prompt_text
+    from pivotrl.profile import ProfileConfig, profile_file, turn_seed
+    from pivotrl.io.records import Turn, iter_valid
     from pivotrl.sampling.hf import HFSampler
     from pivotrl.verifiers import get_verifier
 

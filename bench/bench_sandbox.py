@@ -24,9 +24,10 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from pivotrl import sandbox, workspace  # noqa: E402
-from pivotrl.records import FunctionCall, Message, ToolCall, Turn  # noqa: E402
-from pivotrl.sandbox import run_in_sandbox, sandbox_limits_in_force, workspace_copy  # noqa: E402
+from pivotrl.sandbox import bwrap as sandbox
+from pivotrl.sandbox import workspace  # noqa: E402
+from pivotrl.io.records import FunctionCall, Message, ToolCall, Turn  # noqa: E402
+from pivotrl.sandbox.bwrap import run_in_sandbox, sandbox_limits_in_force, workspace_copy  # noqa: E402
 from pivotrl.verifiers import get_verifier  # noqa: E402
 
 CANDIDATES = ["grep -c apple notes.txt", "grep apple notes.txt | wc -l", "ls -la",

@@ -22,8 +22,8 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from pivotrl.actions import parse_completion  # noqa: E402
-from pivotrl.records import Message, Turn  # noqa: E402
+from pivotrl.formats.actions import parse_completion  # noqa: E402
+from pivotrl.io.records import Message, Turn  # noqa: E402
 from pivotrl.verifiers import get_verifier  # noqa: E402
 
 

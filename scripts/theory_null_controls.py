@@ -18,7 +18,7 @@ import torch
 
 from pivotrl.experiment.testbed.tiny import TinyModelConfig, build_model, build_tokenizer
 from pivotrl.experiment.theory import sample_actions, state_signal, summarise_gradient
-from pivotrl.records import Profile
+from pivotrl.io.records import Profile
 
 
 def corpus(n: int, seed: int) -> list[str]:

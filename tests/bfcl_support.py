@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pivotrl.experiment.bfcl import install_model_config_stub, to_openai_tool  # noqa: F401
-from pivotrl.records import Message, Turn
+from pivotrl.io.records import Message, Turn
 
 # Python-language categories with possible answers (Java/JS pass every value as a string).
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "live_simple",

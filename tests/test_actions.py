@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pivotrl.actions import MAX_COMPLETION_CHARS, ParsedAction, parse_completion, render_action
+from pivotrl.formats.actions import MAX_COMPLETION_CHARS, ParsedAction, parse_completion, render_action
 from pivotrl.scoring import score_completion
-from pivotrl.records import Message, Turn
+from pivotrl.io.records import Message, Turn
 
 
 def calls_of(parsed: ParsedAction) -> list[tuple[str, dict]]:
@@ -188,7 +188,7 @@ def test_another_formats_call_is_invalid_under_the_json_reader(text):
 
 
 def test_parse_with_applies_the_shared_rules_to_any_reader():
-    from pivotrl.actions import InvalidAction, parse_with
+    from pivotrl.formats.actions import InvalidAction, parse_with
 
     def reader(body):
         if body == "boom":
@@ -221,7 +221,7 @@ family_fragments = st.sampled_from([
 @settings(max_examples=150, deadline=None)
 @given(st.lists(family_fragments | st.text(max_size=6), max_size=25).map("".join))
 def test_every_format_reader_never_raises_on_hostile_text(text):
-    from pivotrl.formats import FORMATS, FormatParser
+    from pivotrl.formats.families import FORMATS, FormatParser
 
     tools = [{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"x": {"type": "integer"}}}}}]

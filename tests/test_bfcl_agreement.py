@@ -43,7 +43,7 @@ pytest.importorskip("bfcl_eval")
 
 import bfcl_support  # noqa: E402
 
-from pivotrl.records import Message, Turn  # noqa: E402
+from pivotrl.io.records import Message, Turn  # noqa: E402
 from pivotrl.verifiers import get_verifier  # noqa: E402
 
 

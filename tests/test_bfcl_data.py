@@ -20,8 +20,8 @@ from pivotrl.experiment.bfcl import (ADDITIONAL_FUNCTION_PROMPT, CATEGORIES, dec
                                forget_instances, fresh_model_name, install_model_config_stub,
                                load_category, parse_call, to_openai_tool, write_bfcl)
 from pivotrl.experiment.bfcl_world import BfclWorld  # noqa: E402
-from pivotrl.records import Trajectory, iter_valid, read_records  # noqa: E402
-from pivotrl.world import make_world, world_at_turn  # noqa: E402
+from pivotrl.io.records import Trajectory, iter_valid, read_records  # noqa: E402
+from pivotrl.verifiers.world import make_world, world_at_turn  # noqa: E402
 
 # Tasks that cannot pass BFCL's checker when replayed from the ground truth, with the reason.
 # Empty for bfcl-eval==2026.3.23: every task passes. A new BFCL release with a data bug must be

@@ -14,7 +14,7 @@ from pivotrl.experiment.bfcl import CATEGORIES, decode_turns, write_bfcl  # noqa
 from pivotrl.experiment.episodes import (ModelPolicy, RandomPolicy, ScriptedPolicy, run_episodes,  # noqa: E402
                               split_user_turns, success_rate)
 from pivotrl.experiment.evaluate import BFCL_STEP_LIMIT, EvalConfig, evaluate_model  # noqa: E402
-from pivotrl.records import Message, Trajectory, check_trajectory, iter_valid  # noqa: E402
+from pivotrl.io.records import Message, Trajectory, check_trajectory, iter_valid  # noqa: E402
 
 
 @pytest.fixture(scope="module")

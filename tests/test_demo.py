@@ -110,7 +110,7 @@ def test_strict_exact_is_the_raw_text_ablation():
     normalised `exact` forgives them."""
     import json as _json
 
-    from pivotrl.records import Turn
+    from pivotrl.io.records import Turn
     from pivotrl.scoring import score_completion
     from pivotrl.verifiers import get_verifier
 

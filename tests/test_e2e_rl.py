@@ -17,7 +17,7 @@ def test_e2e_runs_and_counts_rollout_turns(tmp_path, tiny_model_dir, world):
     from pivotrl.experiment.e2e import train_e2e
 
     if world == "mixed":
-        from pivotrl import sandbox
+        from pivotrl.sandbox import bwrap as sandbox
 
         if not sandbox.sandbox_available():
             pytest.skip("no sandbox (bubblewrap) for the terminal world")

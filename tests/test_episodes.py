@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from pivotrl import sandbox
+from pivotrl.sandbox import bwrap as sandbox
 from pivotrl.experiment.episodes import (ModelPolicy, RandomPolicy, ScriptedPolicy, expert_turns,
                               run_episodes, success_rate, turn_accuracy)
-from pivotrl.records import check_trajectory
+from pivotrl.io.records import check_trajectory
 from pivotrl.experiment.testbed.experts import generate_trajectories
 from pivotrl.experiment.testbed.tasks import make_tasks
 from pivotrl.verifiers import get_verifier
@@ -141,9 +141,9 @@ def test_model_policy_runs_batched_episodes(tiny_model_dir):
 
 def test_scripted_policy_survives_foreign_contexts():
     """On states it did not make (a random policy's), the expert answers, never crashes."""
-    from pivotrl.actions import parse_completion
+    from pivotrl.formats.actions import parse_completion
 
-    from pivotrl.records import Message
+    from pivotrl.io.records import Message
 
     tasks = make_tasks("toolshop", "eval", 20)
     for r in run_episodes("toolshop", tasks, RandomPolicy(seed=1), max_turns=3):

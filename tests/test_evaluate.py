@@ -57,7 +57,7 @@ def _check_shape(result):
 
 
 def test_build_writes_the_contract_layout_and_is_cached(quick_testbed):
-    from pivotrl.records import Trajectory, iter_valid
+    from pivotrl.io.records import Trajectory, iter_valid
     from pivotrl.experiment.testbed.build import TestbedConfig, build_testbed
 
     out, info = quick_testbed

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pivotrl.export import (DEFAULT_AGENT_NAME, export_file, import_nemo_gym, nemo_gym_to_turn,
                             tool_config_path, turn_to_nemo_gym)
-from pivotrl.records import Turn, iter_valid, rejects_path, write_atomic
+from pivotrl.io.records import Turn, iter_valid, rejects_path, write_atomic
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_order", "description": "Look up an order.",

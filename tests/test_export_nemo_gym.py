@@ -16,7 +16,7 @@ from nemo_gym_contract import model_errors, validator_problem
 from pivotrl.export import export_file, import_nemo_gym, turn_to_nemo_gym
 from pivotrl.export.nemo_gym import gym_config_path, items_to_messages
 from pivotrl.extract import ExtractOptions, extract_file
-from pivotrl.records import Turn, iter_valid, rejects_path, write_atomic
+from pivotrl.io.records import Turn, iter_valid, rejects_path, write_atomic
 from test_export import _semantic, sample_turns
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@ from typer.testing import CliRunner
 
 from pivotrl.cli import app
 from pivotrl.extract import ExtractOptions, extract_file, extract_turns, is_eval
-from pivotrl.records import Trajectory, Turn, iter_valid
+from pivotrl.io.records import Trajectory, Turn, iter_valid
 
 EXAMPLE = "examples/trajectories.jsonl"
 

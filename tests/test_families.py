@@ -23,9 +23,9 @@ from tokenizers import Tokenizer, decoders, models, processors
 from tokenizers.pre_tokenizers import ByteLevel
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from pivotrl.chat import apply_template, completion_text, prompt_text, prompt_token_ids
-from pivotrl.formats import UnknownFormatError, detect, parser_for, token_budget
-from pivotrl.records import Message, Trajectory, Turn
+from pivotrl.formats.chat import apply_template, completion_text, prompt_text, prompt_token_ids
+from pivotrl.formats.families import UnknownFormatError, detect, parser_for, token_budget
+from pivotrl.io.records import Message, Trajectory, Turn
 from pivotrl.scoring import score_completions
 from pivotrl.verifiers import get_verifier
 
@@ -116,7 +116,7 @@ def completion(tok, message: Message) -> str:
 
 
 def _with_reasoning(message: Message) -> dict:
-    from pivotrl.chat import template_message
+    from pivotrl.formats.chat import template_message
 
     return template_message(message, keep_reasoning=True)
 
@@ -261,7 +261,7 @@ def test_other_families_are_read_with_their_response_template_strictly(name):
 
 
 def test_thinking_kwargs_reach_the_prompt_and_set_the_token_budget():
-    from pivotrl.profiling import ProfileConfig
+    from pivotrl.profile import ProfileConfig
     from pivotrl.train.config import GRPORunConfig
     from pivotrl.train.grpo import with_token_budget
 
@@ -326,7 +326,7 @@ def tiny_model(tmp_path_factory):
 
 
 def test_one_profile_with_a_tiny_model(family, tiny_model):
-    from pivotrl.profiling import ProfileConfig, RunStats, profile_stream
+    from pivotrl.profile import ProfileConfig, RunStats, profile_stream
     from pivotrl.sampling.hf import HFSampler
 
     name, tok = family

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pivotrl.extract import extract_file
-from pivotrl.records import Reject, Trajectory, read_records
+from pivotrl.io.records import Reject, Trajectory, read_records
 
 SEED_LINES = open("examples/trajectories.jsonl").read().splitlines()
 

@@ -1,4 +1,4 @@
-"""pivotrl.generation: shared-prefix decoding gives the per-sample path's completions (greedy:
+"""pivotrl.sampling.generate: shared-prefix decoding gives the per-sample path's completions (greedy:
 identical, and equal to transformers' own generate; sampled: each sample a function of its prompt
 and seed only), with left padding over prompts of different lengths; stop rule; window rule."""
 
@@ -9,8 +9,8 @@ import random
 import pytest
 import torch
 
-import pivotrl.generation as gen
-from pivotrl.generation import (
+import pivotrl.sampling.generate as gen
+from pivotrl.sampling.generate import (
     Generated,
     generate,
     generate_each,

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from pivotrl.cli import app
 from pivotrl.extract import extract_file
-from pivotrl.records import Reject, Trajectory, read_records
+from pivotrl.io.records import Reject, Trajectory, read_records
 
 GOOD = {"id": "t1", "messages": [{"role": "user", "content": "hi"},
                                  {"role": "assistant", "content": "hello"}]}
@@ -120,7 +120,7 @@ def test_each_line_rule_is_applied_and_counted(tmp_path, case, line, expect):
 
 HOLD_LOCK = """
 import sys, time
-from pivotrl.outputs import output_lock
+from pivotrl.io.outputs import output_lock
 with output_lock(sys.argv[1]):
     print("locked", flush=True)
     time.sleep(60)
@@ -128,7 +128,7 @@ with output_lock(sys.argv[1]):
 
 
 def test_profile_out_is_locked_against_a_second_run_but_not_by_a_dead_one(tmp_path):
-    from pivotrl.profiling import ProfileConfig, profile_file
+    from pivotrl.profile import ProfileConfig, profile_file
 
     out = tmp_path / "profile.jsonl"
     turns = write(tmp_path / "turns.jsonl", [])
@@ -142,7 +142,7 @@ def test_profile_out_is_locked_against_a_second_run_but_not_by_a_dead_one(tmp_pa
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()
     assert out.with_name("profile.jsonl.lock").exists()  # left behind by the killed run
-    from pivotrl.outputs import output_lock
+    from pivotrl.io.outputs import output_lock
 
     t0 = time.monotonic()
     with output_lock(out):  # a stale lock file does not block the resume

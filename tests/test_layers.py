@@ -23,7 +23,7 @@ def module_files() -> dict[str, Path]:
 
 
 def _owner(name: str, mods: dict[str, Path]) -> str | None:
-    """The module a dotted name lives in (`pivotrl.records.Turn` -> `pivotrl.records`)."""
+    """The module a dotted name lives in (`pivotrl.io.records.Turn` -> `pivotrl.io.records`)."""
     while name and name not in mods:
         name = name.rpartition(".")[0]
     return name or None
@@ -117,7 +117,7 @@ def test_the_checker_sees_what_it_must():
     # The checker itself must be able to fail: a two-module cycle and a function-level import.
     assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
     graph = import_graph()
-    assert "pivotrl.records" in graph["pivotrl.extract"]
+    assert "pivotrl.io.records" in graph["pivotrl.extract"]
     assert any(is_experiment(t) for t in graph["pivotrl.cli"])  # imported inside functions
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from pivotrl.scoring import score_completion
-from pivotrl.chat import prompt_text
-from pivotrl.profiling import (MergeError, ProfileConfig, ReprofileHook, merge_profiles, outcome,
+from pivotrl.formats.chat import prompt_text
+from pivotrl.profile import (MergeError, ProfileConfig, ReprofileHook, merge_profiles, outcome,
                              profile_file, reprofile, shard_of, stats_path, turn_seed)
-from pivotrl.records import Message, Profile, Turn, iter_valid, read_records
+from pivotrl.io.records import Message, Profile, Turn, iter_valid, read_records
 from pivotrl.sampling import SamplingParams
 from pivotrl.sampling.hf import HFSampler
 from pivotrl.verifiers import Score, get_verifier, register

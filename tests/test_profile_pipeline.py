@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pivotrl.profiling import ProfileConfig, profile_file
-from pivotrl.records import Profile, Turn, iter_valid, rejects_path
+from pivotrl.profile import ProfileConfig, profile_file
+from pivotrl.io.records import Profile, Turn, iter_valid, rejects_path
 from pivotrl.sampling.base import Completion
 from pivotrl.sampling.hf import HFSampler
 from pivotrl.sampling.pipeline import prefetch

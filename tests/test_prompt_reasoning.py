@@ -6,9 +6,9 @@ from __future__ import annotations
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from pivotrl.chat import prompt_text
+from pivotrl.formats.chat import prompt_text
 from pivotrl.extract import ExtractOptions, extract_turns
-from pivotrl.records import Trajectory
+from pivotrl.io.records import Trajectory
 
 # A template that renders earlier assistant reasoning, as thinking-model templates that keep
 # interleaved reasoning do.

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from pivotrl.records import FunctionCall, Message, ToolCall, Turn
-from pivotrl.sandbox import sandbox_available
+from pivotrl.io.records import FunctionCall, Message, ToolCall, Turn
+from pivotrl.sandbox.bwrap import sandbox_available
 from pivotrl.verifiers import get_verifier
-from pivotrl.world import register_world
+from pivotrl.verifiers.world import register_world
 
 from fake_judge import FakeJudge
 

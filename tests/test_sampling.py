@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pivotrl.sampling import SamplerError, SamplingParams, get_sampler
-from pivotrl.generation import pick_tokens
+from pivotrl.sampling.generate import pick_tokens
 from pivotrl.sampling.hf import HFSampler
 
 PROMPTS = ["<|im_start|>user\nWhere is order O-1?<|im_end|>\n<|im_start|>assistant\n",
@@ -192,7 +192,7 @@ def test_completion_text_keeps_special_tokens(sampler, monkeypatch):
     # gpt-oss's and DeepSeek's call delimiters are special tokens: the sampler must not drop
     # them, or a call would read as prose. The final end token is still not part of the text.
     import pivotrl.sampling.hf as hf
-    from pivotrl.generation import Generated
+    from pivotrl.sampling.generate import Generated
 
     tok = sampler.tokenizer
     special = tok.convert_tokens_to_ids(tok.all_special_tokens[0])

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pivotrl import sandbox
-from pivotrl.sandbox import (SandboxLimits, SandboxUnavailable, copy_workspace, freeze_mtimes,
+from pivotrl.sandbox import bwrap as sandbox
+from pivotrl.sandbox.bwrap import (SandboxLimits, SandboxUnavailable, copy_workspace, freeze_mtimes,
                              materialize_workspace, run_in_sandbox, sandbox_available,
                              snapshot_dir, workspace_copy)
 

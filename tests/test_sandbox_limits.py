@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from pivotrl import sandbox
-from pivotrl.sandbox import (SandboxLimits, SandboxUnavailable, copy_workspace,
+from pivotrl.sandbox import bwrap as sandbox
+from pivotrl.sandbox.bwrap import (SandboxLimits, SandboxUnavailable, copy_workspace,
                              materialize_workspace, remove_workspace, run_in_sandbox,
                              sandbox_available, snapshot_dir, workspace_copy)
 
@@ -116,9 +116,9 @@ def test_workspaces_of_a_killed_process_are_unmounted_and_removed():
     import subprocess
     import sys
 
-    from pivotrl import workspace
+    from pivotrl.sandbox import workspace
 
-    code = ("import os; from pivotrl.workspace import copy_workspace; "
+    code = ("import os; from pivotrl.sandbox.workspace import copy_workspace; "
             "print(copy_workspace(None), flush=True); os._exit(0)")  # dies without cleanup
     left = Path(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                check=True).stdout.strip())

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from pivotrl.records import Turn
+from pivotrl.io.records import Turn
 from pivotrl.scoring import score_actions, score_completion, score_completions
 from pivotrl.verifiers.base import Score
 
@@ -81,7 +81,8 @@ def test_every_stage_scores_through_this_path():
     # The callers name the path; a new hand-written parse-then-score loop would not.
     import inspect
 
-    from pivotrl import profiling, verify
+    from pivotrl import profile as profiling
+    from pivotrl.verifiers import cases as verify
     from pivotrl.experiment import episodes
     from pivotrl.train import rewards
 

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pivotrl.cli import app
-from pivotrl.records import Profile, iter_valid, write_atomic
-from pivotrl.pivots import LAMBDA_DIFF, SelectConfig, binary_std, select, select_file, success_rate
+from pivotrl.io.records import Profile, iter_valid, write_atomic
+from pivotrl.select import LAMBDA_DIFF, SelectConfig, binary_std, select, select_file, success_rate
 
 
 def prof(pid: str, rewards: list[float], domain: str = "shop", valid: bool = True) -> Profile:

@@ -15,8 +15,8 @@ import time
 import httpx
 import pytest
 
-from pivotrl.profiling import ProfileConfig, profile_file
-from pivotrl.records import Message, Profile, iter_valid
+from pivotrl.profile import ProfileConfig, profile_file
+from pivotrl.io.records import Message, Profile, iter_valid
 from pivotrl.sampling import SamplingParams, get_sampler
 from pivotrl.sampling.hf import HFSampler
 from pivotrl.verifiers import get_verifier
@@ -232,7 +232,7 @@ def test_completion_logprobs_are_the_models(server, tiny_model_dir):
 def test_chat_logprobs_are_the_models(server, tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from pivotrl.chat import prompt_text
+    from pivotrl.formats.chat import prompt_text
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     messages = [{"role": "user", "content": "Where is O-1?"}]
@@ -276,7 +276,7 @@ def test_first_chunk_arrives_while_generation_runs(tiny_model_dir):
     import asyncio
     import threading
 
-    from pivotrl import serve
+    from pivotrl.sampling import serve
 
     engine = serve.Engine(str(tiny_model_dir), 64, None, 1 << 20)
     gate, passes = threading.Event(), []
@@ -318,7 +318,7 @@ def test_a_stream_closed_midway_stops_generation(tiny_model_dir):
     at the next forward pass, long before max_tokens."""
     import asyncio
 
-    from pivotrl import serve
+    from pivotrl.sampling import serve
 
     engine = serve.Engine(str(tiny_model_dir), 64, None, 1 << 20)
     passes = []
@@ -350,9 +350,9 @@ def test_streamed_tool_call_accumulates_like_the_plain_answer(tiny_model_dir):
     from openai.types.chat import ChatCompletionChunk
     from transformers import AutoTokenizer
 
-    from pivotrl import serve
-    from pivotrl.formats import parser_for
-    from pivotrl.generation import Step
+    from pivotrl.sampling import serve
+    from pivotrl.formats.families import parser_for
+    from pivotrl.sampling.generate import Step
     from pivotrl.sampling.base import Completion
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
@@ -388,7 +388,7 @@ def test_a_client_that_leaves_frees_the_model(tiny_model_dir):
     forward pass, the lock is released, the next request runs; SIGTERM's flag stops it too."""
     import asyncio
 
-    from pivotrl import serve
+    from pivotrl.sampling import serve
 
     engine = serve.Engine(str(tiny_model_dir), 64, None, 1 << 20)
     steps = []  # forward passes that ran (ours, registered after serve's, sees only those)

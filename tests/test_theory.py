@@ -8,7 +8,7 @@ import torch
 
 from pivotrl.experiment.theory import (perturbed_like, policy_gradient, preference_check,
                                        sample_actions, sequence_logps, state_signal, summarise_gradient)
-from pivotrl.records import Profile
+from pivotrl.io.records import Profile
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from pivotrl.actions import parse_completion, render_action
-from pivotrl.chat import prompt_text, template_messages
-from pivotrl.records import Message, parse_arguments
+from pivotrl.formats.actions import parse_completion, render_action
+from pivotrl.formats.chat import prompt_text, template_messages
+from pivotrl.io.records import Message, parse_arguments
 from pivotrl.experiment.testbed.tiny import IM_END, CHAT_TEMPLATE, load_tiny
 
 TOOLS = [{"type": "function", "function": {

@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from pivotrl.records import Turn
+from pivotrl.io.records import Turn
 from pivotrl.train.config import GRPORunConfig
 from pivotrl.train.rewards import PivotReward, group_stats
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from pivotrl.records import Trajectory
+from pivotrl.io.records import Trajectory
 
 TOOLS = [{"type": "function", "function": {"name": "get_order", "parameters": {
     "type": "object", "properties": {"order_id": {"type": "string"}, "verbose": {"type": "boolean"}}}}}]

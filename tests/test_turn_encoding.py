@@ -1,4 +1,4 @@
-"""Compact Turn rows (pivotrl.turn_rows): a row continues the previous row's context instead of
+"""Compact Turn rows (pivotrl.io.compact_rows): a row continues the previous row's context instead of
 copying it. Full and compact files read back to the same Turns; a broken or hostile chain is a
 Reject naming file, line and field; shards, profiling resume and shard merge keep every chain."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pivotrl.extract import ExtractOptions, extract_file, extract_turns
-from pivotrl.profiling import MergeError, ProfileConfig, merge_profiles, profile_file, read_turns, shard_of
-from pivotrl.records import (AppendWriter, Profile, RecordError, Reject, Trajectory, Turn,
+from pivotrl.profile import MergeError, ProfileConfig, merge_profiles, profile_file, read_turns, shard_of
+from pivotrl.io.records import (AppendWriter, Profile, RecordError, Reject, Trajectory, Turn,
                              iter_valid, read_records, write_atomic)
 from pivotrl.sampling.base import Completion
 from pivotrl.sampling.hf import HFSampler
@@ -255,7 +255,7 @@ def test_resumed_profiling_and_shard_merge_keep_every_chain(tmp_path, tokenizer)
 
 
 def test_profiling_streams_its_turns_instead_of_holding_the_shard(tmp_path, tokenizer, monkeypatch):
-    import pivotrl.profiling as profiling
+    import pivotrl.profile as profiling
 
     turns = tmp_path / "turns.jsonl"
     extract_file(write_trajectories(tmp_path / "traj.jsonl", 3), turns)
@@ -307,7 +307,7 @@ def extracted_both_ways(tmp_path):
 
 
 def test_verify_cases_made_from_a_compact_file_score_like_full_ones(tmp_path):
-    from pivotrl.verify import verify_file
+    from pivotrl.verifiers.cases import verify_file
 
     answers = []
     for name, turns in extracted_both_ways(tmp_path):
@@ -345,7 +345,7 @@ def test_exports_of_a_compact_file_carry_whole_contexts(tmp_path, fmt):
 
 
 def test_pivots_selected_from_a_compact_profile_are_compact_and_train_reads_them(tmp_path, tokenizer):
-    from pivotrl.pivots import SelectConfig, select_file
+    from pivotrl.select import SelectConfig, select_file
     from pivotrl.train.config import GRPORunConfig
     from pivotrl.train.grpo import load_pivot_set, turn_json
 

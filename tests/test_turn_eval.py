@@ -1,5 +1,5 @@
 """`pivotrl evaluate --turns`: turn accuracy on held-out turns of any data set, with a 95%
-interval clustered by trajectory (pivotrl.turn_eval); and shard-first reading of turns files."""
+interval clustered by trajectory (pivotrl.evaluate); and shard-first reading of turns files."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pivotrl.profiling import read_turns, shard_of
+from pivotrl.profile import read_turns, shard_of
 from pivotrl.sampling.base import Completion
-from pivotrl.turn_eval import (TurnEvalConfig, clustered_accuracy, evaluate_turns_file,
+from pivotrl.evaluate import (TurnEvalConfig, clustered_accuracy, evaluate_turns_file,
                                items_path, turn_seed, wilson)
 
 TOOLS = [{"type": "function", "function": {"name": "get_order", "description": "Look up an order.",

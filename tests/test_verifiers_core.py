@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pivotrl.actions import parse_completion
+from pivotrl.formats.actions import parse_completion
 from pivotrl.scoring import score_completion
-from pivotrl.records import Message, Turn
+from pivotrl.io.records import Message, Turn
 from pivotrl.verifiers import get_verifier
 from pivotrl.verifiers.toolcall import ToolcallConfig, build_index, token_similarity
 
@@ -355,7 +355,7 @@ def write_cases(path: Path) -> list:
 
 
 def test_verify_file_one_line_per_input_line(tmp_path):
-    from pivotrl.verify import verify_file
+    from pivotrl.verifiers.cases import verify_file
 
     cases = tmp_path / "cases.jsonl"
     lines = write_cases(cases)

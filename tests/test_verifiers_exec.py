@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from pivotrl.actions import parse_completion
-from pivotrl.records import FunctionCall, Message, ToolCall, Turn
-from pivotrl.sandbox import sandbox_available
+from pivotrl.formats.actions import parse_completion
+from pivotrl.io.records import FunctionCall, Message, ToolCall, Turn
+from pivotrl.sandbox.bwrap import sandbox_available
 from pivotrl.verifiers import get_verifier
 from pivotrl.verifiers.judge import JudgeUnavailable, parse_verdict
-from pivotrl.world import register_world
+from pivotrl.verifiers.world import register_world
 
 from fake_judge import FakeJudge
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import pivotrl.integrations.verl as verl_reward
-from pivotrl.actions import render_action
+import pivotrl.export.verl_reward as verl_reward
+from pivotrl.formats.actions import render_action
 from pivotrl.export import export_file
 from pivotrl.extract import ExtractOptions, extract_file
-from pivotrl.records import Message
+from pivotrl.io.records import Message
 from test_export import sample_turns
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from pivotrl.profiling import ProfileConfig, profile_file
-from pivotrl.records import Profile, iter_valid, rejects_path
+from pivotrl.profile import ProfileConfig, profile_file
+from pivotrl.io.records import Profile, iter_valid, rejects_path
 
 
 @pytest.mark.gpu

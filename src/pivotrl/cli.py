@@ -13,10 +13,10 @@ from rich.progress import Progress, TextColumn, TimeElapsedColumn
 from pivotrl.experiment import cli as experiment_cli
 from pivotrl.experiment.evaluate import EvalConfig
 from pivotrl.extract import ExtractOptions
-from pivotrl.outputs import guarded_command
-from pivotrl.pivots import SelectConfig
-from pivotrl.profiling import ProfileConfig
-from pivotrl.records import RecordError
+from pivotrl.io.outputs import guarded_command
+from pivotrl.select import SelectConfig
+from pivotrl.profile import ProfileConfig
+from pivotrl.io.records import RecordError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="PivotRL: RL on the pivot turns of existing agent trajectories.")
@@ -100,9 +100,9 @@ def verify(cases: Path = typer.Argument(..., help="Verify cases JSONL (Turn + ca
     """Score every case; one {"id","reward","valid","reason"} line per input line, in order."""
     from rich.table import Table
 
-    from pivotrl.actions import parse_completion
-    from pivotrl.formats import parser_for_model
-    from pivotrl.verify import load_config, verify_file
+    from pivotrl.formats.actions import parse_completion
+    from pivotrl.formats.families import parser_for_model
+    from pivotrl.verifiers.cases import load_config, verify_file
 
     if not cases.exists():
         console.print(f"[red]{cases}: no such file[/red]")
@@ -161,7 +161,7 @@ def profile(
 
     Shards: run `pivotrl profile TURNS --shard I/N --out p.I.jsonl …` for I in 0..N-1 (in parallel),
     then `pivotrl profile TURNS --merge --out profile.jsonl p.0.jsonl … p.N-1.jsonl`."""
-    from pivotrl import profiling as prof
+    from pivotrl import profile as prof
     from pivotrl.sampling import SamplerError
     from pivotrl.sampling.options import build_sampler
     from pivotrl.verifiers import get_verifier
@@ -198,7 +198,7 @@ def profile(
 
 
 def _merge_shards(turns: Path, shard_files: Optional[list[Path]], out: Path, merge: bool) -> None:
-    from pivotrl.profiling import MergeError, merge_profiles
+    from pivotrl.profile import MergeError, merge_profiles
 
     if not merge:
         console.print("[red]extra arguments are only for --merge[/red]")
@@ -217,9 +217,9 @@ def _merge_shards(turns: Path, shard_files: Optional[list[Path]], out: Path, mer
 def _profile_config(config: Optional[Path], verifier_config: Optional[Path], given: dict,
                     engine: dict) -> ProfileConfig:
     """Precedence: CLI options > the --config YAML > ProfileConfig's defaults."""
-    from pivotrl.profiling import parse_shard
+    from pivotrl.profile import parse_shard
     from pivotrl.sampling.options import engine_flags
-    from pivotrl.yaml_config import read_mapping
+    from pivotrl.io.yaml_config import read_mapping
 
     try:
         opts = read_mapping(config) if config else {}
@@ -268,7 +268,7 @@ def select(
     """Keep the pivots: mixed outcomes, not too easy (writes PIVOTS.stats.json and a histogram)."""
     from rich.table import Table
 
-    from pivotrl.pivots import select_file
+    from pivotrl.select import select_file
 
     try:
         cfg = SelectConfig(lambda_diff=lambda_diff, min_std=min_std, budget=budget,
@@ -366,8 +366,8 @@ def evaluate(
     verifier_config: Optional[Path] = typer.Option(None, help="With --turns: the verifier's YAML options."),
 ) -> None:
     """Episode success and OOD accuracy, 95% intervals; --turns: turn accuracy, clustered interval."""
-    if turns is not None:  # any data set's held-out turns (pivotrl.turn_eval)
-        from pivotrl.turn_eval import cli_evaluate_turns
+    if turns is not None:  # any data set's held-out turns (pivotrl.evaluate)
+        from pivotrl.evaluate import cli_evaluate_turns
         raise typer.Exit(cli_evaluate_turns(console, model, turns, out, testbed or bfcl, verifier, verifier_config,
                                             temperature=temperature, seed=seed))
     from rich.table import Table
@@ -443,7 +443,7 @@ def serve(
 ) -> None:
     """An OpenAI-compatible endpoint around a local HF model (/health, /v1/models, /v1/completions,
     /v1/chat/completions, streaming too), e.g. for `pivotrl profile --backend openai` or a judge on a CPU."""
-    from pivotrl.serve import serve as run_server
+    from pivotrl.sampling.serve import serve as run_server
 
     console.print(f"serving {model} at http://{host}:{port}/v1")
     run_server(model, host=host, port=port, batch_size=batch_size, served_name=served_model_name,

@@ -3,7 +3,7 @@
 A Turn is (the full context before the assistant message, that message as the expected action),
 with the trajectory's tools, domain and metadata. The file is streamed: one trajectory in memory
 at a time, so a 100k-trajectory file costs what one trajectory costs. Rows are written compact
-(`pivotrl.turn_rows`): a turn stores only the messages after its previous turn's, so the turns
+(`pivotrl.io.compact_rows`): a turn stores only the messages after its previous turn's, so the turns
 file grows like the trajectories, not like turns × context.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from rich.table import Table
 
-from pivotrl.outputs import check_outputs
-from pivotrl.records import (AtomicWriter, RecordError, Reject, Trajectory, Turn, dump,
+from pivotrl.io.outputs import check_outputs
+from pivotrl.io.records import (AtomicWriter, RecordError, Reject, Trajectory, Turn, dump,
                              message_text, read_records, rejects_path)
 
 
@@ -40,7 +40,7 @@ class ExtractOptions(BaseModel):
     seed: int = Field(0, description="Seed of the train/eval split.")
     compact: bool = Field(
         True, description="Write compact rows that continue the previous row's context "
-        "(pivotrl.turn_rows; every pivotrl reader expands them). False: every row carries its "
+        "(pivotrl.io.compact_rows; every pivotrl reader expands them). False: every row carries its "
         "whole context, for tools that read turn rows without pivotrl.")
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from pivotrl.actions import ParsedAction, parse_completion
-from pivotrl.records import Message, Turn
+from pivotrl.formats.actions import ParsedAction, parse_completion
+from pivotrl.io.records import Message, Turn
 from pivotrl.verifiers.base import Score, Verifier
 
 Parser = Callable[[str], ParsedAction]
@@ -78,7 +78,7 @@ def score_actions(verifier: Verifier, turns: Sequence[Turn], actions: Sequence[M
 def score_completions(verifier: Verifier, turns: Sequence[Turn], texts: Sequence[str],
                       parse: Parser = parse_completion) -> list[Score]:
     """Parse each completion text (with the model family's parser) and score it. A parser with
-    `typed_by_tools` (pivotrl.formats) also gets the turn's tools: formats that write arguments as
+    `typed_by_tools` (pivotrl.formats.families) also gets the turn's tools: formats that write arguments as
     raw text need the schema to tell "7" from 7."""
     if getattr(parse, "typed_by_tools", False):
         parsed = [parse(text, turn.tools) for turn, text in zip(turns, texts)]

@@ -50,7 +50,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pivotrl.records import FunctionCall, Message, ToolCall, Trajectory, write_atomic
+from pivotrl.io.records import FunctionCall, Message, ToolCall, Trajectory, write_atomic
 
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
 

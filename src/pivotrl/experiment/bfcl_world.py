@@ -31,7 +31,7 @@ from typing import Any
 
 from pivotrl.experiment.bfcl import (backend_class, call_string, forget_instances, fresh_model_name,
                                is_long_context, parse_call)
-from pivotrl.world import register_world
+from pivotrl.verifiers.world import register_world
 
 # BFCL refuses these names before evaluating a call (multi_turn_utils.execute_multi_turn_func_call).
 FORBIDDEN = ("kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from pivotrl.records import write_text_atomic
+from pivotrl.io.records import write_text_atomic
 
 SPLITS = ("dev", "eval")
 

@@ -34,8 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pivotrl.experiment.checkpoint_eval import (Evaluator, eval_targets, item_rows, merge_eval,
                                                  read_jsonl, score_dev, write_jsonl)
 from pivotrl.experiment.evaluate import EvalConfig
-from pivotrl.records import write_text_atomic
-from pivotrl.yaml_config import load_model
+from pivotrl.io.records import write_text_atomic
+from pivotrl.io.yaml_config import load_model
 
 
 class _InThisProcess(Executor):
@@ -170,9 +170,9 @@ def prepare_world(testbed: Path, out: Path, world: str, cfg: DemoConfig) -> dict
     """The world's training trajectories (every arm's data), all their turns profiled with the
     base (resumable), and the pivots selected among them."""
     from pivotrl.extract import ExtractOptions, extract_file
-    from pivotrl.pivots import SelectConfig, select_file
-    from pivotrl.profiling import ProfileConfig, profile_file
-    from pivotrl.records import Trajectory, iter_valid, write_atomic
+    from pivotrl.select import SelectConfig, select_file
+    from pivotrl.profile import ProfileConfig, profile_file
+    from pivotrl.io.records import Trajectory, iter_valid, write_atomic
     from pivotrl.sampling import get_sampler
     from pivotrl.verifiers import get_verifier
 

@@ -29,11 +29,11 @@ from typing import Any
 
 import torch
 
-from pivotrl.chat import completion_text, prompt_text
+from pivotrl.formats.chat import completion_text, prompt_text
 from pivotrl.experiment.episodes import EpisodeResult, run_episodes
-from pivotrl.generation import completion_logps, generate_each, stop_ids
-from pivotrl.records import Message, Trajectory, iter_valid
-from pivotrl.sampling.base import derive_seed
+from pivotrl.sampling.generate import completion_logps, generate_each, stop_ids
+from pivotrl.io.records import Message, Trajectory, iter_valid
+from pivotrl.io.seeds import derive_seed
 from pivotrl.train.config import E2ERunConfig
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from pivotrl.records import Trajectory, iter_valid, write_text_atomic
+from pivotrl.io.records import Trajectory, iter_valid, write_text_atomic
 
 DEFAULT_VERIFIERS = {"toolshop": "toolcall", "terminal": "shell"}
 
@@ -218,7 +218,7 @@ def ood_answers(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 
                 batch_size: int = 64) -> list[str]:
     """Greedy answers to single-turn user prompts (no tools), with the model's chat template."""
     from pivotrl.experiment.episodes import ModelPolicy
-    from pivotrl.records import Message
+    from pivotrl.io.records import Message
 
     policy = ModelPolicy(model, tokenizer, max_new_tokens=max_new_tokens, batch_size=batch_size)
     return policy.act_batch([[Message(role="user", content=p)] for p in prompts],
@@ -406,8 +406,8 @@ def _spearman_rows(a, b):
 
 def ood_texts(tokenizer, tasks: Sequence[Any]) -> list[str]:
     """OOD eval prompts with their answers as chat text (the input `ood_logprob_stats` wants)."""
-    from pivotrl.chat import template_messages
-    from pivotrl.records import Message
+    from pivotrl.formats.chat import template_messages
+    from pivotrl.io.records import Message
 
     return [tokenizer.apply_chat_template(
         template_messages([Message(role="user", content=t.prompt),

@@ -39,8 +39,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pivotrl.chat import prompt_text
-from pivotrl.records import Profile
+from pivotrl.formats.chat import prompt_text
+from pivotrl.io.records import Profile
 
 THEORY_VERSION = 3  # bump when the checks change: an older theory.json is recomputed, not reused
 
@@ -275,7 +275,7 @@ def perturbed_like(base: Any, target: Any, seed: int = 0) -> Any:
 
 def theory_states(data_dir: Path, n: int) -> list[tuple[Profile, bool]]:
     """Up to n profiled states of one world: half pivots, half other turns (file order)."""
-    from pivotrl.records import iter_valid
+    from pivotrl.io.records import iter_valid
 
     pivots = {p.id for p in iter_valid(data_dir / "pivots.jsonl", Profile)}
     profiles = list(iter_valid(data_dir / "profile.jsonl", Profile))

@@ -22,7 +22,7 @@ from pivotrl.export.nemo_gym import (DEFAULT_AGENT_NAME, PARALLEL_CALLS, gym_con
                                      turn_to_nemo_gym)
 from pivotrl.export.verl import (DEFAULT_AGENT_LOOP, ToolUnion, tool_config_path, turn_to_verl,
                                  verl_schema, write_tool_config)
-from pivotrl.records import (Record, Reject, Trajectory, Turn, atomic_path, check_trajectory,
+from pivotrl.io.records import (Record, Reject, Trajectory, Turn, atomic_path, check_trajectory,
                              read_records, rejects_path, write_atomic, write_text_atomic)
 
 FORMATS = ("nemo-gym", "verl")

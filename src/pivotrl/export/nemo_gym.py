@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pivotrl.records import Message, Turn, message_text
+from pivotrl.io.records import Message, Turn, message_text
 
 AGENT_REF_TYPE = "responses_api_agents"
 DEFAULT_AGENT_NAME = "pivotrl_single_step_tool_use_with_argument_comparison_agent"

@@ -2,7 +2,7 @@
 
 Columns (verl's RL dataset): `data_source` (the domain), `prompt` (the context as `{role,
 content}` chat messages; assistant tool calls rendered as the Hermes text training parses, see
-`pivotrl.actions.render_action`), `ability`, `reward_model` = `{"style": "rule", "ground_truth":
+`pivotrl.formats.actions.render_action`), `ability`, `reward_model` = `{"style": "rule", "ground_truth":
 JSON of the expert message}`, `extra_info` = `{index, id, trajectory_id, turn, domain, tools,
 context, expected, metadata}` (structured parts as JSON strings: Arrow would otherwise merge
 differently-keyed dicts and fill holes with nulls), and `agent_name` (the agent loop verl runs
@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pivotrl.records import Message, Turn, message_text, write_text_atomic
+from pivotrl.io.records import Message, Turn, message_text, write_text_atomic
 
 DEFAULT_AGENT_LOOP = "single_turn_agent"
 # verl's tool registry imports this class by name; BaseTool carries a schema and executes nothing.
@@ -51,7 +51,7 @@ def _chat(message: Message) -> dict[str, Any]:
 
 def turn_to_verl(turn: Turn, index: int, ability: str = "agent",
                  agent_name: str = DEFAULT_AGENT_LOOP) -> dict[str, Any]:
-    from pivotrl.actions import render_action
+    from pivotrl.formats.actions import render_action
 
     prompt = [{"role": m.role, "content": render_action(m) if m.role == "assistant" else message_text(m)}
               for m in turn.context]

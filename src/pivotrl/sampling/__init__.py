@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pivotrl.sampling.base import Completion, Sampler, SamplerError, SamplingParams, derive_seed
+from pivotrl.sampling.base import Completion, Sampler, SamplerError, SamplingParams
+from pivotrl.io.seeds import derive_seed
 
 __all__ = ["Completion", "Sampler", "SamplerError", "SamplingParams", "derive_seed", "get_sampler"]
 

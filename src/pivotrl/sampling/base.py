@@ -1,17 +1,18 @@
 """The sampler protocol: `sample(prompts, n, params) -> n completions per prompt`, with token counts.
 
-Prompts are already-templated text (`pivotrl.chat.prompt_text`), so every backend sees exactly
+Prompts are already-templated text (`pivotrl.formats.chat.prompt_text`), so every backend sees exactly
 the string training will see. Backends: `hf` (transformers generate), `vllm` (offline engine),
 `openai` (any OpenAI-compatible server: `vllm serve`, SGLang, `pivotrl serve`).
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
+
+from pivotrl.io.seeds import derive_seed
 
 
 class SamplingParams(BaseModel):
@@ -48,12 +49,6 @@ class Sampler(Protocol):
 
 class SamplerError(RuntimeError):
     """A backend could not produce completions (unreachable server, missing extra, ...)."""
-
-
-def derive_seed(*parts: Any) -> int:
-    """A stable 63-bit seed from any parts (not Python's salted hash(): stable across runs)."""
-    digest = hashlib.blake2b("\x1f".join(str(p) for p in parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") & ((1 << 63) - 1)
 
 
 def prompt_seeds(params: SamplingParams, n_prompts: int, seeds: list[int] | None) -> list[int | None]:

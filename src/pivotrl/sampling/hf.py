@@ -1,4 +1,4 @@
-"""The `hf` backend: a transformers causal LM on CPU or GPU, through `pivotrl.generation`.
+"""The `hf` backend: a transformers causal LM on CPU or GPU, through `pivotrl.sampling.generate`.
 
 Prompts are tokenized and handed to `generation.generate`, which batches prompts of similar length
 with left padding, prefills each prompt once for its n samples (the n samples decode against one
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pivotrl.chat import completion_text
-from pivotrl.generation import generate, sample_seeds, stop_ids
+from pivotrl.formats.chat import completion_text
+from pivotrl.sampling.generate import generate, sample_seeds, stop_ids
 from pivotrl.sampling.base import Completion, SamplingParams, prompt_seeds
 
 

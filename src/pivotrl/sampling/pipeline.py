@@ -32,7 +32,7 @@ def prompt_limit(sampler: Any) -> int | None:
 
 def split_too_long(prompts: list[str], tokenizer: Any, limit: int | None) -> tuple[list[int], dict[int, int]]:
     """(indices of prompts that fit, {index: token count} of those longer than `limit`).
-    Counted as the engines tokenize them: no special tokens added (pivotrl.chat)."""
+    Counted as the engines tokenize them: no special tokens added (pivotrl.formats.chat)."""
     if limit is None:
         return list(range(len(prompts))), {}
     fits, too_long = [], {}

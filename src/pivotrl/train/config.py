@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pivotrl.yaml_config import build_model, read_mapping
+from pivotrl.io.yaml_config import build_model, read_mapping
 
 
 class _Strict(BaseModel):
@@ -141,11 +141,11 @@ class GRPORunConfig(_RunCommon):
                                           "chat prompt would break it).")
     max_completion_length: int | None = Field(None, description="Tokens per completion. None (ours): 4096 "
                                               "for a thinking model (its reasoning comes first), else 256 (one "
-                                              "action); see pivotrl.formats.token_budget. Cut completions are "
+                                              "action); see pivotrl.formats.families.token_budget. Cut completions are "
                                               "logged as truncated_rate.")
     response_format: str | None = Field(None, description="Tool-call format of the model's completions "
                                         "(hermes, qwen-xml, glm, deepseek, harmony, response-template); "
-                                        "None: detected from the chat template (pivotrl.formats).")
+                                        "None: detected from the chat template (pivotrl.formats.families).")
     epsilon: float = Field(0.2, description="Lower clip ε (paper/DAPO clip-higher recipe: 0.2).")
     epsilon_high: float = Field(0.28, description="Upper clip ε_high (paper/DAPO clip-higher: 0.28).")
     beta: float = Field(0.0, description="KL coefficient to the reference model (paper: 0, no KL).")

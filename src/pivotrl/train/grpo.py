@@ -22,9 +22,9 @@ from typing import Any
 from transformers import AutoTokenizer, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
-from pivotrl.chat import prompt_text, prompt_token_ids
-from pivotrl.formats import parser_for, token_budget
-from pivotrl.records import Turn, iter_valid
+from pivotrl.formats.chat import prompt_text, prompt_token_ids
+from pivotrl.formats.families import parser_for, token_budget
+from pivotrl.io.records import Turn, iter_valid
 from pivotrl.train.config import GRPORunConfig, trl_common_kwargs
 from pivotrl.train.rewards import MetricsJSONL, PivotGRPOTrainer, PivotReward
 
@@ -181,7 +181,7 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     total = cfg.total_steps(max(n_rows, 1), world_size())
     hook = None
     if cfg.reprofile.enabled:
-        from pivotrl.profiling import ReprofileHook
+        from pivotrl.profile import ReprofileHook
 
         # Same verifier and sampling as the rollouts unless the options say otherwise; every process
         # re-profiles with the same seed, so all of them continue on the same pivots.

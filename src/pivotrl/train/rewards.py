@@ -19,9 +19,9 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from pivotrl.actions import parse_completion
-from pivotrl.chat import completion_text, prompt_token_ids
-from pivotrl.records import Turn
+from pivotrl.formats.actions import parse_completion
+from pivotrl.formats.chat import completion_text, prompt_token_ids
+from pivotrl.io.records import Turn
 from pivotrl.scoring import score_completions
 from pivotrl.train.shared_prefix import (enable_shared_prefix_forward, has_shared_prefix_forward,
                                          shared_prefix_logps, unsupported_reason)
@@ -144,7 +144,7 @@ class PivotGRPOTrainer(GRPOTrainer):
             compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **extra)
 
     def _tokenize_prompts(self, prompts: list):
-        """Text prompts under the one tokenization rule (pivotrl.chat): the template's text is the
+        """Text prompts under the one tokenization rule (pivotrl.formats.chat): the template's text is the
         whole prompt, no special tokens added. TRL's own path adds them, which gives a double BOS
         for Llama 3-style templates that write their BOS. Chat-message prompts stay TRL's."""
         if prompts and isinstance(prompts[0], str):

@@ -22,9 +22,9 @@ from typing import Any
 from transformers import AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
 
-from pivotrl.chat import apply_template, template_messages
-from pivotrl.formats import training_chat_template
-from pivotrl.records import Reject, Trajectory, read_records, rejects_path
+from pivotrl.formats.chat import apply_template, template_messages
+from pivotrl.formats.families import training_chat_template
+from pivotrl.io.records import Reject, Trajectory, read_records, rejects_path
 from pivotrl.train.config import SFTRunConfig, trl_common_kwargs
 from pivotrl.train.grpo import save_final, world_size
 from pivotrl.train.rewards import MetricsJSONL

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from pivotrl.records import Message, Turn
+from pivotrl.io.records import Message, Turn
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pivotrl.actions import call_arguments, render_action
-from pivotrl.records import Message, Turn, message_text
+from pivotrl.formats.actions import call_arguments, render_action
+from pivotrl.io.records import Message, Turn, message_text
 from pivotrl.verifiers.base import Score
 
 

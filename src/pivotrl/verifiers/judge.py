@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from pivotrl.records import Message, Turn, message_text
+from pivotrl.io.records import Message, Turn, message_text
 
 from pivotrl.verifiers.base import Score, score_in_threads
 

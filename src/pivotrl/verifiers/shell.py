@@ -4,7 +4,7 @@ The action of a terminal turn is one or more shell commands: tool calls to a she
 `tool_names`, command in one of `arg_names`), or, when the message has no tool calls, the fenced
 ```bash / ```sh / ```shell / ```console blocks of its content (console blocks lose their `$ `
 prompts). Expert and candidate each run on their own fresh copy of the turn's workspace in the
-bubblewrap sandbox (`pivotrl.sandbox`), and score 1 when, command by command, the exit codes and
+bubblewrap sandbox (`pivotrl.sandbox.bwrap`), and score 1 when, command by command, the exit codes and
 the normalised stdouts are equal and the resulting file trees (`snapshot_dir`) are equal.
 
 - The workspace: `turn.metadata["workspace"]` (or `metadata["world_config"]["workspace"]` /
@@ -46,8 +46,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pivotrl.records import Message, Turn, message_text
-from pivotrl.sandbox import (SandboxLimits, copy_workspace, freeze_mtimes,
+from pivotrl.io.records import Message, Turn, message_text
+from pivotrl.sandbox.bwrap import (SandboxLimits, copy_workspace, freeze_mtimes,
                              materialize_workspace, remove_workspace, require_sandbox,
                              run_in_sandbox, snapshot_dir, workspace_copy)
 from pivotrl.verifiers.base import Score, score_in_threads

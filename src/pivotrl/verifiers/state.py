@@ -11,7 +11,7 @@ agent the same observations as executing the expert's calls:
   AND the calls are the same *action* (`same_action`). Equal observations are not equal
   actions: a read for another customer can return the same `[]`, another tool the same error
   text, `echo 4` the same output as a count; paying those teaches the policy to be lucky.
-  * Worlds whose actions are programs (a shell: `World.perturb`, see `pivotrl.world`) judge them
+  * Worlds whose actions are programs (a shell: `World.perturb`, see `pivotrl.verifiers.world`) judge them
     by behaviour: the calls must also agree on every perturbed copy of the world under which the
     expert's observations or changes differ (`pivotrl.verifiers.probes`), so a call that only
     reproduces the expert's output without its reads and writes scores 0.
@@ -37,11 +37,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pivotrl.records import Message, Turn
+from pivotrl.io.records import Message, Turn
 from pivotrl.verifiers.base import Score
 from pivotrl.verifiers.probes import PROBES, writes
 from pivotrl.verifiers.toolcall import ToolcallVerifier
-from pivotrl.world import world_at_turn
+from pivotrl.verifiers.world import world_at_turn
 
 
 class StateConfig(BaseModel):

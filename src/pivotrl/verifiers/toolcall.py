@@ -16,7 +16,7 @@ would be a reward leak, so the default is to refuse when unsure):
   similarity but never across a number, id or negation, arrays in order unless the parameter
   is a set, omitted optional = default).
 - When the turn names a world (`metadata["world"]`) whose class defines `canonical_call` (see
-  `pivotrl.world`), that world's own rule decides argument equivalence for the calls it knows:
+  `pivotrl.verifiers.world`), that world's own rule decides argument equivalence for the calls it knows:
   the world executes both calls identically, so they are the same action there.
 - When the expert sent a message, a message is never a free pass: `message_rule` decides
   (`pivotrl.verifiers.messages`: facts, negations and content words; or the LLM judge).
@@ -30,15 +30,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pivotrl.actions import call_arguments
-from pivotrl.records import Message, Turn, message_text
+from pivotrl.formats.actions import call_arguments
+from pivotrl.io.records import Message, Turn, message_text
 from pivotrl.verifiers.arguments import ArgumentComparer, is_write
 from pivotrl.verifiers.base import Score
 from pivotrl.verifiers.judge import JudgeVerifier
 from pivotrl.verifiers.messages import (MAX_SIMILARITY_TOKENS, compare_messages,  # noqa: F401
                                         token_similarity)
 from pivotrl.verifiers.schema import build_index, schema_index  # noqa: F401
-from pivotrl.world import action_rule
+from pivotrl.verifiers.world import action_rule
 
 
 class ToolcallConfig(BaseModel):
@@ -92,7 +92,7 @@ class ToolcallConfig(BaseModel):
                            "the expert's earns matched / expert calls instead of 0; an extra or "
                            "wrong call (possibly destructive) still earns 0. Profiling and pivot "
                            "selection count a reward >= SUCCESS_THRESHOLD (0.5, "
-                           "pivotrl.profiling) as a success, so with this on, half of the "
+                           "pivotrl.profile) as a success, so with this on, half of the "
                            "expert's calls counts as a success there.")
     max_action_chars: int = Field(
         32768, description="A candidate whose text + arguments exceed this many characters "

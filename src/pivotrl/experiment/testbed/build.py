@@ -28,8 +28,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from pivotrl.experiment.evaluate import EvalConfig
-from pivotrl.records import write_atomic, write_text_atomic
-from pivotrl.yaml_config import load_model
+from pivotrl.io.records import write_atomic, write_text_atomic
+from pivotrl.io.yaml_config import load_model
 from pivotrl.experiment.testbed.pretrain import PretrainConfig
 from pivotrl.experiment.testbed.tiny import TinyModelConfig
 
@@ -157,7 +157,7 @@ def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tup
 
 def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: list):
     """The testbed tokenizer, trained on the rendered train text (expert, weak and OOD)."""
-    from pivotrl.chat import template_messages
+    from pivotrl.formats.chat import template_messages
     from pivotrl.experiment.testbed.tiny import build_tokenizer
 
     seed_tok = build_tokenizer([], vocab_size=300)  # only to render texts with the template
@@ -258,6 +258,6 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
 
 
 def _answer(text: str):
-    from pivotrl.records import Message
+    from pivotrl.io.records import Message
 
     return Message(role="assistant", content=text)

@@ -26,10 +26,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from pivotrl.records import FunctionCall, Message, ToolCall, Trajectory
+from pivotrl.io.records import FunctionCall, Message, ToolCall, Trajectory
 from pivotrl.experiment.testbed.common import stable_int
 from pivotrl.experiment.testbed.tasks import make_tasks
-from pivotrl.world import make_world
+from pivotrl.verifiers.world import make_world
 
 MAX_TURNS = 8  # every task needs at most 6 turns; the weak expert may waste two
 

@@ -14,7 +14,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pivotrl.records import Message, write_atomic
+from pivotrl.io.records import Message, write_atomic
 from pivotrl.experiment.testbed.common import EVAL_PERCENT, stable_int
 
 FAMILIES = ["add", "sub", "next", "reverse", "upper", "recall"]

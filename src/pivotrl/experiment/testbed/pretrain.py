@@ -27,8 +27,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from pivotrl.chat import template_messages
-from pivotrl.records import Message
+from pivotrl.formats.chat import template_messages
+from pivotrl.io.records import Message
 
 
 class PretrainConfig(BaseModel):

@@ -17,7 +17,7 @@ import random
 from typing import Any
 
 from pivotrl.experiment.testbed.common import EVAL_PERCENT, compact, stable_int  # noqa: F401
-from pivotrl.records import Message, Trajectory
+from pivotrl.io.records import Message, Trajectory
 
 WORLD_MODULES = {"toolshop": "pivotrl.experiment.testbed.toolshop", "terminal": "pivotrl.experiment.testbed.terminal"}
 

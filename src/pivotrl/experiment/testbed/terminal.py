@@ -5,7 +5,7 @@ name, so the agent must look (`ls`, `grep -l`) before it acts: later commands de
 output. Tasks take 2–3 commands and end with a message; success is the resulting file tree
 (exactly the goal tree) plus, for questions, the number or value in the final message.
 
-Commands run ONLY through `pivotrl.sandbox.run_in_sandbox`, on this world's own workspace copy.
+Commands run ONLY through `pivotrl.sandbox.bwrap.run_in_sandbox`, on this world's own workspace copy.
 The observation is the command's output (stdout then stderr, capped), with `[exit N]` appended
 when the command failed: deterministic, because workspaces start with frozen timestamps.
 """
@@ -17,9 +17,9 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from pivotrl import sandbox
+from pivotrl.sandbox import bwrap as sandbox
 from pivotrl.verifiers.probes import perturb_workspace
-from pivotrl.world import register_world
+from pivotrl.verifiers.world import register_world
 
 NAME = "terminal"
 SYSTEM_PROMPT = ("You are a shell assistant. Use the run tool to run bash commands in the "

@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from pivotrl.experiment.testbed.common import compact
-from pivotrl.world import register_world
+from pivotrl.verifiers.world import register_world
 
 NAME = "toolshop"
 SYSTEM_PROMPT = ("You are a shop assistant. Use the tools to help the user. Policy: only pending "

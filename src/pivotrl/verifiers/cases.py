@@ -21,13 +21,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pivotrl.actions import parse_completion
-from pivotrl.outputs import check_outputs
-from pivotrl.records import (Message, Reject, Turn, _first_error, is_blank, iter_lines,
+from pivotrl.formats.actions import parse_completion
+from pivotrl.io.outputs import check_outputs
+from pivotrl.io.records import (Message, Reject, Turn, _first_error, is_blank, iter_lines,
                              parse_json_line, parse_object)
 from pivotrl.scoring import Parser, score_actions
-from pivotrl.turn_rows import RowDecoder
-from pivotrl.yaml_config import read_mapping
+from pivotrl.io.compact_rows import RowDecoder
+from pivotrl.io.yaml_config import read_mapping
 from pivotrl.verifiers import get_verifier
 
 BATCH = 256  # cases per score_batch call (the judge verifier sends a batch concurrently)

@@ -9,7 +9,7 @@ Detection: the chat template is compared with the family templates TRL ships
 renders. A tokenizer that matches no family but carries its own `response_template`
 (transformers' response parsing), or whose template TRL has one for (`add_response_schema`:
 LFM2.5, Gemma 4, ...), is read with `tokenizer.parse_response`, under the same strictness rules
-(pivotrl.response_template); that comes before guessing from markers.
+(pivotrl.formats.response_template); that comes before guessing from markers.
 A template that matches nothing is an error that names the fix (`response_format`), never a
 parser that silently scores every call 0.
 
@@ -27,11 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pivotrl.actions import (END_MARKERS, FOREIGN_CALL_MARKERS, InvalidAction, ParsedAction,
+from pivotrl.formats.actions import (END_MARKERS, FOREIGN_CALL_MARKERS, InvalidAction, ParsedAction,
                              parse_with, split_json_calls)
-from pivotrl.callformats import (ArgumentTyper, split_deepseek_calls, split_glm_calls,
+from pivotrl.formats.call_syntax import (ArgumentTyper, split_deepseek_calls, split_glm_calls,
                                  split_harmony, split_xml_calls)
-from pivotrl.response_template import response_template_reader
+from pivotrl.formats.response_template import response_template_reader
 
 # Token budgets (max_new_tokens / max_completion_length) when the config leaves them unset. One
 # tool-calling action fits in ~100 tokens; a thinking model first reasons, typically a few hundred
@@ -165,7 +165,7 @@ def _with_response_template(tokenizer: Any) -> Any:
 
 def generation_prompt_opens_think(tokenizer: Any, chat_kwargs: dict[str, Any] | None = None) -> bool:
     """Whether the template's generation prompt ends inside an open <think> block."""
-    from pivotrl.chat import apply_template
+    from pivotrl.formats.chat import apply_template
 
     try:
         text = apply_template(tokenizer, [{"role": "user", "content": "hi"}], None,

@@ -1,5 +1,5 @@
 """Run model-written shell commands in a bubblewrap sandbox (workspaces and file-tree snapshots:
-`pivotrl.workspace`, re-exported here).
+`pivotrl.sandbox.workspace`, re-exported here).
 
 What a command inside `run_in_sandbox` sees and may do:
 - `/work` is a bind of the caller's `workdir` (writable; the cwd), or of a size-limited copy
@@ -21,13 +21,13 @@ What a command inside `run_in_sandbox` sees and may do:
   started with `HOST_ENV` only, never the caller's environment; the command gets `--clearenv`
   plus PATH, HOME, LANG, TERM, USER.
 - limits of the whole sandbox (`sandbox_limits_in_force()` says which hold here):
-  * memory and processes: a cgroup per run (`pivotrl.cgroups`: v2 when delegated, else v1 as
+  * memory and processes: a cgroup per run (`pivotrl.sandbox.cgroups`: v2 when delegated, else v1 as
     root) caps the sum over all its processes (`total_memory_mb`, `max_processes`). Without a
     cgroup only rlimits remain: RLIMIT_AS per process (`memory_mb`) and RLIMIT_NPROC per uid, so
     the sandbox's memory is bounded by memory_mb x max_processes, not by total_memory_mb (and,
     not as root, RLIMIT_NPROC counts every process of the caller's uid, so it is set to their
     number now + max_processes). Cost (bench/bench_sandbox.py): about 2 ms CPU per run.
-  * disk: as root every run writes into a size-limited tmpfs (`pivotrl.workspace`): a
+  * disk: as root every run writes into a size-limited tmpfs (`pivotrl.sandbox.workspace`): a
     workspace from `copy_workspace` is one; any other workdir is staged on one (`disk_mb`) and
     copied back. Without it, RLIMIT_FSIZE bounds each file, not their number.
   * per process: address space, CPU seconds, file size, open files, no cores (prlimit); a
@@ -55,8 +55,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pivotrl.cgroups import SandboxCgroup, layout
-from pivotrl.workspace import (DEFAULT_DISK_MB, FIXED_MTIME, WORKSPACE_DIR_ENV,  # noqa: F401
+from pivotrl.sandbox.cgroups import SandboxCgroup, layout
+from pivotrl.sandbox.workspace import (DEFAULT_DISK_MB, FIXED_MTIME, WORKSPACE_DIR_ENV,  # noqa: F401
                                chown_tree, copy_workspace, disk_quota_available, freeze_mtimes,
                                is_quota_workspace, materialize_workspace, remove_workspace,
                                replace_contents, snapshot_dir, workspace_copy)

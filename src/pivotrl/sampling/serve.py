@@ -24,7 +24,7 @@ samples are the ones `--backend hf` draws in-process for that seed. For throughp
 
 Streaming is token by token, for every n and every number of prompts: the generate loop reports
 each decoding step (`generation.generate(on_step=...)`) and each choice's new text goes out as it
-is drawn (`pivotrl.serve_stream` says when text is held back: incomplete UTF-8, a possible stop
+is drawn (`pivotrl.sampling.serve_stream` says when text is held back: incomplete UTF-8, a possible stop
 string, a tool call). A request's choices decode together, so their chunks interleave; prompts
 beyond one batch (`--batch-size` rows) start streaming when the batch before them ends. The
 streamed text concatenates to the non-streamed text for the same seed. Chat with tools: the text
@@ -49,8 +49,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pivotrl.records import Message
-from pivotrl.serve_stream import (
+from pivotrl.io.records import Message
+from pivotrl.sampling.serve_stream import (
     ChatChunks,
     CompletionChunks,
     Observer,
@@ -163,7 +163,7 @@ class Engine:
         self.sampler = HFSampler(model_dir, batch_size=batch_size)
         self.tokenizer = self.sampler.tokenizer
         # tool calls are read in the model's own format (its chat template tells which)
-        from pivotrl.formats import parser_for
+        from pivotrl.formats.families import parser_for
 
         self.parse = parser_for(self.tokenizer)
         context = getattr(self.sampler.model.config, "max_position_embeddings", None)
@@ -220,7 +220,8 @@ class Engine:
                        on_step=None, event: threading.Event | None = None):
         """Completions of `prompts`; raises APIError(499) when the client leaves first (or
         `event` is set: the stream that reads `on_step` was closed)."""
-        from pivotrl.sampling.base import SamplingParams, derive_seed
+        from pivotrl.sampling.base import SamplingParams
+        from pivotrl.io.seeds import derive_seed
 
         params = SamplingParams(max_new_tokens=max_tokens, temperature=req.temperature,
                                 top_p=req.top_p)
@@ -310,7 +311,7 @@ def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = N
     from fastapi import FastAPI, Request
     from fastapi.responses import Response, StreamingResponse
 
-    from pivotrl.chat import prompt_text
+    from pivotrl.formats.chat import prompt_text
 
     engine = Engine(model_dir, batch_size, max_tokens_limit, max_request_tokens)
     name = served_name or str(model_dir)

@@ -1,8 +1,8 @@
 """Completion text ⇄ assistant message: the rules every parser shares, and the Hermes/JSON reader.
 
 `parse_with(text, split_calls)` holds the shared rules; each model family's call format is a
-`split_calls` reader (this module's JSON one, the others in `pivotrl.callformats`), and
-`pivotrl.formats.parser_for(tokenizer)` picks the model's own. Profiling, training, evaluation
+`split_calls` reader (this module's JSON one, the others in `pivotrl.formats.call_syntax`), and
+`pivotrl.formats.families.parser_for(tokenizer)` picks the model's own. Profiling, training, evaluation
 and `pivotrl verify` all parse through it.
 
 Formats read here (`parse_completion`):
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pivotrl.records import FunctionCall, Message, ToolCall, message_text, parse_arguments
+from pivotrl.io.records import FunctionCall, Message, ToolCall, message_text, parse_arguments
 
 # Past this many characters a completion is not an action but a runaway generation.
 MAX_COMPLETION_CHARS = 65_536
@@ -298,7 +298,7 @@ def parse_with(text: str, split_calls: CallSplitter = split_json_calls, *,
 
 def parse_completion(text: str, max_chars: int = MAX_COMPLETION_CHARS) -> ParsedAction:
     """Completion text → assistant message (tool-call arguments as JSON strings, ids call_0…), in
-    the Hermes/JSON formats; `pivotrl.formats.parser_for(tokenizer)` picks a model's own format."""
+    the Hermes/JSON formats; `pivotrl.formats.families.parser_for(tokenizer)` picks a model's own format."""
     return parse_with(text, split_json_calls, max_chars=max_chars)
 
 

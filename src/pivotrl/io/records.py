@@ -5,7 +5,7 @@ it becomes a `Reject` (file, line, field, reason) that the caller writes to a re
 with `strict=True`, a `RecordError` naming the same. Writers either append with a flush per
 record (resumable: a killed run leaves at most one torn last line, which `repair_tail` removes)
 or write a whole file atomically (temp file + rename). Turn files (turns, profiles, pivots) may
-hold compact rows (`pivotrl.turn_rows`): `read_records` expands them, the writers produce them.
+hold compact rows (`pivotrl.io.compact_rows`): `read_records` expands them, the writers produce them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pivotrl.turn_rows import RowDecoder, RowEncoder
+from pivotrl.io.compact_rows import RowDecoder, RowEncoder
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -262,7 +262,7 @@ def read_records(path: str | Path, model: type[T], *, strict: bool = False,
     for Trajectory files). With strict=True the first bad line raises RecordError instead.
 
     Turn models (Turn, Profile, pivots) are expanded here, the one place: a compact row
-    (`pivotrl.turn_rows`) gets the context and tools of the row before it; a broken chain is a
+    (`pivotrl.io.compact_rows`) gets the context and tools of the row before it; a broken chain is a
     Reject naming the field. A row that fails only `check` still continues the chain (its
     context is well defined), so one bad turn does not take its trajectory's later turns along.
     """

@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from pivotrl.sampling.base import derive_seed
+from pivotrl.io.seeds import derive_seed
 
 # Families whose attention module is q/k/v projections + RoPE + plain scaled dot-product softmax
 # over all cached keys (no sliding window, soft-capping, ALiBi or attention sinks): for them the

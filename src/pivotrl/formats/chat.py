@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pivotrl.records import Message, parse_arguments
+from pivotrl.io.records import Message, parse_arguments
 
 
 def template_message(message: Message, *, keep_reasoning: bool = False) -> dict[str, Any]:

@@ -11,7 +11,7 @@ reward_kwargs (verl config `custom_reward_function.reward_kwargs`): `verifier` (
 name, default "toolcall"), `verifier_config` (its options, as in configs/verifiers/*.yaml), and
 how to read the rollout text: `model` (the policy's checkpoint or tokenizer dir: its chat template
 tells the tool-call format) and/or `response_format` (hermes, qwen-xml, glm, deepseek, harmony,
-…; pivotrl.formats). Neither given: Hermes `<tool_call>` JSON, the format `render_action` writes.
+…; pivotrl.formats.families). Neither given: Hermes `<tool_call>` JSON, the format `render_action` writes.
 Every import is absolute: verl executes this file as a standalone module.
 """
 
@@ -21,7 +21,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from pivotrl.records import Turn
+from pivotrl.io.records import Turn
 from pivotrl.scoring import score_completion
 
 DEFAULT_VERIFIER = "toolcall"
@@ -30,10 +30,10 @@ DEFAULT_VERIFIER = "toolcall"
 @lru_cache(maxsize=8)
 def _parser(model: str | None, response_format: str | None):
     if model is None and response_format is None:
-        from pivotrl.actions import parse_completion
+        from pivotrl.formats.actions import parse_completion
 
         return parse_completion
-    from pivotrl.formats import parser_for_model
+    from pivotrl.formats.families import parser_for_model
 
     return parser_for_model(model, response_format)
 

@@ -1,7 +1,7 @@
 """Reading Turn files by shard, and rows of several files in another file's order (shard merge).
 
 Both go through `records.read_records` / `records.parse_line`, where compact rows
-(`pivotrl.turn_rows`) are expanded, so nothing here sees a row without its context.
+(`pivotrl.io.compact_rows`) are expanded, so nothing here sees a row without its context.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pivotrl.records import Reject, Turn, is_blank, parse_line, read_records
-from pivotrl.sampling.base import derive_seed
-from pivotrl.turn_rows import CONTEXT_FROM, TOOLS_FROM, RowDecoder
+from pivotrl.io.records import Reject, Turn, is_blank, parse_line, read_records
+from pivotrl.io.seeds import derive_seed
+from pivotrl.io.compact_rows import CONTEXT_FROM, TOOLS_FROM, RowDecoder
 
 
 def shard_of(turn_id: str, n: int) -> int:
@@ -85,7 +85,7 @@ class RowAccess:
 
     Asking for rows in their file's order reads each line once (the decoder keeps the previous
     row). Asked out of order, it re-reads from the nearest earlier row that stands alone; a
-    chain never leaves one trajectory (`pivotrl.turn_rows`), so that is at most its turns."""
+    chain never leaves one trajectory (`pivotrl.io.compact_rows`), so that is at most its turns."""
 
     def __init__(self, paths: list[Path], index: list[list[tuple[str, int, int, bool]]], model):
         self.paths, self.index, self.model = paths, index, model

@@ -29,11 +29,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from pivotrl.chat import prompt_text
-from pivotrl.formats import parser_for
-from pivotrl.profiling import SUCCESS_THRESHOLD, chunks, read_turns, score_samples
-from pivotrl.records import Turn, rejects_path, write_atomic
-from pivotrl.sampling.base import SamplingParams, derive_seed
+from pivotrl.formats.chat import prompt_text
+from pivotrl.formats.families import parser_for
+from pivotrl.profile import SUCCESS_THRESHOLD, chunks, read_turns, score_samples
+from pivotrl.io.records import Turn, rejects_path, write_atomic
+from pivotrl.sampling.base import SamplingParams
+from pivotrl.io.seeds import derive_seed
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
@@ -50,19 +51,19 @@ class TurnEvalConfig(BaseModel):
                                "policy's most likely action); > 0 samples with `seed`.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass (1.0 = off).")
     max_new_tokens: int | None = Field(None, ge=1, description="Tokens per action; None: the model's "
-                                       "budget (pivotrl.formats.token_budget), as profiling.")
+                                       "budget (pivotrl.formats.families.token_budget), as profiling.")
     seed: int = Field(0, description="Base seed; turn t samples with derive('evaluate', seed, t.id).")
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra chat-template "
                                                  "variables; use the ones training used (ours: none).")
     response_format: str | None = Field(None, description="Tool-call format of the completions; None: "
-                                        "detected from the chat template (pivotrl.formats).")
+                                        "detected from the chat template (pivotrl.formats.families).")
     success_threshold: float = Field(SUCCESS_THRESHOLD, description="Reward >= this is a success "
                                      "(profiling's threshold, so accuracy and pivot outcomes agree).")
     limit: int | None = Field(None, ge=1, description="Score only the first N valid turns (None: all).")
     chunk_turns: int = Field(64, ge=1, description="Turns per sampler call (memory only, not results).")
 
     def sampling(self, tokenizer: Any) -> SamplingParams:
-        from pivotrl.formats import token_budget
+        from pivotrl.formats.families import token_budget
 
         budget = self.max_new_tokens or token_budget(tokenizer, self.chat_template_kwargs,
                                                      self.response_format)

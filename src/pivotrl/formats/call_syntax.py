@@ -1,4 +1,4 @@
-"""Readers of the tool-call formats other than Hermes/JSON (`pivotrl.actions.split_json_calls`).
+"""Readers of the tool-call formats other than Hermes/JSON (`pivotrl.formats.actions.split_json_calls`).
 
 Each reader takes the completion body (end-of-turn markers and reasoning already dropped by
 `actions.parse_with`) and returns (content, [(name, arguments)]) or raises `InvalidAction`.
@@ -26,7 +26,7 @@ import json
 import re
 from typing import Any
 
-from pivotrl.actions import InvalidAction
+from pivotrl.formats.actions import InvalidAction
 
 _WS = re.compile(r"\s*")
 

@@ -24,17 +24,18 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from pivotrl.actions import parse_completion
-from pivotrl.chat import prompt_text
-from pivotrl.formats import PLAIN_TOKEN_BUDGET, parser_for, token_budget
-from pivotrl.outputs import output_lock
-from pivotrl.records import (AppendWriter, Profile, Reject, Sample, Turn, done_ids, is_blank,
+from pivotrl.formats.actions import parse_completion
+from pivotrl.formats.chat import prompt_text
+from pivotrl.formats.families import PLAIN_TOKEN_BUDGET, parser_for, token_budget
+from pivotrl.io.outputs import output_lock
+from pivotrl.io.records import (AppendWriter, Profile, Reject, Sample, Turn, done_ids, is_blank,
                              iter_lines, read_records, rejects_path, write_atomic,
                              write_text_atomic)
-from pivotrl.sampling.base import Completion, SamplingParams, derive_seed
+from pivotrl.sampling.base import Completion, SamplingParams
+from pivotrl.io.seeds import derive_seed
 from pivotrl.sampling.pipeline import prefetch, prompt_limit, split_too_long
 from pivotrl.scoring import Parser, score_completions
-from pivotrl.turn_io import (RowAccess, index_rows, read_turns, scan_turns,  # noqa: F401 (API)
+from pivotrl.io.turn_files import (RowAccess, index_rows, read_turns, scan_turns,  # noqa: F401 (API)
                              shard_of)
 from pivotrl.verifiers.base import Score
 
@@ -54,14 +55,14 @@ class ProfileConfig(BaseModel):
                                             description="The verifier's options (its YAML keys).")
     seed: int = Field(0, description="Base seed; turn t samples with seed derive(seed, t.id).")
     max_new_tokens: int | None = Field(None, ge=1, description="Tokens per sample. None (ours): 4096 for a "
-                                       "thinking model, else 256 (pivotrl.formats.token_budget); cut samples "
+                                       "thinking model, else 256 (pivotrl.formats.families.token_budget); cut samples "
                                        "are counted in truncated_samples.")
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra chat-template "
                                                  "variables (e.g. enable_thinking: false); training must use "
                                                  "the same ones (ours: none).")
     response_format: str | None = Field(None, description="Tool-call format of the completions (hermes, "
                                         "qwen-xml, glm, deepseek, harmony, response-template); None: "
-                                        "detected from the chat template (pivotrl.formats).")
+                                        "detected from the chat template (pivotrl.formats.families).")
     temperature: float = Field(1.0, ge=0.0, description="1.0: sample π0 itself (SamplingParams).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass (1.0 = off).")
     chunk_turns: int = Field(64, ge=1, description="Turns per sampler call; the sampler sorts them "

@@ -14,7 +14,7 @@ us (the two seed summaries and public descriptions of arXiv 2603.21383) gives no
 is our choice: with K = 8 it drops turns the reference policy already solves 6 or more times out
 of 8, and keeps every mixed turn it solves ≤ 5 times. Tune it with --lambda-diff.
 
-Re-profiling during training (`reprofile`, `ReprofileHook`) lives in pivotrl.profiling.
+Re-profiling during training (`reprofile`, `ReprofileHook`) lives in pivotrl.profile.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from pivotrl.profiling import SUCCESS_THRESHOLD, outcome
-from pivotrl.records import Profile, Reject, read_records, rejects_path, write_atomic
+from pivotrl.profile import SUCCESS_THRESHOLD, outcome
+from pivotrl.io.records import Profile, Reject, read_records, rejects_path, write_atomic
 
 LAMBDA_DIFF = 0.75  # see the module docstring for where this comes from
 

@@ -22,7 +22,7 @@ Why it is safe:
   (same objects, or the same JSON); anything else is written in full. Rows with a whole `context`
   read as always: old files need nothing.
 
-This module holds the encoding only; `pivotrl.records` applies it in its one reader and its
+This module holds the encoding only; `pivotrl.io.records` applies it in its one reader and its
 writers, so no caller handles compact rows itself.
 """
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pivotrl.records import rejects_path
+from pivotrl.io.records import rejects_path
 
 
 class OutputPathError(ValueError):

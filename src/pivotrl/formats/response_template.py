@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pivotrl.actions import InvalidAction
+from pivotrl.formats.actions import InvalidAction
 
 
 def _pattern(field: dict[str, Any], key: str) -> re.Pattern | None:

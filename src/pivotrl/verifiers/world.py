@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pivotrl.records import Turn
+from pivotrl.io.records import Turn
 
 
 class World(Protocol):

@@ -1,1 +1,0 @@
-"""Hooks other training engines call into (verl's custom reward function)."""
