@@ -14,7 +14,9 @@ from pivotrl.experiment.evaluate import EvalConfig
 from pivotrl.extract import ExtractOptions
 from pivotrl.io.outputs import guarded_command
 from pivotrl.io.records import RecordError
+from pivotrl.evaluate import TurnEvalConfig
 from pivotrl.profile.loop import ProfileConfig
+from pivotrl.sampling.options import EngineConfig
 from pivotrl.train.config import GRPORunConfig, SFTRunConfig
 from pivotrl.select import SelectConfig
 
@@ -303,12 +305,20 @@ def evaluate(
     turns: Optional[Path] = typer.Option(None, help="Instead: held-out Turn JSONL of any data set."),
     verifier: str = typer.Option("toolcall", help="With --turns: the verifier."),
     verifier_config: Optional[Path] = typer.Option(None, help="With --turns: the verifier's YAML options."),
+    backend: str = typer.Option("hf", help="With --turns: " + EngineConfig.model_fields["backend"].description),
+    base_url: str = option(EngineConfig, "base_url"),
+    served_model_name: Optional[str] = option(EngineConfig, "served_model_name"),
+    batch_size: int = option(EngineConfig, "batch_size"),
+    max_model_len: Optional[int] = typer.Option(None, help="vllm: context; longer prompts are set aside."),
 ) -> None:
     """Episode success and OOD accuracy, 95% intervals; --turns: turn accuracy, clustered interval."""
     if turns is not None:  # any data set's held-out turns (pivotrl.evaluate)
         from pivotrl.evaluate import cli_evaluate_turns
+        engine = {"max_model_len": max_model_len} if max_model_len else {}
         raise typer.Exit(cli_evaluate_turns(console, model, turns, out, testbed or bfcl, verifier, verifier_config,
-                                            temperature=temperature, seed=seed))
+                                            temperature=temperature, seed=seed, backend=backend,
+                                            base_url=base_url, served_model_name=served_model_name,
+                                            batch_size=batch_size, engine=engine))
     from rich.table import Table
 
     from pivotrl.experiment.evaluate import evaluate_checkpoint, write_result
@@ -341,6 +351,52 @@ def evaluate(
                       f"{100 * v['ci95'][0]:.1f}–{100 * v['ci95'][1]:.1f}", str(v["n"]), "")
     Console().print(table)
     console.print(f"wrote {json_path} and {md_path} ({result['seconds']} s)")
+
+
+@guarded_command(app, inputs=["turns", "verifier_config"], outputs=["out"], with_sidecars=False)
+@config_fields(TurnEvalConfig, skip=("verifier_config", "engine", "chunk_turns", "base_url",
+                                     "served_model_name", "concurrency"))
+def compare(
+    turns: Path = typer.Option(..., "--turns", help="Held-out Turn JSONL (e.g. extract --eval-out)."),
+    model: list[Path] = typer.Option(..., "--model", help="Model dir; repeat: --model A --model B (a before b)."),
+    out: Path = typer.Option(..., "--out", help="RESULT.json; each model's own result goes next to it "
+                             "(RESULT.model-I.json and its items)."),
+    verifier_config: Optional[Path] = typer.Option(None, help="YAML of the verifier's options."),
+    max_model_len: Optional[int] = typer.Option(None, help="vllm: context; longer prompts are set aside."),
+    overrides: dict | None = None,
+) -> None:
+    """Paired comparison of models on your held-out turns: per-turn success of each (as `evaluate
+    --turns`), the difference a − b on the turns both scored, a 95% interval from the paired
+    bootstrap over trajectories, and a verdict (met: a better, not met: b better, within noise)."""
+    from pivotrl.compare import compare_models, compare_table
+    from pivotrl.evaluate import check_inputs
+    from pivotrl.sampling import SamplerError
+
+    if len(model) < 2:
+        console.print("[red]compare needs at least two --model (a before b)[/red]")
+        raise typer.Exit(2)
+    if overrides.get("backend") == "openai":
+        console.print("[red]compare loads each model itself: --backend hf or vllm[/red]")
+        raise typer.Exit(2)
+    if max_model_len:
+        overrides["engine"] = {"max_model_len": max_model_len}
+    checked = check_inputs(console, model, turns, overrides.pop("verifier", "toolcall"), verifier_config,
+                           overrides)
+    if checked is None:
+        raise typer.Exit(2)
+    cfg, ver = checked
+    try:
+        with console.status(f"scoring {len(model)} models on {turns.name}"):
+            doc = compare_models(turns, [str(m) for m in model], out, ver, cfg)
+    except (SamplerError, ValueError) as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+    Console().print(compare_table(doc))
+    for m in doc["models"]:
+        console.print(f"{m['model']}: turn accuracy {100 * m['accuracy']:.1f}% on {m['turns']} turns"
+                      + (f" ({m['too_long']} prompts too long, set aside)" if m["too_long"] else "")
+                      + f" → {m['result']}")
+    console.print(f"wrote {out}")
 
 
 @guarded_command(app, inputs=["turns"], outputs=["out"])
