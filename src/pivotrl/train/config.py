@@ -115,7 +115,8 @@ class GRPORunConfig(_RunCommon):
     top_p: float = Field(1.0, description="Nucleus sampling of rollouts (TRL: 1.0).")
     max_prompt_length: int | None = Field(None, description="Pivots whose prompt is longer (tokens) are "
                                           "dropped and counted (TRL 1.16 has no prompt truncation; cutting a "
-                                          "chat prompt would break it).")
+                                          "chat prompt would break it). None (ours): the model's context "
+                                          "less max_completion_length (train.grpo.with_prompt_cap).")
     max_completion_length: int | None = Field(None, description="Tokens per completion. None (ours): 4096 "
                                               "for a thinking model (its reasoning comes first), else 256 (one "
                                               "action); see pivotrl.formats.families.token_budget. Cut completions are "
