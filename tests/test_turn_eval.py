@@ -188,38 +188,6 @@ def test_sharded_reading_partitions_the_file_and_still_rejects(tmp_path):
 # ---------------------------------------------------------------- prompt caps and backends
 
 
-def test_the_context_is_the_smallest_the_model_states(tiny_model_dir):
-    from types import SimpleNamespace as NS
-
-    from pivotrl.sampling.hf import HFSampler
-    from pivotrl.sampling.pipeline import context_length
-
-    unset = NS(model_max_length=int(1e30))  # transformers' "no limit" sentinel
-    assert context_length(NS(max_position_embeddings=2048), unset) == 2048
-    assert context_length(NS(n_positions=1024), NS(model_max_length=512)) == 512
-    assert context_length(NS(), unset) is None and context_length() is None
-    # the tiny model: 2048 positions, a tokenizer that says 4096
-    assert HFSampler(tiny_model_dir).max_prompt_tokens() == 2047
-
-
-def test_prompts_longer_than_the_context_are_set_aside_and_counted(tmp_path, tiny_model_dir):
-    from pivotrl.sampling.hf import HFSampler
-    from pivotrl.verifiers import get_verifier
-
-    long = turn(9, 0)
-    long["context"] = [{"role": "user", "content": "notes " * 2500 + "Where is order O-90?"}]
-    path = write_turns(tmp_path / "eval.jsonl", [turn(0, 0), long, turn(0, 1)])
-    sampler = HFSampler(tiny_model_dir)
-    res = evaluate_turns_file(path, tmp_path / "r.json", sampler, get_verifier("toolcall"),
-                              sampler.tokenizer, TurnEvalConfig(max_new_tokens=4))
-    assert list(res["too_long"]) == ["tr9/0"] and res["too_long"]["tr9/0"] > 2047
-    assert res["prompt_limit"] == 2047 and res["turns"] == 2 and res["clusters"] == 1
-    only_long = write_turns(tmp_path / "long.jsonl", [long])
-    with pytest.raises(ValueError, match="longer than the engine takes"):
-        evaluate_turns_file(only_long, tmp_path / "r2.json", sampler, get_verifier("toolcall"),
-                            sampler.tokenizer, TurnEvalConfig(max_new_tokens=4))
-
-
 def test_evaluate_turns_through_pivotrl_serve_equals_hf(tmp_path, tiny_model_dir):
     from typer.testing import CliRunner
 

@@ -46,11 +46,12 @@ def dist_world() -> tuple[int, int]:
 
 def is_sharded(model: Any) -> bool:
     """Whether the model's parameters are split over processes: DeepSpeed ZeRO-3 (`ds_id`), FSDP1
-    (flat parameters), FSDP2 (DTensor). Then no process can run a forward alone."""
-    for param in getattr(model, "parameters", lambda: iter(()))():
-        return (hasattr(param, "ds_id") or getattr(param, "_is_flat_param", False)
-                or type(param).__name__ == "DTensor" or type(getattr(param, "data", None)).__name__ == "DTensor")
-    return False
+    (flat parameters), FSDP2 (its modules' classes; between a forward and a backward the root's
+    parameters are plain tensors, so they cannot tell). Then no process can run a forward alone."""
+    if any(type(m).__name__.startswith("FSDP") for m in getattr(model, "modules", lambda: ())()):
+        return True
+    return any(hasattr(p, "ds_id") or getattr(p, "_is_flat_param", False) or type(p).__name__ == "DTensor"
+               for p in getattr(model, "parameters", lambda: ())())
 
 
 def share_kept(ids: list[str], counts: dict[str, int], *, profiled_all: bool) -> tuple[list[str], dict[str, int]]:
