@@ -1,5 +1,8 @@
 """A real OpenAI-compatible judge endpoint on 127.0.0.1 for the judge verifier's tests: it reads
-the two actions out of the judge prompt and answers by a rule on (A, B)."""
+the two actions out of the judge prompt and answers by a rule on (A, B).
+
+A rule answering "YES" or "NO" stands for a judge that follows the prompt: the endpoint sends
+`VERDICT: YES` / `VERDICT: NO`. Any other answer is sent as it is (a judge that does not)."""
 
 from __future__ import annotations
 
@@ -27,7 +30,9 @@ class FakeJudge:
                 prompt = body["messages"][-1]["content"]
                 a = re.search(r"Action A:\n(.*?)\n\nAction B:", prompt, re.S).group(1)
                 b = re.search(r"Action B:\n(.*?)\n\nAre actions", prompt, re.S).group(1)
-                reply = {"choices": [{"message": {"role": "assistant", "content": rule(a, b)}}]}
+                answer = rule(a, b)
+                answer = f"VERDICT: {answer}" if answer in ("YES", "NO") else answer
+                reply = {"choices": [{"message": {"role": "assistant", "content": answer}}]}
                 data = json.dumps(reply).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
