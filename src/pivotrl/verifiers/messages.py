@@ -67,6 +67,7 @@ _CLAIMS = re.compile(r"[\d@#/$€£¥%]|\b(?:i|i've|i'd|i'll|me|my|mine|we|we've
 # "the functions I have" is a way to name the tools, not a claim.
 _TOOLS_I_HAVE = re.compile(_TOOLS + r" (?:that )?(?:i|we) (?:have|can use|can access)"
                            r"(?: available| access to)?\b", re.I)
+_LEADING_COURTESY = re.compile(r"^(?:" + _COURTESY.pattern + r")\s+", re.I)
 _NEGATION_ONLY = re.compile(r"no|none|not|never", re.I)
 
 
@@ -87,6 +88,7 @@ def is_tool_refusal(text: str) -> bool:
     names_tools = False
     for clause in _CLAUSE.split(text):
         clause = " ".join(clause.split())
+        clause = _LEADING_COURTESY.sub("", clause)
         if not clause or _COURTESY.fullmatch(clause) or _NEGATION_ONLY.fullmatch(clause):
             continue
         if not _refusal_clause(clause):
