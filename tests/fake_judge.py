@@ -2,7 +2,8 @@
 the two actions out of the judge prompt and answers by a rule on (A, B).
 
 A rule answering "YES" or "NO" stands for a judge that follows the prompt: the endpoint sends
-`VERDICT: YES` / `VERDICT: NO`. Any other answer is sent as it is (a judge that does not)."""
+`VERDICT: YES` / `VERDICT: NO`. Any other answer, or any answer with `raw=True`, is sent as it
+is (a judge that does not follow the format)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class FakeJudge:
     """A real OpenAI-compatible endpoint on 127.0.0.1 answering by a rule on (A, B)."""
 
-    def __init__(self, rule):
+    def __init__(self, rule, raw: bool = False):
         outer = self
         self.requests = 0
 
@@ -31,7 +32,8 @@ class FakeJudge:
                 a = re.search(r"Action A:\n(.*?)\n\nAction B:", prompt, re.S).group(1)
                 b = re.search(r"Action B:\n(.*?)\n\nAre actions", prompt, re.S).group(1)
                 answer = rule(a, b)
-                answer = f"VERDICT: {answer}" if answer in ("YES", "NO") else answer
+                if answer in ("YES", "NO") and not raw:
+                    answer = f"VERDICT: {answer}"
                 reply = {"choices": [{"message": {"role": "assistant", "content": answer}}]}
                 data = json.dumps(reply).encode()
                 self.send_response(200)

@@ -167,7 +167,7 @@ def test_free_text_pays_only_up_to_whitespace():
             "anxious on long flights and likes to look outside")
     turn = call_turn(("search_flights", {**BASE, "note": long}))
     verifier = get_verifier("toolcall")
-    spaced = "  " + long.replace(" window ", " window\n ") + " "
+    spaced = "  " + long.replace(" window ", " window \t ") + " "
     assert reward(verifier, turn, hermes(("search_flights", {**BASE, "note": spaced}))) == 1.0
     for other in (long.replace("anxious", "anxous"), long.capitalize(), long + ".",
                   "aisle seat please"):  # a typo, case, a full stop: not proven the same

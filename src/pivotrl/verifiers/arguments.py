@@ -8,12 +8,10 @@ configured it (`toolcall`'s `unproven_rule: judge`), a question for the judge. S
 carry `UNPROVEN` in their reason; every other difference is proven (another number, another
 type, another enum case, a missing required key).
 
-- Numbers by value, integers exactly: 5 == 5.0 for a `number` parameter (JSON Schema: an
-  integer *is* a number, and both texts denote one value), but an integer-valued side is
-  compared as an exact integer, never by closeness (12345678901234567 vs 1.2345678901234568e16
-  is another id). Two non-integral floats may differ by rounding noise (rel 1e-12, far below any
-  printed digit). A float for an `integer` parameter is a difference unless `int_float_equal`.
-  Booleans are not numbers.
+- Numbers by value, exactly: 5 == 5.0 for a `number` parameter (JSON Schema: an integer *is* a
+  number, and both texts denote one value), but never by closeness: 12345678901234567 vs
+  1.2345678901234568e16 is another id, 0.3 vs 0.30000000000000004 another value. A float for
+  an `integer` parameter is a difference unless `int_float_equal`. Booleans are not numbers.
 - A numeric string for an `integer`/`number` parameter ("2" for 2) only with `numeric_strings`
   (the user declares a backend that parses the canonical literal to that number): "02", " 2",
   "2e0" or "two" are differences even then.
@@ -28,7 +26,9 @@ type, another enum case, a missing required key).
     case-sensitive);
   - an `enum` value in another case when it folds to exactly one allowed value: the schema
     leaves one choice it can mean (a fold matching two allowed values proves nothing);
-  - any other string: equal after Unicode NFC and collapsing runs of whitespace. NFC is
+  - any other one-line string: equal after Unicode NFC and collapsing runs of whitespace; a
+    string with a line break on either side (file contents, code, YAML, Markdown: line breaks
+    and indentation are syntax there) only after NFC. NFC is
     canonical equivalence (the Unicode standard defines the two sequences as the same text:
     "é" as one or two code points); NFKC is not used, it merges different characters ("ﬁ" and
     "fi", "²" and "2"). Case, punctuation, look-alike letters and every word count: "Hire" is
@@ -42,7 +42,6 @@ type, another enum case, a missing required key).
 
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
 from typing import Any
@@ -53,14 +52,17 @@ from pivotrl.verifiers.schema import (DEC_LITERAL, INT_LITERAL, MISSING, ParamSp
 _SCALARS = (str, int, float, bool)
 _EMAIL = re.compile(r"[^@\s]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
 UNPROVEN = "(not proven equal)"
+_LINE_BREAK = re.compile(r"[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
+
+
+def nfc(s: str) -> str:
+    return s if s.isascii() else unicodedata.normalize("NFC", s)
 
 
 def text_key(s: str) -> str:
     """The form in which two texts compare: NFC (canonical equivalence), whitespace runs as one
     space, no leading/trailing whitespace. Nothing else is folded."""
-    if not s.isascii():
-        s = unicodedata.normalize("NFC", s)
-    return " ".join(s.split())
+    return " ".join(nfc(s).split())
 
 
 def _as_int(v: int | float) -> int | None:
@@ -73,7 +75,7 @@ def _as_int(v: int | float) -> int | None:
 
 def numbers_equal(exp: int | float, cand: int | float) -> bool:
     if type(exp) is float and type(cand) is float and not (exp.is_integer() and cand.is_integer()):
-        return exp == cand or math.isclose(exp, cand, rel_tol=1e-12, abs_tol=0.0)
+        return exp == cand
     e, c = _as_int(exp), _as_int(cand)
     return e is not None and e == c
 
@@ -157,7 +159,8 @@ class ArgumentComparer:
         if cls == "exact":
             # Another identifier or another program: a proven difference, never for a judge.
             return f"{differ} (compared exactly)"
-        if text_key(exp) == text_key(cand):
+        multiline = _LINE_BREAK.search(exp) or _LINE_BREAK.search(cand)
+        if (nfc(exp) == nfc(cand)) if multiline else (text_key(exp) == text_key(cand)):
             return ""
         return f"{differ} {UNPROVEN}"
 
