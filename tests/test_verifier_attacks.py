@@ -80,6 +80,7 @@ def test_short_values_whose_case_or_digits_carry_meaning_score_0(expert, cand):
     ("x2", "x\u00b2"),             # superscript two
     ("ABC", "\uff21\uff22\uff23"),  # full-width letters
     ("Paris", "Paris\u200b"),      # a zero-width space is not whitespace
+    ("Paris Lyon", "Paris\x1fLyon"),  # nor a control character str.split splits at
 ])
 def test_unicode_look_alikes_score_0(expert, cand):
     for props in ({"city": TEXT}, {"account_id": TEXT}):
@@ -218,6 +219,8 @@ def test_messages_equal_up_to_whitespace_and_nfc_score_1():
     cafe = "Meet me at Café de Flore."
     assert reward(say(cafe), say(unicodedata.normalize("NFD", cafe))) == 1
     assert reward(say("Done."), say("   ")) == 0
+    assert reward(say("Go to Paris now."), say("Go to Paris\u3000now.")) == 1  # ideographic space
+    assert reward(say("Go to Paris now."), say("Go to Paris\x1cnow.")) == 0
 
 
 REFUSAL = "I'm sorry, none of the available functions can order a pizza."

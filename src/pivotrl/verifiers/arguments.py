@@ -52,6 +52,8 @@ from pivotrl.verifiers.schema import (DEC_LITERAL, INT_LITERAL, MISSING, ParamSp
 _SCALARS = (str, int, float, bool)
 _EMAIL = re.compile(r"[^@\s]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
 UNPROVEN = "(not proven equal)"
+_WHITESPACE = re.compile(
+    "[\t\n\v\f\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
 _LINE_BREAK = re.compile(r"[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
 
 
@@ -60,9 +62,11 @@ def nfc(s: str) -> str:
 
 
 def text_key(s: str) -> str:
-    """The form in which two texts compare: NFC (canonical equivalence), whitespace runs as one
-    space, no leading/trailing whitespace. Nothing else is folded."""
-    return " ".join(nfc(s).split())
+    """The form in which two texts compare: NFC (canonical equivalence), runs of whitespace as
+    one space, no leading/trailing whitespace. Whitespace is Unicode's White_Space property
+    (`str.split` would also split at the control characters U+001C–U+001F). Nothing else is
+    folded."""
+    return _WHITESPACE.sub(" ", nfc(s)).strip(" ")
 
 
 def _as_int(v: int | float) -> int | None:
