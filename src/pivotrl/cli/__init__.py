@@ -307,11 +307,11 @@ def evaluate(
     turns: Optional[Path] = typer.Option(None, help="Instead: held-out Turn JSONL of any data set."),
     verifier: str = typer.Option("toolcall", help="With --turns: the verifier."),
     verifier_config: Optional[Path] = typer.Option(None, help="With --turns: the verifier's YAML options."),
-    backend: str = typer.Option("hf", help="With --turns: " + EngineConfig.model_fields["backend"].description),
+    backend: str = option(EngineConfig, "backend"),
     base_url: str = option(EngineConfig, "base_url"),
     served_model_name: Optional[str] = option(EngineConfig, "served_model_name"),
     batch_size: int = option(EngineConfig, "batch_size"),
-    max_model_len: Optional[int] = typer.Option(None, help="vllm: context; longer prompts are set aside."),
+    max_model_len: Optional[int] = engine_option(VLLMOptions, "max_model_len"),
 ) -> None:
     """Episode success and OOD accuracy, 95% intervals; --turns: turn accuracy, clustered interval."""
     if turns is not None:  # any data set's held-out turns (pivotrl.evaluate)
@@ -364,7 +364,7 @@ def compare(
     out: Path = typer.Option(..., "--out", help="RESULT.json; each model's own result goes next to it "
                              "(RESULT.model-I.json and its items)."),
     verifier_config: Optional[Path] = typer.Option(None, help="YAML of the verifier's options."),
-    max_model_len: Optional[int] = typer.Option(None, help="vllm: context; longer prompts are set aside."),
+    max_model_len: Optional[int] = engine_option(VLLMOptions, "max_model_len"),
     overrides: dict | None = None,
 ) -> None:
     """Paired comparison of models on your held-out turns: per-turn success of each (as `evaluate
