@@ -2,8 +2,9 @@
 
 `EngineConfig` holds the choice of engine and its options for every verb that samples
 (`pivotrl profile`'s ProfileConfig, `pivotrl evaluate --turns` and `pivotrl compare`'s
-TurnEvalConfig); `build_sampler` hands each backend only what it takes (an option for another backend is an error, not silently dropped: a typo on a
-multi-GPU job should fail before the GPUs are taken).
+TurnEvalConfig); `build_sampler` hands each backend only what it takes (an option for another
+backend is an error, not silently dropped: a typo on a multi-GPU job should fail before the GPUs
+are taken).
 """
 
 from __future__ import annotations
