@@ -42,6 +42,24 @@ def test_prompts_longer_than_the_context_are_set_aside_and_counted(tmp_path, tin
                             sampler.tokenizer, TurnEvalConfig(max_new_tokens=4))
 
 
+def test_the_hf_profiler_sets_an_over_long_prompt_aside(tmp_path, tiny_model_dir):
+    from pivotrl.io.records import Profile, iter_valid, rejects_path
+    from pivotrl.profile.loop import ProfileConfig
+    from pivotrl.profile.runs import profile_file
+    from pivotrl.sampling.hf import HFSampler
+    from pivotrl.verifiers import get_verifier
+
+    long = turn(9, 0)
+    long["context"] = [{"role": "user", "content": "notes " * 2500 + "Where is order O-90?"}]
+    path = write_turns(tmp_path / "turns.jsonl", [turn(0, 0), long])
+    sampler, out = HFSampler(tiny_model_dir), tmp_path / "profile.jsonl"
+    doc = profile_file(path, out, sampler, get_verifier("toolcall"), sampler.tokenizer,
+                       ProfileConfig(k=1, max_new_tokens=2), progress=False)
+    assert [p.id for p in iter_valid(out, Profile)] == ["tr0/0"]
+    assert list(doc["runs"][-1]["too_long"]) == ["tr9/0"]
+    assert "longer than the engine takes (2047)" in rejects_path(out).read_text()
+
+
 def test_grpo_prompt_cap_defaults_to_the_context_less_the_completion_budget(tmp_path, tiny_model_dir):
     from pivotrl.train.grpo import build_prompts, prepare
     from test_train_grpo import small_config
