@@ -67,6 +67,22 @@ def test_a_broken_model_loses_and_identical_models_tie(tmp_path, tokenizer):
     assert json.loads(model_result_path(out, 1).read_text())["model"] == "broken"
 
 
+def test_results_scored_differently_do_not_pair(tmp_path, tokenizer):
+    from pivotrl.compare import compare_results
+    from pivotrl.evaluate import evaluate_turns_file
+    from pivotrl.verifiers import get_verifier
+
+    path = write_turns(tmp_path / "eval.jsonl", [turn(t, 0) for t in range(3)])
+    paths = []
+    for i, threshold in enumerate((1.0, 0.5)):
+        paths.append(tmp_path / f"r{i}.json")
+        evaluate_turns_file(path, paths[-1], ScriptedSampler(lambda order: True), get_verifier("toolcall"),
+                            tokenizer, TurnEvalConfig(max_new_tokens=4, success_threshold=threshold))
+    with pytest.raises(ValueError, match="success_threshold"):
+        compare_results(paths, tmp_path / "cmp.json")
+    assert compare_results([paths[0], paths[0]], tmp_path / "cmp.json")["pairs"][0]["diff"] == 0.0
+
+
 def test_cli_compare_the_same_model_twice_is_within_noise(tmp_path, tiny_model_dir):
     from typer.testing import CliRunner
 
@@ -85,6 +101,11 @@ def test_cli_compare_the_same_model_twice_is_within_noise(tmp_path, tiny_model_d
     one = CliRunner().invoke(app, ["compare", "--turns", str(path), "--model", str(tiny_model_dir),
                                    "--out", str(out)])
     assert one.exit_code == 2 and "two --model" in one.output
+    # the same pairs from the two results compare --model wrote (as from two evaluate jobs)
+    again = CliRunner().invoke(app, ["compare", "--out", str(tmp_path / "again.json"),
+                                     *(x for m in doc["models"] for x in ("--result", m["result"]))])
+    assert again.exit_code == 0, again.output
+    assert json.loads((tmp_path / "again.json").read_text())["pairs"] == doc["pairs"]
     missing = CliRunner().invoke(app, ["compare", "--turns", str(path), "--model", str(tiny_model_dir),
                                        "--model", str(tmp_path / "nope"), "--out", str(out)])
     assert missing.exit_code == 2 and "nope" in missing.output

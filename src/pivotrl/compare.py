@@ -21,7 +21,8 @@ Verdict (`verdict`): "met" when the interval lies above 0 (a is better), "not me
 
 `compare_models` scores each model on a Turn file with `pivotrl.evaluate` (each turn's success
 under the same verifier, settings and per-turn seeds) and pairs every two models on the turns
-both scored.
+both scored; `compare_results` pairs results `pivotrl evaluate --turns` already wrote (one job
+per model, any backend).
 """
 
 from __future__ import annotations
@@ -138,35 +139,71 @@ def compare_models(turns_path: str | Path, models: Sequence[str], out: str | Pat
     """Score each model on the turns (`cfg`: a pivotrl.evaluate.TurnEvalConfig; `sampler_for(model)`
     → (sampler, tokenizer), default `cfg.build_sampler`), pair them, write OUT (JSON) next to
     each model's own result (`model_result_path`). Returns the comparison dict."""
-    from pivotrl.evaluate import evaluate_turns_file, items_path
+    from pivotrl.evaluate import evaluate_turns_file
 
     if len(models) < 2:
         raise ValueError("compare needs at least two --model")
     sampler_for = sampler_for or cfg.build_sampler
-    results, named_items = [], []
+    paths = []
     for i, model in enumerate(models):
         sampler, tokenizer = sampler_for(model)
         try:
-            path = model_result_path(out, i)
-            result = evaluate_turns_file(turns_path, path, sampler, verifier, tokenizer, cfg,
-                                         model_name=str(model))
+            paths.append(model_result_path(out, i))
+            evaluate_turns_file(turns_path, paths[-1], sampler, verifier, tokenizer, cfg,
+                                model_name=str(model))
         finally:
             close = getattr(sampler, "close", None)
             if callable(close):
                 close()
             del sampler  # one model's weights at a time
-        results.append({"model": str(model), "result": str(path), "accuracy": result["accuracy"],
-                        "ci95": result["ci95"], "turns": result["turns"],
-                        "too_long": len(result["too_long"])})
+    return compare_results(paths, out, replicates)
+
+
+# Settings that change how a turn is scored; the others (engine, batching) change only speed.
+SCORING_SETTINGS = ("verifier", "verifier_config", "samples", "temperature", "top_p", "max_new_tokens",
+                    "seed", "chat_template_kwargs", "response_format", "success_threshold")
+
+
+def compare_results(results: Sequence[str | Path], out: str | Path,
+                    replicates: int = BOOTSTRAP_REPLICATES) -> dict[str, Any]:
+    """Pair models already scored by `pivotrl evaluate --turns` (each RESULT.json with its
+    RESULT.items.jsonl), e.g. on separate machines or engines; write OUT (JSON). Results scored
+    on another Turn file or with other scoring settings are refused: their turns do not pair."""
+    from pivotrl.evaluate import items_path
+
+    if len(results) < 2:
+        raise ValueError("compare needs at least two results")
+    docs = []
+    for path in map(Path, results):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: not an evaluate --turns result ({exc})") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("settings"), dict):
+            raise ValueError(f"{path}: not an evaluate --turns result (no settings)")
+        docs.append((path, doc))
+    first = docs[0][1]
+    for path, doc in docs[1:]:
+        differ = [k for k in ("turns_file",) if doc.get(k) != first.get(k)] + [
+            k for k in SCORING_SETTINGS if doc["settings"].get(k) != first["settings"].get(k)]
+        if differ:
+            raise ValueError(f"{path} was scored differently from {docs[0][0]} ({', '.join(differ)}): "
+                             "score every model on the same turns with the same settings")
+    models, named_items = [], []
+    for path, doc in docs:
+        name = str(doc.get("model") or path.stem)
+        models.append({"model": name, "result": str(path), "accuracy": doc.get("accuracy"),
+                       "ci95": doc.get("ci95"), "turns": doc.get("turns"),
+                       "too_long": len(doc.get("too_long") or {})})
         items = [json.loads(line) for line in items_path(path).read_text().splitlines() if line]
-        named_items.append((str(model), items))
-    doc = {"turns_file": str(turns_path), "settings": cfg.model_dump(), "models": results,
-           "pairs": compare_items(named_items, replicates),
-           "rule": "diff = a − b of per-turn success on the turns both scored; 95% CI: paired "
-                   f"bootstrap over trajectories, B = {replicates}; verdict 'met' = a better"}
+        named_items.append((name, items))
+    out_doc = {"turns_file": first.get("turns_file"), "settings": first.get("settings"), "models": models,
+               "pairs": compare_items(named_items, replicates),
+               "rule": "diff = a − b of per-turn success on the turns both scored; 95% CI: paired "
+                       f"bootstrap over trajectories, B = {replicates}; verdict 'met' = a better"}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(doc, indent=2))
-    return doc
+    Path(out).write_text(json.dumps(out_doc, indent=2))
+    return out_doc
 
 
 def compare_table(doc: dict[str, Any]):

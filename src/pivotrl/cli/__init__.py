@@ -355,14 +355,17 @@ def evaluate(
     console.print(f"wrote {json_path} and {md_path} ({result['seconds']} s)")
 
 
-@guarded_command(app, inputs=["turns", "verifier_config"], outputs=["out"], with_sidecars=False)
+@guarded_command(app, inputs=["turns", "verifier_config", "result"], outputs=["out"], with_sidecars=False)
 @config_fields(TurnEvalConfig, skip=("verifier_config", "engine", "chunk_turns", "base_url",
                                      "served_model_name", "concurrency"))
 def compare(
-    turns: Path = typer.Option(..., "--turns", help="Held-out Turn JSONL (e.g. extract --eval-out)."),
-    model: list[Path] = typer.Option(..., "--model", help="Model dir; repeat: --model A --model B (a before b)."),
-    out: Path = typer.Option(..., "--out", help="RESULT.json; each model's own result goes next to it "
-                             "(RESULT.model-I.json and its items)."),
+    out: Path = typer.Option(..., "--out", help="RESULT.json; with --model each model's own result goes "
+                             "next to it (RESULT.model-I.json and its items)."),
+    turns: Optional[Path] = typer.Option(None, "--turns", help="Held-out Turn JSONL (e.g. extract --eval-out)."),
+    model: Optional[list[Path]] = typer.Option(None, "--model", help="Model dir, scored on --turns; repeat: "
+                                               "--model A --model B (a before b)."),
+    result: Optional[list[Path]] = typer.Option(None, "--result", help="Instead: RESULT.json files of "
+                                                "`evaluate --turns` (one job per model, any backend); repeat."),
     verifier_config: Optional[Path] = typer.Option(None, help="YAML of the verifier's options."),
     max_model_len: Optional[int] = engine_option(VLLMOptions, "max_model_len"),
     overrides: dict | None = None,
@@ -370,32 +373,38 @@ def compare(
     """Paired comparison of models on your held-out turns: per-turn success of each (as `evaluate
     --turns`), the difference a − b on the turns both scored, a 95% interval from the paired
     bootstrap over trajectories, and a verdict (met: a better, not met: b better, within noise)."""
-    from pivotrl.compare import compare_models, compare_table
+    from pivotrl.compare import compare_models, compare_results, compare_table
     from pivotrl.evaluate import check_inputs
     from pivotrl.sampling import SamplerError
 
-    if len(model) < 2:
-        console.print("[red]compare needs at least two --model (a before b)[/red]")
+    model, result = model or [], result or []
+    if bool(model) == bool(result) or len(model or result) < 2 or (model and turns is None):
+        console.print("[red]compare needs at least two --model (with --turns), or at least two --result "
+                      "(a before b)[/red]")
         raise typer.Exit(2)
     if overrides.get("backend") == "openai":
-        console.print("[red]compare loads each model itself: --backend hf or vllm[/red]")
+        console.print("[red]compare --model loads each model itself: --backend hf or vllm (for a server, "
+                      "run evaluate --turns per model and compare --result)[/red]")
         raise typer.Exit(2)
-    if max_model_len:
-        overrides["engine"] = {"max_model_len": max_model_len}
-    checked = check_inputs(console, model, turns, overrides.pop("verifier", "toolcall"), verifier_config,
-                           overrides)
-    if checked is None:
-        raise typer.Exit(2)
-    cfg, ver = checked
     try:
-        with console.status(f"scoring {len(model)} models on {turns.name}"):
-            doc = compare_models(turns, [str(m) for m in model], out, ver, cfg)
-    except (SamplerError, ValueError) as exc:
+        if result:
+            doc = compare_results(result, out)
+        else:
+            if max_model_len:
+                overrides["engine"] = {"max_model_len": max_model_len}
+            checked = check_inputs(console, model, turns, overrides.pop("verifier", "toolcall"),
+                                   verifier_config, overrides)
+            if checked is None:
+                raise typer.Exit(2)
+            with console.status(f"scoring {len(model)} models on {turns.name}"):
+                doc = compare_models(turns, [str(m) for m in model], out, checked[1], checked[0])
+    except (SamplerError, ValueError, OSError) as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(1) from None
     Console().print(compare_table(doc))
     for m in doc["models"]:
-        console.print(f"{m['model']}: turn accuracy {100 * m['accuracy']:.1f}% on {m['turns']} turns"
+        acc = "–" if m["accuracy"] is None else f"{100 * m['accuracy']:.1f}%"
+        console.print(f"{m['model']}: turn accuracy {acc} on {m['turns']} turns"
                       + (f" ({m['too_long']} prompts too long, set aside)" if m["too_long"] else "")
                       + f" → {m['result']}")
     console.print(f"wrote {out}")
