@@ -188,6 +188,7 @@ def test_sharded_reading_partitions_the_file_and_still_rejects(tmp_path):
 # ---------------------------------------------------------------- prompt caps and backends
 
 
+@pytest.mark.slow
 def test_evaluate_turns_through_pivotrl_serve_equals_hf(tmp_path, tiny_model_dir):
     from typer.testing import CliRunner
 

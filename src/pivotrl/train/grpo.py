@@ -190,7 +190,8 @@ def save_final(trainer, tokenizer, output_dir: Path, base_model: str | None = No
             merge_adapter(base_model or model.peft_config["default"].base_model_name_or_path,
                           target, output_dir, dtype=next(t.dtype for t in state.values() if t.is_floating_point()))
         tokenizer.save_pretrained(output_dir)
-    accelerator.wait_for_everyone()
+    # No barrier after: a big LoRA merge on the main process can outlast a collective's timeout,
+    # and no process communicates again.
 
 
 def merge_adapter(base_model: str, adapter_dir: Path, output_dir: Path, dtype: Any = None) -> None:
