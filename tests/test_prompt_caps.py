@@ -77,3 +77,23 @@ def test_grpo_prompt_cap_defaults_to_the_context_less_the_completion_budget(tmp_
                          cfg.max_prompt_length, cfg.chat_template_kwargs)
     assert [r["id"] for r in rows.rows] == ["tr0/0"]
     assert rows.dropped[0][0] == "tr9/0" and "max_prompt_length 2000" in rows.dropped[0][1]
+
+
+@pytest.mark.gpu
+def test_evaluate_turns_with_vllm_sets_over_long_prompts_aside(tmp_path, tiny_model_dir):
+    pytest.importorskip("vllm")
+    import json
+
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+
+    long = turn(9, 0)
+    long["context"] = [{"role": "user", "content": "notes " * 400 + "Where is order O-90?"}]
+    path = write_turns(tmp_path / "eval.jsonl", [turn(0, 0), long, turn(1, 0)])
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(app, ["evaluate", "--turns", str(path), "--model", str(tiny_model_dir), "--out",
+                                   str(out), "--backend", "vllm", "--max-model-len", "256"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert list(doc["too_long"]) == ["tr9/0"] and doc["turns"] == 2 and doc["prompt_limit"] == 255
