@@ -220,7 +220,7 @@ def result_table(result: dict[str, Any], title: str):
 def check_inputs(console, models: Sequence[Path], turns: Path, verifier: str,
                  verifier_config: Path | None, options: dict[str, Any]):
     """(TurnEvalConfig, verifier) from the command line, or None after printing what is wrong."""
-    from pivotrl.io.yaml_config import read_mapping
+    from pivotrl.io.yaml_config import build_model, read_mapping
     from pivotrl.verifiers import get_verifier
 
     for path, what, ok in [*((m, "--model", m.is_dir()) for m in models), (turns, "--turns", turns.is_file())]:
@@ -229,7 +229,8 @@ def check_inputs(console, models: Sequence[Path], turns: Path, verifier: str,
             return None
     try:
         vopts = read_mapping(verifier_config) if verifier_config else {}
-        cfg = TurnEvalConfig(verifier=verifier, verifier_config=vopts, **options)
+        cfg = build_model(TurnEvalConfig, {"verifier": verifier, "verifier_config": vopts, **options},
+                          "options")
         return cfg, get_verifier(cfg.verifier, **cfg.verifier_config)
     except (KeyError, ValueError, TypeError, OSError) as exc:  # unknown verifier, bad options
         console.print(f"[red]{exc}[/red]")
