@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from pivotrl.formats.chat import prompt_text
 from pivotrl.formats.families import parser_for
 from pivotrl.io.records import Turn, rejects_path, sidecar_path, write_atomic
 from pivotrl.io.seeds import derive_seed
+from pivotrl.io.split import Split
 from pivotrl.io.turn_files import chunks, read_turns
 from pivotrl.profile.loop import score_samples
 from pivotrl.sampling.base import SamplingParams
@@ -155,22 +156,39 @@ def result_rejects_path(out: str | Path) -> Path:
 
 
 def evaluate_turns_file(turns_path: str | Path, out_path: str | Path, sampler, verifier, tokenizer,
-                        cfg: TurnEvalConfig, *, model_name: str = "") -> dict[str, Any]:
+                        cfg: TurnEvalConfig, *, model_name: str = "", split: Split | None = None,
+                        progress: Callable[[int, int], Any] | None = None) -> dict[str, Any]:
     """Score the turns of `turns_path`; write RESULT.json (`out_path`), the scored turns
-    (RESULT.items.jsonl) and bad lines (RESULT.rejects.jsonl). Returns the result dict."""
+    (RESULT.items.jsonl) and bad lines (RESULT.rejects.jsonl). Returns the result dict.
+    `split`: score only turns of its eval trajectories (the others are counted, not scored).
+    `progress(done, total)` is called after each scored turn."""
     turns_path, out_path = Path(turns_path), Path(out_path)
     outputs = (out_path, items_path(out_path), result_rejects_path(out_path))
     if turns_path.resolve() in {p.resolve() for p in outputs}:
         raise ValueError(f"{turns_path}: an output of evaluate would overwrite this input")
     t0 = time.perf_counter()
     turns, rejects = read_turns(turns_path)
-    chosen = [t for _, t in turns][: cfg.limit]
+    chosen = [t for _, t in turns]
+    held_out = split.eval_ids() if split is not None else None
+    if held_out is not None:
+        kept = [t for t in chosen if (t.trajectory_id or t.id) in held_out]
+        if chosen and not kept:
+            raise ValueError(f"{turns_path}: none of its {len(chosen)} turns belongs to an eval "
+                             "trajectory of the split; evaluate the held-out file (TURNS.eval.jsonl)")
+        not_held_out, chosen = len(chosen) - len(kept), kept
+    chosen = chosen[: cfg.limit]
     if not chosen:
         raise ValueError(f"{turns_path}: no valid turns ({len(rejects)} bad lines)")
-    items = list(score_turns(chosen, sampler, verifier, tokenizer, cfg))
+    items = []
+    for item in score_turns(chosen, sampler, verifier, tokenizer, cfg):
+        items.append(item)
+        if progress is not None:
+            progress(len(items), len(chosen))
     result = {"model": model_name, "turns_file": str(turns_path), "settings": cfg.model_dump(),
               "rejected_lines": len(rejects), **summarize(items),
               "seconds": round(time.perf_counter() - t0, 3)}
+    if held_out is not None:
+        result["split"] = {"eval_trajectories": len(held_out), "turns_not_held_out": not_held_out}
     write_atomic(items_path(out_path), items)
     if rejects:
         write_atomic(result_rejects_path(out_path), [r.to_json() for r in rejects])
@@ -197,23 +215,26 @@ def result_table(result: dict[str, Any], title: str):
 
 
 def cli_evaluate_turns(console, model: Path, turns: Path, out: Path, other_source: Path | None,
-                       verifier: str, verifier_config: Path | None, **options: Any) -> int:
+                       verifier: str, verifier_config: Path | None, split: Path | None = None,
+                       **options: Any) -> int:
     """The `evaluate --turns` verb: check the inputs, score with the hf sampler, print the
     table; returns the exit status (2: bad input, 1: nothing to score, 0: done)."""
     import yaml
     from rich.console import Console
 
+    from pivotrl.io.inputs import check_input_file, check_model
+    from pivotrl.io.progress import ProgressLog
+    from pivotrl.io.split import resolve_split
     from pivotrl.sampling import get_sampler
     from pivotrl.verifiers import get_verifier
 
     if other_source is not None:
         console.print("[red]--turns scores a Turn file on its own: drop --testbed/--bfcl[/red]")
         return 2
-    for path, what, ok in ((model, "--model", model.is_dir()), (turns, "--turns", turns.is_file())):
-        if not ok:
-            console.print(f"[red]{what} {path}: no such {'directory' if what == '--model' else 'file'}[/red]")
-            return 2
     try:
+        check_model(model)
+        check_input_file(turns, "--turns", "`pivotrl extract --eval-fraction F` (TURNS.eval.jsonl)")
+        held_out = resolve_split(split, turns)
         vopts = (yaml.safe_load(verifier_config.read_text()) or {}) if verifier_config else {}
         cfg = TurnEvalConfig(verifier=verifier, verifier_config=vopts, **options)
         ver = get_verifier(cfg.verifier, **cfg.verifier_config)
@@ -221,13 +242,18 @@ def cli_evaluate_turns(console, model: Path, turns: Path, out: Path, other_sourc
         console.print(f"[red]pivotrl evaluate --turns: {exc}[/red]")
         return 2
     sampler = get_sampler("hf", str(model))
+    log = ProgressLog("evaluate", None, unit="turn", every_s=30.0, log_file=sidecar_path(out, ".log", ".json"))
     try:
-        with console.status(f"scoring {turns.name}"):
-            result = evaluate_turns_file(turns, out, sampler, ver, sampler.tokenizer, cfg,
-                                         model_name=str(model))
+        result = evaluate_turns_file(turns, out, sampler, ver, sampler.tokenizer, cfg,
+                                     model_name=str(model), split=held_out,
+                                     progress=lambda done, total: log.update(done, total=total))
     except ValueError as exc:
         console.print(f"[red]{exc}[/red]")
         return 1
+    except KeyboardInterrupt:
+        console.print(f"[yellow]stopped; nothing written to {out}: rerun the same command (it scores "
+                      "every turn again)[/yellow]")
+        return 130
     Console().print(result_table(result, f"{model} on {turns}"))
     console.print(f"wrote {out} and {items_path(out)} ({result['seconds']} s)"
                   + (f"; bad lines: {result_rejects_path(out)}" if result["rejected_lines"] else ""))

@@ -10,8 +10,10 @@ from rich.console import Console
 
 from pivotrl.cli.options import config_fields, default_of, line_progress, load_config, option
 from pivotrl.experiment import cli as experiment_cli
+from pivotrl.experiment.e2e_config import E2ERunConfig
 from pivotrl.experiment.evaluate import EvalConfig
 from pivotrl.extract import ExtractOptions
+from pivotrl.io.inputs import InputError, check_input_file, check_model
 from pivotrl.io.outputs import guarded_command
 from pivotrl.io.records import RecordError
 from pivotrl.profile.loop import ProfileConfig
@@ -25,6 +27,7 @@ app.add_typer(import_app, name="import")
 # The experiment's verbs (demo, testbed, data) are defined beside it; only this module wires
 # both layers together.
 app.command()(experiment_cli.demo)
+app.command("e2e")(config_fields(E2ERunConfig)(experiment_cli.e2e))
 app.add_typer(experiment_cli.testbed_app, name="testbed")
 app.add_typer(experiment_cli.data_app, name="data")
 
@@ -50,9 +53,11 @@ def extract(
     opts = ExtractOptions(keep_reasoning=keep_reasoning, skip_content_regex=skip_content_regex,
                           only_tool_calls=only_tool_calls, eval_fraction=eval_fraction, seed=seed,
                           compact=compact)
-    if not trajectories.exists():
-        console.print(f"[red]{trajectories}: no such file[/red]")
-        raise typer.Exit(2)
+    try:
+        check_input_file(trajectories, "TRAJECTORIES", "your data pipeline: one JSON conversation a line")
+    except InputError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
     try:
         with line_progress(console, f"extract {trajectories.name}") as advance:
             summary = extract_file(trajectories, out, opts, eval_out=eval_out, strict=strict,
@@ -140,10 +145,9 @@ def profile(
     if model is None:
         console.print("[red]--model is required (the model dir; its tokenizer builds the prompts)[/red]")
         raise typer.Exit(2)
-    if not turns.is_file():
-        console.print(f"[red]{turns}: no such file[/red]")
-        raise typer.Exit(2)
     try:
+        check_input_file(turns, "TURNS", "`pivotrl extract`")
+        check_model(model)
         if verifier_config is not None:
             overrides["verifier_config"] = read_mapping(verifier_config)
         engine = engine_flags(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
@@ -162,7 +166,7 @@ def profile(
                                            served_model_name=cfg.served_model_name)
         doc = profile_file(turns, out, sampler, ver, tokenizer, cfg, model_name=model,
                            progress=progress, console=console)
-    except (SamplerError, ValueError) as exc:  # unreachable server; resume with other settings
+    except (SamplerError, ValueError, OSError) as exc:  # unreachable server or Hub; other settings
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(1)
     except KeyboardInterrupt:
@@ -255,7 +259,27 @@ def train(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML
     from pivotrl.train.grpo import train as run_grpo
 
     cfg = load_config(console, GRPORunConfig, config, **overrides)
-    _print_train_summary("train", run_grpo(cfg))
+    _print_train_summary("train", _run_training("train", run_grpo, cfg))
+
+
+def _run_training(verb: str, run, cfg):
+    """`run(cfg)` with a user's mistake (a bad path, no usable data, a model the Hub does not
+    have) as one line naming it, and Ctrl-C as how to resume. PIVOTRL_TRACEBACK=1 shows the
+    traceback instead."""
+    import os
+
+    try:
+        return run(cfg)
+    except KeyboardInterrupt:
+        console.print(f"[yellow]stopped. {cfg.output_dir} keeps a checkpoint-N/ every save_steps "
+                      f"({cfg.save_steps}): rerun the same command with --resume to continue from "
+                      "the last one[/yellow]")
+        raise typer.Exit(130) from None
+    except (ValueError, OSError) as exc:
+        if os.environ.get("PIVOTRL_TRACEBACK"):
+            raise
+        console.print(f"[red]pivotrl {verb}: {exc}[/red]")
+        raise typer.Exit(2 if isinstance(exc, (InputError, FileNotFoundError)) else 1) from None
 
 
 def _print_train_summary(verb: str, summary: dict) -> None:
@@ -285,7 +309,7 @@ def sft(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML o
     from pivotrl.train.sft import train_sft
 
     cfg = load_config(console, SFTRunConfig, config, **overrides)
-    _print_train_summary("sft", train_sft(cfg))
+    _print_train_summary("sft", _run_training("sft", train_sft, cfg))
 
 
 @guarded_command(app, inputs=["bfcl", "turns", "verifier_config"], outputs=["out"], with_sidecars=False)
@@ -303,12 +327,15 @@ def evaluate(
     turns: Optional[Path] = typer.Option(None, help="Instead: held-out Turn JSONL of any data set."),
     verifier: str = typer.Option("toolcall", help="With --turns: the verifier."),
     verifier_config: Optional[Path] = typer.Option(None, help="With --turns: the verifier's YAML options."),
+    split: Optional[Path] = typer.Option(None, help="With --turns: the split file of `pivotrl extract "
+                                         "--eval-fraction` (default: the one beside TURNS); only turns of "
+                                         "its eval trajectories are scored."),
 ) -> None:
     """Episode success and OOD accuracy, 95% intervals; --turns: turn accuracy, clustered interval."""
     if turns is not None:  # any data set's held-out turns (pivotrl.evaluate)
         from pivotrl.evaluate import cli_evaluate_turns
         raise typer.Exit(cli_evaluate_turns(console, model, turns, out, testbed or bfcl, verifier, verifier_config,
-                                            temperature=temperature, seed=seed))
+                                            split=split, temperature=temperature, seed=seed))
     from rich.table import Table
 
     from pivotrl.experiment.evaluate import evaluate_checkpoint, write_result
