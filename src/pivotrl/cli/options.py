@@ -96,11 +96,12 @@ def config_fields(model: type[BaseModel], *, skip: tuple[str, ...] = ()):
     return wrap
 
 
-def load_config(console: Console, model: type[BaseModel], config: Path | None, **overrides: Any):
-    """`model.from_yaml(config, **overrides)`; a bad file or field is a one-line error naming it
-    (exit 2), never a traceback."""
+def load_config(console: Console, config_model: type[BaseModel], config: Path | None, /, **overrides: Any):
+    """`config_model.from_yaml(config, **overrides)`; a bad file or field is a one-line error
+    naming it (exit 2), never a traceback. Positional-only, so that fields named `model` or
+    `config` reach the overrides."""
     try:
-        return model.from_yaml(config, **overrides)
+        return config_model.from_yaml(config, **overrides)
     except (ValueError, OSError) as exc:  # pydantic's ValidationError is a ValueError
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None

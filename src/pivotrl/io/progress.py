@@ -1,7 +1,7 @@
 """Progress of a long job as plain lines, `step 12/40 · 3.1 s/step · ETA 1m27s · reward 0.41`,
 printed to a stream and appended to a log file. A line (not a redrawn bar) reaches a SLURM log or
 a pipe whole, and the log file keeps the history after the terminal is gone. Lines come at most
-every `every_s` seconds, plus the first and the last."""
+every `every_s` seconds, plus the last."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def rate_text(seconds: float, done: int, unit: str) -> str:
 
 
 class ProgressLog:
-    """`update(done)` writes a line when `every_s` seconds have passed since the last one (and
-    always for the first update and when done == total). The rate counts only work done since the
+    """`update(done)` writes a line when `every_s` seconds have passed since the last one (or the
+    start), and always when done == total. The rate counts only work done since the
     log was opened, so a resumed job's ETA is not flattered by the steps it skipped."""
 
     def __init__(self, label: str, total: int | None, *, unit: str = "step", every_s: float = 30.0,
@@ -43,7 +43,9 @@ class ProgressLog:
         self.echo = echo  # False: the log file only (a live bar shows the terminal)
         self.clock = clock
         self.t0, self.start = clock(), start
-        self.last: float | None = None
+        # The first line waits `every_s` too: work often arrives in chunks, and a line after the
+        # first item would report the first chunk's latency as the rate.
+        self.last = self.t0
 
     def line(self, done: int, extra: str = "") -> str:
         elapsed = self.clock() - self.t0
@@ -64,7 +66,7 @@ class ProgressLog:
         self.total = total if total is not None else self.total
         now = self.clock()
         final = self.total is not None and done >= self.total
-        if not (force or final or self.last is None or now - self.last >= self.every_s):
+        if not (force or final or now - self.last >= self.every_s):
             return None
         self.last = now
         text = self.line(done, extra)

@@ -63,7 +63,7 @@ class MetricsJSONL(TrainerCallback):
 
 class ProgressLines(TrainerCallback):
     """`step 12/40 · 3.1 s/step · ETA 1m27s · reward 0.41` on stderr and appended to `log_file`, on
-    the main process, at most every `every_s` seconds (and at the last step). TRL's own bar is off
+    the main process, every `every_s` seconds and at the last step. TRL's own bar is off
     (`disable_tqdm`): a redrawn bar leaves a SLURM log or a pipe nothing readable."""
 
     def __init__(self, log_file: str | Path, every_s: float = 30.0, metric: str = "loss"):
@@ -83,6 +83,8 @@ class ProgressLines(TrainerCallback):
         return f"{self.metric} {self.value:.3g}" if self.value is not None else ""
 
     def _update(self, step: int, force: bool = False) -> None:
+        if step == self.printed:  # TRL's end-of-run summary is logged at the last step again
+            return
         if self.log.update(step, self._extra(), force=force) is not None:
             self.printed = step
 
