@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pivotrl.experiment.e2e_config import E2ERunConfig
 from pivotrl.profile.loop import ProfileConfig
 from pivotrl.train.config import GRPORunConfig, SFTRunConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 EXAMPLES = {"profile.yaml": ProfileConfig, "train_testbed.yaml": GRPORunConfig,
-            "sft_testbed.yaml": SFTRunConfig}
+            "sft_testbed.yaml": SFTRunConfig, "e2e_testbed.yaml": E2ERunConfig}
 
 
 def restated_defaults(model, data: dict) -> list[str]:
