@@ -222,7 +222,7 @@ def cli_evaluate_turns(console, model: Path, turns: Path, out: Path, other_sourc
     import yaml
     from rich.console import Console
 
-    from pivotrl.io.inputs import check_input_file, check_model
+    from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
     from pivotrl.io.progress import ProgressLog
     from pivotrl.io.split import resolve_split
     from pivotrl.sampling import get_sampler
@@ -242,6 +242,11 @@ def cli_evaluate_turns(console, model: Path, turns: Path, out: Path, other_sourc
         console.print(f"[red]pivotrl evaluate --turns: {exc}[/red]")
         return 2
     sampler = get_sampler("hf", str(model))
+    try:
+        check_chat_template(sampler.tokenizer, model)
+    except ValueError as exc:
+        console.print(f"[red]pivotrl evaluate --turns: {exc}[/red]")
+        return 2
     log = ProgressLog("evaluate", None, unit="turn", every_s=30.0, log_file=sidecar_path(out, ".log", ".json"))
     try:
         result = evaluate_turns_file(turns, out, sampler, ver, sampler.tokenizer, cfg,

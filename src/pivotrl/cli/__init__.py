@@ -13,7 +13,7 @@ from pivotrl.experiment import cli as experiment_cli
 from pivotrl.experiment.e2e_config import E2ERunConfig
 from pivotrl.experiment.evaluate import EvalConfig
 from pivotrl.extract import ExtractOptions
-from pivotrl.io.inputs import InputError, check_input_file, check_model
+from pivotrl.io.inputs import InputError, check_chat_template, check_input_file, check_model
 from pivotrl.io.outputs import guarded_command
 from pivotrl.io.records import RecordError
 from pivotrl.profile.loop import ProfileConfig
@@ -164,6 +164,7 @@ def profile(
         sampler, tokenizer = build_sampler(cfg.backend, model, cfg.engine, base_url=cfg.base_url,
                                            batch_size=cfg.batch_size, concurrency=cfg.concurrency,
                                            served_model_name=cfg.served_model_name)
+        check_chat_template(tokenizer, model)
         doc = profile_file(turns, out, sampler, ver, tokenizer, cfg, model_name=model,
                            progress=progress, console=console)
     except (SamplerError, ValueError, OSError) as exc:  # unreachable server or Hub; other settings
@@ -411,6 +412,11 @@ def serve(
     /v1/chat/completions, streaming too), e.g. for `pivotrl profile --backend openai` or a judge on a CPU."""
     from pivotrl.sampling.serve import serve as run_server
 
+    try:
+        check_model(model)
+    except InputError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
     console.print(f"serving {model} at http://{host}:{port}/v1")
     run_server(model, host=host, port=port, batch_size=batch_size, served_name=served_model_name,
                max_tokens_limit=max_tokens_limit, max_request_tokens=max_request_tokens)

@@ -63,3 +63,12 @@ def check_tracker(report_to: str) -> None:
         raise InputError(f"report_to: {report_to} needs the {package} package: "
                          f"pip install 'pivotrl[{report_to}]' (or report_to: none; metrics.jsonl "
                          "is always written)")
+
+
+def check_chat_template(tokenizer, model: str | Path) -> None:
+    """Prompts are the model's own chat template applied to a turn's context: a tokenizer without
+    one (a base model's) cannot render them, whatever response format is set."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise InputError(f"{model}: the tokenizer has no chat template, so no prompt can be rendered: "
+                         "use the chat/instruct version of the model, or put the template it was "
+                         "trained with in the folder as chat_template.jinja")

@@ -23,7 +23,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from pivotrl.formats.chat import load_tokenizer, prompt_text, prompt_token_ids
 from pivotrl.formats.families import parser_for, token_budget
-from pivotrl.io.inputs import check_input_file, check_model
+from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
 from pivotrl.io.records import Turn, iter_valid
 from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.train.config import GRPORunConfig, trl_common_kwargs
@@ -119,6 +119,7 @@ def prepare(cfg: GRPORunConfig, tokenizer: Any = None) -> tuple[GRPORunConfig, A
     """The setup every GRPO entry point shares: the model's tokenizer (with a pad token) and the
     config with its completion budget filled in for that model."""
     tokenizer = tokenizer or load_tokenizer(cfg.model)
+    check_chat_template(tokenizer, cfg.model)
     return with_token_budget(cfg, tokenizer), tokenizer
 
 

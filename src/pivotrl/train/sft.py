@@ -23,7 +23,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from pivotrl.formats.chat import apply_template, load_tokenizer, template_messages
 from pivotrl.formats.families import training_chat_template
-from pivotrl.io.inputs import check_input_file, check_model
+from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
 from pivotrl.io.records import Reject, Trajectory, read_records, rejects_path
 from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.train.config import SFTRunConfig, trl_common_kwargs
@@ -161,6 +161,7 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     check_model(cfg.model, "model")
     held_out = HeldOut(resolve_split(cfg.split, files))
     tokenizer = load_tokenizer(cfg.model)
+    check_chat_template(tokenizer, cfg.model)
     data = build_rows(cfg.data, tokenizer, cfg.max_length, cfg.assistant_only_loss, cfg.chat_template_kwargs,
                       held_out)
     if data.dropped and os.environ.get("RANK", "0") == "0":
