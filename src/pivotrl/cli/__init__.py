@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from pivotrl.cli.options import config_fields, default_of, line_progress, load_config, option
 from pivotrl.experiment import cli as experiment_cli
@@ -279,7 +280,7 @@ def _run_training(verb: str, run, cfg):
     except (ValueError, OSError) as exc:
         if os.environ.get("PIVOTRL_TRACEBACK"):
             raise
-        console.print(f"[red]pivotrl {verb}: {exc}[/red]")
+        console.print(f"[red]pivotrl {verb}: {escape(str(exc))}[/red]")
         raise typer.Exit(2 if isinstance(exc, (InputError, FileNotFoundError)) else 1) from None
 
 

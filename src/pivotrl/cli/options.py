@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
 CONFIG_PANEL = "Config fields (each overrides the --config YAML)"
@@ -103,7 +104,7 @@ def load_config(console: Console, config_model: type[BaseModel], config: Path | 
     try:
         return config_model.from_yaml(config, **overrides)
     except (ValueError, OSError) as exc:  # pydantic's ValidationError is a ValueError
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]{escape(str(exc))}[/red]")  # `pip install 'pivotrl[x]'` is no markup
         raise typer.Exit(2) from None
 
 

@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
 testbed_app = typer.Typer(no_args_is_help=True, help="The built-in testbed: worlds, tiny model.")
@@ -60,7 +61,7 @@ def e2e(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML o
     except (ValueError, KeyError, OSError) as exc:
         if os.environ.get("PIVOTRL_TRACEBACK"):
             raise
-        console.print(f"[red]pivotrl e2e: {exc}[/red]")
+        console.print(f"[red]pivotrl e2e: {escape(str(exc))}[/red]")
         raise typer.Exit(2) from None
     for key, value in summary.items():
         console.print(f"{key}: {value}")
