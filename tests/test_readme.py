@@ -107,7 +107,9 @@ def test_readme_pipeline_and_training_run_as_written(tmp_path, monkeypatch):
         assert (runs / model / "config.json").is_file(), model
         assert (runs / model / "train.log").read_text().strip(), model
     assert (runs / "pivotrl" / "checkpoint-3").is_dir()  # the resume line continued the first run
+    assert "profile " in (runs / "profile.log").read_text()  # progress lines off a terminal
     for name in ("pivotrl", "sft"):
+        assert "evaluate " in (runs / f"{name}.eval.log").read_text()
         result = json.loads((runs / f"{name}.eval.json").read_text())
         assert result["turns"] > 0 and result["split"]["turns_not_held_out"] == 0
         eval_trajectories = {json.loads(line)["trajectory_id"]
