@@ -7,9 +7,8 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
-from pivotrl.cli.options import config_fields, default_of, line_progress, load_config, option
+from pivotrl.cli.options import config_fields, default_of, line_progress, load_config, option, run_job
 from pivotrl.experiment import cli as experiment_cli
 from pivotrl.experiment.e2e_config import E2ERunConfig
 from pivotrl.experiment.evaluate import EvalConfig
@@ -265,23 +264,9 @@ def train(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML
 
 
 def _run_training(verb: str, run, cfg):
-    """`run(cfg)` with a user's mistake (a bad path, no usable data, a model the Hub does not
-    have) as one line naming it, and Ctrl-C as how to resume. PIVOTRL_TRACEBACK=1 shows the
-    traceback instead."""
-    import os
-
-    try:
-        return run(cfg)
-    except KeyboardInterrupt:
-        console.print(f"[yellow]stopped. {cfg.output_dir} keeps a checkpoint-N/ every save_steps "
-                      f"({cfg.save_steps}): rerun the same command with --resume to continue from "
-                      "the last one[/yellow]")
-        raise typer.Exit(130) from None
-    except (ValueError, OSError) as exc:
-        if os.environ.get("PIVOTRL_TRACEBACK"):
-            raise
-        console.print(f"[red]pivotrl {verb}: {escape(str(exc))}[/red]")
-        raise typer.Exit(2 if isinstance(exc, (InputError, FileNotFoundError)) else 1) from None
+    return run_job(console, verb, lambda: run(cfg),
+                   f"stopped. {cfg.output_dir} keeps a checkpoint-N/ every save_steps ({cfg.save_steps}): "
+                   "rerun the same command with --resume to continue from the last one")
 
 
 def _print_train_summary(verb: str, summary: dict) -> None:

@@ -11,7 +11,7 @@ import types
 import typing
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 import yaml
@@ -115,3 +115,23 @@ def line_progress(console: Console, description: str):
                   TimeElapsedColumn(), console=console, transient=True) as progress:
         task = progress.add_task(description, total=None)
         yield lambda lineno: progress.update(task, completed=lineno)
+
+
+def run_job(console: Console, verb: str, job: Callable[[], Any], stopped: str) -> Any:
+    """`job()` with a user's mistake (a ValueError or OSError: a bad path, no usable data, a model
+    the Hub does not have) as one line naming it, exit 2 for a bad input and 1 otherwise, and
+    Ctrl-C as `stopped` (how to resume), exit 130. PIVOTRL_TRACEBACK=1 shows the traceback."""
+    import os
+
+    from pivotrl.io.inputs import InputError
+
+    try:
+        return job()
+    except KeyboardInterrupt:
+        console.print(f"[yellow]{escape(stopped)}[/yellow]")
+        raise typer.Exit(130) from None
+    except (ValueError, OSError) as exc:
+        if os.environ.get("PIVOTRL_TRACEBACK"):
+            raise
+        console.print(f"[red]pivotrl {verb}: {escape(str(exc))}[/red]")
+        raise typer.Exit(2 if isinstance(exc, (InputError, FileNotFoundError)) else 1) from None

@@ -9,7 +9,6 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
 testbed_app = typer.Typer(no_args_is_help=True, help="The built-in testbed: worlds, tiny model.")
@@ -44,25 +43,15 @@ def e2e(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML o
     """The end-to-end RL baseline: GRPO over whole episodes in a registered world, reward = the
     world's success. Give a run YAML, or the required fields as flags:
     `pivotrl e2e --tasks T --model M --output-dir D`."""
-    import os
-
-    from pivotrl.cli.options import load_config
+    from pivotrl.cli.options import load_config, run_job
     from pivotrl.experiment.e2e import train_e2e
     from pivotrl.experiment.e2e_config import E2ERunConfig
 
     cfg = load_config(console, E2ERunConfig, config, **(overrides or {}))
-    try:
-        summary = train_e2e(cfg)
-    except KeyboardInterrupt:
-        console.print(f"[yellow]stopped. {cfg.output_dir} keeps a checkpoint-N/ every save_steps "
-                      f"({cfg.save_steps}); the E2E loop does not resume: rerun with --model "
-                      f"{cfg.output_dir}/checkpoint-N to continue from one[/yellow]")
-        raise typer.Exit(130) from None
-    except (ValueError, KeyError, OSError) as exc:
-        if os.environ.get("PIVOTRL_TRACEBACK"):
-            raise
-        console.print(f"[red]pivotrl e2e: {escape(str(exc))}[/red]")
-        raise typer.Exit(2) from None
+    summary = run_job(console, "e2e", lambda: train_e2e(cfg),
+                      f"stopped. {cfg.output_dir} keeps a checkpoint-N/ every save_steps ({cfg.save_steps}); "
+                      f"the E2E loop does not resume: rerun with --model {cfg.output_dir}/checkpoint-N "
+                      "to continue from one")
     for key, value in summary.items():
         console.print(f"{key}: {value}")
 
