@@ -62,7 +62,8 @@ def test_precedence_defaults_then_yaml_then_flags(tmp_path):
 
 @pytest.mark.parametrize("verb, model, skip", [("profile", ProfileConfig, {"engine", "verifier_config"}),
                                                ("train", GRPORunConfig, set()),
-                                               ("sft", SFTRunConfig, set())])
+                                               ("sft", SFTRunConfig, set()),
+                                               ("e2e", E2ERunConfig, set())])
 def test_every_config_field_is_a_flag_with_the_models_help(verb, model, skip):
     from typer.testing import CliRunner
 
