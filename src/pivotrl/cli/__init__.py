@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from pivotrl.cli.options import config_fields, default_of, line_progress, load_config, option, run_job
+from pivotrl.cli.options import config_fields, engine_option, line_progress, load_config, option, run_job
 from pivotrl.experiment import cli as experiment_cli
 from pivotrl.experiment.e2e_config import E2ERunConfig
 from pivotrl.experiment.evaluate import EvalConfig
@@ -18,6 +18,7 @@ from pivotrl.io.outputs import guarded_command
 from pivotrl.io.records import RecordError
 from pivotrl.profile.loop import ProfileConfig
 from pivotrl.train.config import GRPORunConfig, SFTRunConfig
+from pivotrl.sampling.vllm import VLLMOptions
 from pivotrl.select import SelectConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -120,11 +121,12 @@ def profile(
     merge: bool = typer.Option(False, help="Join SHARD_FILES into --out, checking every turn of TURNS "
                                "appears exactly once."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
-    tensor_parallel_size: Optional[int] = typer.Option(None, help="vllm: GPUs one model is split over."),
-    max_model_len: Optional[int] = typer.Option(None, help="vllm: context; longer prompts are set aside."),
-    gpu_memory_utilization: Optional[float] = typer.Option(None, help="vllm: share of GPU memory (0.9)."),
-    dtype: Optional[str] = typer.Option(None, help="vllm: auto | bfloat16 | float16 | float32."),
-    prefix_caching: Optional[bool] = typer.Option(None, "--prefix-caching/--no-prefix-caching", help="vllm (on)."),
+    tensor_parallel_size: Optional[int] = engine_option(VLLMOptions, "tensor_parallel_size"),
+    max_model_len: Optional[int] = engine_option(VLLMOptions, "max_model_len"),
+    gpu_memory_utilization: Optional[float] = engine_option(VLLMOptions, "gpu_memory_utilization"),
+    dtype: Optional[str] = engine_option(VLLMOptions, "dtype"),
+    prefix_caching: Optional[bool] = engine_option(VLLMOptions, "enable_prefix_caching",
+                                                   "--prefix-caching/--no-prefix-caching"),
     api_key_env: Optional[str] = typer.Option(None, help="openai: env variable of the API key (OPENAI_API_KEY)."),
     header: Optional[list[str]] = typer.Option(None, "--header", help="openai: 'Name: value' (repeat)."),
     extra_body: Optional[str] = typer.Option(None, help="openai: JSON object merged into every request."),

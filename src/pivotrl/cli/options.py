@@ -34,6 +34,13 @@ def option(model: type[BaseModel], field: str, *decls: str, help: str | None = N
     return typer.Option(field_default(info), *decls, help=help or info.description)
 
 
+def engine_option(model: type[BaseModel], field: str, *decls: str):
+    """An engine flag (`ProfileConfig.engine` key) that stays None unless given, with the engine
+    options model's help and default (`vllm: … (default: X)`)."""
+    return typer.Option(None, *decls, help=f"{model.__name__.removesuffix('Options').lower()}: "
+                        f"{model.model_fields[field].description} {default_of(model, field)}")
+
+
 def default_of(model: type[BaseModel], field: str) -> str:
     """`(default: X)` for options that stay None so that a YAML config can set them."""
     info = model.model_fields[field]
