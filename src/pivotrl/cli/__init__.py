@@ -25,7 +25,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="PivotRL: RL on the pivot turns of existing agent trajectories.")
 import_app = typer.Typer(no_args_is_help=True, help="Read other engines' formats back to Turns.")
 app.add_typer(import_app, name="import")
-# The experiment's verbs (demo, testbed, data) are defined beside it; only this module wires
+# The experiment's verbs (demo, e2e, testbed, data) are defined beside it; only this module wires
 # both layers together.
 app.command()(experiment_cli.demo)
 app.command("e2e")(config_fields(E2ERunConfig)(experiment_cli.e2e))
