@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from pivotrl.formats.chat import prompt_text
 from pivotrl.formats.families import parser_for
 from pivotrl.io.records import Turn, rejects_path, sidecar_path, write_atomic
 from pivotrl.io.seeds import derive_seed
+from pivotrl.io.split import Split
 from pivotrl.io.turn_files import chunks, read_turns
 from pivotrl.profile.loop import score_samples
 from pivotrl.sampling.base import SamplingParams
@@ -171,20 +172,35 @@ def result_rejects_path(out: str | Path) -> Path:
 
 
 def evaluate_turns_file(turns_path: str | Path, out_path: str | Path, sampler, verifier, tokenizer,
-                        cfg: TurnEvalConfig, *, model_name: str = "") -> dict[str, Any]:
+                        cfg: TurnEvalConfig, *, model_name: str = "", split: Split | None = None,
+                        progress: Callable[[int, int], Any] | None = None) -> dict[str, Any]:
     """Score the turns of `turns_path`; write RESULT.json (`out_path`), the scored turns
-    (RESULT.items.jsonl) and bad lines (RESULT.rejects.jsonl). Returns the result dict."""
+    (RESULT.items.jsonl) and bad lines (RESULT.rejects.jsonl). Returns the result dict.
+    `split`: score only turns of its eval trajectories (the others are counted, not scored).
+    `progress(done, total)` is called after each scored turn."""
     turns_path, out_path = Path(turns_path), Path(out_path)
     outputs = (out_path, items_path(out_path), result_rejects_path(out_path))
     if turns_path.resolve() in {p.resolve() for p in outputs}:
         raise ValueError(f"{turns_path}: an output of evaluate would overwrite this input")
     t0 = time.perf_counter()
     turns, rejects = read_turns(turns_path)
-    chosen = [t for _, t in turns][: cfg.limit]
+    chosen = [t for _, t in turns]
+    held_out = split.eval_ids() if split is not None else None
+    if held_out is not None:
+        kept = [t for t in chosen if (t.trajectory_id or t.id) in held_out]
+        if chosen and not kept:
+            raise ValueError(f"{turns_path}: none of its {len(chosen)} turns belongs to an eval "
+                             "trajectory of the split; evaluate the held-out file (TURNS.eval.jsonl)")
+        not_held_out, chosen = len(chosen) - len(kept), kept
+    chosen = chosen[: cfg.limit]
     if not chosen:
         raise ValueError(f"{turns_path}: no valid turns ({len(rejects)} bad lines)")
     too_long: dict[str, int] = {}
-    items = list(score_turns(chosen, sampler, verifier, tokenizer, cfg, too_long))
+    items = []
+    for item in score_turns(chosen, sampler, verifier, tokenizer, cfg, too_long):
+        items.append(item)
+        if progress is not None:
+            progress(len(items) + len(too_long), len(chosen))
     if not items:
         raise ValueError(f"{turns_path}: every prompt is longer than the engine takes "
                          f"({prompt_limit(sampler)} tokens; {len(too_long)} turns)")
@@ -192,6 +208,8 @@ def evaluate_turns_file(turns_path: str | Path, out_path: str | Path, sampler, v
               "rejected_lines": len(rejects), "prompt_limit": prompt_limit(sampler),
               "too_long": too_long, **summarize(items),
               "seconds": round(time.perf_counter() - t0, 3)}
+    if held_out is not None:
+        result["split"] = {"eval_trajectories": len(held_out), "turns_not_held_out": not_held_out}
     write_atomic(items_path(out_path), items)
     if rejects:
         write_atomic(result_rejects_path(out_path), [r.to_json() for r in rejects])
@@ -223,26 +241,33 @@ def check_inputs(console, models: Sequence[Path], turns: Path, verifier: str,
     from pivotrl.io.yaml_config import build_model, read_mapping
     from pivotrl.verifiers import get_verifier
 
-    for path, what, ok in [*((m, "--model", m.is_dir()) for m in models), (turns, "--turns", turns.is_file())]:
-        if not ok:
-            console.print(f"[red]{what} {path}: no such {'directory' if what == '--model' else 'file'}[/red]")
-            return None
+    from rich.markup import escape
+
+    from pivotrl.io.inputs import check_input_file, check_model
+
     try:
+        for m in models:
+            check_model(m)
+        check_input_file(turns, "--turns", "`pivotrl extract --eval-fraction F` (TURNS.eval.jsonl)")
         vopts = read_mapping(verifier_config) if verifier_config else {}
         cfg = build_model(TurnEvalConfig, {"verifier": verifier, "verifier_config": vopts, **options},
                           "options")
         return cfg, get_verifier(cfg.verifier, **cfg.verifier_config)
     except (KeyError, ValueError, TypeError, OSError) as exc:  # unknown verifier, bad options
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]pivotrl evaluate: {escape(str(exc))}[/red]")
         return None
 
 
 def cli_evaluate_turns(console, model: Path, turns: Path, out: Path, other_source: Path | None,
-                       verifier: str, verifier_config: Path | None, **options: Any) -> int:
+                       verifier: str, verifier_config: Path | None, split: Path | None = None,
+                       **options: Any) -> int:
     """The `evaluate --turns` verb: check the inputs, score with the chosen backend, print the
     table; returns the exit status (2: bad input, 1: nothing to score or no engine, 0: done)."""
     from rich.console import Console
 
+    from pivotrl.io.inputs import check_chat_template
+    from pivotrl.io.progress import ProgressLog
+    from pivotrl.io.split import resolve_split
     from pivotrl.sampling import SamplerError
 
     if other_source is not None:
@@ -251,14 +276,25 @@ def cli_evaluate_turns(console, model: Path, turns: Path, out: Path, other_sourc
     checked = check_inputs(console, [model], turns, verifier, verifier_config, options)
     if checked is None:
         return 2
+    try:
+        held_out = resolve_split(split, turns)
+    except ValueError as exc:
+        console.print(f"[red]pivotrl evaluate --turns: {exc}[/red]")
+        return 2
     cfg, ver = checked
+    log = ProgressLog("evaluate", None, unit="turn", every_s=30.0, log_file=sidecar_path(out, ".log", ".json"))
     try:
         sampler, tokenizer = cfg.build_sampler(str(model))
-        with console.status(f"scoring {turns.name}"):
-            result = evaluate_turns_file(turns, out, sampler, ver, tokenizer, cfg, model_name=str(model))
+        check_chat_template(tokenizer, model)
+        result = evaluate_turns_file(turns, out, sampler, ver, tokenizer, cfg, model_name=str(model),
+                                     split=held_out, progress=lambda done, total: log.update(done, total=total))
     except (SamplerError, ValueError) as exc:
         console.print(f"[red]{exc}[/red]")
         return 1
+    except KeyboardInterrupt:
+        console.print(f"[yellow]stopped; nothing written to {out}: rerun the same command (it scores "
+                      "every turn again)[/yellow]")
+        return 130
     Console().print(result_table(result, f"{model} on {turns}"))
     console.print(f"wrote {out} and {items_path(out)} ({result['seconds']} s)"
                   + (f"; bad lines: {result_rejects_path(out)}" if result["rejected_lines"] else "")

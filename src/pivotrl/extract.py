@@ -21,6 +21,7 @@ from rich.table import Table
 from pivotrl.io.outputs import check_outputs
 from pivotrl.io.records import (AtomicWriter, RecordError, Reject, Trajectory, Turn, dump,
                              message_text, read_records, rejects_path)
+from pivotrl.io.split import Split, split_path, write_split
 
 
 class ExtractOptions(BaseModel):
@@ -94,6 +95,7 @@ class ExtractSummary:
     skipped: Counter = field(default_factory=Counter)
     per_domain: Counter = field(default_factory=Counter)
     rejects_file: str = ""
+    split_file: str = ""  # TURNS.split.json when trajectories were held out
 
     def table(self) -> Table:
         t = Table(title="pivotrl extract", show_header=False)
@@ -105,6 +107,8 @@ class ExtractSummary:
             t.add_row(f"  turns in {domain}", str(n))
         for reason, n in self.skipped.most_common():
             t.add_row(f"  skipped: {reason}", str(n))
+        if self.split_file:
+            t.add_row("split (train/eval ids)", self.split_file)
         t.add_row("rejected lines", f"{sum(self.rejects.values())} → {self.rejects_file}")
         for reason, n in self.rejects.most_common(10):
             t.add_row(f"  {reason[:70]}", str(n))
@@ -128,8 +132,9 @@ def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None 
     out = Path(out)
     if opts.eval_fraction > 0 and eval_out is None:
         eval_out = out.with_name(out.name.replace(".jsonl", "") + ".eval.jsonl")
-    check_outputs([path], [out, eval_out, rejects_path(out)])
+    check_outputs([path], [out, eval_out, rejects_path(out), split_path(out) if eval_out else None])
     summary = ExtractSummary(rejects_file=str(rejects_path(out)))
+    split = Split(fraction=opts.eval_fraction, seed=opts.seed, source=str(path)) if eval_out else None
     counts: dict[str, int] = {}
     first_line: dict[str, int] = {}  # trajectory id -> line it was first read on
     with AtomicWriter(out, compact=opts.compact) as train_w, \
@@ -153,6 +158,8 @@ def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None 
                 summary.skipped.update(skipped)
                 held_out = eval_w is not None and is_eval(rec.id, opts.eval_fraction, opts.seed)
                 summary.trajectories_eval += held_out
+                if split is not None:
+                    (split.eval if held_out else split.train).append(rec.id)
                 for turn in turns:
                     (eval_w if held_out else train_w).write(turn)
                     summary.per_domain[turn.domain or "(none)"] += 1
@@ -168,6 +175,8 @@ def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None 
             raise
         if eval_w is not None:
             eval_w.__exit__(None, None, None)
+    if split is not None:
+        summary.split_file = str(write_split(out, split))
     summary.blank = counts.get("blank", 0)
     summary.read += summary.blank
     return summary

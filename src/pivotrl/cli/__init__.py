@@ -8,10 +8,12 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from pivotrl.cli.options import config_fields, engine_option, line_progress, load_config, option
+from pivotrl.cli.options import config_fields, engine_option, line_progress, load_config, option, run_job
 from pivotrl.experiment import cli as experiment_cli
+from pivotrl.experiment.e2e_config import E2ERunConfig
 from pivotrl.experiment.evaluate import EvalConfig
 from pivotrl.extract import ExtractOptions
+from pivotrl.io.inputs import InputError, check_chat_template, check_input_file, check_model
 from pivotrl.io.outputs import guarded_command
 from pivotrl.io.records import RecordError
 from pivotrl.evaluate import TurnEvalConfig
@@ -25,9 +27,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="PivotRL: RL on the pivot turns of existing agent trajectories.")
 import_app = typer.Typer(no_args_is_help=True, help="Read other engines' formats back to Turns.")
 app.add_typer(import_app, name="import")
-# The experiment's verbs (demo, testbed, data) are defined beside it; only this module wires
+# The experiment's verbs (demo, e2e, testbed, data) are defined beside it; only this module wires
 # both layers together.
 app.command()(experiment_cli.demo)
+app.command("e2e")(config_fields(E2ERunConfig)(experiment_cli.e2e))
 app.add_typer(experiment_cli.testbed_app, name="testbed")
 app.add_typer(experiment_cli.data_app, name="data")
 
@@ -53,9 +56,11 @@ def extract(
     opts = ExtractOptions(keep_reasoning=keep_reasoning, skip_content_regex=skip_content_regex,
                           only_tool_calls=only_tool_calls, eval_fraction=eval_fraction, seed=seed,
                           compact=compact)
-    if not trajectories.exists():
-        console.print(f"[red]{trajectories}: no such file[/red]")
-        raise typer.Exit(2)
+    try:
+        check_input_file(trajectories, "TRAJECTORIES", "your data pipeline: one JSON conversation a line")
+    except InputError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
     try:
         with line_progress(console, f"extract {trajectories.name}") as advance:
             summary = extract_file(trajectories, out, opts, eval_out=eval_out, strict=strict,
@@ -144,10 +149,9 @@ def profile(
     if model is None:
         console.print("[red]--model is required (the model dir; its tokenizer builds the prompts)[/red]")
         raise typer.Exit(2)
-    if not turns.is_file():
-        console.print(f"[red]{turns}: no such file[/red]")
-        raise typer.Exit(2)
     try:
+        check_input_file(turns, "TURNS", "`pivotrl extract`")
+        check_model(model)
         if verifier_config is not None:
             overrides["verifier_config"] = read_mapping(verifier_config)
         engine = engine_flags(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
@@ -164,9 +168,10 @@ def profile(
         sampler, tokenizer = build_sampler(cfg.backend, model, cfg.engine, base_url=cfg.base_url,
                                            batch_size=cfg.batch_size, concurrency=cfg.concurrency,
                                            served_model_name=cfg.served_model_name)
+        check_chat_template(tokenizer, model)
         doc = profile_file(turns, out, sampler, ver, tokenizer, cfg, model_name=model,
                            progress=progress, console=console)
-    except (SamplerError, ValueError) as exc:  # unreachable server; resume with other settings
+    except (SamplerError, ValueError, OSError) as exc:  # unreachable server or Hub; other settings
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(1)
     except KeyboardInterrupt:
@@ -259,7 +264,13 @@ def train(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML
     from pivotrl.train.grpo import train as run_grpo
 
     cfg = load_config(console, GRPORunConfig, config, **overrides)
-    _print_train_summary("train", run_grpo(cfg))
+    _print_train_summary("train", _run_training("train", run_grpo, cfg))
+
+
+def _run_training(verb: str, run, cfg):
+    return run_job(console, verb, lambda: run(cfg),
+                   f"stopped. {cfg.output_dir} keeps a checkpoint-N/ every save_steps ({cfg.save_steps}): "
+                   "rerun the same command with --resume to continue from the last one")
 
 
 def _print_train_summary(verb: str, summary: dict) -> None:
@@ -289,7 +300,7 @@ def sft(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML o
     from pivotrl.train.sft import train_sft
 
     cfg = load_config(console, SFTRunConfig, config, **overrides)
-    _print_train_summary("sft", train_sft(cfg))
+    _print_train_summary("sft", _run_training("sft", train_sft, cfg))
 
 
 @guarded_command(app, inputs=["bfcl", "turns", "verifier_config"], outputs=["out"], with_sidecars=False)
@@ -312,13 +323,16 @@ def evaluate(
     served_model_name: Optional[str] = option(EngineConfig, "served_model_name"),
     batch_size: int = option(EngineConfig, "batch_size"),
     max_model_len: Optional[int] = engine_option(VLLMOptions, "max_model_len"),
+    split: Optional[Path] = typer.Option(None, help="With --turns: the split file of `pivotrl extract "
+                                         "--eval-fraction` (default: the one beside TURNS); only turns of "
+                                         "its eval trajectories are scored."),
 ) -> None:
     """Episode success and OOD accuracy, 95% intervals; --turns: turn accuracy, clustered interval."""
     if turns is not None:  # any data set's held-out turns (pivotrl.evaluate)
         from pivotrl.evaluate import cli_evaluate_turns
         engine = {"max_model_len": max_model_len} if max_model_len else {}
         raise typer.Exit(cli_evaluate_turns(console, model, turns, out, testbed or bfcl, verifier, verifier_config,
-                                            temperature=temperature, seed=seed, backend=backend,
+                                            split=split, temperature=temperature, seed=seed, backend=backend,
                                             base_url=base_url, served_model_name=served_model_name,
                                             batch_size=batch_size, engine=engine))
     from rich.table import Table
@@ -451,6 +465,11 @@ def serve(
     /v1/chat/completions, streaming too), e.g. for `pivotrl profile --backend openai` or a judge on a CPU."""
     from pivotrl.sampling.serve import serve as run_server
 
+    try:
+        check_model(model)
+    except InputError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
     console.print(f"serving {model} at http://{host}:{port}/v1")
     run_server(model, host=host, port=port, batch_size=batch_size, served_name=served_model_name,
                max_tokens_limit=max_tokens_limit, max_request_tokens=max_request_tokens)

@@ -23,10 +23,12 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from pivotrl.formats.chat import load_tokenizer, prompt_text, prompt_token_ids
 from pivotrl.formats.families import parser_for, token_budget
+from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
 from pivotrl.io.records import Turn, iter_valid
 from pivotrl.sampling.pipeline import context_length
+from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.train.config import GRPORunConfig, trl_common_kwargs
-from pivotrl.train.metrics import MetricsJSONL
+from pivotrl.train.metrics import MetricsJSONL, ProgressLines
 from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
 from pivotrl.train.reward import PivotReward
 from pivotrl.train.trainer import PivotGRPOTrainer
@@ -47,14 +49,16 @@ def turn_json(turn: Turn) -> str:
     return json.dumps({k: v for k, v in data.items() if k in _TURN_FIELDS}, ensure_ascii=False)
 
 
-def load_pivot_set(cfg: GRPORunConfig) -> list[Turn]:
-    """The training states for the configured ablation arm (pivots | all | random)."""
-    pivots = list(iter_valid(cfg.pivots, Turn))
+def load_pivot_set(cfg: GRPORunConfig, held_out: HeldOut | None = None) -> list[Turn]:
+    """The training states for the configured ablation arm (pivots | all | random), less the
+    turns of `held_out`'s eval trajectories (counted there)."""
+    held_out = held_out or HeldOut(None)
+    pivots = [t for t in iter_valid(cfg.pivots, Turn) if held_out.keep(t.trajectory_id)]
     if cfg.pivot_set == "pivots":
         return pivots
     if cfg.turns is None:
         raise ValueError(f"pivot_set={cfg.pivot_set!r} needs `turns:` (all candidate turns) in the run config")
-    every = list(iter_valid(cfg.turns, Turn))
+    every = [t for t in iter_valid(cfg.turns, Turn) if held_out.keep(t.trajectory_id)]
     if cfg.pivot_set == "all":
         return every
     # random: as many turns as there are pivots, so the arms get the same number of states
@@ -139,6 +143,7 @@ def prepare(cfg: GRPORunConfig, tokenizer: Any = None) -> tuple[GRPORunConfig, A
     """The setup every GRPO entry point shares: the model's tokenizer (with a pad token) and the
     config with its completion budget and prompt cap filled in for that model."""
     tokenizer = tokenizer or load_tokenizer(cfg.model)
+    check_chat_template(tokenizer, cfg.model)
     return with_prompt_cap(with_token_budget(cfg, tokenizer), tokenizer), tokenizer
 
 
@@ -207,7 +212,11 @@ def merge_adapter(base_model: str, adapter_dir: Path, output_dir: Path, dtype: A
 def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     """Run (or resume) GRPO on the configured pivot set. Returns a summary dict."""
     output_dir = Path(cfg.output_dir)
-    turns = load_pivot_set(cfg)
+    check_input_file(cfg.pivots, "pivots", "`pivotrl select`")
+    check_input_file(cfg.turns, "turns", "`pivotrl extract` or `pivotrl profile`")
+    check_model(cfg.model, "model")
+    held_out = HeldOut(resolve_split(cfg.split, [p for p in (cfg.pivots, cfg.turns) if p is not None]))
+    turns = load_pivot_set(cfg, held_out)
     cfg, tokenizer = prepare(cfg)
     prompts = build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs)
     n_rows = len(prompts.rows)
@@ -226,11 +235,12 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     if cfg.resume and resume is None:
         raise FileNotFoundError(f"--resume: no checkpoint-* folder in {output_dir}")
     reprofiles = 0
+    progress = ProgressLines(output_dir / "train.log", cfg.progress_seconds, "reward")
     while True:
         callback = ReprofileCallback(hook) if hook else None
         trainer = build_trainer(cfg, turns, total_steps=total, reward_funcs=reward_funcs,
-                                callbacks=[callback] if callback else None, tokenizer=tokenizer,
-                                prompts=prompts)
+                                callbacks=[progress] + ([callback] if callback else []),
+                                tokenizer=tokenizer, prompts=prompts)
         trainer.train(resume_from_checkpoint=resume)
         if not (callback and callback.triggered):
             break
@@ -243,6 +253,6 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
             break
     save_final(trainer, tokenizer, output_dir, base_model=cfg.model)
     return {"steps": trainer.state.global_step, "pivots": len(turns), "rows": n_rows,
-            "dropped": trainer.pivot_dropped, "rollout_turns": trainer.rollout_turns,
+            "held_out": held_out.summary(), "dropped": trainer.pivot_dropped, "rollout_turns": trainer.rollout_turns,
             "reprofiles": reprofiles, "output_dir": str(output_dir),
             "metrics": str(output_dir / "metrics.jsonl")}
