@@ -2,17 +2,9 @@
 
 A fixed step count can stop one arm before it settles (SFT still rising) and leave another long
 flat; comparing them then compares budgets, not methods. The rule, fixed before any result and
-applied to every run (method, world, lr, seed) alike:
+applied to every run (method, world, lr, seed) alike, is RULE below (the report prints it).
 
-  checkpoints come every `eval_every` steps, up to `steps` (the cap). After each, the run's dev
-  score (its mean outcome on the dev items of the selection measure and decoding, this world)
-  is read. A checkpoint *improves* when its score exceeds the best earlier score by more than
-  `min_improvement` (the first checkpoint is compared with the base's score). The run stops at
-  the first checkpoint that ends `patience` checkpoints in a row without an improvement, or at
-  the cap. Checkpoints after the stop are never trained (or, for a run trained to the cap in one
-  go, never scored), so no choice can land there.
-
-`stop_step` is the rule as a pure function; `demo.run_job` applies it as a run trains and
+`stop_step` is the rule as a pure function; `jobs.run_job` applies it as a run trains and
 records the stop step and the reason in the run's last row; the report shows them per arm.
 """
 
@@ -21,6 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
+
+RULE = ("Checkpoints come every `eval_every` steps, up to `steps` (the cap). After each, the run's "
+        "dev score (its mean outcome on the dev items of the selection measure and decoding, in "
+        "its world) is read. A checkpoint improves when its score exceeds the best earlier score "
+        "by more than `min_improvement` (the first checkpoint is compared with the base's score). "
+        "The run stops at the first checkpoint that ends `patience` checkpoints in a row without "
+        "an improvement, or at the cap. Checkpoints after the stop are never trained (E2E RL, "
+        "which cannot resume, trains to the cap and its later checkpoints are never scored), so "
+        "no choice can land there. The same rule for every arm.")
 
 
 class BudgetRule(BaseModel):
