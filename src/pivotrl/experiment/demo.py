@@ -8,11 +8,14 @@ The whole experiment, top to bottom:
      their tasks;
   3. the base is scored on the dev and eval splits (disjoint tasks of the eval file) and the
      planning half-widths of the headline paired differences are printed, before any training;
-  4. per world × method × learning rate × seed: train from the base for `steps` optimizer steps,
-     checkpointing every `eval_every`; score every checkpoint on both splits (episodes, turns,
-     OOD), item by item, and its KL to the base on OOD text;
-  5. choose each run's checkpoint and each method's lr on dev; the theory checks (theory.py);
-     paired verdicts on eval (stats.py) and the report (report.py).
+  4. per world × method × learning rate × seed (jobs.py): train from the base, checkpointing
+     every `eval_every` steps, until the run's dev score stops improving or the `steps` cap
+     (budget.py); score every checkpoint on dev as it lands (episodes, turns, OOD), item by
+     item, greedy and sampled (k samples at the training temperature), and its KL to the base;
+  5. choose each run's checkpoint and each method's lr on dev, and match the arms' dev
+     frontiers (frontier.py); score the eval split at exactly those checkpoints; the theory
+     checks (theory.py, joint_theory.py); paired verdicts on eval for both decodings (stats.py)
+     and the report (report.py, joint_report.py).
 Every stage is cached on disk (a finished training job writes rows.json and items.jsonl), so a
 rerun, or a rerun after a crash, redoes only unfinished work. The grid is fixed here, before any
 result is seen, and is the same for every method.
@@ -348,6 +351,7 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
     from pivotrl.experiment.report import write_report
     from pivotrl.experiment.stats import paired_halfwidth
     from pivotrl.experiment.testbed.build import build_testbed
+    from pivotrl.experiment.joint_theory import matched_preferences
     from pivotrl.experiment.theory import run_theory
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -375,6 +379,7 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
     items += score_chosen(jobs, rows, items, testbed, out, cfg, log)
     write_jsonl(out / "items.jsonl", items)
     theory = run_theory(out, testbed, cfg, decoded(items, cfg.select_decoding))
+    theory["matched_preferences"] = matched_preferences(out, testbed, cfg, items, rows)
     invocations = record_invocation(out, time.time() - start, trained=trained, jobs=len(jobs))
     results = write_report(rows, items, out, seeds=cfg.seeds, select_on=cfg.select_on,
                            wall_seconds=time.time() - start, theory=theory, power=power,

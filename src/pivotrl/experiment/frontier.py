@@ -87,7 +87,8 @@ def mean_kl(rows: list[Row], method: str, lr: float, step: int) -> float | None:
 def arm_points(items: list[Row], rows: list[Row], method: str, cfg: FrontierConfig,
                decoding: str | None = None) -> list[dict[str, Any]]:
     """Every dev-scored checkpoint of `method` as a point (module doc), sorted by lr and step."""
-    mine = decoded(items, decoding or cfg.decoding)
+    mine = [r for r in decoded(items, decoding or cfg.decoding)
+            if r["split"] == "dev" and r["method"] in (method, "base")]
     seeds: dict[tuple[float, int], set[int]] = defaultdict(set)
     for r in mine:
         if r["method"] == method and r["split"] == "dev" and r["measure"] == cfg.measure:

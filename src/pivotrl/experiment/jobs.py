@@ -144,9 +144,12 @@ def run_job(job: Job, testbed: Path, out: Path, cfg: Any, pivot_stats: dict[str,
             if checkpoint_dir(job, out, cfg, step) is None:
                 train_job(job, testbed, out, cfg, until=step)
             t1 = time.time()
+            ckpt = checkpoint_dir(job, out, cfg, step)
+            if ckpt is None:  # never score the base in a checkpoint's place
+                raise FileNotFoundError(f"{job.name}: training left no checkpoint at step {step}")
             evaluator = evaluator or Evaluator(testbed, cfg)
             got_rows, got_items = score_dev(
-                key, {step: checkpoint_dir(job, out, cfg, step)}, evaluator,
+                key, {step: ckpt}, evaluator,
                 lambda s: {"rollout_turns": rollout_turns_at(job, s, job_dir, cfg, pivot_stats)})
             got = {"row": got_rows[0], "items": got_items}
             write_text_atomic(cache, json.dumps(got))

@@ -104,8 +104,21 @@ def joint_markdown(results: dict[str, Any]) -> list[str]:
           "the base, KL to the base on OOD text):", ""]
     for arm, pts in j["frontier"].items():
         L += [f"- {arm}: " + ("; ".join(_point(p) for p in pts) or "none")]
-    L += [""] + budget_markdown(results) + mechanism_markdown(results)
+    L += [""] + dispersion_markdown(results) + budget_markdown(results) + mechanism_markdown(results)
     return L
+
+
+def dispersion_markdown(results: dict[str, Any]) -> list[str]:
+    prefs = (results.get("theory") or {}).get("matched_preferences") or {}
+    if not prefs:
+        return []
+    L = ["Theorem 3.3 at the matched checkpoints (first seed): dispersion of log π_θ/π_0 over the "
+         "sampled actions the verifier rejects at pivot states (0 = the base's preferences among "
+         "them kept):", "", "| world | checkpoint | states | dispersion | rank corr. |", "|---|---|---|---|---|"]
+    for world, p in prefs.items():
+        for name, v in p["models"].items():
+            L.append(f"| {world} | {name} | {p['states']} | {_f(v['dispersion'])} | {_f(v['rank_corr'])} |")
+    return L + [""]
 
 
 def frontier_rule(c: dict[str, Any]) -> str:
