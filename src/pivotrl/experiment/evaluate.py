@@ -153,12 +153,15 @@ def evaluate_world(model, tokenizer, world: str, trajectories: Sequence[Trajecto
 
     k = sampled.k if sampled else 1
     temperature, seed = (sampled.temperature, sampled.seed) if sampled else (cfg.temperature, cfg.seed)
-    policy = ModelPolicy(model, tokenizer, max_new_tokens=cfg.max_new_tokens,
-                         temperature=temperature, seed=seed, batch_size=cfg.batch_size)
+
+    def policy() -> ModelPolicy:  # one per measure: a measure's draws never depend on another's
+        return ModelPolicy(model, tokenizer, max_new_tokens=cfg.max_new_tokens,
+                           temperature=temperature, seed=seed, batch_size=cfg.batch_size)
+
     out: dict[str, Any] = {}
     if not sampled or "episode" in sampled.measures:
         tasks = [task_of(t) for t in (trajectories[:cfg.episodes] if cfg.episodes else trajectories)]
-        results = run_episodes(world, [t for t in tasks for _ in range(k)], policy,
+        results = run_episodes(world, [t for t in tasks for _ in range(k)], policy(),
                                max_turns=cfg.max_turns)
         wins = item_means([float(r.success) for r in results], k)
         if items is not None:
@@ -169,7 +172,7 @@ def evaluate_world(model, tokenizer, world: str, trajectories: Sequence[Trajecto
                     "model_turns": sum(r.model_turns for r in results),
                     "invalid_actions": sum(r.invalid_actions for r in results)})
     if cfg.turn_trajectories and (not sampled or "turn" in sampled.measures):
-        out.update(evaluate_turns(policy, trajectories[:cfg.turn_trajectories],
+        out.update(evaluate_turns(policy(), trajectories[:cfg.turn_trajectories],
                                   cfg.verifiers.get(world, "toolcall"), items, k))
     return out
 
