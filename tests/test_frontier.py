@@ -2,8 +2,6 @@
 points and their Pareto set, the matched-pair rule (fixed before results), eval verdicts per
 decoding recomputable from items.jsonl's rows, and the eval split scored at matched checkpoints."""
 
-from dataclasses import dataclass
-
 import pytest
 
 from pivotrl.experiment import stats
@@ -11,6 +9,7 @@ from pivotrl.experiment.budget import BudgetRule, stop_step
 from pivotrl.experiment.checkpoint_eval import decoded, eval_targets
 from pivotrl.experiment.frontier import FrontierConfig, joint, match, matched_sides, pareto
 from pivotrl.experiment.joint_report import joint_markdown, joint_results
+from test_checkpoint_eval import Run
 
 N = 40  # items per (split, measure); rates are multiples of 1/40, so every difference is exact
 
@@ -111,14 +110,6 @@ def test_frontier_points_pairs_and_eval_verdicts_recompute_from_item_rows():
     wider = joint(items, ROWS, cfg.model_copy(update={"tolerance": 0.03}))["verdicts"]["gain_at_matched_ood"]
     assert (wider["pair"]["b"]["lr"], wider["pair"]["b"]["step"]) == (1e-4, 10)
     assert wider["by_decoding"]["greedy"]["diff"] == pytest.approx(0.40 - 0.35)
-
-
-@dataclass(frozen=True)
-class Run:
-    world: str
-    method: str
-    lr: float
-    seed: int
 
 
 def test_the_eval_split_is_scored_at_matched_checkpoints_too():
