@@ -84,8 +84,9 @@ class DemoConfig(BaseModel):
         default_factory=lambda: ["sft", "pivotrl", "e2e_rl"], description="Arms to train (the "
         "base is always scored). The default grid holds the paper's three headline arms; the "
         "ablations (pivotrl_no_filter: every turn; pivotrl_random: random turns, as many as the "
-        "pivots; pivotrl_exact: strict string-match reward) are in --full, so the default "
-        "stays within a 20-min budget on 2 cores (12.9 min measured with these three arms).")
+        "pivots; pivotrl_exact: strict string-match reward) are in --full (12.9 min measured "
+        "with these three arms at 4 pivots/step, 30 steps, greedy scoring only; the 16-pivot "
+        "grid under the budget rule with sampled scoring costs several times more per job).")
     seeds: list[int] = Field(default_factory=lambda: [0], description="Training seeds (--full: 6).")
     learning_rates: list[float] = Field(
         default_factory=lambda: [1e-4, 3e-4], description="The lr grid, the same for every method. "
