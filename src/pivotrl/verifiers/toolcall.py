@@ -18,6 +18,8 @@ would be a reward leak, so the default is to refuse when unsure):
 - When the turn names a world (`metadata["world"]`) whose class defines `canonical_call` (see
   `pivotrl.verifiers.world`), that world's own rule decides argument equivalence for the calls it knows:
   the world executes both calls identically, so they are the same action there.
+- A final message at a turn whose world defines `canonical_message` is judged by the world first
+  (`same_answer`): answers it reads as the same score 1, answers it reads as different 0.
 - When the expert sent a message, a message is never a free pass: `message_rule` decides
   (`pivotrl.verifiers.messages`: facts, negations and content words; or the LLM judge).
 """
@@ -38,7 +40,7 @@ from pivotrl.verifiers.judge import JudgeVerifier
 from pivotrl.verifiers.messages import (MAX_SIMILARITY_TOKENS, compare_messages,  # noqa: F401
                                         token_similarity)
 from pivotrl.verifiers.schema import build_index, schema_index  # noqa: F401
-from pivotrl.verifiers.world import action_rule
+from pivotrl.verifiers.world import action_rule, same_answer
 
 
 class ToolcallConfig(BaseModel):
@@ -213,6 +215,10 @@ class ToolcallVerifier:
 
     def _score_message(self, turn: Turn, action: Message) -> Score:
         rule = self.config.message_rule
+        same = same_answer(turn, message_text(turn.expected), message_text(action))
+        if same is not None and rule != "any":  # the world's own ruling on its answers
+            return Score(1.0 if same else 0.0, True,
+                         "" if same else "not the expert's answer under the world's own rule")
         if rule == "any":
             return Score(1.0, True, "any message accepted (message_rule=any)")
         if rule == "judge":

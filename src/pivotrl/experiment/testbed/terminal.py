@@ -17,6 +17,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from pivotrl.experiment.testbed.common import read_answer
 from pivotrl.sandbox import bwrap as sandbox
 from pivotrl.verifiers.probes import perturb_workspace
 from pivotrl.verifiers.world import register_world
@@ -41,6 +42,20 @@ MARKERS = ["zebra", "mango", "comet", "tulip", "ember", "otter"]
 KEYS = {"port": lambda r: str(r.randrange(1000, 9999)), "host": lambda r: r.choice(["alpha", "beta", "gamma"]),
         "user": lambda r: r.choice(PEOPLE), "mode": lambda r: r.choice(["fast", "safe", "debug"])}
 DIRS = ["old", "archive", "backup", "logs"]
+
+# The final answers the expert chooses among, by task kind: the forms in one list are the same
+# answer (the world's `canonical_message` reads them back; "Done, see {out}." is the short form
+# of both the head and the sort answer, and the state says whether the long form is true).
+ANSWERS: dict[str, list[str]] = {
+    "copy": ["Copied {f} to {out}.", "Done: {out} is a copy of {f}."],
+    "count": ["There are {n} {level} lines.", "{n} lines contain {level}."],
+    "lines": ["The csv file has {n} lines.", "{f} has {n} lines."],
+    "config": ["The {key} is {value}.", "{key} is set to {value}."],
+    "head": ["Saved the first {n} lines to {out}.", "Done, see {out}."],
+    "sort": ["Wrote the sorted names to {out}.", "Done, see {out}."],
+    "move": ["Moved {f} into {d}.", "Done: {f} is now in {d}/."],
+    "sorry": ["Sorry, a command failed."],
+}
 
 
 class TerminalWorld:
@@ -99,6 +114,31 @@ class TerminalWorld:
 
     def snapshot(self) -> dict[str, str]:
         return sandbox.snapshot_dir(self.workdir) if self.workdir is not None else {}
+
+    def canonical_message(self, text: str) -> tuple | None:
+        """A final answer as this world reads it (`pivotrl.verifiers.world`): its kind and the
+        facts it states. Facts a form leaves out come from the files (which file is "the csv
+        file"); a claim about a written file ("the first 3 lines", "the sorted names") is
+        dropped when the file bears it out and kept, so it differs, when it does not."""
+        read = read_answer(text, ANSWERS)
+        if read is None:
+            return None
+        kind, slots = read
+        files = self.snapshot()
+        if kind == "lines" and "f" not in slots:
+            csv = [p for p in files if "/" not in p and p.endswith(".csv")]
+            slots["f"] = csv[0] if len(csv) == 1 else "the csv file"
+        if kind in ("head", "sort"):  # both read as "wrote {out}", true or not
+            body = files.get(slots["out"])
+            lines = body.splitlines() if isinstance(body, str) else None
+            true = lines is not None and (
+                "n" not in slots and kind == "head"
+                or kind == "head" and str(len(lines)) == slots["n"]
+                or kind == "sort" and lines == sorted(set(lines)))
+            return ("wrote", slots["out"]) if true else ("wrote", slots["out"], kind, slots.get("n"))
+        if kind == "move":
+            slots["d"] = slots["d"].rstrip("/")
+        return (kind, *sorted(slots.items()))
 
     def success(self, goal: dict[str, Any], final_message: str | None) -> bool:
         from pivotrl.experiment.testbed.toolshop import mentions
