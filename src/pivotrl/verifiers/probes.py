@@ -1,69 +1,171 @@
 """Perturbed workspaces: does a command read and write what the expert's command does?
 
 Two commands can print the same thing today for different reasons: `grep -c apple notes.txt`
-counts, `echo 4` only knows the answer. Comparing outputs on the one workspace the expert saw
-cannot tell them apart; comparing them on a *perturbed* copy can. Each probe changes file
-contents in a way every honest read sees, without renaming anything a command names:
+counts, `echo 4` only knows the answer; `grep -c E log` and `grep -c ERROR log` agree on a log
+where only ERROR lines hold an E. Comparing outputs on the one workspace the expert saw cannot
+tell them apart; comparing them on workspaces that change what any plausible command would
+read can. A candidate must match the expert on the original workspace *and on every probe*,
+whether or not the probe changes the expert's own outcome (a probe that leaves the expert's
+output alone is exactly the one that catches a command printing a memorised answer in a way
+that depends on the files: `ls` for `echo app.log`, `grep -c ERROR` for `grep -c E`):
 
-0. every line of every text file doubled, and one new line appended (counts, heads, tails, cat,
-   cut, sort -u, wc and copies all change);
-1. one new file `zz-extra-<random>` in every directory (ls and `*` globs change).
+0. contents: every line of every text file repeated 2 or 3 times (chosen per line) and one
+   marker line appended (counts, sizes, heads, tails, cat, sort -u, wc and copies change);
+1. near misses: lines made of the files' own words changed slightly (one letter dropped at
+   either end, case swapped, one letter replaced) appended to every text file (a weaker
+   pattern, another case rule or a prefix match now counts differently);
+2. extra files: in every directory, for each extension there, a new file `<marker>.<ext>`
+   holding a reordered copy of a sibling (ls, globs, `grep -l`, `wc -l *` change);
+3. renamed: every file and directory whose name the expert's action does not mention gets a
+   new name with the same extension (a file name printed from memory no longer exists);
+4. order: the lines of every text file permuted (head, tail and anything order-dependent).
 
-A probe is only used when the *expert's* outcome changes under it (its output, exit code or the
-changes it makes to the files): the expert reads what the probe changed, so an equivalent
-command must follow it. When the expert's outcome does not change, the probe says nothing about
-the expert's reads and is skipped (a candidate reading more than the expert is not punished
-for it by a probe the expert ignores).
+Files the expert names are never renamed (its action must still work), and no probe adds a
+dot-file (`ls` and `ls -A` stay equivalent where the workspace has none). The markers and every
+choice come from a seed that a verifier derives per turn from a secret drawn per process
+(`probe_seed`): a command cannot know the marker, so it cannot tell a probe from the original
+by looking for it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import random
+import re
 import secrets
 from pathlib import Path
 
-PROBES = ("lines doubled and one appended", "extra file")
-# Drawn per process: a command cannot recognise the probe by its marker and answer the probe
-# honestly while printing a memorised answer otherwise.
-_SALT = secrets.token_hex(4)
-EXTRA_LINE = f"zz extra line {_SALT}\n"
-EXTRA_FILE = f"zz-extra-{_SALT}"
+PROBES = ("contents", "near misses", "extra files", "renamed", "order")
+_SALT = secrets.token_hex(8)  # per process: markers cannot be learnt from past verifications
+_WORD = re.compile(r"[A-Za-z]{2,}")
+MAX_NEAR_MISS_WORDS = 16
 
 
-def _rewrite_text_files(root: Path, change) -> None:
-    for dirpath, _dirs, files in os.walk(root, followlinks=False):
-        for name in files:
+def probe_seed(key: str) -> str:
+    """The seed of a turn's probes: its key mixed with this process's secret."""
+    return hashlib.sha256(f"{_SALT}|{key}".encode()).hexdigest()[:16]
+
+
+def _marker(rng: random.Random) -> str:
+    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(8))
+
+
+def _text_files(root: Path) -> list[tuple[str, str]]:
+    """(path, text) of every regular UTF-8 file under `root`, sorted; never follows links."""
+    out = []
+    for dirpath, dirs, files in os.walk(root, followlinks=False):
+        dirs.sort()
+        for name in sorted(files):
             path = os.path.join(dirpath, name)
             if os.path.islink(path) or not os.path.isfile(path):
                 continue
             try:
                 with open(path, "rb") as fh:
-                    text = fh.read().decode("utf-8")
+                    out.append((path, fh.read().decode("utf-8")))
             except (OSError, UnicodeDecodeError):
                 continue  # binary or unreadable: left as it is
+    return out
+
+
+def _write(path: str, text: str) -> None:
+    with contextlib.suppress(OSError):
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+
+
+def _lines(text: str) -> tuple[list[str], str]:
+    """Lines without their ends, and the end the text had ("\\n" or "")."""
+    return text.splitlines(), "\n" if text.endswith("\n") or not text else ""
+
+
+def _join(lines: list[str], end: str) -> str:
+    return "\n".join(lines) + (end if lines else "")
+
+
+def _contents(text: str, rng: random.Random, marker: str) -> str:
+    lines, _end = _lines(text)
+    out = [ln for ln in lines for _ in range(rng.choice((2, 3)))]
+    return _join(out + [f"{marker} {marker}"], "\n")
+
+
+def _near_misses(text: str, rng: random.Random, marker: str) -> str:
+    lines, end = _lines(text)
+    words = sorted(set(_WORD.findall(text)))
+    rng.shuffle(words)
+    extra = []
+    for w in words[:MAX_NEAR_MISS_WORDS]:
+        i = rng.randrange(len(w))
+        extra += [w[:-1], w[1:], w.swapcase(), w[:i] + marker[0] + w[i + 1:]]
+    rng.shuffle(extra)
+    return _join(lines + extra, "\n") if extra else text
+
+
+def _order(text: str, rng: random.Random) -> str:
+    lines, end = _lines(text)
+    if len(set(lines)) < 2:
+        return text
+    out = list(lines)
+    while out == lines:
+        rng.shuffle(out)
+    return _join(out, end)
+
+
+def _ext(name: str) -> str:
+    return name.rsplit(".", 1)[1] if "." in name.strip(".") else ""
+
+
+def _extra_files(root: Path, rng: random.Random, marker: str) -> None:
+    for dirpath, _dirs, files in list(os.walk(root, followlinks=False)):
+        by_ext: dict[str, str] = {}
+        for name in sorted(files):
+            by_ext.setdefault(_ext(name), name)
+        if not by_ext:
+            by_ext[""] = ""
+        for ext, sibling in sorted(by_ext.items()):
+            text = ""
+            if sibling:
+                with contextlib.suppress(OSError, UnicodeDecodeError):
+                    text = Path(dirpath, sibling).read_bytes().decode("utf-8")
+            lines, _ = _lines(text)
+            body = _join(list(reversed(lines)) + [marker], "\n")
+            _write(os.path.join(dirpath, marker + (f".{ext}" if ext else "")), body)
+
+
+def _rename(root: Path, rng: random.Random, marker: str, keep: str) -> None:
+    # deepest first, so a directory's entries are renamed before the directory is
+    for dirpath, dirs, files in sorted(os.walk(root, followlinks=False), reverse=True):
+        for i, name in enumerate(sorted(files) + sorted(dirs)):
+            if name in keep:
+                continue
+            ext = _ext(name)
+            new = f"{marker}{i}" + (f".{ext}" if ext else "")
             with contextlib.suppress(OSError):
-                with open(path, "w", encoding="utf-8") as fh:
-                    fh.write(change(text))
+                os.rename(os.path.join(dirpath, name), os.path.join(dirpath, new))
 
 
-def _changed(text: str) -> str:
-    doubled = "".join(line + line if line.endswith("\n") else line + "\n" + line + "\n"
-                      for line in text.splitlines(keepends=True))
-    return doubled + EXTRA_LINE
-
-
-def perturb_workspace(root: Path | str, probe: int) -> bool:
-    """Apply probe number `probe` to the directory in place; False when there is no such probe."""
-    root = Path(root)
-    if probe == 0:
-        _rewrite_text_files(root, _changed)
-    elif probe == 1:
-        for dirpath, _dirs, _files in os.walk(root, followlinks=False):
-            with contextlib.suppress(OSError):
-                (Path(dirpath) / EXTRA_FILE).write_text(EXTRA_LINE, encoding="utf-8")
-    else:
+def perturb_workspace(root: Path | str, probe: int, seed: str = "", keep: str = "") -> bool:
+    """Apply probe number `probe` to the directory in place, its marker and choices drawn from
+    `seed`; files and directories whose name occurs in `keep` (the expert's action) are never
+    renamed. False when there is no such probe."""
+    if not 0 <= probe < len(PROBES):
         return False
+    root = Path(root)
+    rng = random.Random(f"{seed}|{probe}")
+    marker = _marker(rng)
+    if probe == 2:
+        _extra_files(root, rng, marker)
+    elif probe == 3:
+        _rename(root, rng, marker, keep)
+    else:
+        for path, text in _text_files(root):
+            if probe == 0:
+                _write(path, _contents(text, rng, marker))
+            elif probe == 1:
+                _write(path, _near_misses(text, rng, marker))
+            else:
+                _write(path, _order(text, rng))
     return True
 
 

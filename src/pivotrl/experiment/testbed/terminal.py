@@ -64,9 +64,11 @@ class TerminalWorld:
     def __init__(self) -> None:
         self.workdir: Path | None = None
         self._cleanup = None
+        self.effects: dict[str, str | None] = {}  # what commands did outside the workspace
 
     def reset(self, config: dict[str, Any]) -> None:
         self._drop()
+        self.effects = {}
         self.workdir = sandbox.copy_workspace(None)
         files = config.get("workspace", config.get("files", {}))  # {path: content}
         sandbox.materialize_workspace(files, self.workdir)
@@ -92,27 +94,37 @@ class TerminalWorld:
         if set(arguments) - {"command"}:
             return f"error: unknown argument {sorted(set(arguments) - {'command'})[0]}"
         res = sandbox.run_in_sandbox(command, self.workdir, LIMITS)
+        self.effects.update(res.effects)
         return observation(res)
 
     def fork(self) -> "TerminalWorld":
         """An independent copy in the same state (verifiers fork one world per sample instead of
         replaying the context's commands each time)."""
         twin = TerminalWorld()
+        twin.effects = dict(self.effects)
         if self.workdir is not None:
             twin.workdir = sandbox.copy_workspace(self.workdir)
             twin._cleanup = weakref.finalize(twin, sandbox.remove_workspace, str(twin.workdir))
         return twin
 
-    def perturb(self, probe: int) -> bool:
-        """Change file contents the way probe number `probe` does (`pivotrl.verifiers.probes`:
-        lines doubled and one appended; an extra file), so verifiers can tell a command that
-        reads the files from one that only prints what they held; False when no such probe."""
-        if self.workdir is None or not perturb_workspace(self.workdir, probe):
+    def perturb(self, probe: int, seed: str = "", keep: str = "") -> bool:
+        """Change the files the way probe number `probe` does (`pivotrl.verifiers.probes`), so
+        verifiers can tell a command that reads the files from one that only prints what they
+        held; False when no such probe."""
+        if self.workdir is None or not perturb_workspace(self.workdir, probe, seed, keep):
             return False
         sandbox.freeze_mtimes(self.workdir)
         return True
 
     def snapshot(self) -> dict[str, str]:
+        """The file tree, plus what the commands so far did outside it (keys "\0" + `~/path`,
+        `/tmp/path` or `<network>`: no file name holds a NUL), so a command that deletes the
+        home or tries the network leaves another state than one that does not."""
+        files = self.files()
+        files.update({"\0" + k: v for k, v in sorted(self.effects.items())})
+        return files
+
+    def files(self) -> dict[str, str]:
         return sandbox.snapshot_dir(self.workdir) if self.workdir is not None else {}
 
     def canonical_message(self, text: str) -> tuple | None:
@@ -124,7 +136,7 @@ class TerminalWorld:
         if read is None:
             return None
         kind, slots = read
-        files = self.snapshot()
+        files = self.files()
         if kind == "lines" and "f" not in slots:
             csv = [p for p in files if "/" not in p and p.endswith(".csv")]
             slots["f"] = csv[0] if len(csv) == 1 else "the csv file"
@@ -143,7 +155,7 @@ class TerminalWorld:
     def success(self, goal: dict[str, Any], final_message: str | None) -> bool:
         from pivotrl.experiment.testbed.toolshop import mentions
 
-        if final_message is None or self.snapshot() != goal["files"]:
+        if final_message is None or self.files() != goal["files"]:
             return False
         return all(mentions(final_message, m) for m in goal.get("mention", []))
 
