@@ -9,8 +9,9 @@ whether or not the probe changes the expert's own outcome (a probe that leaves t
 output alone is exactly the one that catches a command printing a memorised answer in a way
 that depends on the files: `ls` for `echo app.log`, `grep -c ERROR` for `grep -c E`):
 
-0. contents: every line of every text file repeated 2 or 3 times (chosen per line) and one
-   marker line appended (counts, sizes, heads, tails, cat, sort -u, wc and copies change);
+0. contents: every line of every text file repeated 2 or 3 times (chosen per line), then an
+   empty line and a marker line appended (counts, sizes, heads, tails, cat, sort -u, wc and
+   copies change; `grep -c .` no longer counts what `wc -l` counts);
 1. near misses: lines made of the files' own words changed slightly (one letter dropped at
    either end, case swapped, one letter replaced) appended to every text file (a weaker
    pattern, another case rule or a prefix match now counts differently);
@@ -87,7 +88,7 @@ def _join(lines: list[str], end: str) -> str:
 def _contents(text: str, rng: random.Random, marker: str) -> str:
     lines, _end = _lines(text)
     out = [ln for ln in lines for _ in range(rng.choice((2, 3)))]
-    return _join(out + [f"{marker} {marker}"], "\n")
+    return _join(out + ["", f"{marker} {marker}"], "\n")
 
 
 def _near_misses(text: str, rng: random.Random, marker: str) -> str:
