@@ -9,17 +9,16 @@ whether or not the probe changes the expert's own outcome (a probe that leaves t
 output alone is exactly the one that catches a command printing a memorised answer in a way
 that depends on the files: `ls` for `echo app.log`, `grep -c ERROR` for `grep -c E`):
 
-0. contents: every line of every text file repeated 2 or 3 times (chosen per line), then an
-   empty line and a marker line appended (counts, sizes, heads, tails, cat, sort -u, wc and
-   copies change; `grep -c .` no longer counts what `wc -l` counts);
-1. near misses: lines made of the files' own words changed slightly (one letter dropped at
-   either end, case swapped, one letter replaced) appended to every text file (a weaker
-   pattern, another case rule or a prefix match now counts differently);
-2. extra files: in every directory, for each extension there, a new file `<marker>.<ext>`
+0. contents: in every text file, every line repeated 2 or 3 times (chosen per line), lines
+   made of the file's own words changed slightly added (one letter dropped at either end, case
+   swapped, one letter replaced), an empty line and a marker line added, and the whole
+   reordered: counts, sizes, heads, tails, cat, sort -u, wc and copies change, a weaker pattern
+   (`grep -c E` for `grep -c ERROR`), another case rule, a prefix match, `grep -c .` for
+   `wc -l` and anything order-dependent (`cat` for `sort`) count or print differently;
+1. extra files: in every directory, for each extension there, a new file `<marker>.<ext>`
    holding a reordered copy of a sibling (ls, globs, `grep -l`, `wc -l *` change);
-3. renamed: every file and directory whose name the expert's action does not mention gets a
-   new name with the same extension (a file name printed from memory no longer exists);
-4. order: the lines of every text file permuted (head, tail and anything order-dependent).
+2. renamed: every file and directory whose name the expert's action does not mention gets a
+   new name with the same extension (a file name printed from memory no longer exists).
 
 Files the expert names are never renamed (its action must still work), and no probe adds a
 dot-file (`ls` and `ls -A` stay equivalent where the workspace has none). The markers and every
@@ -38,7 +37,7 @@ import re
 import secrets
 from pathlib import Path
 
-PROBES = ("contents", "near misses", "extra files", "renamed", "order")
+PROBES = ("contents", "extra files", "renamed")
 _SALT = secrets.token_hex(8)  # per process: markers cannot be learnt from past verifications
 _WORD = re.compile(r"[A-Za-z]{2,}")
 MAX_NEAR_MISS_WORDS = 16
@@ -88,29 +87,16 @@ def _join(lines: list[str], end: str) -> str:
 def _contents(text: str, rng: random.Random, marker: str) -> str:
     lines, _end = _lines(text)
     out = [ln for ln in lines for _ in range(rng.choice((2, 3)))]
-    return _join(out + ["", f"{marker} {marker}"], "\n")
-
-
-def _near_misses(text: str, rng: random.Random, marker: str) -> str:
-    lines, end = _lines(text)
     words = sorted(set(_WORD.findall(text)))
     rng.shuffle(words)
-    extra = []
     for w in words[:MAX_NEAR_MISS_WORDS]:
         i = rng.randrange(len(w))
-        extra += [w[:-1], w[1:], w.swapcase(), w[:i] + marker[0] + w[i + 1:]]
-    rng.shuffle(extra)
-    return _join(lines + extra, "\n") if extra else text
-
-
-def _order(text: str, rng: random.Random) -> str:
-    lines, end = _lines(text)
-    if len(set(lines)) < 2:
-        return text
-    out = list(lines)
-    while out == lines:
+        out += [w[:-1], w[1:], w.swapcase(), w[:i] + marker[0] + w[i + 1:]]
+    out += ["", f"{marker} {marker}"]
+    original = list(out)
+    while out == original:  # at least two distinct lines (the marker, the empty one)
         rng.shuffle(out)
-    return _join(out, end)
+    return _join(out, "\n")
 
 
 def _ext(name: str) -> str:
@@ -155,18 +141,13 @@ def perturb_workspace(root: Path | str, probe: int, seed: str = "", keep: str = 
     root = Path(root)
     rng = random.Random(f"{seed}|{probe}")
     marker = _marker(rng)
-    if probe == 2:
-        _extra_files(root, rng, marker)
-    elif probe == 3:
-        _rename(root, rng, marker, keep)
-    else:
+    if probe == 0:
         for path, text in _text_files(root):
-            if probe == 0:
-                _write(path, _contents(text, rng, marker))
-            elif probe == 1:
-                _write(path, _near_misses(text, rng, marker))
-            else:
-                _write(path, _order(text, rng))
+            _write(path, _contents(text, rng, marker))
+    elif probe == 1:
+        _extra_files(root, rng, marker)
+    else:
+        _rename(root, rng, marker, keep)
     return True
 
 
