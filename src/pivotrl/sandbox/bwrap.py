@@ -357,13 +357,15 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
         nproc = _user_process_count(os.getuid()) + limits.max_processes + 4
     group = SandboxCgroup.create(limits.total_memory_mb * 1024 * 1024, limits.max_processes + 4)
     side = effects.new_side_dir(limits.tmp_mb)
+    netns = effects.acquire_netns()
+    packets = netns.packets() if netns else None
     workfd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
     mark_r, mark_w = os.pipe()
-    started, report = False, b""
+    started, net, after = False, False, None
     try:
         if as_root:
             chown_tree(side, uid, uid)
-        argv = (_cgroup_prefix(group) + effects.netns_prefix() + prefix
+        argv = (_cgroup_prefix(group) + (netns.prefix() if netns else []) + prefix
                 + _bwrap_argv(skeleton, limits, nproc, workfd, side) + cmd)
         try:
             proc = subprocess.Popen(argv, stdin=mark_w, stdout=subprocess.PIPE,
@@ -379,10 +381,14 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
         code = proc.returncode
         os.set_blocking(mark_r, False)
         with contextlib.suppress(BlockingIOError):
-            report = os.read(mark_r, 65536)
-        started = report.startswith(b"x")
+            started = os.read(mark_r, 1) == b"x"
         effects_seen = effects.side_effects(side)
+        if netns is not None:
+            # an unreadable counter cannot prove the run stayed off the network
+            after = netns.packets()
+            net = packets is None or after is None or after != packets
     finally:
+        effects.release_netns(netns, healthy=packets is not None and after is not None)
         remove_workspace(side)
         for fd in (workfd, mark_w, mark_r):
             if fd >= 0:
@@ -398,8 +404,7 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
         code = -1
     elif code < 0:
         code = 128 - code
-    net = effects.network_attempted(report.decode("utf-8", "replace"))
-    if net or (net is None and effects.network_recorded() and not (timed_out or truncated)):
+    if net:
         effects_seen[effects.NETWORK_EFFECT] = "attempted"
     return SandboxResult(code, out.decode("utf-8", "replace"), stderr, timed_out, truncated,
                          effects_seen)

@@ -13,24 +13,29 @@ cannot reach the record:
   or `/tmp/path`. Everything else outside /work is read-only to the command, so a write there
   fails (EROFS) and has no effect to record, as on a real machine where an unprivileged user
   cannot write to /usr or /etc.
-- **Network.** As root, the sandbox runs in a network namespace made for the run
-  (`NETNS_SETUP`): only a loopback device, with a local route for every IPv4 and IPv6 address,
-  so a connection to any host or a DNS query (no resolv.conf: glibc asks 127.0.0.1:53) reaches
-  that loopback at once and is refused there: nothing can leave the namespace, and nothing
-  waits for a timeout. After the command ends, the wrapper outside the sandbox reads the
-  namespace's loopback counters (`/proc/net/dev`) and reports them on the start-up pipe, which
-  the command cannot write to (it runs with stdin /dev/null, under another user than the
-  wrapper). Any packet is a network attempt: `<network>` is an effect. The sandbox has no
-  capability to reset those counters. Not as root the namespace is bwrap's own (loopback only,
-  no record): `network_recorded()` says which.
+- **Network.** As root, each run enters a network namespace of a small pool kept by this
+  process (`acquire_netns`): only a loopback device, with a local route for every IPv4 and
+  IPv6 address, so a connection to any host or a DNS query (no resolv.conf: glibc asks
+  127.0.0.1:53) reaches that loopback at once and is refused there: nothing can leave the
+  namespace, and nothing waits for a timeout. A namespace serves one run at a time; the host
+  reads its loopback counters (`/proc/<holder>/net/dev`) before and after the run, and any
+  packet in between is a network attempt (`<network>` is an effect). The command cannot reset
+  them: the namespace belongs to the host's user namespace, where the sandbox has no
+  capability. Each namespace is held by a `sh` reading a pipe from this process, so it ends
+  with the process. Not as root the namespace is bwrap's own (loopback only, no record):
+  `network_recorded()` says which.
 Effects are part of a command's outcome: the shell verifier and the terminal world compare
 them, so a candidate with an effect the expert did not have scores 0.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import shutil
+import subprocess
+import threading
 from pathlib import Path
 
 from pivotrl.sandbox.workspace import copy_workspace, freeze_mtimes, snapshot_dir
@@ -40,48 +45,93 @@ HOME_SEED = {".bashrc": "# ~/.bashrc\nalias ll='ls -l'\n",
              ".profile": "# ~/.profile\n[ -f ~/.bashrc ] && . ~/.bashrc\n"}
 NETWORK_EFFECT = "<network>"
 
-# Run by `unshare --net` as root, before the uid switch: the run's own network namespace.
-# `ip` infers each route's family from its prefix.
-NETNS_SETUP = ("ip -b - <<'EOF' || exit 125\nlink set lo up\nroute add local 0.0.0.0/0 dev lo\n"
-               "route add local ::/0 dev lo\nEOF\n")
-# After the sandbox exits: the loopback line of /proc/net/dev on the start-up pipe (fd 0).
-NETNS_REPORT = ('rc=$?; while IFS= read -r l <&4; do case $l in *lo:*) printf "\\nnet %s\\n" "$l"'
-                ' >&0;; esac; done 4< /proc/net/dev; exit $rc')
+# The holder of a pooled namespace: set it up, say so, then wait for the pipe from this process
+# to close. `ip` infers each route's family from its prefix.
+_HOLDER = ("ip -b - <<'EOF' || exit 125\nlink set lo up\nroute add local 0.0.0.0/0 dev lo\n"
+           "route add local ::/0 dev lo\nEOF\necho ready; read x")
+_PATH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
 _recorded: bool | None = None
 
 
 def network_recorded() -> bool:
-    """Whether runs here get their own recorded network namespace (root, unshare and ip)."""
+    """Whether runs here get a recorded network namespace (root, unshare, nsenter and ip)."""
     global _recorded
     if _recorded is None:
-        _recorded = (os.geteuid() == 0 and shutil.which("unshare") is not None
-                     and shutil.which("ip") is not None)
+        _recorded = (os.geteuid() == 0
+                     and all(shutil.which(b) for b in ("unshare", "nsenter", "ip")))
     return _recorded
 
 
-def netns_prefix() -> list[str]:
-    """argv to put before the (uid switch +) bwrap command: the run in a new recorded netns."""
+class Netns:
+    """One recorded network namespace, held by a `sh` in it."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(["unshare", "--net", "--", "/bin/sh", "-c", _HOLDER],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, start_new_session=True,
+                                     env=_PATH_ENV, cwd="/")
+        if self.proc.stdout.readline() != b"ready\n":
+            self.close()
+            raise OSError("could not set up a network namespace for the sandbox")
+        self.path = f"/proc/{self.proc.pid}/ns/net"
+        self.inode = os.stat(self.path).st_ino
+
+    def prefix(self) -> list[str]:
+        return ["nsenter", f"--net={self.path}", "--"]
+
+    def packets(self) -> int | None:
+        """Loopback packets so far (received + sent); None when the holder is gone (its pid
+        may name another process now: never read that one's counters)."""
+        try:
+            if os.stat(self.path).st_ino != self.inode:
+                return None
+            with open(f"/proc/{self.proc.pid}/net/dev", encoding="ascii") as fh:
+                for line in fh:
+                    name, _, rest = line.partition(":")
+                    if name.strip() == "lo":
+                        fields = rest.split()
+                        return int(fields[1]) + int(fields[9])
+        except (OSError, ValueError, IndexError):
+            return None
+        return None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+
+
+_pool: list[Netns] = []
+_pool_lock = threading.Lock()
+
+
+def acquire_netns() -> Netns | None:
+    """A free recorded namespace (made when none is free), or None where runs are not recorded."""
     if not network_recorded():
-        return []
-    return ["unshare", "--net", "--", "/bin/sh", "-c", NETNS_SETUP + '"$@"\n' + NETNS_REPORT,
-            "sh"]
+        return None
+    with _pool_lock:
+        if _pool:
+            return _pool.pop()
+    return Netns()
 
 
-def network_attempted(report: str) -> bool | None:
-    """Whether the loopback counters reported after the run show any packet; None without a
-    report (not recorded here, or the run was killed). An unreadable report counts as an
-    attempt: it cannot be proven clean."""
-    # The last report line: the wrapper writes it after every sandbox process is gone, so a
-    # line a command might have forged on the pipe comes before it.
-    for line in reversed(report.splitlines()):
-        if line.startswith("net "):
-            fields = line.split(":", 1)[-1].split()
-            try:
-                return int(fields[1]) + int(fields[9]) > 0  # rx packets + tx packets
-            except (IndexError, ValueError):
-                return True
-    return None
+def release_netns(ns: Netns | None, healthy: bool) -> None:
+    if ns is None:
+        return
+    if not healthy:
+        ns.close()
+        return
+    with _pool_lock:
+        _pool.append(ns)
+
+
+@atexit.register
+def _close_pool() -> None:
+    with _pool_lock:
+        while _pool:
+            _pool.pop().close()
 
 
 def new_side_dir(size_mb: int) -> Path:
