@@ -130,7 +130,7 @@ def test_probe_markers_are_secret_per_turn(tmp_path):
     trees = []
     for seed in (a, b):
         root = materialize_workspace(dict(WS), tmp_path / seed)
-        perturb_workspace(root, PROBES.index("extra files"), seed)
+        perturb_workspace(root, PROBES.index("names"), seed)
         trees.append(sorted(p.name for p in root.iterdir()))
     assert trees[0] != trees[1]
     assert not any("zz" in name for tree in trees for name in tree)
@@ -138,10 +138,12 @@ def test_probe_markers_are_secret_per_turn(tmp_path):
 
 def test_probes_keep_the_names_the_expert_uses(tmp_path):
     root = materialize_workspace(dict(WS), tmp_path / "w")
-    perturb_workspace(root, PROBES.index("renamed"), "s", keep="grep -c ERROR app.log")
+    perturb_workspace(root, PROBES.index("names"), "s", keep="grep -c ERROR app.log")
     names = sorted(p.name for p in root.iterdir())
     assert "app.log" in names and "data.csv" not in names
-    assert sorted(n.rsplit(".", 1)[1] for n in names) == ["csv", "ini", "log", "txt"]
+    # three renamed, one kept, and one extra file per extension
+    assert sorted(n.rsplit(".", 1)[1] for n in names) == ["csv", "csv", "ini", "ini", "log",
+                                                          "log", "txt", "txt"]
 
 
 # ---------------------------------------------------------------- state on the terminal world

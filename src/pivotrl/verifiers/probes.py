@@ -15,10 +15,10 @@ that depends on the files: `ls` for `echo app.log`, `grep -c ERROR` for `grep -c
    reordered: counts, sizes, heads, tails, cat, sort -u, wc and copies change, a weaker pattern
    (`grep -c E` for `grep -c ERROR`), another case rule, a prefix match, `grep -c .` for
    `wc -l` and anything order-dependent (`cat` for `sort`) count or print differently;
-1. extra files: in every directory, for each extension there, a new file `<marker>.<ext>`
-   holding a reordered copy of a sibling (ls, globs, `grep -l`, `wc -l *` change);
-2. renamed: every file and directory whose name the expert's action does not mention gets a
-   new name with the same extension (a file name printed from memory no longer exists).
+1. names: every file and directory whose name the expert's action does not mention gets a
+   new name with the same extension (a file name printed from memory no longer exists), and
+   every directory gets, for each extension in it, a new file `<marker>.<ext>` holding a
+   reordered copy of a sibling (ls, globs, `grep -l`, `wc -l *` change).
 
 Files the expert names are never renamed (its action must still work), and no probe adds a
 dot-file (`ls` and `ls -A` stay equivalent where the workspace has none). The markers and every
@@ -37,7 +37,7 @@ import re
 import secrets
 from pathlib import Path
 
-PROBES = ("contents", "extra files", "renamed")
+PROBES = ("contents", "names")
 _SALT = secrets.token_hex(8)  # per process: markers cannot be learnt from past verifications
 _WORD = re.compile(r"[A-Za-z]{2,}")
 MAX_NEAR_MISS_WORDS = 16
@@ -144,10 +144,9 @@ def perturb_workspace(root: Path | str, probe: int, seed: str = "", keep: str = 
     if probe == 0:
         for path, text in _text_files(root):
             _write(path, _contents(text, rng, marker))
-    elif probe == 1:
-        _extra_files(root, rng, marker)
     else:
         _rename(root, rng, marker, keep)
+        _extra_files(root, rng, marker)
     return True
 
 
