@@ -118,3 +118,12 @@ def test_terminal_claims_are_checked_against_the_files():
             assert same_answer(t, f"Done, see {out}.", "Done, see nothere.txt.") is False
             return
     pytest.fail("no head task among the terminal tasks")
+
+
+def test_hostile_answers_get_no_ruling_and_never_crash():
+    t = _final_turns("toolshop")[0][0]
+    for text in ["", "Your city is now .", "Your city is now " + "a" * 30000 + ".",
+                 "Order o1 is cancelled. " * 2000, "You have \x00 shipped orders.",
+                 "Done: your order " + " " * 5000 + "o1 is placed.", "{n} of your orders have shipped."]:
+        got = same_answer(t, t.expected.content, text)
+        assert got in (None, False), (text[:40], got)

@@ -108,7 +108,7 @@ def action_rule(name: str | None) -> ActionRule | None:
 
 _ANSWER_WORLDS: OrderedDict[str, Any] = OrderedDict()  # turn key -> world at the turn (or None)
 _ANSWER_LOCK = threading.Lock()
-_ANSWER_CACHE = 256
+_ANSWER_CACHE = 64  # worlds at a turn kept for answers (a terminal world holds a workspace)
 
 
 def same_answer(turn: Turn, expected: str, candidate: str) -> bool | None:

@@ -178,19 +178,26 @@ class ToolshopWorld:
         if read is None:
             return None
         kind, slots = read
-        if kind == "swap":
-            rest = self.canonical_message(slots["rest"])
-            return ("swap", slots["oid"], rest) if rest and rest[0] == "buy" else None
+        if kind == "swap":  # the cancel prefix, then exactly one buy answer
+            rest = read_answer(slots["rest"], {"buy": ANSWERS["buy"]})
+            if rest is None:
+                return None
+            return ("swap", slots["oid"], self._bought(rest[1]))
         if kind == "buy":
-            order = self.state["orders"].get(slots["new"], {})
-            held = {(self.state["products"].get(p, {}).get("name"), str(q))
-                    for p, q in order.get("items", {}).items()}
-            stated = (slots.get("product", "").lower(), slots.get("qty"))
-            if "qty" in slots and stated not in held:
-                return ("buy", slots["new"], "states", *stated)
-            return ("buy", slots["new"])
+            return self._bought(slots)
         return (kind, *sorted((k, v.lower() if k in ("city", "product") else v)
                               for k, v in slots.items()))
+
+    def _bought(self, slots: dict[str, str]) -> tuple:
+        """A buy answer: the order id, and the product and quantity it states only when the
+        order does not hold them (a false claim keeps it apart from the short form)."""
+        order = self.state["orders"].get(slots["new"], {})
+        held = {(self.state["products"].get(p, {}).get("name"), str(q))
+                for p, q in order.get("items", {}).items()}
+        stated = (slots.get("product", "").lower(), slots.get("qty"))
+        if "qty" in slots and stated not in held:
+            return ("buy", slots["new"], "states", *stated)
+        return ("buy", slots["new"])
 
     def success(self, goal: dict[str, Any], final_message: str | None) -> bool:
         if final_message is None or self.state != goal["state"]:
