@@ -200,17 +200,79 @@ def _outcome(cmd: str, files: dict[str, str]) -> tuple:
     return res.exit_code, res.stdout, written
 
 
-@pytest.mark.parametrize("expert", sorted(MUTATIONS))
-def test_one_token_mutations_that_change_the_effect_score_0(shell, expert):
-    """Ground truth from workspaces the verifier never sees (random contents, same names): a
-    mutation that behaves differently from the expert on any of them must score 0."""
+@pytest.fixture(scope="module")
+def differing() -> dict[str, list[str]]:
+    """Ground truth from workspaces the verifiers never see (random contents, same names): the
+    mutations that behave differently from their expert on at least one of them."""
     rng = random.Random(7)
     spaces = [_random_workspace(rng) for _ in range(3)]
-    checked = 0
-    for cand in MUTATIONS[expert]:
-        differs = any(_outcome(expert, w) != _outcome(cand, w) for w in spaces)
-        if differs:
-            checked += 1
-            got = shell.score(turn(expert, tid=f"p/{expert}"), run(cand))
-            assert got.reward == 0.0, (expert, cand, got.reason)
-    assert checked >= len(MUTATIONS[expert]) - 1  # the generator does produce real changes
+    out = {}
+    for expert, cands in MUTATIONS.items():
+        outcomes = [_outcome(expert, w) for w in spaces]
+        out[expert] = [c for c in cands
+                       if any(_outcome(c, w) != o for w, o in zip(spaces, outcomes))]
+        assert len(out[expert]) >= len(cands) - 1  # the generator does produce real changes
+    return out
+
+
+@pytest.mark.parametrize("expert", sorted(MUTATIONS))
+def test_one_token_mutations_that_change_the_effect_score_0(shell, differing, expert):
+    for cand in differing[expert]:
+        got = shell.score(turn(expert, tid=f"p/{expert}"), run(cand))
+        assert got.reward == 0.0, (expert, cand, got.reason)
+
+
+@pytest.mark.parametrize("expert", sorted(MUTATIONS))
+def test_one_token_mutations_score_0_under_state_on_the_terminal_world(differing, expert):
+    v = get_verifier("state")
+    for cand in differing[expert]:
+        got = v.score(world_turn(expert), run(cand))
+        assert got.reward == 0.0, (expert, cand, got.reason)
+
+
+# ---------------------------------------------------------------- property: what the world declares equal
+
+def _command_forms(task: dict, context: list[Message]) -> list[str]:
+    from pivotrl.experiment.testbed.experts import STEPS, FixedChooser, observations
+
+    out = []
+    for i in range(6):
+        step = STEPS["terminal"](task, observations(context), FixedChooser(i))
+        if step[0] == "call" and step[2]["command"] not in out:
+            out.append(step[2]["command"])
+    return out
+
+
+def test_the_terminal_experts_equivalent_commands_score_1():
+    """Every form the terminal expert may choose at a step does the same thing: each scores 1
+    against the first form under shell (with every probe), and one per task under state."""
+    from pivotrl.experiment.episodes import expert_turns
+    from pivotrl.experiment.testbed.experts import run_expert
+    from pivotrl.experiment.testbed.tasks import make_tasks
+
+    tasks = {}
+    for task in make_tasks("terminal", "train", 40):
+        tasks.setdefault(task.metadata["task"]["kind"], task)
+    shell_turns, shell_cands, state_pairs = [], [], []
+    for task in tasks.values():
+        traj = run_expert(task, seed=0)
+        last = None  # the task's last command (the one that counts, copies, sorts, moves)
+        for t in expert_turns([traj]):
+            if not t.expected.tool_calls:
+                continue
+            forms = _command_forms(traj.metadata["task"], t.context)
+            t = t.model_copy(update={"expected": run(forms[0])})
+            shell_turns += [t] * (len(forms) - 1)
+            shell_cands += [run(c) for c in forms[1:]]
+            last = (t, run(forms[-1])) if len(forms) > 1 else last
+        state_pairs += [last] if last else []
+    shell_v = get_verifier("shell")
+    for t, cand, got in zip(shell_turns, shell_cands, shell_v.score_batch(shell_turns, shell_cands)):
+        assert got.reward == 1.0, ("shell", t.expected.tool_calls[0].args(), cand, got.reason)
+    shell_v.close()
+    # state replays the world per probe (~10 sandbox runs a pair): one pair per task
+    state_v = get_verifier("state")
+    for t, cand in state_pairs:
+        got = state_v.score(t, cand)
+        assert got.reward == 1.0, ("state", t.expected.tool_calls[0].args(), cand, got.reason)
+    assert len(tasks) == 7 and len(shell_cands) >= 25
