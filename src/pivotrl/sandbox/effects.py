@@ -74,6 +74,7 @@ class Netns:
         if self.proc.stdout.readline() != b"ready\n":
             self.close()
             raise OSError("could not set up a network namespace for the sandbox")
+        self.owner = os.getpid()
         self.path = f"/proc/{self.proc.pid}/ns/net"
         self.inode = os.stat(self.path).st_ino
 
@@ -105,13 +106,20 @@ class Netns:
 
 _pool: list[Netns] = []
 _pool_lock = threading.Lock()
+_pool_pid = os.getpid()
 
 
 def acquire_netns() -> Netns | None:
-    """A free recorded namespace (made when none is free), or None where runs are not recorded."""
+    """A free recorded namespace (made when none is free), or None where runs are not recorded.
+    A forked child never uses its parent's namespaces: two runs at once in one namespace would
+    mix their counts."""
+    global _pool_pid
     if not network_recorded():
         return None
     with _pool_lock:
+        if _pool_pid != os.getpid():
+            _pool.clear()  # the parent's: it closes them
+            _pool_pid = os.getpid()
         if _pool:
             return _pool.pop()
     return Netns()
@@ -120,7 +128,7 @@ def acquire_netns() -> Netns | None:
 def release_netns(ns: Netns | None, healthy: bool) -> None:
     if ns is None:
         return
-    if not healthy:
+    if not healthy or ns.owner != os.getpid():
         ns.close()
         return
     with _pool_lock:
