@@ -201,10 +201,12 @@ def test_missing_bwrap_is_a_clear_error(monkeypatch, tmp_path):
 def test_home_and_tmp_changes_are_recorded_and_fresh_each_run(ws):
     assert run_in_sandbox("grep -c x a.txt", ws, FAST).effects == {}
     res = run_in_sandbox('echo $HOME $TMPDIR; echo s > /tmp/t; echo a >> ~/.bashrc; '
-                         'rm ~/.profile; mkdir ~/.cache', ws, FAST)
+                         'rm ~/.profile; mkdir ~/.cache; echo m > /dev/shm/m; echo d > /dev/d',
+                         ws, FAST)
     assert res.stdout == "/home/user /tmp\n"
+    assert "/dev/d: Read-only file system" in res.stderr  # the rest of /dev is read-only
     assert res.effects == {"/tmp/t": "s\n", "~/.bashrc": "# ~/.bashrc\nalias ll='ls -l'\na\n",
-                           "~/.profile": None, "~/.cache/": "<dir>"}
+                           "~/.profile": None, "~/.cache/": "<dir>", "/dev/shm/m": "m\n"}
     again = run_in_sandbox("ls -A /tmp ~", ws, FAST)  # nothing of the last run is left
     assert again.stdout.split() == ["/home/user:", ".bashrc", ".profile", "/tmp:"]
     assert again.effects == {}

@@ -237,6 +237,7 @@ def _bwrap_argv(skeleton: Path, limits: SandboxLimits, nproc: int, workfd: int,
         if host.is_dir() and not host.is_symlink():
             argv += ["--ro-bind", str(host), f"/{d}"]
     argv += ["--proc", "/proc", "--dev", "/dev",
+             "--bind", str(side / "shm"), "/dev/shm", "--remount-ro", "/dev",
              "--bind", str(side / "tmp"), "/tmp", "--bind", str(side / "home"),
              effects.HOME_IN_SANDBOX,
              "--bind-fd", str(workfd), "/work", "--chdir", "/work", "--",

@@ -6,13 +6,14 @@ sandbox neutralises both (HOME is a throwaway, there is no network), so without 
 would be invisible. Each run therefore records them, from outside the sandbox, where the command
 cannot reach the record:
 
-- **HOME and TMPDIR.** Every run gets a fresh side directory on the host (`new_side_dir`): its
-  `home/` is bound at /home/user (HOME), seeded with a `.bashrc` and a `.profile` (so deleting or
-  editing the home shows), and its `tmp/` at /tmp (TMPDIR). After the run the host snapshots it
-  (`side_effects`): every entry created, changed or removed there is an effect, keyed `~/path`
-  or `/tmp/path`. Everything else outside /work is read-only to the command, so a write there
-  fails (EROFS) and has no effect to record, as on a real machine where an unprivileged user
-  cannot write to /usr or /etc.
+- **HOME, TMPDIR and /dev/shm.** Every run gets a fresh side directory on the host
+  (`new_side_dir`): its `home/` is bound at /home/user (HOME), seeded with a `.bashrc` and a
+  `.profile` (so deleting or editing the home shows), its `tmp/` at /tmp (TMPDIR) and its
+  `shm/` at /dev/shm. After the run the host snapshots it (`side_effects`): every entry
+  created, changed or removed there is an effect, keyed `~/path`, `/tmp/path` or
+  `/dev/shm/path`. Everything else outside /work is read-only to the command (the rest of /dev
+  too), so a write there fails (EROFS) and has no effect to record, as on a real machine where
+  an unprivileged user cannot write to /usr, /etc or /dev.
 - **Network.** As root, each run enters a network namespace of a small pool kept by this
   process (`acquire_netns`): only a loopback device, with a local route for every IPv4 and
   IPv6 address, so a connection to any host or a DNS query (no resolv.conf: glibc asks
@@ -146,6 +147,7 @@ def new_side_dir(size_mb: int) -> Path:
     """A fresh HOME + TMPDIR pair for one run (the caller removes it with remove_workspace)."""
     side = copy_workspace(None, size_mb)
     (side / "tmp").mkdir(mode=0o755)
+    (side / "shm").mkdir(mode=0o755)
     home = side / "home"
     home.mkdir(mode=0o755)
     for name, text in HOME_SEED.items():
@@ -159,8 +161,8 @@ _seed_snapshot: dict[str, str] | None = None
 
 
 def side_effects(side: Path) -> dict[str, str | None]:
-    """{`~/path` or `/tmp/path`: description, or None when removed} of what the run changed in
-    its HOME and TMPDIR (descriptions as `snapshot_dir` writes them)."""
+    """{`~/path`, `/tmp/path` or `/dev/shm/path`: description, or None when removed} of what the
+    run changed in its HOME, TMPDIR and /dev/shm (descriptions as `snapshot_dir` writes them)."""
     global _seed_snapshot
     if _seed_snapshot is None:
         _seed_snapshot = _seed()
@@ -173,11 +175,14 @@ def side_effects(side: Path) -> dict[str, str | None]:
 
 
 def _seed() -> dict[str, str]:
-    out = {"home/": "<dir>", "tmp/": "<dir>"}
+    out = {"home/": "<dir>", "tmp/": "<dir>", "shm/": "<dir>"}
     out.update({f"home/{n}": t for n, t in HOME_SEED.items()})
     return out
 
 
+_SHOWN_AS = {"home": "~/", "tmp": "/tmp/", "shm": "/dev/shm/"}
+
+
 def _display(key: str) -> str:
     top, _, rest = key.partition("/")
-    return ("~/" if top == "home" else "/tmp/") + rest if rest or key.endswith("/") else key
+    return _SHOWN_AS.get(top, f"{top}/") + rest if rest or key.endswith("/") else key
