@@ -235,3 +235,9 @@ def test_the_fixed_clock_holds_whatever_the_environment(ws):
     fixed = str(sandbox.clock.FIXED_TIME)
     assert out[0] == ["2024-01-01", "00:00:00"]
     assert all(set(words) == {fixed} for words in out[1:]), out
+
+
+def test_dev_stdout_and_stderr_can_be_reopened(ws):
+    # `> /dev/stderr` is `>&2` outside a sandbox: the same output and exit code inside
+    res = run_in_sandbox("echo e > /dev/stderr && echo o > /dev/stdout", ws, FAST)
+    assert (res.exit_code, res.stdout, res.stderr) == (0, "o\n", "e\n")

@@ -368,14 +368,24 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
             chown_tree(side, uid, uid)
         argv = (_cgroup_prefix(group) + (netns.prefix() if netns else []) + prefix
                 + _bwrap_argv(skeleton, limits, nproc, workfd, side) + cmd)
+        # The output pipes belong to the uid the command runs as, so reopening them
+        # (`echo x > /dev/stderr`, i.e. /proc/self/fd/2) works as it does outside a sandbox.
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        if as_root:
+            for fd in (out_w, err_w):
+                os.fchown(fd, uid, uid)
         try:
-            proc = subprocess.Popen(argv, stdin=mark_w, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, pass_fds=(workfd,),
-                                    start_new_session=True, cwd="/", env=HOST_ENV)
+            proc = subprocess.Popen(argv, stdin=mark_w, stdout=out_w, stderr=err_w,
+                                    pass_fds=(workfd,), start_new_session=True, cwd="/",
+                                    env=HOST_ENV)
         except FileNotFoundError as exc:
+            for fd in (out_r, out_w, err_r, err_w):
+                os.close(fd)
             raise SandboxUnavailable(f"{exc.filename or 'bwrap'} not found; {INSTALL_HINT}") \
                 from exc
-        for fd in (workfd, mark_w):
+        proc.stdout, proc.stderr = os.fdopen(out_r, "rb", 0), os.fdopen(err_r, "rb", 0)
+        for fd in (workfd, mark_w, out_w, err_w):
             os.close(fd)
         workfd = mark_w = -1
         out, err, timed_out, truncated = _collect(proc, limits)
