@@ -10,6 +10,7 @@ import re
 import pytest
 
 from pivotrl.experiment.episodes import expert_turns
+from pivotrl.experiment.testbed import terminal, toolshop
 from pivotrl.experiment.testbed.experts import answer_forms, generate_trajectories
 from pivotrl.io.records import Message, Turn
 from pivotrl.sandbox.bwrap import sandbox_available
@@ -19,7 +20,7 @@ from pivotrl.verifiers.world import same_answer
 N_TASKS = {"toolshop": 60, "terminal": 21}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _final_turns(world: str) -> list[tuple[Turn, list[str]]]:
     out = []
     for traj in generate_trajectories(world, "train", N_TASKS[world], seed=0):
@@ -74,10 +75,9 @@ def _mutations(text: str) -> list[str]:
 
 # words of the templates themselves (changing them makes a text no template matches: the world
 # then gives no ruling, and the message rule decides)
-_TEMPLATE_WORDS = set("""your city is now done updated to you have shipped orders of have order
-cancelled has been returned from refund in placed for the copied copy there are lines contain
-csv file sorted names saved first see wrote moved into set a could not complete that sorry
-command failed""".split())
+_TEMPLATE_WORDS = {w.lower() for answers in (terminal.ANSWERS, toolshop.ANSWERS)
+                   for templates in answers.values() for tpl in templates
+                   for w in re.findall(r"[A-Za-z]+", re.sub(r"\{\w+\}", " ", tpl))}
 
 
 def test_one_fact_changed_scores_0(finals):

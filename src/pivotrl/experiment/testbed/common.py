@@ -4,9 +4,9 @@ and the observation encoding. Kept apart so that the world modules import no reg
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import string
-import json
 from typing import Any
 
 # One task in five is held out for evaluation, decided by a hash of its id (never by row).
