@@ -37,6 +37,8 @@ import re
 import secrets
 from pathlib import Path
 
+from pivotrl.sandbox.workspace import rename_entries
+
 PROBES = ("contents", "names")
 _SALT = secrets.token_hex(8)  # per process: markers cannot be learnt from past verifications
 _WORD = re.compile(r"[A-Za-z]{2,}")
@@ -70,9 +72,8 @@ def _text_files(root: Path) -> list[tuple[str, str]]:
 
 
 def _write(path: str, text: str) -> None:
-    with contextlib.suppress(OSError):
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
+    with contextlib.suppress(OSError), open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
 
 
 def _lines(text: str) -> tuple[list[str], str]:
@@ -120,16 +121,13 @@ def _extra_files(root: Path, rng: random.Random, marker: str) -> None:
             _write(os.path.join(dirpath, marker + (f".{ext}" if ext else "")), body)
 
 
-def _rename(root: Path, rng: random.Random, marker: str, keep: str) -> None:
-    # deepest first, so a directory's entries are renamed before the directory is
-    for dirpath, dirs, files in sorted(os.walk(root, followlinks=False), reverse=True):
-        for i, name in enumerate(sorted(files) + sorted(dirs)):
-            if name in keep:
-                continue
-            ext = _ext(name)
-            new = f"{marker}{i}" + (f".{ext}" if ext else "")
-            with contextlib.suppress(OSError):
-                os.rename(os.path.join(dirpath, name), os.path.join(dirpath, new))
+def _renamed(keep: str, marker: str):
+    def new_name(name: str, index: int) -> str | None:
+        if name in keep:
+            return None
+        ext = _ext(name)
+        return f"{marker}{index}" + (f".{ext}" if ext else "")
+    return new_name
 
 
 def perturb_workspace(root: Path | str, probe: int, seed: str = "", keep: str = "") -> bool:
@@ -145,7 +143,7 @@ def perturb_workspace(root: Path | str, probe: int, seed: str = "", keep: str = 
         for path, text in _text_files(root):
             _write(path, _contents(text, rng, marker))
     else:
-        _rename(root, rng, marker, keep)
+        rename_entries(root, _renamed(keep, marker))
         _extra_files(root, rng, marker)
     return True
 
