@@ -25,6 +25,12 @@ dot-file (`ls` and `ls -A` stay equivalent where the workspace has none). The ma
 choice come from a seed that a verifier derives per turn from a secret drawn per process
 (`probe_seed`): a command cannot know the marker, so it cannot tell a probe from the original
 by looking for it.
+
+Known limit: a command can still tell the original workspace from a probe by what it knows of
+the original (a file name the context showed, a line count, the absence of an empty line) and
+print a memorised answer only there: probes catch memorised answers, luck and fixed markers,
+not a command written against the verifier. Each such test is extra program text that an
+honest command does not need.
 """
 
 from __future__ import annotations
