@@ -13,7 +13,7 @@ from typing import Any
 
 from pivotrl.io.records import Reject, Turn, is_blank, parse_line, read_records
 from pivotrl.io.seeds import derive_seed
-from pivotrl.io.compact_rows import CONTEXT_FROM, TOOLS_FROM, RowDecoder
+from pivotrl.io.compact_rows import REFERENCES, RowDecoder
 
 
 def shard_of(turn_id: str, n: int) -> int:
@@ -75,7 +75,7 @@ def index_rows(path: str | Path) -> list[tuple[str, int, int, bool]]:
                 except (ValueError, KeyError, TypeError):
                     raise ValueError(f"{path}:{lineno}: not a record with an id (a torn or "
                                      "foreign line)") from None
-                rows.append((rid, offset, lineno, CONTEXT_FROM not in obj and TOOLS_FROM not in obj))
+                rows.append((rid, offset, lineno, not any(k in obj for k in REFERENCES)))
             offset += len(raw)
     return rows
 
