@@ -25,12 +25,14 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
 from pivotrl.profile import SUCCESS_THRESHOLD, outcome
-from pivotrl.io.records import Profile, Reject, read_records, rejects_path, write_atomic
+from pivotrl.io.empty import ALLOW_EMPTY, check_input, require_some
+from pivotrl.io.records import (AtomicWriter, Profile, Reject, read_records, rejects_path,
+                                write_text_atomic)
 
 LAMBDA_DIFF = 0.75  # see the module docstring for where this comes from
 
@@ -63,65 +65,84 @@ def binary_std(p: Profile, threshold: float = SUCCESS_THRESHOLD) -> float:
     return math.sqrt(max(0.0, q * (1.0 - q)))
 
 
-def is_pivot(p: Profile, cfg: SelectConfig) -> bool:
-    return (bool(p.samples) and binary_std(p, cfg.success_threshold) > cfg.min_std
-            and success_rate(p, cfg.success_threshold) < cfg.lambda_diff)
+class Scored(NamedTuple):
+    """What the rule, the statistics and the plot need of one Profile: a few numbers, so a
+    selection over 100k profiles holds 100k of these, never the profiles' samples or contexts."""
+
+    id: str
+    domain: str | None
+    success: float  # binary success rate
+    std: float  # binary std
+    reward_mean: float
+    reward_std: float
+    samples: int
+    outcome: str  # all_fail / all_pass / mixed / empty
+    shaped: bool  # some reward is neither 0 nor 1
 
 
-def _hardest_first(profiles: list[Profile], cfg: SelectConfig, budget: int) -> list[Profile]:
-    """Drop the easiest first: sort by success rate (then by larger std: more signal), keep `budget`."""
-    ranked = sorted(profiles, key=lambda p: (success_rate(p, cfg.success_threshold),
-                                             -binary_std(p, cfg.success_threshold), p.id))
-    return ranked[:budget]
+def score(p: Profile, threshold: float = SUCCESS_THRESHOLD) -> Scored:
+    rewards = [s.reward for s in p.samples]
+    return Scored(p.id, p.domain, success_rate(p, threshold), binary_std(p, threshold),
+                  p.reward_mean, p.reward_std, len(rewards), outcome(rewards, threshold),
+                  any(r not in (0.0, 1.0) for r in rewards))
 
 
-def select(profiles: Sequence[Profile], cfg: SelectConfig) -> list[Profile]:
-    """The kept turns, in input order."""
-    profiles = list(profiles)
-    pivots = [p for p in profiles if is_pivot(p, cfg)]
+def is_pivot(s: Scored, cfg: SelectConfig) -> bool:
+    return s.samples > 0 and s.std > cfg.min_std and s.success < cfg.lambda_diff
+
+
+def keep_ids(scored: Sequence[Scored], cfg: SelectConfig) -> set[str]:
+    """Ids of the kept turns (the rule, the baselines and the budget), from scores alone."""
+    scored = list(scored)
+    pivots = [s for s in scored if is_pivot(s, cfg)]
     if cfg.strategy == "pivots":
         kept = pivots
     elif cfg.strategy == "all":
-        kept = profiles
+        kept = scored
     else:
         size = len(pivots) if cfg.budget is None else cfg.budget
-        kept = random.Random(cfg.seed).sample(profiles, min(size, len(profiles)))
+        kept = random.Random(cfg.seed).sample(scored, min(size, len(scored)))
     if cfg.budget is not None and len(kept) > cfg.budget:
-        kept = _hardest_first(kept, cfg, cfg.budget)
-    keep_ids = {p.id for p in kept}
-    return [p for p in profiles if p.id in keep_ids]
+        # drop the easiest first: by success rate, then larger std first (more signal)
+        kept = sorted(kept, key=lambda s: (s.success, -s.std, s.id))[: cfg.budget]
+    return {s.id for s in kept}
 
 
-def selection_stats(profiles: Sequence[Profile], kept: Sequence[Profile], cfg: SelectConfig
-               ) -> dict[str, Any]:
+def select(profiles: Sequence[Profile], cfg: SelectConfig) -> list[Profile]:
+    """The kept turns, in input order (in memory; `select_file` streams)."""
+    profiles = list(profiles)
+    keep = keep_ids([score(p, cfg.success_threshold) for p in profiles], cfg)
+    return [p for p in profiles if p.id in keep]
+
+
+def selection_stats(scored: Sequence[Scored], kept: set[str], cfg: SelectConfig
+                    ) -> dict[str, Any]:
     """Outcome counts (binary), kept fraction per domain, and the shape of the rewards."""
-    counts = Counter(outcome([s.reward for s in p.samples], cfg.success_threshold) for p in profiles)
-    shaped = any(s.reward not in (0.0, 1.0) for p in profiles for s in p.samples)
-    kept_ids = {p.id for p in kept}
+    counts = Counter(s.outcome for s in scored)
     per_domain: dict[str, dict[str, Any]] = defaultdict(lambda: {"turns": 0, "kept": 0})
-    for p in profiles:
-        d = per_domain[p.domain or "(none)"]
+    n_kept = 0
+    for s in scored:
+        d = per_domain[s.domain or "(none)"]
         d["turns"] += 1
-        d["kept"] += p.id in kept_ids
+        d["kept"] += s.id in kept
+        n_kept += s.id in kept
     for d in per_domain.values():
         d["kept_fraction"] = round(d["kept"] / d["turns"], 4) if d["turns"] else 0.0
-    n = len(profiles)
+    n = len(scored)
     return {
-        "config": cfg.model_dump(), "turns": n, "kept": len(kept),
-        "kept_fraction": round(len(kept) / n, 4) if n else 0.0,
+        "config": cfg.model_dump(), "turns": n, "kept": n_kept,
+        "kept_fraction": round(n_kept / n, 4) if n else 0.0,
         "all_fail": counts["all_fail"], "all_pass": counts["all_pass"], "mixed": counts["mixed"],
         "no_samples": counts["empty"],
-        "mixed_but_too_easy": sum(1 for p in profiles if outcome(
-            [s.reward for s in p.samples], cfg.success_threshold) == "mixed"
-            and success_rate(p, cfg.success_threshold) >= cfg.lambda_diff),
-        "shaped_rewards": shaped,
-        "samples": sum(len(p.samples) for p in profiles),
+        "mixed_but_too_easy": sum(1 for s in scored
+                                  if s.outcome == "mixed" and s.success >= cfg.lambda_diff),
+        "shaped_rewards": any(s.shaped for s in scored),
+        "samples": sum(s.samples for s in scored),
         "per_domain": dict(sorted(per_domain.items())),
     }
 
 
-def plot(profiles: Sequence[Profile], kept: Sequence[Profile], cfg: SelectConfig,
-         path: str | Path) -> Path:
+def plot(scored: Sequence[Scored], kept: set[str], cfg: SelectConfig, path: str | Path) -> Path:
     """Histograms of per-turn reward mean and std (all turns vs kept), λ_diff marked."""
     import matplotlib
 
@@ -129,18 +150,19 @@ def plot(profiles: Sequence[Profile], kept: Sequence[Profile], cfg: SelectConfig
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    kept_rows = [s for s in scored if s.id in kept]
     # Rewards lie in [0, 1], so a std lies in [0, 0.5].
     for ax, key, title, top in ((axes[0], "reward_mean", "reward mean per turn", 1.0),
                                 (axes[1], "reward_std", "reward std per turn", 0.5)):
         bins = [top * i / 20 for i in range(21)]
-        ax.hist([getattr(p, key) for p in profiles], bins=bins, alpha=0.5, label="all turns")
-        ax.hist([getattr(p, key) for p in kept], bins=bins, alpha=0.7, label="kept")
+        ax.hist([getattr(s, key) for s in scored], bins=bins, alpha=0.5, label="all turns")
+        ax.hist([getattr(s, key) for s in kept_rows], bins=bins, alpha=0.7, label="kept")
         ax.set_title(title)
         ax.set_xlabel(key)
         ax.set_ylabel("turns")
     axes[0].axvline(cfg.lambda_diff, color="k", linestyle="--", label=f"λ_diff = {cfg.lambda_diff}")
     axes[0].legend()
-    fig.suptitle(f"pivot selection ({cfg.strategy}): kept {len(kept)} of {len(profiles)}")
+    fig.suptitle(f"pivot selection ({cfg.strategy}): kept {len(kept_rows)} of {len(scored)}")
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=100)
@@ -156,19 +178,48 @@ def output_paths(out: str | Path) -> tuple[Path, Path]:
 
 
 def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfig,
-                *, plot_png: bool = True) -> dict[str, Any]:
-    """Read a Profile file (bad lines → rejects file), write PIVOTS, PIVOTS.stats.json and the PNG."""
-    profiles, rejects = [], []
-    for _, rec in read_records(profile_path, Profile):
-        (rejects if isinstance(rec, Reject) else profiles).append(rec)
-    if rejects:
-        write_atomic(rejects_path(out_path), [r.to_json() for r in rejects])
-    kept = select(profiles, cfg)
-    write_atomic(out_path, kept)
-    stats = selection_stats(profiles, kept, cfg)
-    stats["rejected_lines"] = len(rejects)
+                *, plot_png: bool = True, allow_empty: bool = False) -> dict[str, Any]:
+    """Read a Profile file (bad lines → rejects file), write PIVOTS, PIVOTS.stats.json and the PNG.
+
+    Streams, in two passes over the file: the first keeps each profile's `Scored` numbers only,
+    the second writes the kept profiles. No profile read, or none kept, raises EmptyResultError
+    after the outputs are written (`pivotrl.io.empty`); `allow_empty` accepts 0 pivots."""
+    check_input(profile_path)
+    scored: list[Scored] = []
+    rejects: AtomicWriter | None = None  # opened at the first bad line: no file when there is none
+    rejected, first = 0, None
+    try:
+        for _, rec in read_records(profile_path, Profile):
+            if isinstance(rec, Reject):
+                rejects = rejects or AtomicWriter(rejects_path(out_path))
+                rejects.write(rec.to_json())
+                rejected, first = rejected + 1, first or rec
+            else:
+                scored.append(score(rec, cfg.success_threshold))
+    except BaseException as exc:
+        if rejects is not None:
+            rejects.__exit__(type(exc), exc, None)
+        raise
+    if rejects is not None:
+        rejects.__exit__(None, None, None)
+    require_some(len(scored), "profiles", profile_path, rejected=rejected, first_reject=first,
+                 expects="profiles")
+    kept = keep_ids(scored, cfg)
+    with AtomicWriter(out_path) as writer:
+        for _, rec in read_records(profile_path, Profile):
+            if not isinstance(rec, Reject) and rec.id in kept:
+                writer.write(rec)
+    stats = selection_stats(scored, kept, cfg)
+    stats["rejected_lines"] = rejected
     spath, png = output_paths(out_path)
     if plot_png:
-        stats["histogram"] = str(plot(profiles, kept, cfg, png))
-    spath.write_text(json.dumps(stats, indent=2))
+        stats["histogram"] = str(plot(scored, kept, cfg, png))
+    write_text_atomic(spath, json.dumps(stats, indent=2))
+    require_some(stats["kept"], "pivots", profile_path, allow_empty=allow_empty, flag=ALLOW_EMPTY,
+                 result=stats, reason=(
+                     f"none of {stats['turns']} profiled turns is kept by the {cfg.strategy} rule "
+                     f"({stats['all_fail']} all fail, {stats['all_pass']} all pass, "
+                     f"{stats['mixed_but_too_easy']} mixed but success ≥ λ_diff "
+                     f"{cfg.lambda_diff}; see {spath}); a larger K in profile or a higher "
+                     "--lambda-diff may keep some"))
     return stats

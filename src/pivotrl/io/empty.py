@@ -53,8 +53,8 @@ def check_input(path: str | Path) -> None:
 
 
 def file_kind(path: str | Path) -> str | None:
-    """'trajectories' or 'turns' when the first non-blank line looks like one (by its keys);
-    None when it looks like neither or is not a JSON object. Reads one line."""
+    """'trajectories', 'turns' or 'profiles' when the first non-blank line looks like one (by
+    its keys); None when it looks like neither or is not a JSON object. Reads one line."""
     try:
         with Path(path).open("rb") as fh:
             for raw in fh:
@@ -67,11 +67,23 @@ def file_kind(path: str | Path) -> str | None:
         return None
     if not isinstance(obj, dict):
         return None
+    if "samples" in obj:
+        return "profiles"
     if "context" in obj or "context_from" in obj or "expected" in obj:
         return "turns"
     if "messages" in obj:
         return "trajectories"
     return None
+
+
+# (what the file holds, what the verb expects) -> what to do about it
+_WRONG_KIND = {
+    ("trajectories", "turns"): "run `pivotrl extract` on it first",
+    ("trajectories", "profiles"): "run `pivotrl extract`, then `pivotrl profile` first",
+    ("turns", "profiles"): "run `pivotrl profile` on it first",
+    ("turns", "trajectories"): "give the trajectory file it was extracted from",
+    ("profiles", "trajectories"): "give the trajectory file it was extracted from",
+}
 
 
 def require_some(count: int, what: str, path: str | Path, *, rejected: int = 0,
@@ -80,20 +92,16 @@ def require_some(count: int, what: str, path: str | Path, *, rejected: int = 0,
                  result: object = None) -> None:
     """Raise EmptyResultError when `count` (of `what`, e.g. "turns") is 0, unless allow_empty.
 
-    The reason is the caller's `reason` when given, else read off the input: a file of the wrong
-    kind (`expects` "turns" but it holds trajectories: "run pivotrl extract first"), every line
+    The reason is read off the input: a file of the wrong kind (`expects` "turns" but it holds
+    trajectories: "run pivotrl extract first"), else the caller's `reason`, else every line
     rejected (with the first reject), or an empty file. `flag` is named only where an empty
     result can make sense (a filter keeping nothing), never for unreadable input."""
     if count > 0 or allow_empty:
         return
     kind = file_kind(path) if expects else None
-    if kind == "trajectories" and expects == "turns":
-        raise EmptyResultError(path, f"0 {what}: this is a trajectory file (rows with "
-                               "'messages'), not turns; run `pivotrl extract` on it first",
-                               result=result)
-    if kind == "turns" and expects == "trajectories":
-        raise EmptyResultError(path, f"0 {what}: this is a turns file (rows with 'context'), "
-                               "not trajectories", result=result)
+    if (kind, expects) in _WRONG_KIND:
+        raise EmptyResultError(path, f"0 {what}: this is a file of {kind}, not {expects}; "
+                               f"{_WRONG_KIND[kind, expects]}", result=result)
     if not reason:
         if rejected:
             reason = f"all {rejected} lines were rejected (see the rejects file)"
