@@ -169,3 +169,26 @@ def test_extract_holds_one_turn_of_a_long_trajectory_at_a_time(tmp_path):
     tracemalloc.stop()
     # all 600 turns with their context lists at once would be ~600 x 600 x 8 B = 2.9 MB more
     assert peak < 3 * parsed + 1_000_000, (peak, parsed)
+
+
+def test_lazy_pivots_read_any_row_in_any_order_as_the_eager_reader_does(tmp_path):
+    import random
+
+    from pivotrl.io.turn_files import iter_pivots
+
+    src = tmp_path / "many.jsonl"
+    base = [json.loads(line) for line in open(EXAMPLE)]
+    src.write_text("".join(json.dumps({**b, "id": f"{b['id']}-{i}"}) + "\n"
+                           for i in range(5) for b in base))
+    out = tmp_path / "turns.jsonl"
+    extract_file(src, out)
+    eager = list(iter_valid(out, Turn))
+    lazy = iter_pivots(out)
+    order = list(range(len(eager)))
+    random.Random(0).shuffle(order)
+    assert len(lazy) == len(eager) == 30
+    assert [lazy[i] for i in order] == [eager[i] for i in order]  # compact chains re-read
+    assert lazy[-1] == eager[-1] and lazy[2:4] == eager[2:4] and list(lazy) == eager
+    with pytest.raises(IndexError):
+        lazy[30]
+    lazy.close()

@@ -7,7 +7,7 @@ Both go through `records.read_records` / `records.parse_line`, where compact row
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +113,48 @@ class RowAccess:
     def close(self) -> None:
         for h in self.handles:
             h.close()
+
+
+class LazyTurns(Sequence):
+    """The rows of a Turn file we wrote (pivots, turns, profiles) as a read-only sequence that
+    holds only each row's id and byte offset: `turns[i]` reads and expands row i when asked
+    (for a trainer's shuffled sampler), iterating streams the file once. Memory is flat in the
+    number of rows' contents; a random access re-reads at most the rows of one trajectory's
+    compact chain (`RowAccess`). A bad line raises ValueError naming it: a file we wrote."""
+
+    def __init__(self, path: str | Path, model: type[Turn] = Turn):
+        self.path, self.model = Path(path), model
+        self._index = index_rows(self.path)
+        self._access: RowAccess | None = None
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        if self._access is None:
+            self._access = RowAccess([self.path], [self._index], self.model)
+        return self._access.get(0, i)
+
+    def __iter__(self) -> Iterator[Turn]:
+        for _, rec in read_records(self.path, self.model, strict=True):
+            yield rec
+
+    def ids(self) -> list[str]:
+        return [row[0] for row in self._index]
+
+    def close(self) -> None:
+        if self._access is not None:
+            self._access.close()
+            self._access = None
+
+
+def iter_pivots(path: str | Path, model: type[Turn] = Turn) -> LazyTurns:
+    """The pivots of a pivots file, read lazily (`LazyTurns`): what a trainer's data loader
+    needs without holding every pivot and its context in memory."""
+    return LazyTurns(path, model)
