@@ -192,3 +192,13 @@ def test_lazy_pivots_read_any_row_in_any_order_as_the_eager_reader_does(tmp_path
     with pytest.raises(IndexError):
         lazy[30]
     lazy.close()
+
+
+def test_export_of_nothing_is_an_error_naming_the_file_kind(tmp_path):
+    from pivotrl.export import export_file
+
+    with pytest.raises(EmptyResultError, match="file of trajectories, not turns; run `pivotrl extract`"):
+        export_file(EXAMPLE, tmp_path / "rows.jsonl", "nemo-gym")
+    (tmp_path / "d").mkdir()
+    with pytest.raises(EmptyResultError, match="is a directory"):
+        export_file(tmp_path / "d", tmp_path / "rows.jsonl", "nemo-gym")
