@@ -13,6 +13,7 @@ import hashlib
 import re
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,41 +152,36 @@ def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None 
     summary = ExtractSummary(rejects_file=str(rejects_path(out)))
     counts: dict[str, int] = {}
     first_line: dict[str, int] = {}  # trajectory id -> line it was first read on
-    with AtomicWriter(out, compact=opts.compact) as train_w, \
-            AtomicWriter(rejects_path(out)) as reject_w:
-        eval_w = AtomicWriter(eval_out, compact=opts.compact) if eval_out else None
-        try:
-            for lineno, rec in read_records(path, Trajectory, strict=strict, counts=counts):
-                summary.read += 1
-                if not isinstance(rec, Reject) and rec.id in first_line:
-                    rec = Reject(str(path), lineno, f"duplicate trajectory id {rec.id!r} (first "
-                                 f"on line {first_line[rec.id]})", "id", dump(rec)[:2000])
-                    if strict:
-                        raise RecordError(rec)
-                if isinstance(rec, Reject):
-                    summary.rejects[reject_kind(rec.reason)] += 1
-                    reject_w.write(rec.to_json())
-                    continue
-                first_line[rec.id] = lineno
-                summary.trajectories += 1
-                held_out = eval_w is not None and is_eval(rec.id, opts.eval_fraction, opts.seed)
-                summary.trajectories_eval += held_out
-                writer = eval_w if held_out else train_w
-                for turn in iter_turns(rec, opts, summary.skipped):
-                    writer.write(turn)
-                    summary.per_domain[turn.domain or "(none)"] += 1
-                    if held_out:
-                        summary.turns_eval += 1
-                    else:
-                        summary.turns_train += 1
-                if progress is not None:
-                    progress(lineno)
-        except BaseException as exc:
-            if eval_w is not None:
-                eval_w.__exit__(type(exc), exc, None)
-            raise
-        if eval_w is not None:
-            eval_w.__exit__(None, None, None)
+    with ExitStack() as stack:  # every writer is committed, or removed on an exception
+        train_w = stack.enter_context(AtomicWriter(out, compact=opts.compact))
+        reject_w = stack.enter_context(AtomicWriter(rejects_path(out)))
+        eval_w = (stack.enter_context(AtomicWriter(eval_out, compact=opts.compact))
+                  if eval_out else None)
+        for lineno, rec in read_records(path, Trajectory, strict=strict, counts=counts):
+            summary.read += 1
+            if not isinstance(rec, Reject) and rec.id in first_line:
+                rec = Reject(str(path), lineno, f"duplicate trajectory id {rec.id!r} (first "
+                             f"on line {first_line[rec.id]})", "id", dump(rec)[:2000])
+                if strict:
+                    raise RecordError(rec)
+            if isinstance(rec, Reject):
+                summary.rejects[reject_kind(rec.reason)] += 1
+                reject_w.write(rec.to_json())
+                continue
+            first_line[rec.id] = lineno
+            summary.trajectories += 1
+            held_out = eval_w is not None and is_eval(rec.id, opts.eval_fraction, opts.seed)
+            summary.trajectories_eval += held_out
+            writer = eval_w if held_out else train_w
+            for turn in iter_turns(rec, opts, summary.skipped):
+                writer.write(turn)
+                summary.per_domain[turn.domain or "(none)"] += 1
+                if held_out:
+                    summary.turns_eval += 1
+                else:
+                    summary.turns_train += 1
+            if progress is not None:
+                progress(lineno)
     summary.blank = counts.get("blank", 0)
     summary.read += summary.blank
     check_extracted(path, summary, allow_empty)

@@ -24,6 +24,7 @@ import math
 import random
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -186,22 +187,16 @@ def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfi
     after the outputs are written (`pivotrl.io.empty`); `allow_empty` accepts 0 pivots."""
     check_input(profile_path)
     scored: list[Scored] = []
-    rejects: AtomicWriter | None = None  # opened at the first bad line: no file when there is none
     rejected, first = 0, None
-    try:
+    with ExitStack() as stack:  # the rejects file is opened at the first bad line: none if none
+        rejects: AtomicWriter | None = None
         for _, rec in read_records(profile_path, Profile):
             if isinstance(rec, Reject):
-                rejects = rejects or AtomicWriter(rejects_path(out_path))
+                rejects = rejects or stack.enter_context(AtomicWriter(rejects_path(out_path)))
                 rejects.write(rec.to_json())
                 rejected, first = rejected + 1, first or rec
             else:
                 scored.append(score(rec, cfg.success_threshold))
-    except BaseException as exc:
-        if rejects is not None:
-            rejects.__exit__(type(exc), exc, None)
-        raise
-    if rejects is not None:
-        rejects.__exit__(None, None, None)
     require_some(len(scored), "profiles", profile_path, rejected=rejected, first_reject=first,
                  expects="profiles")
     kept = keep_ids(scored, cfg)
