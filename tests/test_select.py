@@ -129,17 +129,18 @@ def test_a_turns_or_trajectory_file_is_named_for_what_it_is(tmp_path):
         select_file("examples/trajectories.jsonl", tmp_path / "p.jsonl", SelectConfig())
 
 
-def test_select_streams_scores_not_profiles(tmp_path, monkeypatch):
-    """The rule runs on `Scored` numbers: select_file never hands a Profile to keep_ids."""
-    import pivotrl.select as sel
+def test_the_rule_alone_holds_nothing_per_profile_and_a_budget_only_pivots():
+    """What a streamed selection keeps in memory: nothing for the paper's rule, (success, std,
+    id) of each pivot under a budget, of each profile for the random baseline."""
+    from pivotrl.select import Selection, score
 
-    seen = []
-    real = sel.keep_ids
-    monkeypatch.setattr(sel, "keep_ids", lambda scored, cfg: seen.append(scored) or real(scored, cfg))
-    path = tmp_path / "profile.jsonl"
-    write_atomic(path, ALL)
-    select_file(path, tmp_path / "p.jsonl", SelectConfig(), plot_png=False)
-    assert seen and all(type(s) is sel.Scored for s in seen[0]) and len(seen[0]) == len(ALL)
+    for cfg, held in ((SelectConfig(), 0), (SelectConfig(budget=2), 3),
+                      (SelectConfig(strategy="random"), len(ALL))):
+        selection = Selection(cfg)
+        for p in ALL:
+            selection.add(score(p))
+        assert len(selection.candidates) == held, cfg
+        assert [p.id for p in ALL if selection.keeps(score(p))] == ids(select(ALL, cfg))
 
 
 @pytest.mark.parametrize("rewards,keep", [([0.0], False), ([1.0], False), ([], False)])

@@ -67,8 +67,8 @@ def binary_std(p: Profile, threshold: float = SUCCESS_THRESHOLD) -> float:
 
 
 class Scored(NamedTuple):
-    """What the rule, the statistics and the plot need of one Profile: a few numbers, so a
-    selection over 100k profiles holds 100k of these, never the profiles' samples or contexts."""
+    """What the rule and the statistics read of one Profile: a few numbers, made one profile at
+    a time and not kept (`Selection` keeps what its strategy needs, `Tally` only counts)."""
 
     id: str
     domain: str | None
@@ -92,78 +92,122 @@ def is_pivot(s: Scored, cfg: SelectConfig) -> bool:
     return s.samples > 0 and s.std > cfg.min_std and s.success < cfg.lambda_diff
 
 
-def keep_ids(scored: Sequence[Scored], cfg: SelectConfig) -> set[str]:
-    """Ids of the kept turns (the rule, the baselines and the budget), from scores alone."""
-    scored = list(scored)
-    pivots = [s for s in scored if is_pivot(s, cfg)]
-    if cfg.strategy == "pivots":
-        kept = pivots
-    elif cfg.strategy == "all":
-        kept = scored
-    else:
-        size = len(pivots) if cfg.budget is None else cfg.budget
-        kept = random.Random(cfg.seed).sample(scored, min(size, len(scored)))
-    if cfg.budget is not None and len(kept) > cfg.budget:
-        # drop the easiest first: by success rate, then larger std first (more signal)
-        kept = sorted(kept, key=lambda s: (s.success, -s.std, s.id))[: cfg.budget]
-    return {s.id for s in kept}
+class Selection:
+    """The selection rule over a stream: `add` every profile's Scored (first pass), then
+    `keeps(s)` tells whether a profile is kept (second pass). The paper's rule alone (strategy
+    pivots, no budget) is decided per profile and holds nothing; a budget holds (success, std,
+    id) of each pivot, the baselines of each profile, as the draw and the ranking need them."""
+
+    def __init__(self, cfg: SelectConfig):
+        self.cfg = cfg
+        self.per_profile = cfg.strategy == "pivots" and cfg.budget is None
+        self.candidates: list[tuple[float, float, str]] = []
+        self.pivots = 0
+        self._ids: set[str] | None = None
+
+    def add(self, s: Scored) -> None:
+        pivot = is_pivot(s, self.cfg)
+        self.pivots += pivot
+        if not self.per_profile and (pivot or self.cfg.strategy != "pivots"):
+            self.candidates.append((s.success, s.std, s.id))
+
+    def keeps(self, s: Scored) -> bool:
+        if self.per_profile:
+            return is_pivot(s, self.cfg)
+        if self._ids is None:
+            self._ids = self._decide()
+        return s.id in self._ids
+
+    def _decide(self) -> set[str]:
+        cfg, kept = self.cfg, self.candidates
+        if cfg.strategy == "random":  # as many as the rule keeps, or the budget
+            size = self.pivots if cfg.budget is None else cfg.budget
+            kept = random.Random(cfg.seed).sample(kept, min(size, len(kept)))
+        if cfg.budget is not None and len(kept) > cfg.budget:
+            # drop the easiest first: by success rate, then larger std first (more signal)
+            kept = sorted(kept, key=lambda c: (c[0], -c[1], c[2]))[: cfg.budget]
+        return {c[2] for c in kept}
 
 
 def select(profiles: Sequence[Profile], cfg: SelectConfig) -> list[Profile]:
-    """The kept turns, in input order (in memory; `select_file` streams)."""
-    profiles = list(profiles)
-    keep = keep_ids([score(p, cfg.success_threshold) for p in profiles], cfg)
-    return [p for p in profiles if p.id in keep]
-
-
-def selection_stats(scored: Sequence[Scored], kept: set[str], cfg: SelectConfig
-                    ) -> dict[str, Any]:
-    """Outcome counts (binary), kept fraction per domain, and the shape of the rewards."""
-    counts = Counter(s.outcome for s in scored)
-    per_domain: dict[str, dict[str, Any]] = defaultdict(lambda: {"turns": 0, "kept": 0})
-    n_kept = 0
+    """The kept turns, in input order (in memory; `select_file` streams the same rule)."""
+    scored = [score(p, cfg.success_threshold) for p in profiles]
+    selection = Selection(cfg)
     for s in scored:
-        d = per_domain[s.domain or "(none)"]
-        d["turns"] += 1
-        d["kept"] += s.id in kept
-        n_kept += s.id in kept
-    for d in per_domain.values():
-        d["kept_fraction"] = round(d["kept"] / d["turns"], 4) if d["turns"] else 0.0
-    n = len(scored)
-    return {
-        "config": cfg.model_dump(), "turns": n, "kept": n_kept,
-        "kept_fraction": round(n_kept / n, 4) if n else 0.0,
-        "all_fail": counts["all_fail"], "all_pass": counts["all_pass"], "mixed": counts["mixed"],
-        "no_samples": counts["empty"],
-        "mixed_but_too_easy": sum(1 for s in scored
-                                  if s.outcome == "mixed" and s.success >= cfg.lambda_diff),
-        "shaped_rewards": any(s.shaped for s in scored),
-        "samples": sum(s.samples for s in scored),
-        "per_domain": dict(sorted(per_domain.items())),
-    }
+        selection.add(s)
+    return [p for p, s in zip(profiles, scored) if selection.keeps(s)]
 
 
-def plot(scored: Sequence[Scored], kept: set[str], cfg: SelectConfig, path: str | Path) -> Path:
+BINS = 20  # histogram bins over [0, 1] (reward mean) and [0, 0.5] (reward std)
+
+
+class Tally:
+    """The selection's statistics, counted as profiles stream by (`add`: every profile, first
+    pass; `add_kept`: each kept one, second pass); histograms as bin counts, not values."""
+
+    def __init__(self, cfg: SelectConfig):
+        self.cfg = cfg
+        self.outcomes: Counter = Counter()
+        self.per_domain: dict[str, dict[str, Any]] = defaultdict(lambda: {"turns": 0, "kept": 0})
+        self.turns = self.kept = self.too_easy = self.samples = 0
+        self.shaped = False
+        self.hist = {k: {"all": [0] * BINS, "kept": [0] * BINS} for k in ("reward_mean", "reward_std")}
+
+    def _bin(self, s: Scored, which: str) -> None:
+        for key, top in (("reward_mean", 1.0), ("reward_std", 0.5)):
+            value = min(max(getattr(s, key), 0.0), top)
+            self.hist[key][which][min(int(value / top * BINS), BINS - 1)] += 1
+
+    def add(self, s: Scored) -> None:
+        self.turns += 1
+        self.outcomes[s.outcome] += 1
+        self.per_domain[s.domain or "(none)"]["turns"] += 1
+        self.too_easy += s.outcome == "mixed" and s.success >= self.cfg.lambda_diff
+        self.shaped = self.shaped or s.shaped
+        self.samples += s.samples
+        self._bin(s, "all")
+
+    def add_kept(self, s: Scored) -> None:
+        self.kept += 1
+        self.per_domain[s.domain or "(none)"]["kept"] += 1
+        self._bin(s, "kept")
+
+    def stats(self) -> dict[str, Any]:
+        """Outcome counts (binary), kept fraction per domain, and the shape of the rewards."""
+        for d in self.per_domain.values():
+            d["kept_fraction"] = round(d["kept"] / d["turns"], 4) if d["turns"] else 0.0
+        n, counts = self.turns, self.outcomes
+        return {
+            "config": self.cfg.model_dump(), "turns": n, "kept": self.kept,
+            "kept_fraction": round(self.kept / n, 4) if n else 0.0,
+            "all_fail": counts["all_fail"], "all_pass": counts["all_pass"],
+            "mixed": counts["mixed"], "no_samples": counts["empty"],
+            "mixed_but_too_easy": self.too_easy, "shaped_rewards": self.shaped,
+            "samples": self.samples, "per_domain": dict(sorted(self.per_domain.items())),
+        }
+
+
+def plot(tally: Tally, path: str | Path) -> Path:
     """Histograms of per-turn reward mean and std (all turns vs kept), λ_diff marked."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    cfg = tally.cfg
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    kept_rows = [s for s in scored if s.id in kept]
     # Rewards lie in [0, 1], so a std lies in [0, 0.5].
     for ax, key, title, top in ((axes[0], "reward_mean", "reward mean per turn", 1.0),
                                 (axes[1], "reward_std", "reward std per turn", 0.5)):
-        bins = [top * i / 20 for i in range(21)]
-        ax.hist([getattr(s, key) for s in scored], bins=bins, alpha=0.5, label="all turns")
-        ax.hist([getattr(s, key) for s in kept_rows], bins=bins, alpha=0.7, label="kept")
+        edges = [top * i / BINS for i in range(BINS + 1)]
+        ax.stairs(tally.hist[key]["all"], edges, fill=True, alpha=0.5, label="all turns")
+        ax.stairs(tally.hist[key]["kept"], edges, fill=True, alpha=0.7, label="kept")
         ax.set_title(title)
         ax.set_xlabel(key)
         ax.set_ylabel("turns")
     axes[0].axvline(cfg.lambda_diff, color="k", linestyle="--", label=f"λ_diff = {cfg.lambda_diff}")
     axes[0].legend()
-    fig.suptitle(f"pivot selection ({cfg.strategy}): kept {len(kept_rows)} of {len(scored)}")
+    fig.suptitle(f"pivot selection ({cfg.strategy}): kept {tally.kept} of {tally.turns}")
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=100)
@@ -182,11 +226,11 @@ def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfi
                 *, plot_png: bool = True, allow_empty: bool = False) -> dict[str, Any]:
     """Read a Profile file (bad lines → rejects file), write PIVOTS, PIVOTS.stats.json and the PNG.
 
-    Streams, in two passes over the file: the first keeps each profile's `Scored` numbers only,
-    the second writes the kept profiles. No profile read, or none kept, raises EmptyResultError
+    Streams, in two passes over the file: the first scores each profile and counts (`Selection`
+    holds what its strategy needs, `Tally` counts), the second writes the kept profiles. No profile read, or none kept, raises EmptyResultError
     after the outputs are written (`pivotrl.io.empty`); `allow_empty` accepts 0 pivots."""
     check_input(profile_path)
-    scored: list[Scored] = []
+    selection, tally = Selection(cfg), Tally(cfg)
     rejected, first = 0, None
     with ExitStack() as stack:  # the rejects file is opened at the first bad line: none if none
         rejects: AtomicWriter | None = None
@@ -196,19 +240,23 @@ def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfi
                 rejects.write(rec.to_json())
                 rejected, first = rejected + 1, first or rec
             else:
-                scored.append(score(rec, cfg.success_threshold))
-    require_some(len(scored), "profiles", profile_path, rejected=rejected, first_reject=first,
+                scored = score(rec, cfg.success_threshold)
+                selection.add(scored)
+                tally.add(scored)
+    require_some(tally.turns, "profiles", profile_path, rejected=rejected, first_reject=first,
                  expects="profiles")
-    kept = keep_ids(scored, cfg)
     with AtomicWriter(out_path) as writer:
         for _, rec in read_records(profile_path, Profile):
-            if not isinstance(rec, Reject) and rec.id in kept:
-                writer.write(rec)
-    stats = selection_stats(scored, kept, cfg)
+            if not isinstance(rec, Reject):
+                scored = score(rec, cfg.success_threshold)
+                if selection.keeps(scored):
+                    writer.write(rec)
+                    tally.add_kept(scored)
+    stats = tally.stats()
     stats["rejected_lines"] = rejected
     spath, png = output_paths(out_path)
     if plot_png:
-        stats["histogram"] = str(plot(scored, kept, cfg, png))
+        stats["histogram"] = str(plot(tally, png))
     write_text_atomic(spath, json.dumps(stats, indent=2))
     require_some(stats["kept"], "pivots", profile_path, allow_empty=allow_empty, flag=ALLOW_EMPTY,
                  result=stats, reason=(
