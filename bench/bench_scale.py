@@ -244,7 +244,7 @@ def sizes_table(sizes: list[int], rounds: int, tool_chars: int, out: Path | None
         chain = d / "chain.jsonl"
         chain_rows = crafted_chain(chain, 3.0)
         chain_rss, chain_s = run_step("read_turns", chain)
-    print(f"peak RSS of a fresh process per step (MiB; import-only baseline {base:.0f} MiB); "
+    print(f"peak RSS of a fresh process per step (MiB; a bare Python process: {base:.0f} MiB); "
           f"{rounds} tool rounds a trajectory")
     print(f"{'':38s}" + "".join(f"{n:>14,d}" for n in sizes))
     rows = [("trajectories file, MiB", "traj_mib", ".1f"), ("turns", "turns", ",.0f"),
