@@ -79,7 +79,7 @@ def loss_inputs(tokenizer, prompts: list[str], generations: int, lengths: tuple[
 
 
 def time_loss(trainer, inputs, arm: str) -> float:
-    from pivotrl.train.rewards import score_only_completions_on_cpu
+    from pivotrl.train.trainer import score_only_completions_on_cpu
 
     score_only_completions_on_cpu(arm != "all positions")
     trainer.shared_prefix = arm == "shared prefix"
@@ -109,8 +109,8 @@ def main() -> int:
     from transformers import AutoTokenizer, PrinterCallback
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    from pivotrl.formats.chat import prompt_text
     from pivotrl.experiment.testbed.tiny import build_model, build_tokenizer, save_tiny
+    from pivotrl.formats.chat import prompt_text
     from pivotrl.io.records import Turn, iter_valid
     from pivotrl.train.config import GRPORunConfig
     from pivotrl.train.grpo import build_trainer, load_pivot_set

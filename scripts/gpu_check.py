@@ -193,8 +193,13 @@ def check_environment(ctx: Context) -> dict[str, Any]:
 
 
 def check_tiny_model(ctx: Context) -> dict[str, Any]:
-    from pivotrl.experiment.testbed.tiny import (TinyModelConfig, build_model, build_tokenizer,
-                                                 parameter_count, save_tiny)
+    from pivotrl.experiment.testbed.tiny import (
+        TinyModelConfig,
+        build_model,
+        build_tokenizer,
+        parameter_count,
+        save_tiny,
+    )
 
     s = ctx.sizes
     tokenizer = build_tokenizer(corpus(200), vocab_size=s.vocab)
@@ -284,7 +289,7 @@ def char_variety(completions: list[str], **_: Any) -> list[float]:
 
 def run_grpo(ctx: Context, name: str, shared: bool) -> dict[str, Any]:
     from pivotrl.train.grpo import train
-    from pivotrl.train.rewards import PivotReward
+    from pivotrl.train.reward import PivotReward
 
     switch = shared_prefix_switch()
     if shared and switch is None:
@@ -335,7 +340,9 @@ def check_shared_prefix_equivalence(ctx: Context) -> dict[str, Any]:
         raise Skip("GRPORunConfig has no shared-prefix switch in this checkout")
     out, bad = {}, []
     for precision in ("fp32", "bf16") if ctx.device == "cuda" else ("fp32",):
-        from shared_prefix_probe import compare_shared_prefix  # scripts/, next to this file
+        from shared_prefix_probe import (
+            compare_shared_prefix,  # scripts/, next to this file
+        )
 
         cfg = grpo_config(ctx, f"equivalence_{precision}", precision=precision,
                           **{shared_prefix_switch(): True})
