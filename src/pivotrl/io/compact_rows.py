@@ -50,9 +50,10 @@ TOOLS_FROM = "tools_from"
 METADATA_FROM = "metadata_from"
 COMPACT_KEYS = frozenset({CONTEXT_FROM, CONTEXT_TAIL, STRIP_REASONING, TOOLS_FROM, METADATA_FROM})
 REFERENCES = (CONTEXT_FROM, TOOLS_FROM, METADATA_FROM)  # keys naming the previous row
-# Longest context a turn may have. A reader that keeps its rows holds a list of this many
-# pointers per row (16 KiB), so a chain of tiny rows costs at most ~150x its bytes, not the
-# square of its length; no chat model's window holds 2,048 messages of a real agent run.
+# Longest context a compact row may expand to. A reader that keeps its rows holds a list of up
+# to this many pointers per row (16 KiB), so a crafted chain of tiny rows costs about 100x its
+# bytes (bench/bench_scale.py: 305 MiB for 3 MiB), not the square of its length. A bound, not a
+# fact about data: extract skips and counts longer turns (ExtractOptions.max_context_messages).
 MAX_CONTEXT_MESSAGES = 2048
 # Metadata is inherited only from a dict this small: every expanded row copies it.
 MAX_INHERITED_METADATA_KEYS = 32
