@@ -202,3 +202,17 @@ def test_export_of_nothing_is_an_error_naming_the_file_kind(tmp_path):
     (tmp_path / "d").mkdir()
     with pytest.raises(EmptyResultError, match="is a directory"):
         export_file(tmp_path / "d", tmp_path / "rows.jsonl", "nemo-gym")
+
+
+def test_the_rule_names_a_trajectory_file_given_where_turns_are_expected(tmp_path):
+    """What `profile` reports when handed trajectories: every line rejected as a Turn, and the
+    rule says why and what to run, without a flag (there is nothing to allow)."""
+    from pivotrl.io.empty import require_some
+
+    rejects = [r for _, r in read_records(EXAMPLE, Turn)]
+    assert rejects and all(isinstance(r, Reject) for r in rejects)
+    with pytest.raises(EmptyResultError, match=r"0 turns: this is a file of trajectories, not "
+                       r"turns; run `pivotrl extract` on it first") as err:
+        require_some(0, "turns", EXAMPLE, rejected=len(rejects), first_reject=rejects[0],
+                     expects="turns", allow_empty=False)
+    assert err.value.flag is None and "--allow-empty" not in str(err.value)
