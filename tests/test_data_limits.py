@@ -186,11 +186,11 @@ def test_lazy_pivots_read_any_row_in_any_order_as_the_eager_reader_does(tmp_path
     lazy = iter_pivots(out)
     order = list(range(len(eager)))
     random.Random(0).shuffle(order)
-    assert len(lazy) == len(eager) == 30
+    assert len(lazy) == len(eager) > len(base)
     assert [lazy[i] for i in order] == [eager[i] for i in order]  # compact chains re-read
     assert lazy[-1] == eager[-1] and lazy[2:4] == eager[2:4] and list(lazy) == eager
     with pytest.raises(IndexError):
-        lazy[30]
+        lazy[len(eager)]
     lazy.close()
 
 

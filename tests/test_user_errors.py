@@ -112,3 +112,29 @@ def test_ctrl_c_in_profile_and_evaluate_says_what_to_rerun(pivots, tiny_model_di
                    130, "rerun the same command to resume")
     one_line_error(run("evaluate", "--model", tiny_model_dir, "--turns", pivots, "--out", tmp_path / "r.json"),
                    130, "rerun the same command")
+
+
+def test_empty_results_are_errors_on_the_command_line(tmp_path, tiny_model_dir):
+    """Every data verb: nothing produced is exit 1 with the reason (and the flag where empty can make
+    sense), never a silent 0; the flag makes a legitimately empty filter pass."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n{\"id\": 3}\n")
+    one_line_error(run("extract", bad, "--out", tmp_path / "t.jsonl"), 1, "pivotrl extract:", "bad.jsonl")
+    # tool-free data with --only-tool-calls: 0 turns, allowed only with --allow-empty
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text('{"id": "c1", "messages": [{"role": "user", "content": "hi"}, '
+                    '{"role": "assistant", "content": "hello"}]}\n')
+    one_line_error(run("extract", chat, "--out", tmp_path / "c.jsonl", "--only-tool-calls"), 1, "--allow-empty")
+    assert run("extract", chat, "--out", tmp_path / "c2.jsonl", "--only-tool-calls", "--allow-empty").exit_code == 0
+    # a profile where every turn is all-fail: 0 pivots
+    profile = tmp_path / "profile.jsonl"
+    turn = {"id": "c1/1", "trajectory_id": "c1", "turn": 1, "context": [{"role": "user", "content": "hi"}],
+            "expected": {"role": "assistant", "content": "hello"}, "k": 2,
+            "samples": [{"completion": "x", "reward": 0.0, "valid": True}] * 2, "reward_mean": 0.0, "reward_std": 0.0}
+    import json
+    profile.write_text(json.dumps(turn) + "\n")
+    one_line_error(run("select", profile, "--out", tmp_path / "p.jsonl", "--no-plot"), 1, "pivotrl select:", "--allow-empty")
+    assert run("select", profile, "--out", tmp_path / "p2.jsonl", "--no-plot", "--allow-empty").exit_code == 0
+    # profiling the raw trajectory file instead of its turns names the step that was skipped
+    one_line_error(run("profile", EXAMPLE, "--model", tiny_model_dir, "--out", tmp_path / "prof.jsonl",
+                       "--no-progress"), 1, "extract")

@@ -7,8 +7,11 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from pivotrl.cli.options import config_fields, engine_option, line_progress, load_config, option, run_job
+from pivotrl.cli.tables import print_train_summary, profile_table, select_table
+from pivotrl.evaluate import TurnEvalConfig
 from pivotrl.experiment import cli as experiment_cli
 from pivotrl.experiment.e2e_config import E2ERunConfig
 from pivotrl.experiment.evaluate import EvalConfig
@@ -16,12 +19,11 @@ from pivotrl.extract import ExtractOptions
 from pivotrl.io.inputs import InputError, check_chat_template, check_input_file, check_model
 from pivotrl.io.outputs import guarded_command
 from pivotrl.io.records import RecordError
-from pivotrl.evaluate import TurnEvalConfig
 from pivotrl.profile.loop import ProfileConfig
 from pivotrl.sampling.options import EngineConfig
-from pivotrl.train.config import GRPORunConfig, SFTRunConfig
 from pivotrl.sampling.vllm import VLLMOptions
 from pivotrl.select import SelectConfig
+from pivotrl.train.config import GRPORunConfig, SFTRunConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="PivotRL: RL on the pivot turns of existing agent trajectories.")
@@ -49,9 +51,12 @@ def extract(
     only_tool_calls: bool = option(ExtractOptions, "only_tool_calls"),
     compact: bool = option(ExtractOptions, "compact"),
     strict: bool = typer.Option(False, help="Stop at the first bad line instead of rejecting it."),
+    allow_empty: bool = typer.Option(False, help="Accept trajectories whose every turn the skip rules drop "
+                                     "(0 turns); without it that is an error."),
 ) -> None:
     """Every assistant message of every trajectory becomes one Turn (context + expected action)."""
     from pivotrl.extract import extract_file
+    from pivotrl.io.empty import EmptyResultError
 
     opts = ExtractOptions(keep_reasoning=keep_reasoning, skip_content_regex=skip_content_regex,
                           only_tool_calls=only_tool_calls, eval_fraction=eval_fraction, seed=seed,
@@ -64,13 +69,16 @@ def extract(
     try:
         with line_progress(console, f"extract {trajectories.name}") as advance:
             summary = extract_file(trajectories, out, opts, eval_out=eval_out, strict=strict,
-                                   progress=advance)
+                                   progress=advance, allow_empty=allow_empty)
     except RecordError as exc:
-        console.print(f"[red]{exc}[/red] (--strict)")
+        console.print(f"[red]{escape(str(exc))}[/red] (--strict)")
         raise typer.Exit(1)
+    except EmptyResultError as exc:
+        if exc.result is not None:
+            console.print(exc.result.table())
+        console.print(f"[red]pivotrl extract: {escape(str(exc))}[/red]")
+        raise typer.Exit(1) from None
     console.print(summary.table())
-    if summary.read == 0:
-        raise typer.Exit(1)
 
 
 @guarded_command(app, inputs=["cases", "config"], outputs=["out"], with_sidecars=False)
@@ -178,7 +186,7 @@ def profile(
         console.print(f"[yellow]stopped; {out} keeps every finished turn — rerun the same command "
                       "to resume[/yellow]")
         raise typer.Exit(130)
-    _print_profile_table(doc, out)
+    console.print(profile_table(doc, out))
 
 
 def _merge_shards(turns: Path, shard_files: Optional[list[Path]], out: Path, merge: bool) -> None:
@@ -198,23 +206,6 @@ def _merge_shards(turns: Path, shard_files: Optional[list[Path]], out: Path, mer
     console.print(f"merged {len(shard_files)} shards → {out}: {doc['outcomes']}")
 
 
-def _print_profile_table(doc: dict, out: Path) -> None:
-    from rich.table import Table
-
-    run, oc = doc["runs"][-1], doc["outcomes"]
-    table = Table(title=f"pivotrl profile → {out}")
-    table.add_column("")
-    table.add_column("value", justify="right")
-    for key in ("turns_selected", "turns_done_before", "turns_profiled", "rollout_turns",
-                "generated_tokens", "invalid_samples", "truncated_samples", "rejected_lines",
-                "samples_per_second"):
-        table.add_row(key.replace("_", " "), str(run[key]))
-    for key in ("all_fail", "mixed", "all_pass"):
-        table.add_row(f"turns {key.replace('_', '-')}", str(oc[key]))
-    table.add_row("prompts too long (set aside, rejects file)", str(len(run.get("too_long", {}))))
-    console.print(table)
-
-
 @guarded_command(app, inputs=["profile_file"], outputs=["out"])
 def select(
     profile_file: Path = typer.Argument(..., metavar="PROFILE", help="Profile JSONL (pivotrl profile)."),
@@ -226,10 +217,11 @@ def select(
     seed: int = option(SelectConfig, "seed"),
     success_threshold: float = option(SelectConfig, "success_threshold"),
     plot: bool = typer.Option(True, help="Write PIVOTS.hist.png."),
+    allow_empty: bool = typer.Option(False, help="Accept 0 pivots (every turn all-fail, all-pass or too "
+                                     "easy); without it that is an error."),
 ) -> None:
     """Keep the pivots: mixed outcomes, not too easy (writes PIVOTS.stats.json and a histogram)."""
-    from rich.table import Table
-
+    from pivotrl.io.empty import EmptyResultError
     from pivotrl.select import select_file
 
     try:
@@ -241,15 +233,14 @@ def select(
     if not profile_file.is_file():
         console.print(f"[red]{profile_file}: no such file[/red]")
         raise typer.Exit(2)
-    stats = select_file(profile_file, out, cfg, plot_png=plot)
-    table = Table(title=f"pivotrl select ({strategy}) → {out}")
-    table.add_column("")
-    table.add_column("turns", justify="right")
-    for key in ("turns", "all_fail", "all_pass", "mixed", "mixed_but_too_easy", "kept"):
-        table.add_row(key.replace("_", " "), str(stats[key]))
-    for dom, d in stats["per_domain"].items():
-        table.add_row(f"kept in {dom}", f"{d['kept']}/{d['turns']} ({d['kept_fraction']:.0%})")
-    console.print(table)
+    try:
+        stats = select_file(profile_file, out, cfg, plot_png=plot, allow_empty=allow_empty)
+    except EmptyResultError as exc:
+        if isinstance(exc.result, dict):
+            console.print(select_table(exc.result, strategy, out))
+        console.print(f"[red]pivotrl select: {escape(str(exc))}[/red]")
+        raise typer.Exit(1) from None
+    console.print(select_table(stats, strategy, out))
     if stats["rejected_lines"]:
         console.print(f"[yellow]{stats['rejected_lines']} bad lines skipped (see rejects file)[/yellow]")
 
@@ -264,30 +255,13 @@ def train(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML
     from pivotrl.train.grpo import train as run_grpo
 
     cfg = load_config(console, GRPORunConfig, config, **overrides)
-    _print_train_summary("train", _run_training("train", run_grpo, cfg))
+    print_train_summary(console, "train", _run_training("train", run_grpo, cfg))
 
 
 def _run_training(verb: str, run, cfg):
     return run_job(console, verb, lambda: run(cfg),
                    f"stopped. {cfg.output_dir} keeps a checkpoint-N/ every save_steps ({cfg.save_steps}): "
                    "rerun the same command with --resume to continue from the last one")
-
-
-def _print_train_summary(verb: str, summary: dict) -> None:
-    import os
-
-    if os.environ.get("RANK", "0") != "0":  # one summary under accelerate launch
-        return
-    from rich.table import Table
-
-    table = Table(title=f"pivotrl {verb}")
-    table.add_column("field")
-    table.add_column("value")
-    for key, value in summary.items():
-        if key == "dropped":
-            value = f"{len(value)}" + (f" (first: {value[0][0]}: {value[0][1]})" if value else "")
-        table.add_row(key, str(value))
-    console.print(table)
 
 
 @app.command()
@@ -300,7 +274,7 @@ def sft(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML o
     from pivotrl.train.sft import train_sft
 
     cfg = load_config(console, SFTRunConfig, config, **overrides)
-    _print_train_summary("sft", _run_training("sft", train_sft, cfg))
+    print_train_summary(console, "sft", _run_training("sft", train_sft, cfg))
 
 
 @guarded_command(app, inputs=["bfcl", "turns", "verifier_config"], outputs=["out"], with_sidecars=False)

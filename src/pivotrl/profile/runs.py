@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pivotrl.io.empty import check_input, require_some
 from pivotrl.io.outputs import output_lock
 from pivotrl.io.progress import ProgressLog
 from pivotrl.io.records import (AppendWriter, Profile, Reject, Turn, done_ids, is_blank, iter_lines,
@@ -85,6 +86,7 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
                              "(old, new); resume with the same command or write a new --out")
     # Two passes: ids and line numbers first (each turn dropped as read), then the turns to do,
     # streamed into the sampler, so a run holds about one chunk of turns, not its whole shard.
+    check_input(turns_path)
     lines: dict[str, int] = {}  # valid turn id -> line, in file order
     rejects: list[Reject] = []
     for lineno, rec in scan_turns(turns_path, shard):
@@ -94,6 +96,9 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
             lines[rec.id] = lineno
     if rejects:
         write_atomic(rejects_path(out_path), [r.to_json() for r in rejects])
+    if shard is None:  # a shard may hold no turn of a small file; the whole file may not
+        require_some(len(lines), "turns", turns_path, rejected=len(rejects),
+                     first_reject=rejects[0].reason if rejects else None, expects="turns")
     done = done_ids(out_path)
     n_todo = sum(1 for tid in lines if tid not in done)
     todo = (t for _, t in scan_turns(turns_path, shard)
