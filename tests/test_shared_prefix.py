@@ -168,19 +168,135 @@ def test_generation_still_sees_the_models_signature():
     assert out.shape == (1, 6)
 
 
-def test_gradient_checkpointing_is_unsupported():
-    from pivotrl.train.shared_prefix import unsupported_reason
+def _embedding_calls(model, run) -> list[tuple[int, ...]]:
+    """The input shapes the model's token embedding saw while `run()` ran (forward and backward)."""
+    seen = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, a, out: seen.append(tuple(a[0].shape)))
+    try:
+        run()
+    finally:
+        hook.remove()
+    return seen
 
-    model = tiny_llama()
-    assert unsupported_reason(model) is None
-    model.gradient_checkpointing_enable()
-    assert "checkpointing" in unsupported_reason(model)
+
+def test_gradient_checkpointing_matches_trl_and_recomputes_each_stage():
+    """With checkpointing on, log-probs and gradients still equal TRL's (itself checkpointed), and
+    the backward recomputes the prompt stage (its cache included) and the completion stage."""
+    from pivotrl.train.shared_prefix import shared_prefix_logps, shared_prefix_status
+
+    model = prepared(tiny_llama(4))
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    on, line = shared_prefix_status(model)
+    assert on and "checkpointed" in line
+    ids, mask, n_completion = grpo_batch(seed=4)
+    assert_same(model, ids, mask, n_completion)
+
+    def step():
+        lp, ent = shared_prefix_logps(model, ids, mask, n_completion, compute_entropy=True)
+        grads_of(model, lp, ent, mask, n_completion)
+
+    n_prompt = ids.size(1) - n_completion
+    stages = [(3, n_prompt - 1), (9, n_completion + 1)]
+    assert _embedding_calls(model, step) == stages + stages[::-1]  # backward recomputes stage 2 first
+    model.gradient_checkpointing_disable()
+    assert _embedding_calls(model, step) == stages
 
 
-@pytest.mark.parametrize("switch", [True, False])
-def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_path, monkeypatch, switch):
-    """PivotGRPOTrainer's GRPO loss on one micro-batch: shared-prefix path == TRL's path; with the
-    switch off the trainer never takes the shared-prefix path."""
+ARCHITECTURES = ["qwen3_moe", "qwen3_5", "nemotron_h", "gemma3", "granite4", "lfm2"]
+
+
+def tiny_arch(name: str, seed: int = 1):
+    """A tiny random model of `name` (testbed.architectures), weights scaled up from the default
+    init so that a wrong state changes log-probs by far more than the tolerance."""
+    from pivotrl.experiment.testbed.architectures import build_tiny
+
+    return build_tiny(name, 96, seed=seed, initializer_range=0.2, pad_token_id=PAD).train()
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_every_architecture_matches_trl(name, checkpointing):
+    """MoE, linear-attention and Mamba hybrids, sliding windows, short convolutions: the
+    completion stage continues from the prompt's cache of every kind, with and without
+    checkpointing (prompts 6-14 tokens, longer than gemma3's 8-token window)."""
+    from pivotrl.train.shared_prefix import shared_prefix_status
+
+    model = tiny_arch(name)
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model = prepared(model)
+    assert shared_prefix_status(model)[0]
+    ids, mask, n_completion = grpo_batch(seed=5)
+    assert_same(model, ids, mask, n_completion)
+
+
+@pytest.mark.parametrize("name", ["qwen3_5", "nemotron_h", "lfm2"])
+def test_completions_start_from_the_prompts_recurrent_state(name):
+    """Stage 1's state after a left-padded prompt is the state after the prompt alone (padding
+    leaves the recurrence untouched), and the gathered cache hands that state to every completion
+    of the prompt."""
+    from pivotrl.train.shared_prefix import _gathered, _new_cache
+
+    model = tiny_arch(name).eval()
+    ids, mask, _ = grpo_batch(prompt_lengths=(9, 4), group=1, seed=6)
+    n = 8  # prompt columns minus the last, as stage 1 sees them
+    prompts, pmask = ids[:, :n], mask[:, :n]
+    with torch.no_grad():
+        batch = _new_cache(model)
+        model.base_model(input_ids=prompts, attention_mask=pmask, past_key_values=batch, use_cache=True)
+        states = []
+        for row in range(2):
+            alone = _new_cache(model)
+            real = prompts[row, pmask[row].bool()][None]
+            model.base_model(input_ids=real, past_key_values=alone, use_cache=True)
+            states.append(alone)
+    index = torch.tensor([1, 0, 1, 1])
+    gathered = _gathered(batch, index)
+    checked = 0
+    for layer, g_layer, *alone_layers in zip(batch.layers, gathered.layers, *(s.layers for s in states)):
+        for kind in ("recurrent_states", "conv_states"):
+            for i, state in (getattr(layer, kind, None) or {}).items():
+                if state is None:
+                    continue
+                for row in range(2):  # the batch's row = the prompt alone
+                    want = getattr(alone_layers[row], kind)[i][0]
+                    assert torch.allclose(state[row], want, atol=1e-5), (kind, row)
+                for b, row in enumerate(index.tolist()):  # every completion row starts from it
+                    assert torch.equal(getattr(g_layer, kind)[i][b], state[row])
+                checked += 1
+    assert checked >= 1
+
+
+def test_moe_routing_is_unchanged():
+    """Each completion token goes to the same experts (and weights) on both paths."""
+    from pivotrl.train.shared_prefix import shared_prefix_logps
+
+    model = prepared(tiny_arch("qwen3_moe"))
+    ids, mask, n_completion = grpo_batch(seed=7)
+    rows, n_prompt = ids.size(0), ids.size(1) - n_completion
+    routed: list = []
+    hook = model.model.layers[1].mlp.gate.register_forward_hook(lambda m, a, out: routed.append(out))
+    try:
+        with torch.no_grad():
+            trl_logps(model, ids, mask, n_completion)
+            shared_prefix_logps(model, ids, mask, n_completion)
+    finally:
+        hook.remove()
+    (_, ref_w, ref_e), (_, _, _), (_, w, e) = routed  # TRL; then stage 1 (prompts), stage 2
+    k = ref_e.size(-1)
+    ref_w, ref_e = ref_w.view(rows, -1, k)[:, n_prompt - 1:], ref_e.view(rows, -1, k)[:, n_prompt - 1:]
+    w, e = w.view(rows, -1, k), e.view(rows, -1, k)
+    real = mask[:, n_prompt - 1:].bool()
+    assert torch.equal(e[real], ref_e[real])
+    assert torch.allclose(w[real], ref_w[real], atol=1e-6)
+    assert len(set(e[real].flatten().tolist())) > 1  # the tokens do go to different experts
+
+
+@pytest.mark.parametrize("switch,checkpointing", [(True, False), (False, False), (True, True)])
+def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_path, monkeypatch, switch,
+                                                          checkpointing):
+    """PivotGRPOTrainer's GRPO loss on one micro-batch: shared-prefix path == TRL's path (with
+    gradient checkpointing too); with the switch off the trainer never takes the shared-prefix path."""
     from transformers import AutoTokenizer
 
     from pivotrl.train import rewards, shared_prefix
@@ -189,10 +305,13 @@ def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_pa
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     cfg = small_config(tmp_path, tiny_model_dir, shared_prefix_loss=switch, num_generations=3,
-                       per_device_train_batch_size=9)
+                       per_device_train_batch_size=9, gradient_checkpointing=checkpointing)
     trainer = build_trainer(cfg, load_pivot_set(cfg), reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
                             tokenizer=tok)
     assert trainer.shared_prefix is switch
+    if checkpointing:  # as Trainer.train() turns it on, with the run's arguments
+        trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs)
+    assert trainer._causal_lm(trainer.model).is_gradient_checkpointing is checkpointing
     ids, mask, n_completion = grpo_batch(prompt_lengths=(30, 41, 25))
     ids = ids % len(tok)
     n_prompt = ids.size(1) - n_completion
