@@ -179,24 +179,30 @@ def test_one_sft_step(checkpoints, data, name, tmp_path):
     assert any("loss" in r for r in rows)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_one_grpo_step(checkpoints, data, name, tmp_path):
-    """One GRPO step; the shared-prefix loss runs where the model supports it, and where it does
-    not the reason is the one `unsupported_reason` gives (and the step still runs, on TRL's path)."""
+@pytest.mark.parametrize("name,checkpointing", [(n, False) for n in NAMES] + [("nemotron_h", True)])
+def test_one_grpo_step(checkpoints, data, name, checkpointing, tmp_path, monkeypatch):
+    """One GRPO step; the shared-prefix loss runs where the model supports it (checked by calls),
+    and where it does not the reason is the one `shared_prefix_status` gives."""
     import json
 
+    from pivotrl.train import rewards, shared_prefix
     from pivotrl.train.config import GRPORunConfig
     from pivotrl.train.grpo import build_trainer
-    from pivotrl.train.shared_prefix import unsupported_reason
 
     tok, dirs = checkpoints
     cfg = GRPORunConfig(model=str(dirs[name]), pivots=str(tmp_path / "p.jsonl"),
                         output_dir=str(tmp_path / "run"), num_generations=2,
                         per_device_train_batch_size=2, max_completion_length=3, max_steps=1,
-                        save_steps=10, learning_rate=1e-3, trl_overrides=TRL_OVERRIDES.get(name, {}))
+                        save_steps=10, learning_rate=1e-3, gradient_checkpointing=checkpointing,
+                        trl_overrides=TRL_OVERRIDES.get(name, {}))
     trainer = build_trainer(cfg, data["turns"][:1], tokenizer=tok)
-    reason = unsupported_reason(trainer._causal_lm(trainer.model))
-    assert trainer.shared_prefix == (reason is None), reason
+    on, line = shared_prefix.shared_prefix_status(trainer._causal_lm(trainer.model))
+    assert trainer.shared_prefix == on, line
+    calls = []
+    monkeypatch.setattr(rewards, "shared_prefix_logps",
+                        lambda *a, **k: calls.append(1) or shared_prefix.shared_prefix_logps(*a, **k))
     trainer.train()
+    assert bool(calls) == on
+    assert trainer._causal_lm(trainer.model).is_gradient_checkpointing == checkpointing
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["rollout_turns"] == 2 and "loss" in rows[-1]

@@ -87,7 +87,7 @@ def assert_same(model, ids, mask, n_completion, batch_size=None):
 
     ref_lp, ref_ent = trl_logps(model, ids, mask, n_completion, batch_size)
     ref_grads = grads_of(model, ref_lp, ref_ent, mask, n_completion)
-    lp, ent = shared_prefix_logps(model, ids, mask, n_completion, batch_size, compute_entropy=True)
+    lp, ent, _ = shared_prefix_logps(model, ids, mask, n_completion, batch_size, compute_entropy=True)
     grads = grads_of(model, lp, ent, mask, n_completion)
 
     cmask = mask[:, -n_completion:].bool()
@@ -192,7 +192,7 @@ def test_gradient_checkpointing_matches_trl_and_recomputes_each_stage():
     assert_same(model, ids, mask, n_completion)
 
     def step():
-        lp, ent = shared_prefix_logps(model, ids, mask, n_completion, compute_entropy=True)
+        lp, ent, _ = shared_prefix_logps(model, ids, mask, n_completion, compute_entropy=True)
         grads_of(model, lp, ent, mask, n_completion)
 
     n_prompt = ids.size(1) - n_completion
@@ -265,6 +265,38 @@ def test_completions_start_from_the_prompts_recurrent_state(name):
                     assert torch.equal(getattr(g_layer, kind)[i][b], state[row])
                 checked += 1
     assert checked >= 1
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_moe_load_balancing_loss_matches_trl(checkpointing):
+    """TRL adds the MoE load-balancing loss over every [prompt | completion] token: the shared
+    prefix reproduces it (a distinct prompt's tokens weighted by its rows), value and gradients."""
+    from trl import GRPOTrainer
+
+    from pivotrl.train.shared_prefix import shared_prefix_logps
+
+    model = tiny_arch("qwen3_moe")
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model = prepared(model)
+    ids, mask, n_completion = grpo_batch(seed=8)
+    fake = SimpleNamespace(accelerator=SimpleNamespace(autocast=nullcontext))
+    results = {}
+    for path in ("trl", "shared"):
+        if path == "trl":
+            lp, _, aux = GRPOTrainer._get_per_token_logps_and_entropies.__wrapped__(
+                fake, model, ids, mask, n_completion, batch_size=5, compute_aux_loss=True)
+        else:
+            lp, _, aux = shared_prefix_logps(model, ids, mask, n_completion, 5, compute_aux_loss=True)
+        ((lp * mask[:, -n_completion:]).sum() + 10.0 * aux).backward()
+        results[path] = (aux.detach(), {n: p.grad.clone() for n, p in model.named_parameters()})
+        model.zero_grad(set_to_none=True)
+    (ref_aux, ref_grads), (aux, grads) = results["trl"], results["shared"]
+    assert ref_aux > 0 and abs(aux - ref_aux) <= 1e-5 * ref_aux
+    gate = next(n for n in ref_grads if n.endswith("mlp.gate.weight"))
+    assert ref_grads[gate].abs().max() > 0
+    for name, ref in ref_grads.items():
+        assert (grads[name] - ref).abs().max() <= 1e-4 * ref.abs().max(), name
 
 
 def test_moe_routing_is_unchanged():
@@ -382,7 +414,7 @@ def _ddp_worker(rank: int, world: int, out_dir: str) -> None:
         for find_unused in (False, True):
             model = prepared(tiny_llama(3))
             ddp = DistributedDataParallel(model, find_unused_parameters=find_unused)
-            lp, ent = shared_prefix_logps(ddp, ids, mask, n_completion, compute_entropy=True)
+            lp, ent, _ = shared_prefix_logps(ddp, ids, mask, n_completion, compute_entropy=True)
             grads = grads_of(model, lp, ent, mask, n_completion)  # DDP averaged them over the ranks
             torch.save(grads, f"{out_dir}/rank{rank}_unused{int(find_unused)}.pt")
     finally:

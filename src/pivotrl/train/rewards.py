@@ -133,12 +133,12 @@ class PivotGRPOTrainer(GRPOTrainer):
         """TRL's log-probs, with each distinct prompt encoded once (train/shared_prefix.py) when the
         switch is on and the call is a plain text one on the policy; otherwise TRL's own path."""
         lm = self._causal_lm(model)
-        if (self.shared_prefix and not compute_aux_loss and all(v is None for v in extra.values())
+        if (self.shared_prefix and all(v is None for v in extra.values())
                 and input_ids.size(1) - logits_to_keep >= 2 and has_shared_prefix_forward(lm)
                 and unsupported_reason(lm) is None):
-            logps, entropies = shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep, batch_size,
-                                                   compute_entropy, autocast=self.accelerator.autocast)
-            return logps, entropies, None
+            return shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep, batch_size,
+                                       compute_entropy, autocast=self.accelerator.autocast,
+                                       compute_aux_loss=compute_aux_loss)
         return super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
             compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **extra)

@@ -155,6 +155,8 @@ def _two_stage_forward(model, inner, prefix_ids, prefix_mask, prefix_index, kwar
     activations are recomputed in backward, stage 1's cache included; stage 2 keeps only its
     inputs (the distinct prompts' cache, not the gathered copy)."""
     n_prefix = prefix_ids.size(1)
+    aux = bool(kwargs.pop("output_router_logits", False))
+    routed = {}  # stage -> per-layer router logits (MoE load-balancing loss), read in forward only
 
     # Both stages run with transformers' per-layer checkpointing off, the backward's recomputation
     # of a checkpointed stage included (the flag is read when a layer is called).
@@ -162,27 +164,72 @@ def _two_stage_forward(model, inner, prefix_ids, prefix_mask, prefix_index, kwar
         cache = _new_cache(model)
         columns = torch.arange(n_prefix, device=prefix_ids.device).unsqueeze(0).expand(prefix_ids.size(0), -1)
         with _layer_checkpointing_off(model):
-            model.base_model(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=columns,
-                             past_key_values=cache, use_cache=True)
+            out = model.base_model(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=columns,
+                                   past_key_values=cache, use_cache=True, **({"output_router_logits": True} if aux else {}))
+        routed.setdefault(1, getattr(out, "router_logits", None))
         return cache
 
     def stage2(cache):
         cache = _gathered(cache, prefix_index)
         ids = kwargs["input_ids"]
         columns = n_prefix + torch.arange(ids.size(1), device=ids.device)
-        with _layer_checkpointing_off(model):
+        with _layer_checkpointing_off(model), _recording_router_logits(model, routed, 2, aux):
             return inner(**{**kwargs, "position_ids": columns.unsqueeze(0).expand(ids.size(0), -1),
                             "past_key_values": cache})
 
     if not (_checkpointing(model) and torch.is_grad_enabled()):
         cache = stage1()
         _check_filled(cache, n_prefix)
-        return stage2(cache)
-    from torch.utils.checkpoint import checkpoint
+        out = stage2(cache)
+    else:
+        from torch.utils.checkpoint import checkpoint
 
-    cache = checkpoint(stage1, use_reentrant=False)
-    _check_filled(cache, n_prefix)
-    return checkpoint(stage2, cache, use_reentrant=False)
+        cache = checkpoint(stage1, use_reentrant=False)
+        _check_filled(cache, n_prefix)
+        out = checkpoint(stage2, cache, use_reentrant=False)
+    if aux:
+        out.aux_loss = _load_balancing_loss(model, routed, prefix_mask, prefix_index,
+                                            kwargs["attention_mask"][:, n_prefix:])
+    return out
+
+
+@contextmanager
+def _recording_router_logits(model, sink: dict, key, on: bool):
+    """Keep the backbone's router logits of the next call in `sink[key]` (TRL's fused forward
+    scores the completions and drops them)."""
+    if not on:
+        yield
+        return
+    backbone = model.base_model
+    plain = backbone.forward
+
+    def forward(*args, **kwargs):
+        out = plain(*args, **{**kwargs, "output_router_logits": True})
+        sink.setdefault(key, getattr(out, "router_logits", None))
+        return out
+
+    backbone.forward = forward
+    try:
+        yield
+    finally:
+        del backbone.forward  # the class's forward again
+
+
+def _load_balancing_loss(model, routed: dict, prefix_mask, prefix_index, tail_mask):
+    """The MoE load-balancing loss TRL's path computes over every [prompt | completion] token of
+    the micro-batch, from the two stages' router logits: a distinct prompt's token stands for the
+    rows sharing it (weight = their number), each stage-2 token for itself. Same sums, same loss."""
+    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+    first, second = routed.get(1), routed.get(2)
+    if not first or not second:
+        raise RuntimeError("shared-prefix forward: the model returned no router logits for the "
+                           "load-balancing loss; turn shared_prefix_loss off for this model")
+    copies = torch.bincount(prefix_index, minlength=prefix_mask.size(0)).to(prefix_mask.dtype)
+    weights = torch.cat([(prefix_mask * copies[:, None]).reshape(-1), tail_mask.reshape(-1)])
+    layers = tuple(torch.cat([a, b], dim=0) for a, b in zip(first, second))
+    text = model.config.get_text_config()
+    return load_balancing_loss_func(layers, layers[0].size(-1), text.num_experts_per_tok, weights[None])
 
 
 def _new_cache(model):
@@ -244,18 +291,19 @@ def _rebind_recurrent_state(layer, recurrent_states, state_idx: int = 0, **kwarg
 
 
 def shared_prefix_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
-                        batch_size: int | None = None, compute_entropy: bool = False, autocast=None):
-    """Per-token log-probs (and entropies) of the last `logits_to_keep` columns of
-    `input_ids` = [left-padded prompts | right-padded completions], as TRL's
-    `_get_per_token_logps_and_entropies` returns them, computed with each distinct prompt encoded
-    once per chunk of `batch_size` rows. `model` is whatever TRL would call (possibly wrapped);
-    its underlying transformers model must have `enable_shared_prefix_forward` applied."""
+                        batch_size: int | None = None, compute_entropy: bool = False, autocast=None,
+                        compute_aux_loss: bool = False):
+    """(per-token log-probs, entropies or None, MoE load-balancing loss or None) of the last
+    `logits_to_keep` columns of `input_ids` = [left-padded prompts | right-padded completions], as
+    TRL's `_get_per_token_logps_and_entropies` returns them, computed with each distinct prompt
+    encoded once per chunk of `batch_size` rows. `model` is whatever TRL would call (possibly
+    wrapped); its underlying transformers model must have `enable_shared_prefix_forward` applied."""
     n_completion = logits_to_keep
     n_prompt = input_ids.size(1) - n_completion
     if n_prompt < 2:
         raise ValueError("shared-prefix log-probs need prompts of at least 2 columns")
     batch_size = batch_size or input_ids.size(0)
-    all_logps, all_entropies = [], []
+    all_logps, all_entropies, all_aux = [], [], []
     for start in range(0, input_ids.size(0), batch_size):
         ids = input_ids[start:start + batch_size]
         mask = attention_mask[start:start + batch_size]
@@ -264,12 +312,16 @@ def shared_prefix_logps(model, input_ids: torch.Tensor, attention_mask: torch.Te
         tail = ids[:, n_prompt - 1:]
         labels = tail.masked_fill(mask[:, n_prompt - 1:] == 0, -100)
         labels[:, 0] = -100
+        extra = {"output_router_logits": True} if compute_aux_loss else {}
         with autocast() if autocast is not None else nullcontext():
             out = model(input_ids=tail, attention_mask=mask, labels=labels, fused_lm_head=True,
                         prefix_ids=ids[first, :n_prompt - 1], prefix_mask=mask[first, :n_prompt - 1],
-                        prefix_index=inverse)
+                        prefix_index=inverse, **extra)
         all_logps.append(out.log_probs[:, -n_completion:])
         if compute_entropy:
             all_entropies.append(out.entropy[:, -n_completion:])
+        if compute_aux_loss:
+            all_aux.append(out.aux_loss)
     logps = torch.cat(all_logps, dim=0)
-    return logps, (torch.cat(all_entropies, dim=0) if compute_entropy else None)
+    return (logps, torch.cat(all_entropies, dim=0) if compute_entropy else None,
+            torch.stack(all_aux).mean() if compute_aux_loss else None)
