@@ -84,7 +84,7 @@ def loss_inputs(tokenizer, prompts: list[str], generations: int, lengths: tuple[
 
 
 def time_loss(trainer, inputs, arm: str) -> float:
-    from pivotrl.train.rewards import score_only_completions_on_cpu
+    from pivotrl.train.trainer import score_only_completions_on_cpu
 
     score_only_completions_on_cpu(arm != "all positions")
     trainer.shared_prefix = arm == "shared prefix"

@@ -30,9 +30,9 @@ DEFAULT_BASE = Path(__file__).resolve().parent.parent / "runs" / "testbed" / "ba
 
 def testbed_model(tmp: Path) -> Path:
     """A random Llama of the testbed base's shape, its tokenizer trained on toolshop text."""
-    from pivotrl.formats.chat import template_messages
     from pivotrl.experiment.testbed.experts import generate_trajectories
     from pivotrl.experiment.testbed.tiny import build_model, build_tokenizer, save_tiny
+    from pivotrl.formats.chat import template_messages
 
     seed_tok = build_tokenizer([], vocab_size=300)  # renders texts only, as the testbed build does
     texts = [seed_tok.apply_chat_template(template_messages(t.messages), tools=t.tools,
@@ -69,8 +69,9 @@ def main() -> int:
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     from pivotrl.formats.chat import prompt_text
-    from pivotrl.profile import ProfileConfig, profile_file, turn_seed
     from pivotrl.io.records import Turn, iter_valid
+    from pivotrl.profile.loop import ProfileConfig, turn_seed
+    from pivotrl.profile.runs import profile_file
     from pivotrl.sampling.hf import HFSampler
     from pivotrl.verifiers import get_verifier
 

@@ -1,6 +1,6 @@
 """Turns files at scale, full vs compact rows side by side: disk growth from trajectories to
 turns, and the memory of N shard processes reading the turns file with
-`profiling.read_turns(path, shard)` (other shards' turns dropped as they are read).
+`pivotrl.io.turn_files.read_turns(path, shard)` (other shards' turns dropped as they are read).
 
 full: every row carries its whole context (`pivotrl extract --no-compact`), so the file is
 O(turns × context); compact: a row continues the previous row's context (`pivotrl.io.compact_rows`),
@@ -42,7 +42,7 @@ SYSTEM = ("You are a data analyst with read-only access to the warehouse. Use ru
 # The reader in a child process; argv: turns path, mode, shard index, shard count.
 CHILD = r"""
 import resource, sys, time
-from pivotrl.profile import chunks, read_turns, scan_turns
+from pivotrl.io.turn_files import chunks, read_turns, scan_turns
 path, mode, i, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 t0 = time.perf_counter()
 turns, rejects = read_turns(path, (i, n)) if mode == "shard" else ([], [])

@@ -198,8 +198,13 @@ def check_environment(ctx: Context) -> dict[str, Any]:
 
 
 def check_tiny_model(ctx: Context) -> dict[str, Any]:
-    from pivotrl.experiment.testbed.tiny import (TinyModelConfig, build_model, build_tokenizer,
-                                                 parameter_count, save_tiny)
+    from pivotrl.experiment.testbed.tiny import (
+        TinyModelConfig,
+        build_model,
+        build_tokenizer,
+        parameter_count,
+        save_tiny,
+    )
 
     s = ctx.sizes
     tokenizer = build_tokenizer(corpus(200), vocab_size=s.vocab)
@@ -289,7 +294,7 @@ def char_variety(completions: list[str], **_: Any) -> list[float]:
 
 def run_grpo(ctx: Context, name: str, shared: bool, **extra: Any) -> dict[str, Any]:
     from pivotrl.train.grpo import train
-    from pivotrl.train.rewards import PivotReward
+    from pivotrl.train.reward import PivotReward
 
     switch = shared_prefix_switch()
     if shared and switch is None:

@@ -15,6 +15,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # fake_judge, run as a script too
+
 from pivotrl.experiment.bfcl import install_model_config_stub, to_openai_tool  # noqa: F401
 from pivotrl.io.records import Message, Turn
 
@@ -245,19 +247,53 @@ def agreement(verifier, rows) -> dict[str, Any]:
             "disagreements": disagreements}
 
 
+def oracle_rule(rows):
+    """A judge stand-in that answers with BFCL's own verdict for (expert, candidate): the upper
+    bound of what any judge adds to `unproven_rule: judge` (it is asked only about actions whose
+    every difference is unproven). A pair seen with both verdicts gets NO."""
+    from pivotrl.verifiers.judge import render
+
+    truth: dict[tuple[str, str], bool] = {}
+    for _, _, turn, cand, verdict in rows:
+        for key in ((render(turn.expected), render(cand)), (render(cand), render(turn.expected))):
+            truth[key] = truth.get(key, verdict) and verdict
+    return lambda a, b: "YES" if truth.get((a, b)) else "NO"
+
+
+def judged_agreement(rows, rule) -> dict[str, Any]:
+    """Agreement of `toolcall` with `unproven_rule: judge`, the judge being a FakeJudge endpoint
+    answering by `rule(A, B)`; also how many actions were sent to it."""
+    from fake_judge import FakeJudge
+    from pivotrl.verifiers import get_verifier
+
+    srv = FakeJudge(rule)
+    try:
+        verifier = get_verifier("toolcall", unproven_rule="judge",
+                                judge={"base_url": srv.url, "retries": 0})
+        out = agreement(verifier, rows)
+        out["judge_requests"] = srv.requests
+        return out
+    finally:
+        srv.close()
+
+
 def main() -> None:
     from pivotrl.verifiers import get_verifier
 
     rows = list(cases())
     results = {name: agreement(get_verifier(name), rows) for name in ("toolcall", "exact")}
+    results["toolcall+oracle judge"] = judged_agreement(rows, oracle_rule(rows))
     print(f"{len(rows)} cases from {', '.join(CATEGORIES)}; judge: BFCL ast_checker")
-    print(f"{'':22s}" + "".join(f"{n:>12s}" for n in results))
+    print(f"{'':22s}" + "".join(f"{n:>22s}" for n in results))
     for metric in ("accuracy", "precision", "recall", "fp", "fn"):
-        print(f"{metric:22s}" + "".join(f"{r[metric]:12.3f}" if isinstance(r[metric], float)
-                                       else f"{r[metric]:12d}" for r in results.values()))
+        print(f"{metric:22s}" + "".join(f"{r[metric]:22.3f}" if isinstance(r[metric], float)
+                                       else f"{r[metric]:22d}" for r in results.values()))
+    print(f"judge requests (both orders): {results['toolcall+oracle judge']['judge_requests']}")
     print("agreement by mutation (n):")
     for label, (acc, n) in results["toolcall"]["by_label"].items():
-        print(f"  {label:20s} n={n:5d}  toolcall {acc:.3f}  exact {results['exact']['by_label'][label][0]:.3f}")
+        print(f"  {label:20s} n={n:5d}  toolcall {acc:.3f}  exact "
+              f"{results['exact']['by_label'][label][0]:.3f}  toolcall+oracle judge "
+              f"{results['toolcall+oracle judge']['by_label'][label][0]:.3f}")
     if "-v" in sys.argv:
         for d in results["toolcall"]["disagreements"][:60]:
             print("  disagree", d)

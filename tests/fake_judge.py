@@ -1,5 +1,9 @@
 """A real OpenAI-compatible judge endpoint on 127.0.0.1 for the judge verifier's tests: it reads
-the two actions out of the judge prompt and answers by a rule on (A, B)."""
+the two actions out of the judge prompt and answers by a rule on (A, B).
+
+A rule answering "YES" or "NO" stands for a judge that follows the prompt: the endpoint sends
+`VERDICT: YES` / `VERDICT: NO`. Any other answer, or any answer with `raw=True`, is sent as it
+is (a judge that does not follow the format)."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class FakeJudge:
     """A real OpenAI-compatible endpoint on 127.0.0.1 answering by a rule on (A, B)."""
 
-    def __init__(self, rule):
+    def __init__(self, rule, raw: bool = False):
         outer = self
         self.requests = 0
 
@@ -27,7 +31,10 @@ class FakeJudge:
                 prompt = body["messages"][-1]["content"]
                 a = re.search(r"Action A:\n(.*?)\n\nAction B:", prompt, re.S).group(1)
                 b = re.search(r"Action B:\n(.*?)\n\nAre actions", prompt, re.S).group(1)
-                reply = {"choices": [{"message": {"role": "assistant", "content": rule(a, b)}}]}
+                answer = rule(a, b)
+                if answer in ("YES", "NO") and not raw:
+                    answer = f"VERDICT: {answer}"
+                reply = {"choices": [{"message": {"role": "assistant", "content": answer}}]}
                 data = json.dumps(reply).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

@@ -117,7 +117,7 @@ def test_profile_evaluate_and_episode(checkpoints, data, name):
     """profile (HF backend, shared prefill), evaluate --turns and an E2E episode, one model load."""
     from pivotrl.evaluate import TurnEvalConfig, score_turns
     from pivotrl.experiment.episodes import ModelPolicy, run_episodes
-    from pivotrl.profile import ProfileConfig, RunStats, profile_stream
+    from pivotrl.profile.loop import ProfileConfig, RunStats, profile_stream
     from pivotrl.sampling.hf import HFSampler
     from pivotrl.verifiers import get_verifier
 
@@ -185,7 +185,8 @@ def test_one_grpo_step(checkpoints, data, name, checkpointing, tmp_path, monkeyp
     and where it does not the reason is the one `shared_prefix_status` gives."""
     import json
 
-    from pivotrl.train import rewards, shared_prefix
+    from pivotrl.train import shared_prefix
+    from pivotrl.train import trainer as trainer_module
     from pivotrl.train.config import GRPORunConfig
     from pivotrl.train.grpo import build_trainer
 
@@ -199,7 +200,7 @@ def test_one_grpo_step(checkpoints, data, name, checkpointing, tmp_path, monkeyp
     on, line = shared_prefix.shared_prefix_status(trainer._causal_lm(trainer.model))
     assert trainer.shared_prefix == on, line
     calls = []
-    monkeypatch.setattr(rewards, "shared_prefix_logps",
+    monkeypatch.setattr(trainer_module, "shared_prefix_logps",
                         lambda *a, **k: calls.append(1) or shared_prefix.shared_prefix_logps(*a, **k))
     trainer.train()
     assert bool(calls) == on

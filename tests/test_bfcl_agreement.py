@@ -7,29 +7,26 @@ entry is mutated (reordered keys, int→float, float→int, dropped optional, ex
 wrong number/string/bool, upper case, respacing, BFCL's alternative answer, dropped required,
 extra argument, stringified number, wrong function, reversed list, reordered / dropped /
 duplicated parallel calls) and judged by `ast_checker` (the truth) and by our verifiers.
-Print the table with `python3 tests/bfcl_support.py` (measured 2026-11-30: 24,692 cases; toolcall
-with numeric_strings=False accuracy 0.966 / precision 0.993 / recall 0.914; exact 0.821 / 1.000 /
-0.515).
+Print the table with `python3 tests/bfcl_support.py` (measured 2026-12-01: 24,692 cases;
+toolcall default accuracy 0.886 / precision 0.994 / recall 0.696; toolcall with
+`unproven_rule: judge` and an *oracle* judge stand-in (BFCL's own verdict, the upper bound of
+what a judge adds) 0.978 / 0.996 / 0.944, 5,910 judge requests; exact 0.821 / 1.000 / 0.515).
 
 BFCL calls Python functions with the JSON values as they are, so "10" for an integer parameter
-is a TypeError there: toolcall is measured here with `numeric_strings=False`, its setting for
-executors that take JSON types literally (the default accepts what schema-validating backends
-parse to the same number).
+is a TypeError there: toolcall is measured with `numeric_strings=False` (its default).
 
-Where `toolcall` disagrees with BFCL on purpose (all chosen for agreement with *execution*):
-- An omitted optional argument equals its default (schema `default`, or "defaults to X" in the
-  description): BFCL's answer lists sometimes lack "" for such an argument, or lack the argument
-  when the candidate passes the default explicitly ("unexpected parameter"). An executor does
-  the same thing either way. (~45 of our 51 false positives.)
-- Long free text (≥ 20 tokens) at ≥ 0.95 token similarity is accepted (the issue asks for a
-  similarity on free text); BFCL compares normalised text exactly.
-- Enums and identifiers (ids, paths, file names, codes, …), and every short string of a
-  state-changing call (create_*, book_*, send_*, …), are compared case-sensitively; BFCL
-  lower-cases every string. An executor rejects "MUSIC" for the enum value "Music", file
-  systems and databases are case-sensitive, and a state checker sees the stored string.
-  (Recall, not precision: ~530 false negatives among the upper-case mutations.)
+Where `toolcall` disagrees with BFCL on purpose (it pays only what a rule proves):
+- BFCL lower-cases every string and drops spaces and ",./-_*^": "SAN FRANCISCO" and
+  "San Francisco CA" pass there. Case and punctuation can carry meaning ("mg"/"Mg", "-f"/"-F"),
+  so they are not proven the same: 0 by default, the judge's question with `unproven_rule:
+  judge` (upper_case, respace: most of the false negatives).
+- An optional argument given on one side only is equal only to the schema's own `default`;
+  BFCL's answer lists say per case whether it may be omitted, which no schema states
+  (drop_optional false negatives). Where the schema has a `default` key and BFCL's answer list
+  lacks it, the call executes the same: those are the remaining false positives (~35 of 38).
 - BFCL's alternative answers ("San Francisco, CA" or "San Francisco, California"; lists in
-  either order) cannot be known from one expert call: those are false negatives by design.
+  either order) cannot be known from one expert call: false negatives by design, unless the
+  judge pays them.
 """
 
 from __future__ import annotations
@@ -68,17 +65,40 @@ def test_enough_cases_with_both_verdicts(rows):
 def test_toolcall_agrees_with_ast_checker(results):
     tc = results["toolcall"]
     print({k: v for k, v in tc.items() if k != "disagreements"})
-    # Floors a little under what was measured (0.954 / 0.994 / 0.882).
-    assert tc["accuracy"] >= 0.94
-    assert tc["precision"] >= 0.985
-    assert tc["recall"] >= 0.87
+    # Floors a little under what was measured (0.886 / 0.994 / 0.696): precision first.
+    assert tc["accuracy"] >= 0.87
+    assert tc["precision"] >= 0.99
+    assert tc["recall"] >= 0.67
 
 
 def test_toolcall_beats_exact(results):
     tc, ex = results["toolcall"], results["exact"]
     assert ex["precision"] == 1.0  # exact never accepts what BFCL rejects here...
     assert ex["recall"] < 0.6      # ...but rejects half of what BFCL accepts
-    assert tc["accuracy"] > ex["accuracy"] + 0.1
+    assert tc["accuracy"] > ex["accuracy"] + 0.05
+    assert tc["recall"] > ex["recall"] + 0.15
+
+
+def test_judge_backed_toolcall_with_an_oracle_judge(rows, results):
+    """`unproven_rule: judge` with BFCL's own verdict as the judge: what a perfect judge adds
+    when it is asked only about unproven differences (measured 0.978 / 0.996 / 0.944)."""
+    judged = bfcl_support.judged_agreement(rows, bfcl_support.oracle_rule(rows))
+    print({k: v for k, v in judged.items() if k not in ("disagreements", "by_label")})
+    assert judged["precision"] >= 0.99 and judged["accuracy"] >= 0.97
+    assert judged["recall"] >= results["toolcall"]["recall"] + 0.2
+    assert 0 < judged["judge_requests"] < 0.3 * len(rows) * 2  # most actions need no judge
+
+
+def test_a_yes_man_judge_never_pays_a_proven_difference():
+    """A judge that always says YES is asked only where every difference is unproven: no
+    mutation that changes a number, a boolean, a function or the calls gains from it."""
+    rows = list(bfcl_support.cases(per_category=40))
+    base = bfcl_support.agreement(get_verifier("toolcall"), rows)["by_label"]
+    yes = bfcl_support.judged_agreement(rows, lambda a, b: "YES")
+    for label in ("wrong_number", "flip_bool", "drop_required", "extra_arg", "wrong_function",
+                  "duplicated_call", "dropped_call", "stringify_number"):
+        assert yes["by_label"][label] == base[label], label
+    assert yes["by_label"]["wrong_string"][0] < base["wrong_string"][0]  # text: the judge's call
 
 
 @pytest.mark.parametrize("label", ["identity", "reordered_keys", "drop_required", "extra_arg",
@@ -90,9 +110,9 @@ def test_mutations_with_full_agreement(results, label):
 
 
 @pytest.mark.parametrize("label,floor", [("reordered_calls", 0.99), ("wrong_number", 0.99),
-                                         ("wrong_string", 0.98), ("flip_bool", 0.98),
-                                         ("drop_optional", 0.9), ("add_default", 0.95),
-                                         ("respace", 0.95), ("upper_case", 0.65)])
+                                         ("wrong_string", 0.995), ("flip_bool", 0.98),
+                                         ("drop_optional", 0.83), ("add_default", 0.95),
+                                         ("upper_case", 0.12)])
 def test_mutations_with_documented_disagreement(results, label, floor):
     acc, n = results["toolcall"]["by_label"][label]
     assert acc >= floor, (label, acc, n)

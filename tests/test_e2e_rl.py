@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from pivotrl.train.config import E2ERunConfig
+from pivotrl.experiment.e2e import E2ERunConfig
 
 
 @pytest.mark.parametrize("world", ["toolshop", "mixed"])

@@ -23,8 +23,18 @@ from tokenizers import Tokenizer, decoders, models, processors
 from tokenizers.pre_tokenizers import ByteLevel
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from pivotrl.formats.chat import apply_template, completion_text, prompt_text, prompt_token_ids
-from pivotrl.formats.families import UnknownFormatError, detect, parser_for, token_budget
+from pivotrl.formats.chat import (
+    apply_template,
+    completion_text,
+    prompt_text,
+    prompt_token_ids,
+)
+from pivotrl.formats.families import (
+    UnknownFormatError,
+    detect,
+    parser_for,
+    token_budget,
+)
 from pivotrl.io.records import Message, Trajectory, Turn
 from pivotrl.scoring import score_completions
 from pivotrl.verifiers import get_verifier
@@ -261,7 +271,7 @@ def test_other_families_are_read_with_their_response_template_strictly(name):
 
 
 def test_thinking_kwargs_reach_the_prompt_and_set_the_token_budget():
-    from pivotrl.profile import ProfileConfig
+    from pivotrl.profile.loop import ProfileConfig
     from pivotrl.train.config import GRPORunConfig
     from pivotrl.train.grpo import with_token_budget
 
@@ -326,7 +336,7 @@ def tiny_model(tmp_path_factory):
 
 
 def test_one_profile_with_a_tiny_model(family, tiny_model):
-    from pivotrl.profile import ProfileConfig, RunStats, profile_stream
+    from pivotrl.profile.loop import ProfileConfig, RunStats, profile_stream
     from pivotrl.sampling.hf import HFSampler
 
     name, tok = family
@@ -410,7 +420,7 @@ def test_prompts_carry_one_bos_in_every_stage(tiny_model, tmp_path, monkeypatch)
 @pytest.mark.parametrize("name", ["gptoss", "deepseekv3", "qwen3_5_think"])
 def test_grpo_reward_reads_trls_completion_ids_in_the_family_format(name):
     from pivotrl.train.grpo import turn_json
-    from pivotrl.train.rewards import PivotReward
+    from pivotrl.train.reward import PivotReward
 
     tok = make_tokenizer(name)
     texts = [completion(tok, call()), completion(tok, call(quantity=4))]

@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 
 from pivotrl.cli import app
 from pivotrl.extract import extract_file
-from pivotrl.io.records import Reject, Trajectory, read_records
 
 GOOD = {"id": "t1", "messages": [{"role": "user", "content": "hi"},
                                  {"role": "assistant", "content": "hello"}]}
@@ -128,7 +127,8 @@ with output_lock(sys.argv[1]):
 
 
 def test_profile_out_is_locked_against_a_second_run_but_not_by_a_dead_one(tmp_path):
-    from pivotrl.profile import ProfileConfig, profile_file
+    from pivotrl.profile.loop import ProfileConfig
+    from pivotrl.profile.runs import profile_file
 
     out = tmp_path / "profile.jsonl"
     turns = write(tmp_path / "turns.jsonl", [])

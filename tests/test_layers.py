@@ -124,3 +124,33 @@ def test_the_checker_sees_what_it_must():
 def test_no_core_file_over_500_lines():
     big = {m: n for m, p in module_files().items() if (n := len(p.read_text().splitlines())) > 500}
     assert big == {}
+
+
+# Floors of the core, lowest first: files and records; parsing and the sandbox; the engines, the
+# verifiers and the one scoring path; the method's steps; the command line. An import goes down or
+# sideways, never up, so each floor can be read (and tested) without the ones above it.
+FLOORS = {"io": 0, "formats": 1, "sandbox": 1, "verifiers": 2, "sampling": 2, "scoring": 2,
+          "extract": 3, "profile": 3, "select": 3, "evaluate": 3, "train": 3, "export": 3,
+          "cli": 4, "experiment": 4}
+
+
+def floor_of(module: str) -> int | None:
+    parts = module.split(".")
+    return FLOORS.get(parts[1]) if len(parts) > 1 else None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{a} -> {b}" for a, targets in sorted(graph.items()) for b in sorted(targets)
+            if floor_of(a) is not None and floor_of(b) is not None and floor_of(b) > floor_of(a)]
+
+
+def test_every_top_level_entry_has_a_floor():
+    entries = {p.stem for p in (SRC / "pivotrl").iterdir()
+               if p.name != "__init__.py" and (p.suffix == ".py" or (p / "__init__.py").exists())}
+    assert entries == set(FLOORS)
+
+
+def test_no_import_runs_up_a_floor():
+    assert upward_imports(import_graph()) == []
+    # the check can fail: an io module importing a step is caught
+    assert upward_imports({"pivotrl.io.records": {"pivotrl.select"}}) == ["pivotrl.io.records -> pivotrl.select"]

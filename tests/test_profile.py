@@ -14,13 +14,23 @@ from pathlib import Path
 
 import pytest
 
-from pivotrl.scoring import score_completion
 from pivotrl.formats.chat import prompt_text
-from pivotrl.profile import (MergeError, ProfileConfig, ReprofileHook, merge_profiles, outcome,
-                             profile_file, reprofile, shard_of, stats_path, turn_seed)
-from pivotrl.io.records import Message, Profile, Turn, iter_valid, read_records
+from pivotrl.io.records import (
+    Message,
+    Profile,
+    Turn,
+    iter_valid,
+    read_records,
+    stats_path,
+)
+from pivotrl.io.turn_files import shard_of
+from pivotrl.profile.loop import ProfileConfig, turn_seed
+from pivotrl.profile.runs import MergeError, merge_profiles, profile_file
 from pivotrl.sampling import SamplingParams
 from pivotrl.sampling.hf import HFSampler
+from pivotrl.scoring import score_completion
+from pivotrl.select import outcome
+from pivotrl.train.reprofile import ReprofileHook, reprofile
 from pivotrl.verifiers import Score, get_verifier, register
 
 TOOLS = [{"type": "function", "function": {

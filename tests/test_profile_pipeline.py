@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pivotrl.profile import ProfileConfig, profile_file
 from pivotrl.io.records import Profile, Turn, iter_valid, rejects_path
+from pivotrl.profile.loop import ProfileConfig
+from pivotrl.profile.runs import profile_file
 from pivotrl.sampling.base import Completion
 from pivotrl.sampling.hf import HFSampler
 from pivotrl.sampling.pipeline import prefetch

@@ -81,10 +81,10 @@ def test_every_stage_scores_through_this_path():
     # The callers name the path; a new hand-written parse-then-score loop would not.
     import inspect
 
-    from pivotrl import profile as profiling
+    from pivotrl.profile import loop as profiling
     from pivotrl.verifiers import cases as verify
     from pivotrl.experiment import episodes
-    from pivotrl.train import rewards
+    from pivotrl.train import reward as rewards
 
     assert "score_completions" in inspect.getsource(profiling.score_samples)
     assert "score_completions" in inspect.getsource(rewards.PivotReward.__call__)

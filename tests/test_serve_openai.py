@@ -15,8 +15,9 @@ import time
 import httpx
 import pytest
 
-from pivotrl.profile import ProfileConfig, profile_file
 from pivotrl.io.records import Message, Profile, iter_valid
+from pivotrl.profile.loop import ProfileConfig
+from pivotrl.profile.runs import profile_file
 from pivotrl.sampling import SamplingParams, get_sampler
 from pivotrl.sampling.hf import HFSampler
 from pivotrl.verifiers import get_verifier
@@ -350,10 +351,10 @@ def test_streamed_tool_call_accumulates_like_the_plain_answer(tiny_model_dir):
     from openai.types.chat import ChatCompletionChunk
     from transformers import AutoTokenizer
 
-    from pivotrl.sampling import serve
     from pivotrl.formats.families import parser_for
-    from pivotrl.sampling.generate import Step
+    from pivotrl.sampling import serve
     from pivotrl.sampling.base import Completion
+    from pivotrl.sampling.generate import Step
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     parse = parser_for(tokenizer)

@@ -331,7 +331,8 @@ def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_pa
     gradient checkpointing too); with the switch off the trainer never takes the shared-prefix path."""
     from transformers import AutoTokenizer
 
-    from pivotrl.train import rewards, shared_prefix
+    from pivotrl.train import shared_prefix
+    from pivotrl.train import trainer as trainer_module
     from pivotrl.train.grpo import build_trainer, load_pivot_set
     from tests.test_train_grpo import small_config
 
@@ -354,7 +355,7 @@ def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_pa
     model = trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train() in a real run
     calls = []
-    monkeypatch.setattr(rewards, "shared_prefix_logps",
+    monkeypatch.setattr(trainer_module, "shared_prefix_logps",
                         lambda *a, **k: calls.append(1) or shared_prefix.shared_prefix_logps(*a, **k))
 
     def losses_and_grads(on: bool):

@@ -12,7 +12,7 @@ import yaml
 
 from pivotrl.io.records import Turn
 from pivotrl.train.config import GRPORunConfig
-from pivotrl.train.rewards import PivotReward, group_stats
+from pivotrl.train.reward import PivotReward, group_stats
 
 TOOLS = [{"type": "function", "function": {"name": "get_order", "description": "Look up an order.",
           "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}}]
@@ -241,11 +241,11 @@ def test_lora_run_saves_merged_model_and_adapter(tmp_path, tiny_model_dir):
 def test_cpu_completion_only_lm_head_gives_the_same_logprobs_and_gradients(tiny_model_dir):
     """score_only_completions_on_cpu changes which positions TRL's fused LM head projects, not
     the numbers: per-token log-probs and the weight gradients match TRL's all-positions path."""
-    from transformers import AutoModelForCausalLM
     import trl.trainer.utils as trl_utils
+    from transformers import AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
-    from pivotrl.train.rewards import score_only_completions_on_cpu
+    from pivotrl.train.trainer import score_only_completions_on_cpu
 
     torch.manual_seed(0)
     ids = torch.randint(5, 200, (3, 40))

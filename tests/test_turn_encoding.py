@@ -10,9 +10,20 @@ from pathlib import Path
 import pytest
 
 from pivotrl.extract import ExtractOptions, extract_file, extract_turns
-from pivotrl.profile import MergeError, ProfileConfig, merge_profiles, profile_file, read_turns, shard_of
-from pivotrl.io.records import (AppendWriter, Profile, RecordError, Reject, Trajectory, Turn,
-                             iter_valid, read_records, write_atomic)
+from pivotrl.io.records import (
+    AppendWriter,
+    Profile,
+    RecordError,
+    Reject,
+    Trajectory,
+    Turn,
+    iter_valid,
+    read_records,
+    write_atomic,
+)
+from pivotrl.io.turn_files import read_turns, shard_of
+from pivotrl.profile.loop import ProfileConfig
+from pivotrl.profile.runs import MergeError, merge_profiles, profile_file
 from pivotrl.sampling.base import Completion
 from pivotrl.sampling.hf import HFSampler
 from pivotrl.verifiers.base import Score
@@ -255,7 +266,7 @@ def test_resumed_profiling_and_shard_merge_keep_every_chain(tmp_path, tokenizer)
 
 
 def test_profiling_streams_its_turns_instead_of_holding_the_shard(tmp_path, tokenizer, monkeypatch):
-    import pivotrl.profile as profiling
+    import pivotrl.profile.runs as profiling
 
     turns = tmp_path / "turns.jsonl"
     extract_file(write_trajectories(tmp_path / "traj.jsonl", 3), turns)

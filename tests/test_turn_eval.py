@@ -8,10 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from pivotrl.profile import read_turns, shard_of
+from pivotrl.evaluate import (
+    TurnEvalConfig,
+    clustered_accuracy,
+    evaluate_turns_file,
+    items_path,
+    turn_seed,
+    wilson,
+)
+from pivotrl.io.turn_files import read_turns, shard_of
 from pivotrl.sampling.base import Completion
-from pivotrl.evaluate import (TurnEvalConfig, clustered_accuracy, evaluate_turns_file,
-                               items_path, turn_seed, wilson)
 
 TOOLS = [{"type": "function", "function": {"name": "get_order", "description": "Look up an order.",
           "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}}]

@@ -12,7 +12,8 @@ from pivotrl.formats.actions import parse_completion
 from pivotrl.scoring import score_completion
 from pivotrl.io.records import Message, Turn
 from pivotrl.verifiers import get_verifier
-from pivotrl.verifiers.toolcall import ToolcallConfig, build_index, token_similarity
+from pivotrl.verifiers.schema import MISSING
+from pivotrl.verifiers.toolcall import ToolcallConfig, build_index
 
 TOOLS = [
     {"type": "function", "function": {"name": "search_flights", "description": "Find flights.",
@@ -71,17 +72,20 @@ def reward(verifier, turn, text) -> float:
     {"date": "2026-12-01", "destination": "JFK", "origin": "SFO"},          # key order
     {**BASE, "passengers": 1},                                             # explicit default
     {**BASE, "cabin": "economy"},                                          # enum default
-    {**BASE, "nonstop": False},                                            # default from description
-    {**BASE, "city_name": None},                                           # null for optional
+    {**BASE, "filters": {"airline": "UA"}, "cabin": "Economy"},            # enum case, one match
 ])
 def test_equivalent_calls_score_one(toolcall, cand):
-    assert reward(toolcall, call_turn(("search_flights", BASE)), hermes(("search_flights", cand))) == 1.0
+    expert = {**BASE, "filters": {"airline": "UA"}} if "filters" in cand else BASE
+    assert reward(toolcall, call_turn(("search_flights", expert)), hermes(("search_flights", cand))) == 1.0
 
 
-def test_numbers_by_value_strings_normalised(toolcall):
+def test_numbers_by_value_strings_up_to_whitespace(toolcall):
     turn = call_turn(("search_flights", {**BASE, "max_price": 300, "city_name": "New York, NY"}))
     assert reward(toolcall, turn, hermes(("search_flights", {**BASE, "max_price": 300.0,
-                                                             "city_name": "new york ny"}))) == 1.0
+                                                             "city_name": " New York,  NY"}))) == 1.0
+    for city in ("new york ny", "New York NY", "new York, NY"):  # case and commas are not proven
+        assert reward(toolcall, turn, hermes(("search_flights", {**BASE, "max_price": 300,
+                                                                 "city_name": city}))) == 0.0
     assert reward(toolcall, turn, hermes(("search_flights", {**BASE, "max_price": 301,
                                                              "city_name": "New York, NY"}))) == 0.0
 
@@ -120,9 +124,11 @@ def test_partial_credit_is_opt_in_and_never_pays_a_wrong_call():
     ({**BASE, "nonstop": 0}, "number for a boolean"),
     ({**BASE, "stops": ["ORD", "DEN"]}, "argument the expert did not give, no default"),
     ({**BASE, "date": "2026-12-02"}, "wrong date"),
+    ({**BASE, "nonstop": False}, "'Defaults to false' in a description grants no default"),
+    ({**BASE, "city_name": None}, "an explicit null is a value, not an omission"),
 ])
 def test_differences_score_zero(toolcall, cand, why):
-    turn = call_turn(("search_flights", {**BASE, "stops": None} if "stops" not in cand else BASE))
+    turn = call_turn(("search_flights", BASE))
     assert reward(toolcall, turn, hermes(("search_flights", cand))) == 0.0, why
 
 
@@ -156,33 +162,31 @@ def test_lists_in_order_and_nested_objects(toolcall):
     assert reward(toolcall, turn, hermes(("search_flights", no_airline))) == 0.0
 
 
-def test_free_text_similarity_threshold():
+def test_free_text_pays_only_up_to_whitespace():
     long = ("please make sure the seat is next to the window because my daughter gets very "
             "anxious on long flights and likes to look outside")
     turn = call_turn(("search_flights", {**BASE, "note": long}))
-    typo = long.replace("anxious", "anxous")
-    assert token_similarity(long, typo) >= 0.95
-    assert reward(get_verifier("toolcall"), turn, hermes(("search_flights", {**BASE, "note": typo}))) == 1.0
-    other = "aisle seat please"
-    assert reward(get_verifier("toolcall"), turn, hermes(("search_flights", {**BASE, "note": other}))) == 0.0
-    strict = get_verifier("toolcall", free_text_threshold=1.0)
-    assert reward(strict, turn, hermes(("search_flights", {**BASE, "note": typo}))) == 0.0
-
-
-def test_short_strings_fold_case_except_in_state_changing_calls():
     verifier = get_verifier("toolcall")
-    read = call_turn(("get_weather", {"city": "New York, NY"}), tools=[])
-    assert reward(verifier, read, hermes(("get_weather", {"city": "new york ny"}))) == 1.0
-    write = call_turn(("update_address", {"city": "New York, NY"}), tools=[])
-    assert reward(verifier, write, hermes(("update_address", {"city": "new york ny"}))) == 0.0
-    loose = get_verifier("toolcall", strict_strings_in_writes=False)
-    assert reward(loose, write, hermes(("update_address", {"city": "new york ny"}))) == 1.0
+    spaced = "  " + long.replace(" window ", " window \t ") + " "
+    assert reward(verifier, turn, hermes(("search_flights", {**BASE, "note": spaced}))) == 1.0
+    for other in (long.replace("anxious", "anxous"), long.capitalize(), long + ".",
+                  "aisle seat please"):  # a typo, case, a full stop: not proven the same
+        assert reward(verifier, turn, hermes(("search_flights", {**BASE, "note": other}))) == 0.0
 
 
-def test_email_addresses_match_up_to_case(toolcall):
+def test_short_strings_compare_the_same_in_reads_and_writes():
+    verifier = get_verifier("toolcall")
+    for name in ("get_weather", "update_address"):
+        turn = call_turn((name, {"city": "New York, NY"}), tools=[])
+        assert reward(verifier, turn, hermes((name, {"city": "New York,\tNY"}))) == 1.0
+        assert reward(verifier, turn, hermes((name, {"city": "new york ny"}))) == 0.0
+
+
+def test_email_domain_up_to_case_local_part_exactly(toolcall):
     turn = call_turn(("find_user", {"email": "Mia.Li@Example.com"}), tools=[])
-    assert reward(toolcall, turn, hermes(("find_user", {"email": "mia.li@example.com"}))) == 1.0
-    assert reward(toolcall, turn, hermes(("find_user", {"email": "mia.li@example.org"}))) == 0.0
+    assert reward(toolcall, turn, hermes(("find_user", {"email": "Mia.Li@EXAMPLE.COM"}))) == 1.0
+    assert reward(toolcall, turn, hermes(("find_user", {"email": "mia.li@example.com"}))) == 0.0
+    assert reward(toolcall, turn, hermes(("find_user", {"email": "Mia.Li@example.org"}))) == 0.0
 
 
 def test_dotted_name_called_with_underscores():
@@ -262,10 +266,11 @@ def test_guard_padding_after_the_call(toolcall):
 # ---------------------------------------------------------------- messages are never a free pass
 
 
-def test_message_rule_similarity_refusal_and_any():
+def test_message_rule_exact_refusal_and_any():
     verifier = get_verifier("toolcall")
     turn = msg_turn("Your flight SFO to JFK on December 1 is booked, confirmation ABC123.")
-    assert reward(verifier, turn, "Your flight SFO to JFK on December 1 is booked; confirmation ABC123!") == 1.0
+    assert reward(verifier, turn, "Your flight SFO to JFK on December 1 is booked,\n confirmation ABC123.") == 1.0
+    assert reward(verifier, turn, "Your flight SFO to JFK on December 1 is booked; confirmation ABC123!") == 0.0
     assert reward(verifier, turn, "Sure.") == 0.0
     refusal = msg_turn("I'm sorry, none of the available functions can order a pizza.")
     assert reward(verifier, refusal, "I cannot help with that: no suitable tool.") == 1.0
@@ -330,10 +335,12 @@ def test_yaml_config_documents_the_defaults():
 def test_schema_index_types_and_defaults():
     fn = build_index(TOOLS)["search_flights"]
     assert fn.required == {"origin", "destination", "date"}
-    assert fn.props["passengers"].default == 1 and fn.props["nonstop"].default is False
+    assert fn.props["passengers"].default == 1
+    assert fn.props["nonstop"].default is MISSING  # "Defaults to false" in prose is not read
     assert fn.props["origin"].string_class == "exact"  # "IATA code" in its description
     assert fn.props["city_name"].string_class is None and fn.props["date"].string_class == "exact"
-    assert fn.props["note"].string_class == "free" and fn.props["stops"].items.kind == "string"
+    assert fn.props["note"].string_class is None and fn.props["stops"].items.kind == "string"
+    assert fn.props["filters"].props["refundable"].default is False
 
 
 def write_cases(path: Path) -> list:
@@ -393,27 +400,25 @@ def test_cli_verify_with_yaml_config(tmp_path):
     res = CliRunner().invoke(app, ["verify", str(cases), "--verifier", "nope"])
     assert res.exit_code == 1
     bad_cfg = tmp_path / "bad.yaml"
-    bad_cfg.write_text("free_text_threshold: [1]\n")
+    bad_cfg.write_text("message_rule: [1]\n")
     assert CliRunner().invoke(app, ["verify", str(cases), "--config", str(bad_cfg)]).exit_code == 1
 
 
-def test_list_order_by_what_the_parameter_means():
+def test_list_order_only_uniqueitems_makes_a_set():
     s = {"type": "string"}
     tools = [{"type": "function", "function": {"name": "send_mail", "parameters": {
-        "type": "object", "properties": {"to": s, "cc": {"type": "array", "items": s}}}}},
-             {"type": "function", "function": {"name": "exchange_items", "parameters": {
-                 "type": "object", "properties": {"item_ids": {"type": "array", "items": s},
-                                                  "tags": {"type": "array", "items": s},
-                                                  "new_item_ids": {"type": "array", "items": s}}}}}]
+        "type": "object", "properties": {"to": s, "cc": {"type": "array", "items": s},
+                                         "bcc": {"type": "array", "items": s,
+                                                 "uniqueItems": True}}}}}]
     verifier = get_verifier("toolcall")
-    mail = call_turn(("send_mail", {"to": "a@x.io", "cc": ["b@x.io", "c@x.io"]}), tools=tools)
-    assert reward(verifier, mail, hermes(("send_mail", {"to": "a@x.io", "cc": ["c@x.io", "b@x.io"]}))) == 1
-    assert reward(verifier, mail, hermes(("send_mail", {"to": "a@x.io", "cc": ["c@x.io", "c@x.io"]}))) == 0
-    paired = {"item_ids": ["1", "2"], "new_item_ids": ["7", "8"], "tags": ["x", "y"]}
-    turn = call_turn(("exchange_items", paired), tools=tools)
-    for key in ("item_ids", "tags"):  # paired lists keep their order, even a set-like name
-        swapped = {**paired, key: list(reversed(paired[key]))}
-        assert reward(verifier, turn, hermes(("exchange_items", swapped))) == 0, key
+    mail = call_turn(("send_mail", {"to": "a@x.io", "cc": ["b@x.io", "c@x.io"],
+                                    "bcc": ["d@x.io", "e@x.io"]}), tools=tools)
+    def cand(cc, bcc):
+        return hermes(("send_mail", {"to": "a@x.io", "cc": cc, "bcc": bcc}))
+    assert reward(verifier, mail, cand(["b@x.io", "c@x.io"], ["e@x.io", "d@x.io"])) == 1
+    # "cc" names a set to a reader, but the schema does not say so: order is part of the call.
+    assert reward(verifier, mail, cand(["c@x.io", "b@x.io"], ["d@x.io", "e@x.io"])) == 0
+    assert reward(verifier, mail, cand(["b@x.io", "c@x.io"], ["e@x.io", "e@x.io"])) == 0
 
 
 def test_enum_case_only_when_it_names_one_value():

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from pivotrl.profile import ProfileConfig, profile_file
 from pivotrl.io.records import Profile, iter_valid, rejects_path
+from pivotrl.profile.loop import ProfileConfig
+from pivotrl.profile.runs import profile_file
 
 
 @pytest.mark.gpu

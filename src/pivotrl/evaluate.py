@@ -2,7 +2,7 @@
 
 Each turn's context is templated with the model's own chat template, the model writes one action
 (or `samples` of them), and the verifier scores it against the expert's action through the one
-scoring path (`pivotrl.scoring`, via `profiling.score_samples`): a turn's success is the fraction
+scoring path (`pivotrl.scoring`, via `profile.loop.score_samples`): a turn's success is the fraction
 of its samples with reward >= the success threshold (the binary outcome `select` uses too).
 
 Turn accuracy is the mean over turns. Turns of one trajectory are not independent (same task,
@@ -31,10 +31,12 @@ from pydantic import BaseModel, Field
 
 from pivotrl.formats.chat import prompt_text
 from pivotrl.formats.families import parser_for
-from pivotrl.profile import SUCCESS_THRESHOLD, chunks, read_turns, score_samples
-from pivotrl.io.records import Turn, rejects_path, write_atomic
-from pivotrl.sampling.base import SamplingParams
+from pivotrl.io.records import Turn, rejects_path, sidecar_path, write_atomic
 from pivotrl.io.seeds import derive_seed
+from pivotrl.io.turn_files import chunks, read_turns
+from pivotrl.profile.loop import score_samples
+from pivotrl.sampling.base import SamplingParams
+from pivotrl.select import SUCCESS_THRESHOLD
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
@@ -144,9 +146,7 @@ def summarize(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def items_path(out: str | Path) -> Path:
     """`result.json` → `result.items.jsonl` (one scored turn per line), next to it."""
-    out = Path(out)
-    stem = out.name[: -len(".json")] if out.name.endswith(".json") else out.name
-    return out.with_name(f"{stem}.items.jsonl")
+    return sidecar_path(out, ".items.jsonl", ".json")
 
 
 def result_rejects_path(out: str | Path) -> Path:

@@ -14,7 +14,7 @@ us (the two seed summaries and public descriptions of arXiv 2603.21383) gives no
 is our choice: with K = 8 it drops turns the reference policy already solves 6 or more times out
 of 8, and keeps every mixed turn it solves ≤ 5 times. Tune it with --lambda-diff.
 
-Re-profiling during training (`reprofile`, `ReprofileHook`) lives in pivotrl.profile.
+Re-profiling during training (`reprofile`, `ReprofileHook`) lives in pivotrl.train.reprofile.
 """
 
 from __future__ import annotations
@@ -23,14 +23,35 @@ import json
 import math
 import random
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from pivotrl.profile import SUCCESS_THRESHOLD, outcome
-from pivotrl.io.records import Profile, Reject, read_records, rejects_path, write_atomic
+from pivotrl.io.records import (
+    Profile,
+    Reject,
+    read_records,
+    rejects_path,
+    sidecar_path,
+    stats_path,
+    write_atomic,
+)
+
+# A shaped reward counts as a success from here (docs/DESIGN.md pitfall). The toolcall verifier's
+# partial_credit pays matched / expert calls for a subset of the expert's calls, so with it on,
+# half of a turn's calls reaches this threshold (its config says so next to the option).
+SUCCESS_THRESHOLD = 0.5
+
+
+def outcome(rewards: Iterable[float], threshold: float = SUCCESS_THRESHOLD) -> str:
+    """all_fail / all_pass / mixed on the BINARY outcome (reward ≥ threshold is a success)."""
+    wins = [r >= threshold for r in rewards]
+    if not wins:
+        return "empty"
+    return "all_pass" if all(wins) else "all_fail" if not any(wins) else "mixed"
+
 
 LAMBDA_DIFF = 0.75  # see the module docstring for where this comes from
 
@@ -150,9 +171,7 @@ def plot(profiles: Sequence[Profile], kept: Sequence[Profile], cfg: SelectConfig
 
 def output_paths(out: str | Path) -> tuple[Path, Path]:
     """`pivots.jsonl` → (`pivots.stats.json`, `pivots.hist.png`)."""
-    out = Path(out)
-    stem = out.name[: -len(".jsonl")] if out.name.endswith(".jsonl") else out.name
-    return out.with_name(f"{stem}.stats.json"), out.with_name(f"{stem}.hist.png")
+    return stats_path(out), sidecar_path(out, ".hist.png")
 
 
 def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfig,

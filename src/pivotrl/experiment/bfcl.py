@@ -50,7 +50,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pivotrl.io.records import FunctionCall, Message, ToolCall, Trajectory, write_atomic
+from pivotrl.io.records import FunctionCall, Message, ToolCall, Trajectory, read_jsonl, write_atomic
 
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
 
@@ -127,19 +127,14 @@ def bfcl_root() -> Path:
     return Path(os.path.dirname(bfcl_eval.__file__))
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
 def load_category(category: str) -> list[tuple[dict[str, Any], list[list[str]]]]:
     """(entry, ground truth per turn) for every task of a multi-turn category."""
     if category not in CATEGORIES:
         raise ValueError(f"unknown BFCL category {category!r}; known: {', '.join(CATEGORIES)}")
     data = bfcl_root() / "data"
-    entries = _read_jsonl(data / f"BFCL_v4_multi_turn_{category}.json")
+    entries = read_jsonl(data / f"BFCL_v4_multi_turn_{category}.json")
     answers = {a["id"]: a["ground_truth"] for a in
-               _read_jsonl(data / "possible_answer" / f"BFCL_v4_multi_turn_{category}.json")}
+               read_jsonl(data / "possible_answer" / f"BFCL_v4_multi_turn_{category}.json")}
     return [(e, answers[e["id"]]) for e in entries]
 
 
@@ -148,7 +143,7 @@ def _func_doc_file(class_name: str) -> tuple[dict[str, Any], ...]:
     from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
 
     path = bfcl_root() / "data" / "multi_turn_func_doc" / MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name]
-    return tuple(_read_jsonl(path))
+    return tuple(read_jsonl(path))
 
 
 def func_docs(involved_classes: list[str]) -> list[dict[str, Any]]:

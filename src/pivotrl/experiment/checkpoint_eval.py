@@ -125,6 +125,3 @@ def merge_eval(rows: list[dict[str, Any]], key: dict[str, Any], step: int,
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in rows))
 
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -31,10 +31,16 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pivotrl.experiment.checkpoint_eval import (Evaluator, eval_targets, item_rows, merge_eval,
-                                                 read_jsonl, score_dev, write_jsonl)
+from pivotrl.experiment.checkpoint_eval import (
+    Evaluator,
+    eval_targets,
+    item_rows,
+    merge_eval,
+    score_dev,
+    write_jsonl,
+)
 from pivotrl.experiment.evaluate import EvalConfig
-from pivotrl.io.records import write_text_atomic
+from pivotrl.io.records import read_jsonl, write_text_atomic
 from pivotrl.io.yaml_config import load_model
 
 
@@ -170,10 +176,11 @@ def prepare_world(testbed: Path, out: Path, world: str, cfg: DemoConfig) -> dict
     """The world's training trajectories (every arm's data), all their turns profiled with the
     base (resumable), and the pivots selected among them."""
     from pivotrl.extract import ExtractOptions, extract_file
-    from pivotrl.select import SelectConfig, select_file
-    from pivotrl.profile import ProfileConfig, profile_file
     from pivotrl.io.records import Trajectory, iter_valid, write_atomic
+    from pivotrl.profile.loop import ProfileConfig
+    from pivotrl.profile.runs import profile_file
     from pivotrl.sampling import get_sampler
+    from pivotrl.select import SelectConfig, select_file
     from pivotrl.verifiers import get_verifier
 
     wdir = out / "data" / world
@@ -233,7 +240,7 @@ def train_job(job: Job, testbed: Path, out: Path, cfg: DemoConfig) -> Path:
                                per_device_train_batch_size=cfg.sft_batch_size, **common, **trl_only))
     elif job.method == "e2e_rl":
         from pivotrl.experiment.e2e import train_e2e
-        from pivotrl.train.config import E2ERunConfig
+        from pivotrl.experiment.e2e import E2ERunConfig
 
         train_e2e(E2ERunConfig(world=job.world, tasks=wdir / "trajectories.jsonl",
                                num_generations=cfg.num_generations,

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pivotrl.io.records import Message, Turn, message_text
+from pivotrl.io.records import Message, Turn, message_text, sidecar_path
 
 AGENT_REF_TYPE = "responses_api_agents"
 DEFAULT_AGENT_NAME = "pivotrl_single_step_tool_use_with_argument_comparison_agent"
@@ -430,11 +430,7 @@ def missing_tools(turn: Turn) -> list[str]:
 
 def gym_config_path(out: Any) -> Any:
     """`rows.jsonl` -> `rows.gym_config.yaml`, next to it."""
-    from pathlib import Path
-
-    out = Path(out)
-    stem = out.name[: -len(".jsonl")] if out.name.endswith(".jsonl") else out.name
-    return out.with_name(f"{stem}.gym_config.yaml")
+    return sidecar_path(out, ".gym_config.yaml")
 
 
 def gym_config(rows_path: Any, agent_names: list[str], batches: bool) -> dict[str, Any]:

@@ -21,7 +21,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pivotrl.io.records import Message, Turn, message_text, write_text_atomic
+from pivotrl.io.records import (
+    Message,
+    Turn,
+    message_text,
+    sidecar_path,
+    write_text_atomic,
+)
 
 DEFAULT_AGENT_LOOP = "single_turn_agent"
 # verl's tool registry imports this class by name; BaseTool carries a schema and executes nothing.
@@ -73,9 +79,7 @@ def turn_to_verl(turn: Turn, index: int, ability: str = "agent",
 
 def tool_config_path(out: str | Path) -> Path:
     """`train.parquet` -> `train.tool_config.yaml`, next to it."""
-    out = Path(out)
-    stem = out.name[: -len(".parquet")] if out.name.endswith(".parquet") else out.name
-    return out.with_name(f"{stem}.tool_config.yaml")
+    return sidecar_path(out, ".tool_config.yaml", ".parquet")
 
 
 def verl_tool_problems(tool: dict[str, Any]) -> list[str]:

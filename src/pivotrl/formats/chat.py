@@ -6,7 +6,7 @@ each stage. The rule for turning that text into token ids: the chat template's t
 prompt, so it is tokenized with `add_special_tokens=False` (`prompt_token_ids`). Templates that
 start with a BOS write it themselves (Llama 3, Gemma, Mistral); a tokenizer that also adds one on
 encode would otherwise give a double-BOS prompt the model never saw in pre-training. The HF
-sampler, the vLLM sampler and the GRPO trainer (`train.rewards.PivotGRPOTrainer`) all follow it.
+sampler, the vLLM sampler and the GRPO trainer (`train.trainer.PivotGRPOTrainer`) all follow it.
 """
 
 from __future__ import annotations
@@ -101,3 +101,14 @@ def completion_text(tokenizer: Any, ids: list[int]) -> str:
     if pad is not None and pad != eos and pad in ids:
         ids = ids[:ids.index(pad)]
     return tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def load_tokenizer(model: str) -> Any:
+    """The tokenizer of a run's model; one without a pad token pads with EOS (TRL's trainers need
+    one, and padded positions are masked out of every loss)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pivotrl.io.records import rejects_path
+from pivotrl.io.records import rejects_path, sidecar_path, stats_path
 
 
 class OutputPathError(ValueError):
@@ -57,10 +57,7 @@ def check_outputs(inputs: Iterable[str | Path | None],
 
 def sidecars(out: str | Path) -> list[Path]:
     """Files verbs write next to OUT: its rejects, stats and histogram."""
-    out = Path(out)
-    stem = out.name[: -len(".jsonl")] if out.name.endswith(".jsonl") else out.name
-    return [rejects_path(out), out.with_name(f"{stem}.stats.json"),
-            out.with_name(f"{stem}.hist.png")]
+    return [rejects_path(out), stats_path(out), sidecar_path(out, ".hist.png")]
 
 
 def _paths(value: Any) -> list[Any]:

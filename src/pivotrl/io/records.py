@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from contextlib import contextmanager
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -460,8 +460,26 @@ def done_ids(path: str | Path, key: str = "id") -> set[str]:
     return {str(json.loads(text)[key]) for _, text, _ in iter_lines(path) if not is_blank(text)}
 
 
+def sidecar_path(out: str | Path, ending: str, extension: str = ".jsonl") -> Path:
+    """The one naming rule for files written next to OUT: its name less `extension`, plus `ending`
+    (`turns.jsonl`, `.rejects.jsonl` → `turns.rejects.jsonl`)."""
+    out = Path(out)
+    stem = out.name[: -len(extension)] if out.name.endswith(extension) else out.name
+    return out.with_name(stem + ending)
+
+
 def rejects_path(out: str | Path) -> Path:
     """`turns.jsonl` → `turns.rejects.jsonl`, next to the output (docs/DESIGN.md contract)."""
-    out = Path(out)
-    stem = out.name[: -len(".jsonl")] if out.name.endswith(".jsonl") else out.name
-    return out.with_name(f"{stem}.rejects.jsonl")
+    return sidecar_path(out, ".rejects.jsonl")
+
+
+def stats_path(out: str | Path) -> Path:
+    """`profile.jsonl` → `profile.stats.json`: what a verb did, next to its output."""
+    return sidecar_path(out, ".stats.json")
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Every non-blank line of a JSON Lines file we wrote ourselves (caches, results), parsed. Not for
+    user input: that goes through `read_records`, which rejects bad lines instead of raising."""
+    with Path(path).open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]

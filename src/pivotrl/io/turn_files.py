@@ -7,13 +7,13 @@ Both go through `records.read_records` / `records.parse_line`, where compact row
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pivotrl.io.compact_rows import CONTEXT_FROM, TOOLS_FROM, RowDecoder
 from pivotrl.io.records import Reject, Turn, is_blank, parse_line, read_records
 from pivotrl.io.seeds import derive_seed
-from pivotrl.io.compact_rows import CONTEXT_FROM, TOOLS_FROM, RowDecoder
 
 
 def shard_of(turn_id: str, n: int) -> int:
@@ -113,3 +113,27 @@ class RowAccess:
     def close(self) -> None:
         for h in self.handles:
             h.close()
+
+
+def chunks(items: Iterable[Turn], size: int) -> Iterator[list[Turn]]:
+    """Consecutive lists of `size` turns (the last may be shorter), read lazily."""
+    chunk: list[Turn] = []
+    for it in items:
+        chunk.append(it)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def parse_shard(spec: str | None) -> tuple[int, int] | None:
+    if spec is None:
+        return None
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard must be I/N (e.g. 0/4), got {spec!r}") from None
+    if n < 1 or not 0 <= i < n:
+        raise ValueError(f"--shard {spec!r}: need 0 ≤ I < N")
+    return i, n

@@ -1,13 +1,14 @@
 """The one YAML loader: a YAML file -> a mapping -> a pydantic config, with errors that name the
-file and the field (`path: field.sub: message`)."""
+file and the field (`path: field.sub: message`), and the one precedence rule of every config
+(`YamlConfig.from_yaml`: defaults < YAML < command line)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -39,3 +40,32 @@ def build_model(cls: type[ModelT], data: dict[str, Any], source: str | Path) -> 
 def load_model(cls: type[ModelT], path: str | Path, **overrides: Any) -> ModelT:
     """A pydantic config from a YAML file, with keyword overrides applied on top."""
     return build_model(cls, {**read_mapping(path), **overrides}, path)
+
+
+class YamlConfig(BaseModel):
+    """A config with the one precedence rule: field defaults < a YAML file < keyword overrides (the
+    command line's `--field value`). A misspelt key is an error, never a silently ignored setting.
+    `path_fields` are resolved against the YAML's folder, so a run file works from any directory."""
+
+    model_config = ConfigDict(extra="forbid")
+    path_fields: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_yaml(cls, path: str | Path | None = None, **overrides: Any):
+        """Load `path` (None: defaults only) and apply `overrides` (None values: not given)."""
+        data: dict[str, Any] = {}
+        if path is not None:
+            path = Path(path)
+            data = read_mapping(path)
+            for key in cls.path_fields:
+                value = data.get(key)
+                if isinstance(value, list):
+                    data[key] = [v if Path(str(v)).is_absolute() else str(path.parent / str(v)) for v in value]
+                elif value and not Path(str(value)).is_absolute():
+                    candidate = path.parent / str(value)
+                    # "model" may be a hub id: resolve it only when the relative path exists
+                    if key != "model" or candidate.exists():
+                        data[key] = str(candidate)
+        # Overrides come last; their paths are relative to the working directory, as usual.
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return build_model(cls, data, path if path is not None else "command line")

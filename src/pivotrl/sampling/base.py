@@ -8,7 +8,7 @@ the string training will see. Backends: `hf` (transformers generate), `vllm` (of
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 

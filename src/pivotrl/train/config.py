@@ -1,8 +1,9 @@
 """Run configurations for `pivotrl train` (GRPO on pivots) and `pivotrl sft` (the SFT baseline).
 
-One YAML file per run; every field says where its default comes from. "paper" is PivotRL
+One YAML file per run, any field overridable on the command line (`--field value`); every field
+says where its default comes from. "paper" is PivotRL
 (arXiv 2603.21383) and its published τ² recipe; "TRL" is the TRL 1.16 default; "ours" is a choice
-made here, with the reason. CLI overrides (`--max-steps`, …) are applied on top of the YAML.
+made here, with the reason. Precedence: defaults < YAML < command line (io.yaml_config.YamlConfig).
 
 How the schedule counts (docs/DESIGN.md: "count steps and schedule by pivots, not by rows"): the train
 set holds ONE row per pivot. One optimizer step consumes
@@ -16,19 +17,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from pivotrl.io.yaml_config import build_model, read_mapping
-
-
-class _Strict(BaseModel):
-    # A misspelt YAML key must be an error, not a silently ignored setting.
-    model_config = ConfigDict(extra="forbid")
+from pivotrl.io.yaml_config import YamlConfig
 
 
-class LoraOptions(_Strict):
+class LoraOptions(YamlConfig):
     enabled: bool = Field(False, description="Train LoRA adapters through PEFT instead of all weights "
                           "(ours: off, the paper trains full weights).")
     r: int = Field(16, description="LoRA rank (PEFT's common starting point).")
@@ -46,16 +42,16 @@ class LoraOptions(_Strict):
                           target_modules=self.target_modules, task_type=task_type)
 
 
-class ReprofileOptions(_Strict):
+class ReprofileOptions(YamlConfig):
     enabled: bool = Field(False, description="Re-profile the pivots during training and drop those the "
                           "policy has mastered (off: the paper profiles once).")
-    threshold: float = Field(0.9, description="Batch reward mean that triggers a re-profile (profiling.ReprofileHook).")
+    threshold: float = Field(0.9, description="Batch reward mean that triggers a re-profile (train.reprofile.ReprofileHook).")
     every_n_steps: int = Field(50, description="Least number of optimizer steps between two re-profiles.")
     options: dict[str, Any] = Field(default_factory=dict, description="Further ReprofileHook keyword "
                                     "arguments (k, verifier, …), passed through.")
 
 
-class _RunCommon(_Strict):
+class _RunCommon(YamlConfig):
     model: str = Field(..., description="Policy to start from: a local HF directory or hub id (for PivotRL "
                        "the same π0 that profiled the turns).")
     output_dir: Path = Field(..., description="Where checkpoints, the final model + tokenizer and metrics.jsonl go.")
@@ -90,26 +86,7 @@ class _RunCommon(_Strict):
     trl_overrides: dict[str, Any] = Field(default_factory=dict, description="Any further TRL config fields, "
                                           "passed through verbatim (e.g. deepspeed, fsdp, top_p).")
 
-    @classmethod
-    def from_yaml(cls, path: str | Path, **overrides: Any):
-        """Load a YAML run file; relative paths are taken relative to the YAML's folder."""
-        path = Path(path)
-        data = read_mapping(path)
-        for key in cls._path_fields():
-            if isinstance(data.get(key), list):
-                data[key] = [v if Path(str(v)).is_absolute() else str(path.parent / str(v)) for v in data[key]]
-            elif data.get(key) and not Path(str(data[key])).is_absolute():
-                candidate = path.parent / str(data[key])
-                # "model" may be a hub id: resolve only when the relative path exists
-                if key != "model" or candidate.exists():
-                    data[key] = str(candidate)
-        # CLI overrides come last; their paths are relative to the working directory, as usual.
-        data.update({k: v for k, v in overrides.items() if v is not None})
-        return build_model(cls, data, path)
-
-    @classmethod
-    def _path_fields(cls) -> tuple[str, ...]:
-        return ("model", "output_dir")
+    path_fields: ClassVar[tuple[str, ...]] = ("model", "output_dir")
 
     def bf16(self) -> bool:
         if self.precision == "fp32":
@@ -177,9 +154,7 @@ class GRPORunConfig(_RunCommon):
             data = {**data, "per_device_train_batch_size": 4 * int(data.get("num_generations") or 16)}
         return data
 
-    @classmethod
-    def _path_fields(cls) -> tuple[str, ...]:
-        return ("model", "output_dir", "pivots", "turns")
+    path_fields: ClassVar[tuple[str, ...]] = ("model", "output_dir", "pivots", "turns")
 
     def pivots_per_step(self, num_processes: int = 1) -> float:
         return self.per_device_train_batch_size * num_processes * self.gradient_accumulation_steps / self.num_generations
@@ -198,7 +173,6 @@ class SFTRunConfig(_RunCommon):
                                  "range; the testbed config sets its own).")
     lr_scheduler_type: str = Field("cosine", description="transformers scheduler name (ours: cosine, the "
                                    "usual SFT schedule).")
-    warmup_steps: int = Field(0, description="Linear warmup in optimizer steps (TRL: 0).")
     per_device_train_batch_size: int = Field(8, description="Trajectories per device per micro-step (TRL: 8).")
     max_length: int | None = Field(4096, description="Tokens per trajectory; longer ones are dropped and "
                                    "counted (cutting would leave half an action in the loss; ours).")
@@ -207,9 +181,7 @@ class SFTRunConfig(_RunCommon):
                                       "training template of a known family, or (Llama 3.1/3.2) rendered "
                                       "prefixes: train/sft.py sft_template.")
 
-    @classmethod
-    def _path_fields(cls) -> tuple[str, ...]:
-        return ("model", "output_dir", "data")
+    path_fields: ClassVar[tuple[str, ...]] = ("model", "output_dir", "data")
 
     def total_steps(self, n_rows: int, num_processes: int = 1) -> int:
         if self.max_steps is not None:
@@ -237,40 +209,3 @@ def trl_common_kwargs(cfg: _RunCommon, total_steps: int) -> dict[str, Any]:
     )
     kwargs.update(cfg.trl_overrides)
     return kwargs
-
-
-class E2ERunConfig(_Strict):
-    """The end-to-end RL baseline: GRPO over whole episodes, reward = the world's success (0/1).
-    Optimizer settings mirror GRPORunConfig so the two methods differ only in what they roll out."""
-
-    model: str = Field(..., description="Policy to start from (the same base as PivotRL's run).")
-    output_dir: Path = Field(..., description="Final model + tokenizer, checkpoint-N/ and metrics.jsonl.")
-    world: str | None = Field(None, description="Registered world every episode runs in; None: each "
-                              "task's metadata['world'] (mixed-world runs).")
-    tasks: Path | list[Path] = Field(..., description="Task/Trajectory JSONL file(s) (e.g. testbed DIR/<world>/"
-                                     "train.jsonl; only each record's opening messages and metadata are used).")
-    tasks_per_step: int = Field(4, description="Tasks per optimizer step (the analogue of pivots per step).")
-    num_generations: int = Field(16, description="G episodes per task (paper's G, as for PivotRL).")
-    max_turns: int = Field(8, description="Model turns per episode (the episode runner's MAX_TURNS).")
-    max_completion_length: int = Field(96, description="Tokens per model turn (ModelPolicy's default).")
-    temperature: float = Field(1.0, description="Sampling temperature of rollouts (as GRPORunConfig).")
-    learning_rate: float = Field(1e-6, description="Peak learning rate (as GRPORunConfig: paper 1e-6; the "
-                                 "testbed sets its own).")
-    warmup_steps: int = Field(0, description="Linear warmup steps, then constant (as GRPORunConfig).")
-    weight_decay: float = Field(0.0, description="AdamW weight decay (TRL: 0).")
-    max_grad_norm: float = Field(1.0, description="Gradient clipping norm (TRL: 1.0).")
-    epsilon: float = Field(0.2, description="Lower clip ε (as GRPORunConfig).")
-    epsilon_high: float = Field(0.28, description="Upper clip ε_high (as GRPORunConfig).")
-    num_iterations: int = Field(1, description="Optimizer passes per batch of episodes (TRL μ: 1).")
-    micro_batch_size: int = Field(16, description="Turns per forward/backward pass (memory only, not "
-                                  "the maths: gradients are accumulated over the whole step).")
-    max_steps: int = Field(100, description="Optimizer steps (ours).")
-    save_steps: int = Field(50, description="Write checkpoint-N every N steps (ours).")
-    logging_steps: int = Field(1, description="Append to metrics.jsonl every N steps.")
-    seed: int = Field(0, description="Seed of task order and sampling.")
-
-    from_yaml = classmethod(_RunCommon.from_yaml.__func__)
-
-    @classmethod
-    def _path_fields(cls) -> tuple[str, ...]:
-        return ("model", "output_dir", "tasks")

@@ -19,14 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoTokenizer, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
-from pivotrl.formats.chat import prompt_text, prompt_token_ids
+from pivotrl.formats.chat import load_tokenizer, prompt_text, prompt_token_ids
 from pivotrl.formats.families import parser_for, token_budget
 from pivotrl.io.records import Turn, iter_valid
 from pivotrl.train.config import GRPORunConfig, trl_common_kwargs
-from pivotrl.train.rewards import MetricsJSONL, PivotGRPOTrainer, PivotReward
+from pivotrl.train.metrics import MetricsJSONL
+from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
+from pivotrl.train.reward import PivotReward
+from pivotrl.train.trainer import PivotGRPOTrainer
 
 _TURN_FIELDS = set(Turn.model_fields)
 
@@ -109,33 +111,22 @@ def grpo_config(cfg: GRPORunConfig, total_steps: int):
     return GRPOConfig(**kwargs)
 
 
-class ReprofileCallback(TrainerCallback):
-    """Stops the current phase (after a checkpoint) when the re-profiling hook wants to run; the
-    phase loop in `train` then re-profiles and continues from that checkpoint on the new pivots.
-    (A TRL dataloader cannot swap its dataset mid-run; a checkpoint boundary is the clean seam.)"""
-
-    def __init__(self, hook):
-        self.hook = hook
-        self.triggered = False
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        reward = (logs or {}).get("reward")
-        if reward is not None and state.global_step < state.max_steps and self.hook.should_run(reward, step=state.global_step):
-            self.triggered = True
-            control.should_save = True
-            control.should_training_stop = True
+def prepare(cfg: GRPORunConfig, tokenizer: Any = None) -> tuple[GRPORunConfig, Any]:
+    """The setup every GRPO entry point shares: the model's tokenizer (with a pad token) and the
+    config with its completion budget filled in for that model."""
+    tokenizer = tokenizer or load_tokenizer(cfg.model)
+    return with_token_budget(cfg, tokenizer), tokenizer
 
 
 def build_trainer(cfg: GRPORunConfig, turns: list[Turn], *, total_steps: int | None = None,
-                  reward_funcs=None, callbacks: list | None = None, tokenizer=None):
-    """A PivotGRPOTrainer over `turns`. `reward_funcs` replaces the verifier reward (tests)."""
+                  reward_funcs=None, callbacks: list | None = None, tokenizer=None,
+                  prompts: PromptSet | None = None):
+    """A PivotGRPOTrainer over `turns` (`prompts`: their rendered rows, when the caller has them).
+    `reward_funcs` replaces the verifier reward (tests)."""
     from datasets import Dataset
 
-    tokenizer = tokenizer or AutoTokenizer.from_pretrained(cfg.model)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    cfg = with_token_budget(cfg, tokenizer)
-    prompts = build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs)
+    cfg, tokenizer = prepare(cfg, tokenizer)
+    prompts = prompts or build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs)
     if not prompts.rows:
         raise ValueError(f"no trainable pivots ({len(turns)} read, {len(prompts.dropped)} dropped: "
                          f"{prompts.dropped[:3]})")
@@ -173,16 +164,12 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     """Run (or resume) GRPO on the configured pivot set. Returns a summary dict."""
     output_dir = Path(cfg.output_dir)
     turns = load_pivot_set(cfg)
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    cfg = with_token_budget(cfg, tokenizer)
-    n_rows = len(build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs).rows)
+    cfg, tokenizer = prepare(cfg)
+    prompts = build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs)
+    n_rows = len(prompts.rows)
     total = cfg.total_steps(max(n_rows, 1), world_size())
     hook = None
     if cfg.reprofile.enabled:
-        from pivotrl.profile import ReprofileHook
-
         # Same verifier and sampling as the rollouts unless the options say otherwise; every process
         # re-profiles with the same seed, so all of them continue on the same pivots.
         options = dict(verifier=cfg.verifier, verifier_config=cfg.verifier_config, seed=cfg.seed,
@@ -198,12 +185,14 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     while True:
         callback = ReprofileCallback(hook) if hook else None
         trainer = build_trainer(cfg, turns, total_steps=total, reward_funcs=reward_funcs,
-                                callbacks=[callback] if callback else None, tokenizer=tokenizer)
+                                callbacks=[callback] if callback else None, tokenizer=tokenizer,
+                                prompts=prompts)
         trainer.train(resume_from_checkpoint=resume)
         if not (callback and callback.triggered):
             break
         # Re-profile with the current policy, continue from the checkpoint just written.
         turns = hook.run(trainer.model, tokenizer, turns)
+        prompts = build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs)
         reprofiles += 1
         resume = get_last_checkpoint(str(output_dir))
         if not turns:

@@ -19,15 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
 
-from pivotrl.formats.chat import apply_template, template_messages
+from pivotrl.formats.chat import apply_template, load_tokenizer, template_messages
 from pivotrl.formats.families import training_chat_template
 from pivotrl.io.records import Reject, Trajectory, read_records, rejects_path
 from pivotrl.train.config import SFTRunConfig, trl_common_kwargs
 from pivotrl.train.grpo import save_final, world_size
-from pivotrl.train.rewards import MetricsJSONL
+from pivotrl.train.metrics import MetricsJSONL
 
 SFT_METRIC_KEYS = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm",
                    "mean_token_accuracy": "mean_token_accuracy", "entropy": "entropy",
@@ -149,9 +148,7 @@ def build_sft_trainer(cfg: SFTRunConfig, rows: list[dict[str, Any]], tokenizer, 
 def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     """Run (or resume) SFT on the configured trajectories. Returns a summary dict."""
     output_dir = Path(cfg.output_dir)
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(cfg.model)
     data = build_rows(cfg.data, tokenizer, cfg.max_length, cfg.assistant_only_loss, cfg.chat_template_kwargs)
     if data.dropped and os.environ.get("RANK", "0") == "0":
         output_dir.mkdir(parents=True, exist_ok=True)

@@ -1,88 +1,72 @@
 """Argument values compared under a parameter spec: the rules of `toolcall`, each with why it is safe.
 
-Real backends disagree on case, whitespace, list order and types, so no single blanket rule is
-right; each rule below is decided by the parameter's schema and the value, and refuses when the
-difference could change what the call does.
+The principle: **a value pays only when a rule proves it means the same.** Two values are equal
+when they are the same JSON value of the same JSON type, or when one of the rules below (each
+granted by the JSON schema itself, never by a parameter's name or by prose in a description)
+proves them the same. Anything no rule can prove is a difference: 0, or, where the user
+configured it (`toolcall`'s `unproven_rule: judge`), a question for the judge. Such differences
+carry `UNPROVEN` in their reason; every other difference is proven (another number, another
+type, another enum case, a missing required key).
 
-- Numbers by value, integers exactly: 5 == 5.0 for a `number` parameter (JSON has one number
-  type), but an integer-valued side is compared as an exact integer, never by closeness
-  (12345678901234567 vs 1.2345678901234568e16 is another id). Two non-integral floats may differ
-  by rounding noise (rel 1e-12). A float for an `integer` parameter is a difference unless
-  `int_float_equal`. Booleans are not numbers.
-- A numeric string for an `integer`/`number` parameter ("2" for 2), with `numeric_strings`: the
-  schema says the value is a number, and schema-validating backends (pydantic's lax mode,
-  FastAPI, the testbed worlds) parse the canonical literal to that number. Only canonical
-  literals ("2", "-3", "1.5"): "02", " 2", "2e0" or "two" are differences.
-- Enums: exactly, or in another case when the value folds to exactly one allowed value (the
-  schema leaves one choice it can mean; backends that match enums case-insensitively and those
-  that do not both receive a value the schema names).
-- Identifiers (ids, keys, paths, urls, e-mails, codes, names of files/users/repos, enums,
-  dates) and code (expressions, formulas, regexes, commands, SQL): exactly; e-mail addresses up to case (mail systems match them case-insensitively).
-- Short values (a city, a unit): equal as *tokens*: case folded, runs of whitespace, a comma
-  or semicolon after a word and a full stop after a letter dropped (`value_tokens`). Nothing
-  else is dropped (brackets and operators are meaning in "(1 + 2) * 3"): "1.5" != "15", "-5" != "5", "12/1/2024" != "1/21/2024",
-  "40.7,-74.0" keeps its signs. In calls that change state (create_*, update_*, …) such values
-  compare exactly (`strict`): a state checker sees the stored string.
-- Free text (message, description, query, or many words): equal as tokens, or token similarity
-  >= the threshold *and* the same numbers, identifiers and negations in the same order *and* no
-  word replaced by another except by a one-letter typo (`messages.free_text_differs`): a long
-  text may gain or lose a word or carry a typo, never be flipped ("not"), retargeted (an id)
-  or reversed ("increase" for "decrease").
-- Arrays in order, except parameters whose name says the order is meaningless (tags, cc,
-  recipients, …; see `schema._UNORDERED_NAME`) and that have no sibling array they could be
-  paired with: those compare as multisets.
-- Objects recursively with their own schema; unknown keys, missing required keys, omitted
-  optional keys against their default (below).
-- An omitted optional argument equals its default (schema `default` or one stated in the
-  description); an explicit null equals omission when no default is known; with no known
-  default, omitted vs given is a difference.
+- Numbers by value, exactly: 5 == 5.0 for a `number` parameter (JSON Schema: an integer *is* a
+  number, and both texts denote one value), but never by closeness: 12345678901234567 vs
+  1.2345678901234568e16 is another id, 0.3 vs 0.30000000000000004 another value. A float for
+  an `integer` parameter is a difference unless `int_float_equal`. Booleans are not numbers.
+- A numeric string for an `integer`/`number` parameter ("2" for 2) only with `numeric_strings`
+  (the user declares a backend that parses the canonical literal to that number): "02", " 2",
+  "2e0" or "two" are differences even then.
+- `null` is a value, not an omission: in an update call null means "remove". Omitted equals null
+  only where the schema's `default` is null.
+- Strings:
+  - identifiers and code (by `format`, by parameter name, or by shape: one token with a digit or
+    id punctuation) compare code point for code point: a file system or database does not fold
+    case, whitespace or Unicode (a difference there is proven: another id, another program);
+  - e-mail addresses: the domain part up to ASCII case (DNS names are case-insensitive by
+    RFC 4343); the local part exactly (RFC 5321 lets the receiving host treat it as
+    case-sensitive);
+  - an `enum` value in another case when it folds to exactly one allowed value: the schema
+    leaves one choice it can mean (a fold matching two allowed values proves nothing);
+  - any other one-line string: equal after Unicode NFC and collapsing runs of whitespace; a
+    string with a line break on either side (file contents, code, YAML, Markdown: line breaks
+    and indentation are syntax there) only after NFC. NFC is
+    canonical equivalence (the Unicode standard defines the two sequences as the same text:
+    "é" as one or two code points); NFKC is not used, it merges different characters ("ﬁ" and
+    "fi", "²" and "2"). Case, punctuation, look-alike letters and every word count: "Hire" is
+    not "hire" (nor "fire"), "mg" is not "Mg", "-f" is not "-F", "1.5 km" is not "15 km".
+    Differences in such text are `UNPROVEN` (the judge may decide), not proven.
+- Arrays in order; as sets only with `uniqueItems: true` (the schema says the items are a set).
+- Objects recursively with their own schema: an unknown key, a missing required key, or a key
+  given on one side only are differences, except that an omitted key equals the schema's own
+  `default` for it.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
 from typing import Any
 
-from pivotrl.verifiers.messages import free_text_differs
-from pivotrl.verifiers.schema import MISSING, ParamSpec, string_class
+from pivotrl.verifiers.schema import (DEC_LITERAL, INT_LITERAL, MISSING, ParamSpec, is_number,
+                                      string_class)
 
 _SCALARS = (str, int, float, bool)
-_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}")
-_INT_LITERAL = re.compile(r"-?(?:0|[1-9]\d*)")
-_DEC_LITERAL = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?")
-_TRAILING = re.compile(r"(?<=\w)[,;]+$|(?<=[^\W\d])\.$")
-
-_WRITE_VERB = re.compile(
-    r"^(?:create|add|update|set|send|post|write|edit|modify|delete|remove|book|reserve|cancel|"
-    r"insert|put|patch|rename|move|mv|cp|copy|touch|mkdir|rm|rmdir|echo|submit|register|transfer|"
-    r"pay|order|purchase|buy|sell|schedule|assign|upload|save|change|reply|comment|tweet|retweet|"
-    r"exchange|return|refund|close|open|archive|enable|disable|toggle|mark|approve|reject|place|"
-    r"make|apply|grant|revoke|invite|share|publish|store|record|log|enroll|subscribe|"
-    r"unsubscribe|follow|unfollow|block|unblock|redeem|issue|file|raise|resolve|"
-    r"fill|sort|diff|sed|tee)(?:_|$|[A-Z])", re.I)
+_EMAIL = re.compile(r"[^@\s]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+UNPROVEN = "(not proven equal)"
+_WHITESPACE = re.compile(
+    "[\t\n\v\f\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
+_LINE_BREAK = re.compile(r"[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
 
 
-def is_write(function_name: str) -> bool:
-    """Does the call (by its name's leading verb) change state? `ns.Class.create_x` → yes."""
-    return bool(_WRITE_VERB.match(function_name.rsplit(".", 1)[-1]))
+def nfc(s: str) -> str:
+    return s if s.isascii() else unicodedata.normalize("NFC", s)
 
 
-def is_number(v: Any) -> bool:
-    return (type(v) is int or type(v) is float) and not isinstance(v, bool)
-
-
-def value_tokens(s: str) -> list[str]:
-    """Case-folded whitespace tokens; a comma or semicolon after a word and a full stop after
-    a letter are separators, not content ("New York, NY" == "new york ny", "St." == "St").
-    Nothing else is dropped: brackets, quotes, signs, "!" and "." inside or after a digit stay."""
-    out = []
-    for chunk in s.casefold().split():
-        tok = _TRAILING.sub("", chunk)
-        if tok:
-            out.append(tok)
-    return out
+def text_key(s: str) -> str:
+    """The form in which two texts compare: NFC (canonical equivalence), runs of whitespace as
+    one space, no leading/trailing whitespace. Whitespace is Unicode's White_Space property
+    (`str.split` would also split at the control characters U+001C–U+001F). Nothing else is
+    folded."""
+    return _WHITESPACE.sub(" ", nfc(s)).strip(" ")
 
 
 def _as_int(v: int | float) -> int | None:
@@ -95,28 +79,39 @@ def _as_int(v: int | float) -> int | None:
 
 def numbers_equal(exp: int | float, cand: int | float) -> bool:
     if type(exp) is float and type(cand) is float and not (exp.is_integer() and cand.is_integer()):
-        return exp == cand or math.isclose(exp, cand, rel_tol=1e-12, abs_tol=0.0)
+        return exp == cand
     e, c = _as_int(exp), _as_int(cand)
     return e is not None and e == c
 
 
 def _numeric_literal(s: str, kind: str) -> int | float | None:
-    if kind == "integer" and _INT_LITERAL.fullmatch(s):
+    if kind == "integer" and INT_LITERAL.fullmatch(s):
         return int(s)
-    if kind == "number" and _DEC_LITERAL.fullmatch(s):
-        return int(s) if _INT_LITERAL.fullmatch(s) else float(s)
+    if kind == "number" and DEC_LITERAL.fullmatch(s):
+        return int(s) if INT_LITERAL.fullmatch(s) else float(s)
     return None
+
+
+def _emails_equal(exp: str, cand: str) -> bool:
+    if not (_EMAIL.fullmatch(exp) and _EMAIL.fullmatch(cand)):
+        return False
+    local_e, _, domain_e = exp.rpartition("@")
+    local_c, _, domain_c = cand.rpartition("@")
+    return local_e == local_c and domain_e.lower() == domain_c.lower()
+
+
+def is_unproven(reason: str) -> bool:
+    """Is this difference one that no rule could prove either way (a judge may decide)?"""
+    return reason.endswith(UNPROVEN)
 
 
 class ArgumentComparer:
     """Value comparison under a parameter spec; each method returns "" when equal, else the
-    difference (the reason a reward is 0)."""
+    difference (the reason a reward is 0). A proven difference wins over an unproven one, so
+    that only actions whose every difference is unproven can reach a judge."""
 
-    def __init__(self, int_float_equal: bool, numeric_strings: bool, free_text_threshold: float,
-                 free_text_min_words: int):
+    def __init__(self, int_float_equal: bool, numeric_strings: bool):
         self.int_float_equal, self.numeric_strings = int_float_equal, numeric_strings
-        self.threshold, self.min_words = free_text_threshold, free_text_min_words
-        self.strict = False  # set per call: short strings in state-changing calls compare exactly
 
     def value(self, spec: ParamSpec | None, name: str, exp: Any, cand: Any) -> str:
         te = type(exp)
@@ -151,46 +146,57 @@ class ArgumentComparer:
         return "" if exp == cand else f"{name}: {cand!r} != {exp!r}"
 
     def string(self, spec: ParamSpec | None, name: str, exp: str, cand: str) -> str:
-        if exp == cand or unicodedata.normalize("NFC", exp) == unicodedata.normalize("NFC", cand):
-            return ""  # canonically equivalent Unicode ("é" as one or two code points): same text
+        if exp == cand:
+            return ""
         differ = f"{name}: {cand!r} != {exp!r}"
         enum = spec.enum if spec is not None else None
         if enum is not None:
+            # The schema's own list: a value it does not name, or a fold that names two, is
+            # another choice (proven), not a paraphrase.
             folded = [e for e in enum if e.casefold() == cand.casefold()]
             return "" if exp in enum and folded == [exp] else differ
+        if "@" in exp and _emails_equal(exp, cand):
+            return ""
         cls = spec.string_class if spec is not None else None
         if cls is None:
-            key = name.rsplit(".", 1)[-1].split("[", 1)[0]
-            cls = string_class(key, exp, self.min_words)
-        if "@" in exp and _EMAIL.fullmatch(exp) and exp.casefold() == cand.casefold():
-            return ""  # e-mail addresses: every real system matches them case-insensitively
-        if cls == "exact" or (self.strict and cls == "value"):
-            return differ + " (compared exactly)"
-        if value_tokens(exp) == value_tokens(cand):
+            cls = string_class(name.rsplit(".", 1)[-1].split("[", 1)[0], exp)
+        if cls == "exact":
+            # Another identifier or another program: a proven difference, never for a judge.
+            return f"{differ} (compared exactly)"
+        multiline = _LINE_BREAK.search(exp) or _LINE_BREAK.search(cand)
+        if (nfc(exp) == nfc(cand)) if multiline else (text_key(exp) == text_key(cand)):
             return ""
-        if cls == "free":
-            reason = free_text_differs(exp, cand, self.threshold)
-            return f"{name}: {reason}" if reason else ""
-        return differ
+        return f"{differ} {UNPROVEN}"
 
     def array(self, spec: ParamSpec | None, name: str, exp: list, cand: list) -> str:
         if len(exp) != len(cand):
             return f"{name}: {len(cand)} items != {len(exp)}"
         items = spec.items if spec is not None else None
         if spec is not None and spec.unordered:
-            left = list(range(len(cand)))
-            for i, e in enumerate(exp):  # greedy: can only miss a match, never invent one
-                j = next((j for j in left if not self.value(items, f"{name}[{i}]", e, cand[j])),
-                         None)
-                if j is None:
-                    return f"{name}: {e!r} not among the candidate's items"
-                left.remove(j)
-            return ""
+            return self._as_set(items, name, exp, cand)
+        unproven = ""
         for i, (e, c) in enumerate(zip(exp, cand)):
             diff = self.value(items, f"{name}[{i}]", e, c)
-            if diff:
+            if diff and not is_unproven(diff):
                 return diff
-        return ""
+            unproven = unproven or diff
+        return unproven
+
+    def _as_set(self, items: ParamSpec | None, name: str, exp: list, cand: list) -> str:
+        """Match items one to one (greedy: it can miss a matching, never invent one); "" when
+        all match equal, UNPROVEN when they match only allowing unproven differences."""
+        for allow_unproven in (False, True):
+            left, missing = list(range(len(cand))), None
+            for i, e in enumerate(exp):
+                j = next((j for j in left if (d := self.value(items, f"{name}[{i}]", e, cand[j]))
+                          == "" or (allow_unproven and is_unproven(d))), None)
+                if j is None:
+                    missing = e
+                    break
+                left.remove(j)
+            if missing is None:
+                return "" if not allow_unproven else f"{name}: items differ {UNPROVEN}"
+        return f"{name}: {missing!r} not among the candidate's items"
 
     def fields(self, props: dict[str, ParamSpec] | None, required: frozenset[str], where: str,
                exp: dict, cand: dict) -> str:
@@ -202,18 +208,18 @@ class ArgumentComparer:
         for key in required:
             if key not in cand:
                 return f"missing required argument {prefix}{key}"
+        unproven = ""
         for key in [*exp, *(k for k in cand if k not in exp)]:  # a stable order for reasons
             spec = props.get(key) if props is not None else None
             e, c = exp.get(key, MISSING), cand.get(key, MISSING)
             if e is MISSING or c is MISSING:
                 default = spec.default if spec is not None else MISSING
-                if default is MISSING and (e is None or c is None) and key not in required:
-                    continue  # explicit null for an optional argument with no known default
                 if default is MISSING:
-                    return f"{prefix}{key}: given on one side only and no default is known"
+                    return f"{prefix}{key}: given on one side only and the schema states no default"
                 e = default if e is MISSING else e
                 c = default if c is MISSING else c
             diff = self.value(spec, prefix + key, e, c)
-            if diff:
+            if diff and not is_unproven(diff):
                 return diff
-        return ""
+            unproven = unproven or diff
+        return unproven

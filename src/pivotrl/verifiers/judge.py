@@ -2,13 +2,16 @@
 
 Any OpenAI-compatible chat endpoint works (vLLM, SGLang, llama.cpp server, OpenAI): POST
 `{base_url}/chat/completions` with `model`, temperature 0. The prompt shows the end of the
-conversation and the two actions labelled A and B and asks for one word, YES or NO.
+conversation and the two actions labelled A and B and asks for one line, `VERDICT: YES` or
+`VERDICT: NO`.
 
 - Position bias: with `swap_check` (default) the question is asked in both orders (expert as A,
   then candidate as A); the reward is 1 only when both answers are YES.
-- Replies are parsed robustly: `<think>` blocks dropped, then a final "answer: yes/no", else the
-  first standalone YES/NO (also "equivalent"/"not equivalent"); a reply with neither counts as NO
-  (reason says "unparseable judge reply").
+- Replies have one strict format: after any `<think>…</think>` block, the last non-empty line
+  is `VERDICT: YES` or `VERDICT: NO` (case and surrounding spaces aside), and no other line
+  gives a verdict. Anything else ("They are NOT functionally equivalent.", "Equivalent? No.",
+  "YES", two verdicts, an unfinished `<think>`) is an *invalid* reply: reward 0, counted as
+  invalid, never read as YES.
 - Call vs message is decided before asking: a call answering a message (or the reverse) is 0.
 - The judge sees both actions whole, never cut: an action cut to a prefix can say the opposite
   after the cut (repeat the expert's answer, pad, then reverse it). An action longer than
@@ -40,7 +43,9 @@ SYSTEM_PROMPT = (
     "You judge whether two actions of an AI assistant are functionally equivalent: whether, in "
     "the given conversation, they have the same effect (same tool calls with equivalent "
     "arguments, or messages that convey the same information and decision). Wording, order of "
-    "independent items and formatting do not matter. Answer with one word: YES or NO.")
+    "independent items and formatting do not matter; any difference in what is done, to what, or "
+    "what is claimed does. Reply with exactly one line: VERDICT: YES if they are equivalent, "
+    "VERDICT: NO if they are not.")
 
 
 class JudgeConfig(BaseModel):
@@ -74,22 +79,26 @@ class JudgeUnavailable(RuntimeError):
 
 
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
-_FINAL = re.compile(r"(?:answer|verdict|judg(?:e)?ment)\s*[:=\-]?\s*\**\s*(yes|no)\b", re.I)
-_WORD = re.compile(r"\b(yes|no|not equivalent|equivalent)\b", re.I)
+_VERDICT_LINE = re.compile(r"VERDICT:[ \t]*(YES|NO)", re.I)
+_VERDICT_WORD = re.compile(r"\bVERDICT\b", re.I)
 
 
 def parse_verdict(reply: str) -> bool | None:
-    """True (equivalent), False, or None when the reply says neither."""
+    """True (VERDICT: YES), False (VERDICT: NO), or None for any other reply (invalid).
+
+    Only the strict format counts: prose is never read for a yes, because the words a judge
+    uses around a verdict ("not", "no", "equivalent?") are exactly what a loose parser gets
+    wrong."""
     text = _THINK.sub(" ", reply or "")
-    if "<think>" in text.lower():  # unterminated thinking: only what precedes it is an answer
-        text = text[:text.lower().index("<think>")]
-    finals = _FINAL.findall(text)
-    if finals:
-        return finals[-1].lower() == "yes"
-    m = _WORD.search(text)
-    if m is None:
+    if "<think>" in text.lower():  # unterminated thinking: no answer was given
         return None
-    return m.group(1).lower() in ("yes", "equivalent")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return None
+    m = _VERDICT_LINE.fullmatch(lines[-1])
+    if m is None or any(_VERDICT_WORD.search(line) for line in lines[:-1]):
+        return None  # no final verdict line, or another verdict given before it
+    return m.group(1).lower() == "yes"
 
 
 def render(message: Message, limit: int | None = None) -> str:
@@ -115,7 +124,8 @@ def build_prompt(turn: Turn, first: Message, second: Message, cfg: JudgeConfig) 
     user = (f"Conversation so far:\n{convo or '(none)'}\n\n"
             f"Action A:\n{render(first)}\n\n"
             f"Action B:\n{render(second)}\n\n"
-            "Are actions A and B functionally equivalent here? Answer YES or NO.")
+            "Are actions A and B functionally equivalent here? Reply with exactly one line: "
+            "VERDICT: YES or VERDICT: NO.")
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
@@ -150,16 +160,18 @@ class JudgeVerifier:
                                          f"({size} > {limit} characters)")
         first = self._ask(build_prompt(turn, exp, action, self.config))
         v1 = parse_verdict(first)
-        if v1 is not True:
-            return Score(0.0, True, "judge: not equivalent" if v1 is False
-                         else f"unparseable judge reply: {first[:80]!r}")
+        if v1 is None:
+            return Score(0.0, False, f"invalid judge reply: {first[:80]!r}")
+        if v1 is False:
+            return Score(0.0, True, "judge: not equivalent")
         if not self.config.swap_check:
             return Score(1.0, True, "")
         second = self._ask(build_prompt(turn, action, exp, self.config))
         v2 = parse_verdict(second)
-        if v2 is not True:
-            return Score(0.0, True, "judge: not equivalent with the order swapped (position bias)"
-                         if v2 is False else f"unparseable judge reply: {second[:80]!r}")
+        if v2 is None:
+            return Score(0.0, False, f"invalid judge reply: {second[:80]!r}")
+        if v2 is False:
+            return Score(0.0, True, "judge: not equivalent with the order swapped (position bias)")
         return Score(1.0, True, "")
 
     def score_batch(self, turns: Sequence[Turn], actions: Sequence[Message | None]) -> list[Score]:

@@ -1,17 +1,19 @@
-"""Tool schemas as the `toolcall` verifier reads them: kind, string class, default, enum, list order.
+"""Tool schemas as the `toolcall` verifier reads them: kind, string class, default, enum, set.
 
 `schema_index(tools)` is a lazy, cached name -> FnSpec index (a turn offers many tools but its
 calls use one or two, and K samples of a turn share one tools list). Each parameter's spec is
-computed once from its JSON schema:
+computed once from its JSON schema. Only what the schema *states* grants an equivalence (the
+principle is in `pivotrl.verifiers.arguments`); the parameter's name and description may only
+make a comparison stricter, never looser:
 
 - kind: string / integer / number / boolean / array / object / any (nullable unions unwrapped);
-- string class: "exact" (enums, ids, paths, urls, e-mails, codes, names of things: by parameter
-  name, `format` or description), "free" (prose: message, description, query, …), or None (decided
-  from the value, `string_class`);
-- default: the schema `default`, or one stated in the description ("defaults to 'units'");
+- string class: "exact" (identifiers and code: by `format`, by parameter name or description;
+  compared code point for code point) or None (decided from the value, `string_class`);
+- default: the schema's `default` key only (prose such as "defaults to X" in a description is
+  not read: the first such phrase often describes something else);
 - enum: the allowed values (a value in another case is the same choice when it folds to exactly
   one of them);
-- unordered: an array whose order means nothing (see `_UNORDERED_NAME`).
+- unordered: `uniqueItems: true` (the schema says the array is a set).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ _TYPES = {"string": "string", "str": "string", "integer": "integer", "int": "int
           "number": "number", "float": "number", "double": "number", "boolean": "boolean",
           "bool": "boolean", "array": "array", "tuple": "array", "list": "array",
           "object": "object", "dict": "object"}
+# Parameters whose strings are identifiers or code: compared code point for code point (no
+# whitespace collapsing, no Unicode normalisation: "a  b.txt" and "a b.txt" are two files, and a
+# file system does not normalise "é"). The name only makes a comparison stricter, never looser.
 _ID_NAME = re.compile(
     r"(?:^|_)(?:id|ids|uuid|guid|key|keys|token|path|paths|file|files|filename|filenames|filepath|"
     r"dir|dirs|directory|folder|url|urls|uri|link|email|emails|username|user|login|password|"
@@ -37,32 +42,12 @@ _ID_NAME = re.compile(
     # code: case, brackets and operators are meaning ("(1 + 2) * 3" is not "1 + 2 * 3")
     r"expression|expr|formula|equation|function|func|lambda|regex|pattern|script|command|cmd|"
     r"sql|program|snippet|selector|xpath|jsonpath)$|[a-z](?:Id|ID|Ids|Path|Url|URL|Key|Name)$")
-_FREE_NAME = re.compile(
-    r"(?:^|_)(?:description|desc|message|msg|content|body|text|query|prompt|note|notes|comment|"
-    r"comments|reason|summary|title|subject|instruction|instructions|question|answer|feedback|"
-    r"review|bio|caption|keyword|keywords|topic|details|memo|caption|statement)$", re.I)
-# Arrays whose order carries no meaning: sets of recipients, tags, attendees, fields, … A
-# backend stores or applies them as a set, so ["a", "b"] and ["b", "a"] are the same request.
-# Everything else (steps, waypoints, coordinates, ids paired with another list, values of a
-# formula) keeps its order: order is part of the call unless the name says otherwise.
-_UNORDERED_NAME = re.compile(
-    r"(?:^|_)(?:tags|labels|cc|bcc|recipients|attendees|participants|invitees|guests|members|"
-    r"emails|categories|genres|keywords|fields|columns|attributes|permissions|scopes|roles|"
-    r"features|amenities|skills|interests|ingredients|allergies|allergens|topics|"
-    r"dietary_restrictions|cuisines|platforms|channels|languages|include|exclude|excludes|"
-    r"includes)$", re.I)
-_ORDERED_DESC = re.compile(r"\b(?:order(?:ed)?|sequence|first|priority|ranked|rank)\b", re.I)
 _ID_FORMATS = {"email", "uri", "url", "uuid", "date", "date-time", "time", "hostname", "ipv4",
                "ipv6", "uri-reference", "iri"}
 _ID_DESC = re.compile(r"\b(?:ID|IDs|UUID|identifier|IATA|ISO|file ?name|path|URL|e-?mail address)\b")
 _ID_VALUE = re.compile(r"[\d_/@#:\\]|\.\w")
-_DEFAULT_IN_DESC = re.compile(
-    r"\bdefaults?(?:\s+value)?(?:\s+(?:is|to|of|will be))?\s*[:=]?\s*"
-    r"(?P<v>'[^']*'|\"[^\"]*\"|`[^`]*`|[-+]?\d+(?:\.\d+)?\b|[A-Za-z_][\w.-]*)", re.I)
-_NOT_A_DEFAULT = {"the", "a", "an", "if", "is", "to", "value", "values", "none", "null", "all",
-                  "current", "empty", "not", "no", "this", "that", "it", "be", "set", "when",
-                  "unless", "for", "of", "and", "or", "as", "in", "on", "by", "using", "will",
-                  "which", "should", "may", "can", "behavior", "behaviour", "setting"}
+INT_LITERAL = re.compile(r"-?(?:0|[1-9]\d*)")
+DEC_LITERAL = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?")
 
 
 def is_number(v: Any) -> bool:
@@ -104,64 +89,46 @@ def _kind(schema: dict) -> str:
     return _TYPES.get(str(t).lower(), "any")
 
 
-def _coerce_default(raw: str, kind: str, enum: list | None) -> Any:
-    quoted = raw[:1] in "'\"`"
-    value = raw[1:-1] if quoted else raw.rstrip(".")
-    try:
-        if kind == "integer":
-            return int(value)
-        if kind == "number":
-            return float(value) if "." in value else int(value)
-    except ValueError:
-        return MISSING
+def _typed_default(default: Any, kind: str) -> Any:
+    """A schema default written as a string for a boolean/number parameter (BFCL writes
+    "false", "10"): its canonical literal is the only value of that kind it can name; any other
+    text is kept as it is (and then equals only that same string)."""
+    if not isinstance(default, str) or kind not in ("boolean", "integer", "number"):
+        return default
     if kind == "boolean":
-        return {"true": True, "false": False}.get(value.lower(), MISSING)
-    if kind == "string":
-        if enum is not None:
-            return value if value in enum else MISSING
-        if quoted or (value.lower() not in _NOT_A_DEFAULT and len(value) > 1):
-            return value
-    return MISSING
+        return {"true": True, "false": False}.get(default.lower(), default)
+    if INT_LITERAL.fullmatch(default):
+        return int(default)
+    if kind == "number" and DEC_LITERAL.fullmatch(default):
+        return float(default)
+    return default
 
 
-def _param(name: str, schema: Any, from_desc: bool) -> ParamSpec:
+def _param(name: str, schema: Any) -> ParamSpec:
     if not isinstance(schema, dict):
         schema = {}
     kind = _kind(schema)
     enum = schema.get("enum") if isinstance(schema.get("enum"), list) else None
-    string_class = None
     desc = schema.get("description") if isinstance(schema.get("description"), str) else ""
-    if (enum is not None or schema.get("format") in _ID_FORMATS or _ID_NAME.search(name)
-            or _ID_DESC.search(desc[:200])):
-        string_class = "exact"
-    elif _FREE_NAME.search(name):
-        string_class = "free"
-    default = schema.get("default", MISSING)
-    if isinstance(default, str) and kind in ("boolean", "integer", "number"):
-        coerced = _coerce_default(default, kind, None)  # BFCL-style "false" for a boolean
-        default = default if coerced is MISSING else coerced
-    if default is MISSING and from_desc and isinstance(schema.get("description"), str):
-        m = _DEFAULT_IN_DESC.search(schema["description"])
-        if m:
-            default = _coerce_default(m.group("v"), kind, enum)
-    items = _param(name, schema.get("items"), from_desc) if kind in ("array", "any") and \
+    exact = (enum is not None or schema.get("format") in _ID_FORMATS or bool(_ID_NAME.search(name))
+             or bool(_ID_DESC.search(desc[:200])))
+    # `null` is a value: a `default: null` key makes omission equal null, nothing else does.
+    default = _typed_default(schema.get("default", MISSING), kind)
+    items = _param(name, schema.get("items")) if kind in ("array", "any") and \
         isinstance(schema.get("items"), dict) else None
     props, required = None, frozenset()
     if isinstance(schema.get("properties"), dict):
-        props = {k: _param(k, v, from_desc) for k, v in schema["properties"].items()}
+        props = {k: _param(k, v) for k, v in schema["properties"].items()}
         required = frozenset(r for r in schema.get("required") or [] if isinstance(r, str))
-        arrays = [k for k, p in props.items() if p.kind == "array"]
-        if len(arrays) > 1:  # parallel lists (item_ids[i] -> new_item_ids[i]): order pairs them
-            for k in arrays:
-                props[k].unordered = False
     str_enum = tuple(e for e in enum if isinstance(e, str)) if enum is not None else None
-    unordered = (kind == "array" and bool(_UNORDERED_NAME.search(name))
-                 and not _ORDERED_DESC.search(desc))
-    return ParamSpec(kind, string_class, default, items, props, required, str_enum or None,
-                     unordered)
+    # `uniqueItems: true` says the array holds distinct values with no meaning in their order
+    # (a set, as JSON Schema draws it); a name like "tags" says nothing of the kind.
+    unordered = kind == "array" and schema.get("uniqueItems") is True
+    return ParamSpec(kind, "exact" if exact else None, default, items, props, required,
+                     str_enum or None, unordered)
 
 
-def _fn_spec(tool: Any, from_desc: bool) -> tuple[str, FnSpec] | None:
+def _fn_spec(tool: Any) -> tuple[str, FnSpec] | None:
     if not isinstance(tool, dict):
         return None
     fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
@@ -169,22 +136,22 @@ def _fn_spec(tool: Any, from_desc: bool) -> tuple[str, FnSpec] | None:
     if not isinstance(name, str):
         return None
     params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {}
-    spec = _param("", {**params, "type": "object"}, from_desc)
+    spec = _param("", {**params, "type": "object"})
     return name, FnSpec(spec.props if spec.props is not None else {}, spec.required)
 
 
-def build_index(tools: list, from_desc: bool = True) -> dict[str, FnSpec]:
+def build_index(tools: list) -> dict[str, FnSpec]:
     """Function name → FnSpec for OpenAI tool schemas (or bare {name, parameters} docs)."""
-    return dict(x for x in (_fn_spec(t, from_desc) for t in tools or []) if x is not None)
+    return dict(x for x in (_fn_spec(t) for t in tools or []) if x is not None)
 
 
 class _LazyIndex:
     """Specs built on first use, one function at a time: a turn offers many tools but its
     calls use one or two, and every turn of a profile run has its own copy of the tools."""
-    __slots__ = ("tools", "from_desc", "specs")
+    __slots__ = ("tools", "specs")
 
-    def __init__(self, tools: list, from_desc: bool):
-        self.tools, self.from_desc, self.specs = tools, from_desc, {}
+    def __init__(self, tools: list):
+        self.tools, self.specs = tools, {}
 
     def get(self, name: str) -> FnSpec | None:
         if name in self.specs:
@@ -195,10 +162,10 @@ class _LazyIndex:
             if isinstance(fn, dict) and fn.get("name") == name:
                 # Every turn of a trajectory carries its own copy of the same schemas: share
                 # the built spec by content (repr is cheap next to building it).
-                key = (name, repr(fn.get("parameters")), self.from_desc)
+                key = (name, repr(fn.get("parameters")))
                 spec = _SPEC_CACHE.get(key)
                 if spec is None:
-                    built = _fn_spec(tool, self.from_desc)
+                    built = _fn_spec(tool)
                     spec = built[1] if built else None
                     if len(_SPEC_CACHE) > 4096:
                         _SPEC_CACHE.clear()
@@ -208,29 +175,27 @@ class _LazyIndex:
         return spec
 
 
-_INDEX_CACHE: dict[tuple[int, bool], _LazyIndex] = {}
-_SPEC_CACHE: dict[tuple[str, str, bool], FnSpec | None] = {}
+_INDEX_CACHE: dict[int, _LazyIndex] = {}
+_SPEC_CACHE: dict[tuple[str, str], FnSpec | None] = {}
 
 
-def schema_index(tools: list, from_desc: bool = True) -> _LazyIndex:
+def schema_index(tools: list) -> _LazyIndex:
     """A lazy name → FnSpec index, cached by the identity of the tools list (K samples)."""
-    key = (id(tools), from_desc)
+    key = id(tools)
     hit = _INDEX_CACHE.get(key)
     if hit is not None and hit.tools is tools:
         return hit
     if len(_INDEX_CACHE) > 4096:
         _INDEX_CACHE.clear()
-    index = _INDEX_CACHE[key] = _LazyIndex(tools, from_desc)  # holds `tools`: its id stays unique
+    index = _INDEX_CACHE[key] = _LazyIndex(tools)  # holds `tools`: its id stays unique
     return index
 
 
-def string_class(name: str, value: str, min_words: int) -> str:
-    """'exact' | 'free' | 'value' for a string with no class from its schema."""
+def string_class(name: str, value: str) -> str | None:
+    """'exact' for a string that has no class from its schema but is an identifier by its
+    parameter's name or its own shape (user_42, a/b.txt, #W123, 2024-01-02), else None."""
     if _ID_NAME.search(name):
         return "exact"
-    words = value.split()
-    if _FREE_NAME.search(name) or len(words) >= min_words:
-        return "free"
-    if len(words) == 1 and len(words[0]) == len(value) and _ID_VALUE.search(value):
-        return "exact"  # user_42, a/b.txt, #W123, 2024-01-02: identifiers, not prose
-    return "value"
+    if value and not any(ch.isspace() for ch in value) and _ID_VALUE.search(value):
+        return "exact"
+    return None

@@ -27,7 +27,7 @@ the normalised stdouts are equal and the resulting file trees (`snapshot_dir`) a
   expert ran a command, scores 0. A fenced block is a message, not a tool call: it matches only
   an expert who also answered in fenced blocks (in a harness that runs them), never an expert
   who called the shell tool (a harness that runs tools does not run a message's markdown). Message vs message, and turns whose expert called non-shell
-  tools, are scored by the `toolcall` verifier (its message rule: similarity or judge).
+  tools, are scored by the `toolcall` verifier (its message rule: exact or judge).
 - The expert's outcome is cached per turn (id + content hash): K samples cost one expert run.
 """
 
@@ -92,9 +92,7 @@ class ShellConfig(BaseModel):
     max_output_bytes: int = Field(65536, description="stdout+stderr cap (SandboxLimits).")
     cpu_s: int = Field(5, description="CPU seconds per process (SandboxLimits).")
     message_rule: str = Field(
-        "similarity", description="Rule for message turns, passed to the toolcall verifier.")
-    message_threshold: float = Field(
-        0.8, description="Similarity threshold for message turns (toolcall's default).")
+        "exact", description="Rule for message turns, passed to the toolcall verifier.")
     cache_turns: int = Field(
         256, description="Turns whose prepared workspace and expert outcome are kept (LRU).")
     workers: int = Field(
@@ -242,8 +240,7 @@ class ShellVerifier:
 
     def _toolcall(self):
         if self._fallback is None:
-            self._fallback = ToolcallVerifier(message_rule=self.config.message_rule,
-                                              message_threshold=self.config.message_threshold)
+            self._fallback = ToolcallVerifier(message_rule=self.config.message_rule)
         return self._fallback
 
     # ------------------------------------------------------------ probes

@@ -52,9 +52,7 @@ class StateConfig(BaseModel):
     ordered_observations: bool = Field(
         False, description="Compare observations as a sequence instead of a multiset.")
     message_rule: str = Field(
-        "similarity", description="Rule for message turns, passed to the toolcall verifier.")
-    message_threshold: float = Field(
-        0.8, description="Similarity threshold for message turns (toolcall's default).")
+        "exact", description="Rule for message turns, passed to the toolcall verifier.")
     same_action: bool = Field(
         True, description="The candidate's calls must also be the expert's action (same functions, "
                           "arguments equal under the world's canonical_call or the toolcall "
@@ -277,8 +275,7 @@ class StateVerifier:
 
     def _toolcall(self):
         if self._fallback is None:
-            self._fallback = ToolcallVerifier(message_rule=self.config.message_rule,
-                                              message_threshold=self.config.message_threshold)
+            self._fallback = ToolcallVerifier(message_rule=self.config.message_rule)
         return self._fallback
 
 

@@ -1,7 +1,10 @@
 """`toolcall`: schema-aware functional equivalence of tool calls.
 
-Does the candidate *do* what the expert's action does? Rules (each a place where a false positive
-would be a reward leak, so the default is to refuse when unsure):
+Does the candidate *do* what the expert's action does? The principle (of every rule here and in
+`pivotrl.verifiers.arguments` and `pivotrl.verifiers.messages`): **pay only what is proven.** A
+value pays when it is the same JSON value, or when a rule the schema or the world grants proves
+it means the same; what no rule proves is 0, or, where the user configured the judge, the
+judge's question. No similarity threshold pays anything by default.
 
 - Call vs message: an expert call answered by a message scores 0, and vice versa. When both
   called tools, text content around the calls is ignored (the calls are the action).
@@ -12,14 +15,18 @@ would be a reward leak, so the default is to refuse when unsure):
 - A pair is equivalent when the function name is the same ("a.b" may be called "a_b" when no
   tool is named "a_b") and the arguments are equal *as values* under the function's schema
   (from the turn's `tools`): the rules of `pivotrl.verifiers.arguments` (numbers by value and
-  integers exactly, enums up to case, identifiers exactly, short values as tokens, free text by
-  similarity but never across a number, id or negation, arrays in order unless the parameter
-  is a set, omitted optional = default).
+  integers exactly, an enum's single case-insensitive match, `uniqueItems` arrays as sets, an
+  omitted key equal to the schema's `default`, `null` a value, text equal up to whitespace).
 - When the turn names a world (`metadata["world"]`) whose class defines `canonical_call` (see
-  `pivotrl.verifiers.world`), that world's own rule decides argument equivalence for the calls it knows:
-  the world executes both calls identically, so they are the same action there.
+  `pivotrl.verifiers.world`), that world's own rule decides argument equivalence for the calls it
+  knows: the world executes both calls identically, so they are the same action there.
+- `unproven_rule: judge`: an action whose calls match once the *unproven* differences (text that
+  differs beyond whitespace) are allowed, and only then, goes to the LLM judge, which sees both
+  whole actions in both orders. A proven difference (another number, id, type, enum value,
+  function or call count) is never a judge's question.
 - When the expert sent a message, a message is never a free pass: `message_rule` decides
-  (`pivotrl.verifiers.messages`: facts, negations and content words; or the LLM judge).
+  (`exact`: `pivotrl.verifiers.messages`, the same text up to whitespace, or two refusals that
+  claim nothing; `judge`: the LLM judge for any other text).
 """
 
 from __future__ import annotations
@@ -32,42 +39,35 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.formats.actions import call_arguments
 from pivotrl.io.records import Message, Turn, message_text
-from pivotrl.verifiers.arguments import ArgumentComparer, is_write
+from pivotrl.verifiers.arguments import ArgumentComparer, is_unproven
 from pivotrl.verifiers.base import Score
 from pivotrl.verifiers.judge import JudgeVerifier
-from pivotrl.verifiers.messages import (MAX_SIMILARITY_TOKENS, compare_messages,  # noqa: F401
-                                        token_similarity)
+from pivotrl.verifiers.messages import compare_messages
 from pivotrl.verifiers.schema import build_index, schema_index  # noqa: F401
 from pivotrl.verifiers.world import action_rule
 
 
 class ToolcallConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    free_text_threshold: float = Field(
-        0.95, description="Min similarity (1 − token edit distance / longer length, on normalised "
-                          "tokens) for free-text arguments. 0.95: texts under 20 tokens must match "
-                          "exactly after normalisation (BFCL and state checkers compare text "
-                          "exactly; 0.9 let 19 BFCL mutations through). Above it, texts must still "
-                          "agree on numbers, ids, negations and operators, and differ in no "
-                          "replaced word but a one-letter typo.")
-    free_text_min_words: int = Field(
-        6, description="A string argument with at least this many words is free text even if "
-                       "its parameter name does not say so.")
-    message_rule: Literal["similarity", "judge", "any"] = Field(
-        "similarity", description="How a message is judged when the expert sent a message: "
-                                  "'similarity' (same facts, negations and content words, see "
-                                  "pivotrl.verifiers.messages), 'judge' (the LLM "
-                                  "judge verifier), 'any' (every message scores 1: NeMo-Gym's rule, "
-                                  "a known reward leak, only for ablations).")
-    message_threshold: float = Field(
-        0.8, description="Under message_rule='similarity', a message may add or drop at most "
-                         "(1 - this) x its content words (never replace one, never change a "
-                         "number, id or negation).")
+    message_rule: Literal["exact", "judge", "any"] = Field(
+        "exact", description="How a message is judged when the expert sent a message: 'exact' "
+                             "(the same text up to whitespace, or two tool refusals that claim "
+                             "nothing: pivotrl.verifiers.messages; a paraphrase scores 0), "
+                             "'judge' (the same text pays, any other goes to the LLM judge), "
+                             "'any' (every message scores 1: NeMo-Gym's rule, a known reward "
+                             "leak, only for ablations).")
     refusal_match: bool = Field(
-        True, description="Under 'similarity', a refusal answering an expert refusal scores 1 only "
-                          "when both say no available tool/function fits the request, neither "
-                          "claims a result, and their numbers and ids agree (the decision is the "
-                          "same: call nothing). An apology inside an answer is not a refusal.")
+        True, description="A tool refusal answering an expert tool refusal scores 1 (the decision "
+                          "is the same: call nothing) when every clause of both is a courtesy or "
+                          "a refusal of a closed form and neither claims anything (no number, "
+                          "id, first-person claim or result). An apology inside an answer is "
+                          "not a refusal.")
+    unproven_rule: Literal["reject", "judge"] = Field(
+        "reject", description="Calls that would match if the unproven differences (text that "
+                              "differs beyond whitespace: case, punctuation, words) were allowed: "
+                              "'reject' scores them 0 (precision first), 'judge' asks the LLM "
+                              "judge about the whole action in both orders. A proven difference "
+                              "(number, id, type, enum value, function) is never asked.")
     numeric_strings: bool = Field(
         False, description="Accept a canonical numeric string for an integer/number parameter "
                            "('2' for 2), as lax backends do (pydantic lax mode, FastAPI). Default "
@@ -80,13 +80,6 @@ class ToolcallConfig(BaseModel):
         False, description="Accept 5.0 for an *integer* parameter. Default False: BFCL's checker, "
                             "NVIDIA's comparator and typed executors (range(5.0), list[5.0]) reject "
                             "it. An int for a *number* parameter is always accepted (5 == 5.0).")
-    defaults_from_description: bool = Field(
-        True, description="Read defaults stated in parameter descriptions ('defaults to X') when "
-                          "the schema has no `default` key (common in real tool schemas).")
-    strict_strings_in_writes: bool = Field(
-        True, description="In calls that change state (the function name starts with a write verb: "
-                          "create, update, send, book, …) short strings compare exactly, not after "
-                          "case/punctuation folding: a state checker sees the stored value.")
     partial_credit: bool = Field(
         False, description="With several expert calls, a candidate whose every call matches one of "
                            "the expert's earns matched / expert calls instead of 0; an extra or "
@@ -98,7 +91,8 @@ class ToolcallConfig(BaseModel):
         32768, description="A candidate whose text + arguments exceed this many characters "
                            "scores 0 (runaway output is not an action).")
     judge: dict[str, Any] = Field(
-        default_factory=dict, description="Config of the 'judge' verifier for message_rule='judge'.")
+        default_factory=dict, description="Config of the 'judge' verifier, for "
+                                          "message_rule='judge' and unproven_rule='judge'.")
 
 
 def _calls(message: Message) -> tuple[list[tuple[str, dict, str | None]], int]:
@@ -137,8 +131,7 @@ class ToolcallVerifier:
     def __init__(self, **config):
         self.config = ToolcallConfig(**config)
         cfg = self.config
-        self._cmp = ArgumentComparer(cfg.int_float_equal, cfg.numeric_strings,
-                                     cfg.free_text_threshold, cfg.free_text_min_words)
+        self._cmp = ArgumentComparer(cfg.int_float_equal, cfg.numeric_strings)
         self._expected_cache: dict[int, tuple[Message, list[tuple[str, dict, str]]]] = {}
         self._judge = None
 
@@ -179,20 +172,35 @@ class ToolcallVerifier:
         if len(cand) != len(expected) and not (self.config.partial_credit
                                                and len(cand) < len(expected)):
             return Score(0.0, True, f"{len(cand)} calls where the expert made {len(expected)}")
-        index = schema_index(turn.tools, self.config.defaults_from_description)
+        index = schema_index(turn.tools)
         rule = action_rule(turn.metadata.get("world")) if turn.metadata else None
         diffs = [["" if cn == en and cr == er else self._pair(index, rule, en, ea, cn, ca)
                   for cn, ca, cr in cand] for en, ea, er in expected]
         if len(expected) == 1 and len(cand) == 1:
-            return Score(0.0 if diffs[0][0] else 1.0, True, diffs[0][0])
+            score = Score(0.0 if diffs[0][0] else 1.0, True, diffs[0][0])
+        else:
+            score = self._matched(diffs, len(expected), len(cand))
+        if score.reward < 1.0 and self.config.unproven_rule == "judge" and len(cand) == len(
+                expected) and _perfect_matching([[not d or is_unproven(d) for d in row]
+                                                 for row in diffs]) == len(expected):
+            return self._judged(turn, action)  # every remaining difference is unproven
+        return score
+
+    @staticmethod
+    def _matched(diffs: list[list[str]], n_expected: int, n_cand: int) -> Score:
         matched = _perfect_matching([[not d for d in row] for row in diffs])
-        if matched == len(expected) == len(cand):
+        if matched == n_expected == n_cand:
             return Score(1.0, True, "")
         reason = next((d for row in diffs for d in row if d), "calls differ")
-        if matched < len(cand):  # some candidate call does what no expert call does
-            return Score(0.0, True, f"{matched}/{len(expected)} calls match; e.g. {reason}")
-        return Score(matched / len(expected), True,  # partial credit: a subset of the calls
-                     f"{matched}/{len(expected)} of the expert's calls made")
+        if matched < n_cand:  # some candidate call does what no expert call does
+            return Score(0.0, True, f"{matched}/{n_expected} calls match; e.g. {reason}")
+        return Score(matched / n_expected, True,  # partial credit: a subset of the calls
+                     f"{matched}/{n_expected} of the expert's calls made")
+
+    def _judged(self, turn: Turn, action: Message) -> Score:
+        if self._judge is None:
+            self._judge = JudgeVerifier(**self.config.judge)
+        return self._judge.score(turn, action)
 
     def _pair(self, index, rule, en: str, ea: dict, cn: str, ca: dict) -> str:
         # "a.b" called as "a_b" (function-calling APIs forbid dots) is the same function when
@@ -206,7 +214,6 @@ class ToolcallVerifier:
                 return "" if exp_canon == cand_canon else (
                     f"arguments differ under the {en!r} tool's own rules")
         fn = index.get(en)
-        self._cmp.strict = self.config.strict_strings_in_writes and is_write(en)
         if fn is None:
             return self._cmp.fields(None, frozenset(), "", ea, ca)
         return self._cmp.fields(fn.props, fn.required, "", ea, ca)
@@ -215,12 +222,10 @@ class ToolcallVerifier:
         rule = self.config.message_rule
         if rule == "any":
             return Score(1.0, True, "any message accepted (message_rule=any)")
-        if rule == "judge":
-            if self._judge is None:
-                self._judge = JudgeVerifier(**self.config.judge)
-            return self._judge.score(turn, action)
         diff = compare_messages(message_text(turn.expected), message_text(action),
-                                self.config.message_threshold, self.config.refusal_match)
+                                self.config.refusal_match)
+        if diff and rule == "judge" and message_text(action).strip():
+            return self._judged(turn, action)
         return Score(0.0 if diff else 1.0, True, diff)
 
     def score_batch(self, turns: Sequence[Turn], actions: Sequence[Message | None]) -> list[Score]:

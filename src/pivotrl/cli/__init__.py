@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
+from pivotrl.cli.options import config_fields, engine_option, line_progress, load_config, option
 from pivotrl.experiment import cli as experiment_cli
 from pivotrl.experiment.evaluate import EvalConfig
 from pivotrl.extract import ExtractOptions
 from pivotrl.io.outputs import guarded_command
-from pivotrl.select import SelectConfig
-from pivotrl.profile import ProfileConfig
 from pivotrl.io.records import RecordError
+from pivotrl.profile.loop import ProfileConfig
+from pivotrl.train.config import GRPORunConfig, SFTRunConfig
+from pivotrl.sampling.vllm import VLLMOptions
+from pivotrl.select import SelectConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="PivotRL: RL on the pivot turns of existing agent trajectories.")
@@ -29,28 +30,6 @@ app.add_typer(experiment_cli.testbed_app, name="testbed")
 app.add_typer(experiment_cli.data_app, name="data")
 
 console = Console(stderr=True, soft_wrap=True)  # messages name paths: never wrap them
-
-
-def option(model, field: str, *decls: str, help: str | None = None):
-    """A typer option whose default and help come from a config model's field: each default is
-    written once, in the config, and the CLI cannot drift from it."""
-    info = model.model_fields[field]
-    return typer.Option(info.get_default(call_default_factory=True), *decls, help=help or info.description)
-
-
-def default_of(model, field: str) -> str:
-    """`(default: X)` for options that stay None so that a YAML config can set them."""
-    return f"(default: {model.model_fields[field].get_default(call_default_factory=True)})"
-
-
-@contextmanager
-def line_progress(description: str):
-    """A rich progress line for streaming jobs: lines done and time; yields `advance(lineno)`."""
-    with Progress(TextColumn("{task.description}"), TextColumn("{task.completed} lines"),
-                  TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
-        task = progress.add_task(description, total=None)
-        yield lambda lineno: progress.update(task, completed=lineno)
 
 
 @guarded_command(app, inputs=["trajectories"], outputs=["out", "eval_out"])
@@ -76,7 +55,7 @@ def extract(
         console.print(f"[red]{trajectories}: no such file[/red]")
         raise typer.Exit(2)
     try:
-        with line_progress(f"extract {trajectories.name}") as advance:
+        with line_progress(console, f"extract {trajectories.name}") as advance:
             summary = extract_file(trajectories, out, opts, eval_out=eval_out, strict=strict,
                                    progress=advance)
     except RecordError as exc:
@@ -125,45 +104,37 @@ def verify(cases: Path = typer.Argument(..., help="Verify cases JSONL (Turn + ca
 
 
 @guarded_command(app, inputs=["turns", "shard_files", "config", "verifier_config"], outputs=["out"])
+@config_fields(ProfileConfig, skip=("engine", "verifier_config"))
 def profile(
     turns: Path = typer.Argument(..., help="Turns JSONL (from pivotrl extract)."),
     shard_files: Optional[list[Path]] = typer.Argument(None, help="With --merge: shard outputs to join."),
     out: Path = typer.Option(..., "--out", help="Profile JSONL (appended; rerun the same command to resume)."),
     model: Optional[str] = typer.Option(None, help="HF model dir: templates the prompts; hf/vllm load it."),
-    k: Optional[int] = typer.Option(None, "--k", help=f"Samples per turn {default_of(ProfileConfig, 'k')}."),
-    verifier: Optional[str] = typer.Option(None, help=f"Verifier name {default_of(ProfileConfig, 'verifier')}."),
+    config: Optional[Path] = typer.Option(None, help="YAML of ProfileConfig fields (configs/profile.yaml); "
+                                          "flags override it."),
     verifier_config: Optional[Path] = typer.Option(None, help="YAML of the verifier's options."),
-    seed: Optional[int] = typer.Option(None, help=f"Base seed {default_of(ProfileConfig, 'seed')}; turn t uses derive(seed, t.id)."),
-    backend: str = typer.Option("hf", help="Sampler: hf | vllm | openai."),
-    base_url: str = typer.Option("http://127.0.0.1:8000/v1", help="openai backend: server URL (…/v1)."),
-    served_model_name: Optional[str] = typer.Option(None, help="openai backend: model name (default: asks the server)."),
-    batch_size: int = typer.Option(64, help="hf backend: sequences per generate call."),
-    concurrency: int = typer.Option(16, help="openai backend: requests in flight."),
-    max_new_tokens: Optional[int] = typer.Option(None, help="Tokens per sample (default: 4096 for a "
-                                                "thinking model, else 256)."),
-    temperature: Optional[float] = typer.Option(None, help=f"Sampling temperature {default_of(ProfileConfig, 'temperature')}."),
-    top_p: Optional[float] = typer.Option(None, help=f"Nucleus mass {default_of(ProfileConfig, 'top_p')}."),
-    shard: Optional[str] = typer.Option(None, help="I/N: only turns with hash(id) mod N == I."),
     merge: bool = typer.Option(False, help="Join SHARD_FILES into --out, checking every turn of TURNS "
                                "appears exactly once."),
-    config: Optional[Path] = typer.Option(None, help="YAML of profile options (configs/profile.yaml)."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
-    tensor_parallel_size: Optional[int] = typer.Option(None, help="vllm: GPUs one model is split over."),
-    max_model_len: Optional[int] = typer.Option(None, help="vllm: context; longer prompts are set aside."),
-    gpu_memory_utilization: Optional[float] = typer.Option(None, help="vllm: share of GPU memory (0.9)."),
-    dtype: Optional[str] = typer.Option(None, help="vllm: auto | bfloat16 | float16 | float32."),
-    prefix_caching: Optional[bool] = typer.Option(None, "--prefix-caching/--no-prefix-caching", help="vllm (on)."),
+    tensor_parallel_size: Optional[int] = engine_option(VLLMOptions, "tensor_parallel_size"),
+    max_model_len: Optional[int] = engine_option(VLLMOptions, "max_model_len"),
+    gpu_memory_utilization: Optional[float] = engine_option(VLLMOptions, "gpu_memory_utilization"),
+    dtype: Optional[str] = engine_option(VLLMOptions, "dtype"),
+    prefix_caching: Optional[bool] = engine_option(VLLMOptions, "enable_prefix_caching",
+                                                   "--prefix-caching/--no-prefix-caching"),
     api_key_env: Optional[str] = typer.Option(None, help="openai: env variable of the API key (OPENAI_API_KEY)."),
     header: Optional[list[str]] = typer.Option(None, "--header", help="openai: 'Name: value' (repeat)."),
     extra_body: Optional[str] = typer.Option(None, help="openai: JSON object merged into every request."),
+    overrides: dict | None = None,
 ) -> None:
     """Sample K actions per turn with the reference policy and score them.
 
     Shards: run `pivotrl profile TURNS --shard I/N --out p.I.jsonl …` for I in 0..N-1 (in parallel),
     then `pivotrl profile TURNS --merge --out profile.jsonl p.0.jsonl … p.N-1.jsonl`."""
-    from pivotrl import profile as prof
+    from pivotrl.io.yaml_config import read_mapping
+    from pivotrl.profile.runs import profile_file
     from pivotrl.sampling import SamplerError
-    from pivotrl.sampling.options import build_sampler
+    from pivotrl.sampling.options import build_sampler, engine_flags
     from pivotrl.verifiers import get_verifier
 
     if merge or shard_files:
@@ -174,19 +145,25 @@ def profile(
     if not turns.is_file():
         console.print(f"[red]{turns}: no such file[/red]")
         raise typer.Exit(2)
-    given = {"k": k, "verifier": verifier, "seed": seed, "max_new_tokens": max_new_tokens,
-             "temperature": temperature, "top_p": top_p, "shard": shard}
-    engine = dict(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
-                  gpu_memory_utilization=gpu_memory_utilization, dtype=dtype,
-                  enable_prefix_caching=prefix_caching, api_key_env=api_key_env, header=header,
-                  extra_body=extra_body)
-    cfg = _profile_config(config, verifier_config, given, engine)
+    try:
+        if verifier_config is not None:
+            overrides["verifier_config"] = read_mapping(verifier_config)
+        engine = engine_flags(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
+                              gpu_memory_utilization=gpu_memory_utilization, dtype=dtype,
+                              enable_prefix_caching=prefix_caching, api_key_env=api_key_env,
+                              header=header, extra_body=extra_body)
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    cfg = load_config(console, ProfileConfig, config, **overrides)
+    cfg = cfg.model_copy(update={"engine": {**cfg.engine, **engine}})
     ver = get_verifier(cfg.verifier, **cfg.verifier_config)
     try:
-        sampler, tokenizer = build_sampler(backend, model, cfg.engine, base_url=base_url, batch_size=batch_size,
-                                           served_model_name=served_model_name, concurrency=concurrency)
-        doc = prof.profile_file(turns, out, sampler, ver, tokenizer, cfg, model_name=model,
-                                progress=progress, console=console)
+        sampler, tokenizer = build_sampler(cfg.backend, model, cfg.engine, base_url=cfg.base_url,
+                                           batch_size=cfg.batch_size, concurrency=cfg.concurrency,
+                                           served_model_name=cfg.served_model_name)
+        doc = profile_file(turns, out, sampler, ver, tokenizer, cfg, model_name=model,
+                           progress=progress, console=console)
     except (SamplerError, ValueError) as exc:  # unreachable server; resume with other settings
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(1)
@@ -198,7 +175,7 @@ def profile(
 
 
 def _merge_shards(turns: Path, shard_files: Optional[list[Path]], out: Path, merge: bool) -> None:
-    from pivotrl.profile import MergeError, merge_profiles
+    from pivotrl.profile.runs import MergeError, merge_profiles
 
     if not merge:
         console.print("[red]extra arguments are only for --merge[/red]")
@@ -212,28 +189,6 @@ def _merge_shards(turns: Path, shard_files: Optional[list[Path]], out: Path, mer
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(1)
     console.print(f"merged {len(shard_files)} shards → {out}: {doc['outcomes']}")
-
-
-def _profile_config(config: Optional[Path], verifier_config: Optional[Path], given: dict,
-                    engine: dict) -> ProfileConfig:
-    """Precedence: CLI options > the --config YAML > ProfileConfig's defaults."""
-    from pivotrl.profile import parse_shard
-    from pivotrl.sampling.options import engine_flags
-    from pivotrl.io.yaml_config import read_mapping
-
-    try:
-        opts = read_mapping(config) if config else {}
-        opts = {key: val for key, val in opts.items() if key in ProfileConfig.model_fields}
-        opts.update({key: val for key, val in given.items() if val is not None})
-        if verifier_config is not None:
-            opts["verifier_config"] = read_mapping(verifier_config)
-        opts["engine"] = {**(opts.get("engine") or {}), **engine_flags(**engine)}
-        cfg = ProfileConfig(**opts)
-        parse_shard(cfg.shard)
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2)
-    return cfg
 
 
 def _print_profile_table(doc: dict, out: Path) -> None:
@@ -293,25 +248,16 @@ def select(
 
 
 @app.command()
-def train(
-    config: Path = typer.Option(..., "--config", help="Run YAML (pivotrl.train.config.GRPORunConfig)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in output_dir."),
-    max_steps: Optional[int] = typer.Option(None, help="Override max_steps."),
-    output_dir: Optional[Path] = typer.Option(None, help="Override output_dir."),
-    learning_rate: Optional[float] = typer.Option(None, help="Override learning_rate."),
-    pivot_set: Optional[str] = typer.Option(None, help="Override pivot_set: pivots | all | random."),
-    verifier: Optional[str] = typer.Option(None, help="Override the verifier name."),
-    seed: Optional[int] = typer.Option(None, help="Override seed."),
-) -> None:
-    """GRPO on pivots (TRL GRPOTrainer); works under `accelerate launch` too."""
-    from pivotrl.train.config import GRPORunConfig
+@config_fields(GRPORunConfig)
+def train(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML of GRPORunConfig fields; "
+                                                "flags override it (configs/train_testbed.yaml)."),
+          overrides: dict | None = None) -> None:
+    """GRPO on pivots (TRL GRPOTrainer); works under `accelerate launch` too. Give a run YAML, or the
+    required fields as flags: `pivotrl train --pivots P --model M --output-dir D`."""
     from pivotrl.train.grpo import train as run_grpo
 
-    cfg = GRPORunConfig.from_yaml(config, resume=resume or None, max_steps=max_steps,
-                                  output_dir=output_dir, learning_rate=learning_rate,
-                                  pivot_set=pivot_set, verifier=verifier, seed=seed)
-    summary = run_grpo(cfg)
-    _print_train_summary("train", summary)
+    cfg = load_config(console, GRPORunConfig, config, **overrides)
+    _print_train_summary("train", run_grpo(cfg))
 
 
 def _print_train_summary(verb: str, summary: dict) -> None:
@@ -332,20 +278,15 @@ def _print_train_summary(verb: str, summary: dict) -> None:
 
 
 @app.command()
-def sft(
-    config: Path = typer.Option(..., "--config", help="Run YAML (pivotrl.train.config.SFTRunConfig)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in output_dir."),
-    max_steps: Optional[int] = typer.Option(None, help="Override max_steps."),
-    output_dir: Optional[Path] = typer.Option(None, help="Override output_dir."),
-    learning_rate: Optional[float] = typer.Option(None, help="Override learning_rate."),
-    seed: Optional[int] = typer.Option(None, help="Override seed."),
-) -> None:
-    """The SFT baseline on the same trajectories (TRL SFTTrainer, loss on assistant turns only)."""
-    from pivotrl.train.config import SFTRunConfig
+@config_fields(SFTRunConfig)
+def sft(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML of SFTRunConfig fields; "
+                                              "flags override it (configs/sft_testbed.yaml)."),
+        overrides: dict | None = None) -> None:
+    """The SFT baseline on the same trajectories (TRL SFTTrainer, loss on assistant turns only). Give
+    a run YAML, or the required fields as flags: `pivotrl sft --data T --model M --output-dir D`."""
     from pivotrl.train.sft import train_sft
 
-    cfg = SFTRunConfig.from_yaml(config, resume=resume or None, max_steps=max_steps,
-                                 output_dir=output_dir, learning_rate=learning_rate, seed=seed)
+    cfg = load_config(console, SFTRunConfig, config, **overrides)
     _print_train_summary("sft", train_sft(cfg))
 
 

@@ -1,0 +1,122 @@
+"""Command-line options from config models: each default and description is written once, on the
+pydantic field, and the CLI cannot drift from it. `config_fields` gives a verb one `--field value`
+option per field of its config (TRL's `TrlParser` and Hydra's overrides do the same), collected into
+an `overrides` dict; precedence is the config's own (`from_yaml`): defaults < YAML < command line."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+import typing
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+import yaml
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from rich.console import Console
+from rich.progress import Progress, TextColumn, TimeElapsedColumn
+
+CONFIG_PANEL = "Config fields (each overrides the --config YAML)"
+
+
+def field_default(info: FieldInfo) -> Any:
+    return info.get_default(call_default_factory=True)
+
+
+def option(model: type[BaseModel], field: str, *decls: str, help: str | None = None):
+    """A typer option whose default and help come from a config model's field."""
+    info = model.model_fields[field]
+    return typer.Option(field_default(info), *decls, help=help or info.description)
+
+
+def engine_option(model: type[BaseModel], field: str, *decls: str):
+    """An engine flag (`ProfileConfig.engine` key) that stays None unless given, with the engine
+    options model's help and default (`vllm: … (default: X)`)."""
+    return typer.Option(None, *decls, help=f"{model.__name__.removesuffix('Options').lower()}: "
+                        f"{model.model_fields[field].description} {default_of(model, field)}")
+
+
+def default_of(model: type[BaseModel], field: str) -> str:
+    """`(default: X)` for options that stay None so that a YAML config can set them."""
+    info = model.model_fields[field]
+    return "(required)" if info.is_required() else f"(default: {field_default(info)})"
+
+
+def _plain(annotation: Any) -> Any:
+    """`X | None` → X; anything the command line cannot hold as one value → str (read as YAML)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        annotation = args[0] if len(args) == 1 else str
+    if annotation in (bool, int, float, str, Path):
+        return annotation
+    return str  # Literal (pydantic checks the value), dict, list, nested models
+
+
+def _parse(annotation: Any, value: Any) -> Any:
+    """A str given for a structured field is YAML (`--lora '{enabled: true}'`, `--data '[a, b]'`)."""
+    if isinstance(value, str) and _plain(annotation) is str and annotation is not str:
+        args = typing.get_args(annotation)
+        if str in args or typing.get_origin(annotation) is typing.Literal:
+            return value
+        try:
+            return yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise typer.BadParameter(f"not YAML: {exc}") from None
+    return value
+
+
+def config_fields(model: type[BaseModel], *, skip: tuple[str, ...] = ()):
+    """Decorate a verb that takes `overrides: dict`: every field of `model` that is not already one
+    of the verb's parameters (nor in `skip`) becomes an option `--field-name`, default None (not
+    given), help = the field's description and default. Only given options reach `overrides`."""
+    def wrap(fn):
+        sig = inspect.signature(fn)
+        own = [p for p in sig.parameters.values() if p.name != "overrides"]
+        taken = {p.name for p in own} | set(skip)
+        extra = []
+        for name, info in model.model_fields.items():
+            if name in taken:
+                continue
+            kind = _plain(info.annotation)
+            flag = "--" + name.replace("_", "-")
+            decls = [f"{flag}/--no-{name.replace('_', '-')}"] if kind is bool else [flag]
+            help_text = f"{info.description or ''} {default_of(model, name)}".strip()
+            extra.append(inspect.Parameter(
+                name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[kind],
+                default=typer.Option(None, *decls, help=help_text, rich_help_panel=CONFIG_PANEL)))
+
+        @functools.wraps(fn)
+        def command(**kwargs):
+            overrides = {}
+            for p in extra:
+                value = kwargs.pop(p.name, None)
+                if value is not None:
+                    overrides[p.name] = _parse(model.model_fields[p.name].annotation, value)
+            return fn(**kwargs, overrides=overrides)
+
+        command.__signature__ = sig.replace(parameters=own + extra)
+        return command
+    return wrap
+
+
+def load_config(console: Console, model: type[BaseModel], config: Path | None, **overrides: Any):
+    """`model.from_yaml(config, **overrides)`; a bad file or field is a one-line error naming it
+    (exit 2), never a traceback."""
+    try:
+        return model.from_yaml(config, **overrides)
+    except (ValueError, OSError) as exc:  # pydantic's ValidationError is a ValueError
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+
+
+@contextmanager
+def line_progress(console: Console, description: str):
+    """A rich progress line for streaming jobs: lines done and time; yields `advance(lineno)`."""
+    with Progress(TextColumn("{task.description}"), TextColumn("{task.completed} lines"),
+                  TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task(description, total=None)
+        yield lambda lineno: progress.update(task, completed=lineno)

@@ -1,0 +1,161 @@
+"""Profiling (PivotRL step 2), the loop: for each Turn, K samples from the frozen reference policy
+(sampler), each parsed and scored by a verifier through the one scoring path (`pivotrl.scoring`),
+summarised as a Profile record (docs/DESIGN.md): reward mean and population std.
+
+Samples are reproducible and independent of how a run is cut: turn t's seed is derived from
+(seed, t.id), and each backend derives sample j's seed from that (pivotrl.sampling.hf explains what
+holds for batching). `pivotrl.profile.runs` puts this loop over files."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from pivotrl.formats.actions import parse_completion
+from pivotrl.formats.chat import prompt_text
+from pivotrl.formats.families import PLAIN_TOKEN_BUDGET, parser_for, token_budget
+from pivotrl.io.records import Profile, Sample, Turn
+from pivotrl.io.seeds import derive_seed
+from pivotrl.io.turn_files import chunks
+from pivotrl.io.yaml_config import YamlConfig
+from pivotrl.sampling.base import Completion, SamplingParams
+from pivotrl.sampling.pipeline import prefetch, prompt_limit, split_too_long
+from pivotrl.scoring import Parser, score_completions
+from pivotrl.verifiers.base import Score
+
+
+class ProfileConfig(YamlConfig):
+    """Options of a profiling run: `pivotrl profile --field value` flags and YAML keys
+    (precedence: defaults < `--config` YAML < flags)."""
+
+    backend: Literal["hf", "vllm", "openai"] = Field("hf", description="Sampler: hf (transformers "
+                                                    "generate, CPU or one GPU), vllm (offline engine), "
+                                                    "openai (any OpenAI-compatible server).")
+    base_url: str = Field("http://127.0.0.1:8000/v1", description="openai backend: the server's URL (…/v1).")
+    served_model_name: str | None = Field(None, description="openai backend: the model name on the server "
+                                          "(None: ask the server).")
+    batch_size: int = Field(64, ge=1, description="hf backend: sequences per generate call.")
+    concurrency: int = Field(16, ge=1, description="openai backend: requests in flight.")
+
+    k: int = Field(8, ge=1, description="Samples per turn (the paper profiles each candidate "
+                   "with K samples of π0; 8 gives outcome rates in steps of 1/8).")
+    verifier: str = Field("toolcall", description="Verifier name (pivotrl.verifiers registry).")
+    verifier_config: dict[str, Any] = Field(default_factory=dict,
+                                            description="The verifier's options (its YAML keys).")
+    seed: int = Field(0, description="Base seed; turn t samples with seed derive(seed, t.id).")
+    max_new_tokens: int | None = Field(None, ge=1, description="Tokens per sample. None (ours): 4096 for a "
+                                       "thinking model, else 256 (pivotrl.formats.families.token_budget); cut samples "
+                                       "are counted in truncated_samples.")
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra chat-template "
+                                                 "variables (e.g. enable_thinking: false); training must use "
+                                                 "the same ones (ours: none).")
+    response_format: str | None = Field(None, description="Tool-call format of the completions (hermes, "
+                                        "qwen-xml, glm, deepseek, harmony, response-template); None: "
+                                        "detected from the chat template (pivotrl.formats.families).")
+    temperature: float = Field(1.0, ge=0.0, description="1.0: sample π0 itself (SamplingParams).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass (1.0 = off).")
+    chunk_turns: int = Field(64, ge=1, description="Turns per sampler call; the sampler sorts them "
+                             "by length into batches, so larger chunks pad less (records of a "
+                             "chunk are written when it is done).")
+    shard: str | None = Field(None, description="'I/N': profile only turns with "
+                              "hash(id) mod N == I (0-based).")
+    engine: dict[str, Any] = Field(default_factory=dict, description="Options of the sampling "
+                                   "backend: vllm, pivotrl.sampling.vllm.VLLMOptions "
+                                   "(tensor_parallel_size, max_model_len, gpu_memory_utilization, "
+                                   "dtype, enable_prefix_caching, extra); openai, headers, "
+                                   "extra_body, api_key_env. They change speed, not samples, so a "
+                                   "resume may change them.")
+
+    def sampling(self, tokenizer: Any = None) -> SamplingParams:
+        """Sampling parameters; an unset max_new_tokens is the model's budget (needs `tokenizer`)."""
+        budget = self.max_new_tokens
+        if budget is None:
+            budget = (token_budget(tokenizer, self.chat_template_kwargs, self.response_format)
+                      if tokenizer is not None else PLAIN_TOKEN_BUDGET)
+        return SamplingParams(max_new_tokens=budget, temperature=self.temperature,
+                              top_p=self.top_p, seed=self.seed)
+
+
+def turn_seed(seed: int, turn_id: str) -> int:
+    return derive_seed("profile", seed, turn_id)
+
+
+def score_samples(verifier, turns: Sequence[Turn], completions: Sequence[Sequence[Completion]],
+                  parse: Parser = parse_completion) -> list[list[Sample]]:
+    """Score every completion through the one scoring path (`pivotrl.scoring`)."""
+    flat_turns = [turns[i] for i, comps in enumerate(completions) for _ in comps]
+    flat = [c for comps in completions for c in comps]
+    scores = iter(score_completions(verifier, flat_turns, [c.text for c in flat], parse))
+    return [[_sample(c, next(scores)) for c in comps] for comps in completions]
+
+
+def _sample(c: Completion, s: Score) -> Sample:
+    return Sample(completion=c.text, reward=s.reward, valid=s.valid, reason=s.reason,
+                  finish_reason=c.finish_reason, tokens=c.completion_tokens)
+
+
+def make_profile(turn: Turn, samples: list[Sample]) -> Profile:
+    """The Profile record: reward mean and *population* std over the K samples. It shares the
+    turn's message objects (not copies): the writer sees they continue the previous row."""
+    rewards = [s.reward for s in samples]
+    mean = statistics.fmean(rewards) if rewards else 0.0
+    std = statistics.pstdev(rewards) if len(rewards) > 1 else 0.0
+    data = turn.model_dump(mode="json", exclude_none=True, exclude={"context", "expected"})
+    data.update(context=turn.context, expected=turn.expected,
+                k=len(samples), samples=[s.model_dump(mode="json") for s in samples],
+                reward_mean=mean, reward_std=std)
+    return Profile.model_validate(data)
+
+
+class RunStats(BaseModel):
+    """What one run did and spent (PROFILE.stats.json keeps one per run, plus their sum)."""
+
+    turns_selected: int = Field(0, description="Valid turns of this shard (or the whole file).")
+    turns_done_before: int = Field(0, description="Already in the output when the run started.")
+    turns_profiled: int = Field(0, description="Profiles written by this run.")
+    rollout_turns: int = Field(0, description="Samples generated (one model turn each).")
+    generated_tokens: int = Field(0, description="Completion tokens generated.")
+    prompt_tokens: int = Field(0, description="Prompt tokens read (once per turn).")
+    invalid_samples: int = Field(0, description="Unparseable or unusable samples (reward 0).")
+    truncated_samples: int = Field(0, description="Samples cut at max_new_tokens.")
+    rejected_lines: int = Field(0, description="Bad lines of the Turn file (see the rejects file).")
+    too_long: dict[str, int] = Field(default_factory=dict, description="Turns skipped because "
+                                     "their prompt is longer than the engine takes (id: prompt "
+                                     "tokens); in the rejects file, and skipped again on resume.")
+    wall_seconds: float = 0.0
+    samples_per_second: float = 0.0
+
+
+def profile_stream(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: ProfileConfig,
+                   stats: RunStats | None = None, parse: Parser | None = None) -> Iterator[Profile]:
+    """Profiles of `turns` in order (the library core; `profile_file` adds files and resume).
+    parse: the completion parser (default: the tokenizer's own format, `formats.parser_for`)."""
+    params = cfg.sampling(tokenizer)
+    parse = parse or parser_for(tokenizer, cfg.response_format, cfg.chat_template_kwargs)
+    stats = stats if stats is not None else RunStats()
+    limit = prompt_limit(sampler)
+
+    def sample(chunk: list[Turn]) -> tuple[list[Turn], list[list[Completion]], dict[str, int]]:
+        prompts = [prompt_text(tokenizer, t.context, t.tools, cfg.chat_template_kwargs) for t in chunk]
+        fits, too_long = split_too_long(prompts, tokenizer, limit)
+        # set aside and reported (by the caller's thread: stats is saved there), not a failed chunk
+        skipped = {chunk[i].id: n for i, n in too_long.items()}
+        chunk, prompts = [chunk[i] for i in fits], [prompts[i] for i in fits]
+        seeds = [turn_seed(cfg.seed, t.id) for t in chunk]
+        return chunk, sampler.sample(prompts, cfg.k, params, seeds=seeds) if chunk else [], skipped
+
+    # Chunk i+1 is sampled while chunk i is scored (pivotrl.sampling.pipeline).
+    for chunk, completions, skipped in prefetch(sample, chunks(turns, cfg.chunk_turns)):
+        stats.too_long.update(skipped)
+        samples = score_samples(verifier, chunk, completions, parse)
+        for turn, comps, row in zip(chunk, completions, samples):
+            stats.rollout_turns += len(comps)
+            stats.generated_tokens += sum(c.completion_tokens for c in comps)
+            stats.prompt_tokens += comps[0].prompt_tokens if comps else 0
+            stats.invalid_samples += sum(not s.valid for s in row)
+            stats.truncated_samples += sum(c.finish_reason == "length" for c in comps)
+            stats.turns_profiled += 1
+            yield make_profile(turn, row)

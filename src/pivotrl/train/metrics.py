@@ -1,0 +1,61 @@
+"""metrics.jsonl: one line per logged step with the figures PivotRL reports (reward, per-group std,
+zero-std fraction, invalid rate, rollout turns, …), kept consistent across a resume."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+METRIC_KEYS = {  # metrics.jsonl key ← TRL log key
+    "reward_mean": "reward", "reward_std": "reward_std", "frac_zero_std": "frac_zero_std",
+    "frac_reward_zero_std": "frac_reward_zero_std", "group_std_mean": "group_std_mean",
+    "invalid_rate": "invalid_rate", "rollout_turns": "rollout_turns", "loss": "loss",
+    "learning_rate": "learning_rate", "grad_norm": "grad_norm", "step_time": "step_time",
+    "completion_length": "completions/mean_length", "entropy": "entropy", "kl": "kl",
+    "truncated_rate": "completions/clipped_ratio",  # cut at max_completion_length (a thinking budget too small)
+}
+
+
+class MetricsJSONL(TrainerCallback):
+    """Appends one JSON line per log event to `path` on the main process: {step, reward_mean, …}.
+
+    On resume, lines past the checkpoint's step are dropped first (they belong to the lost run), and
+    the trainer's rollout-turn counter is restored from the checkpoint's log history."""
+
+    def __init__(self, path: str | Path, keys: dict[str, str] | None = None, trainer=None):
+        self.path = Path(path)
+        self.keys = keys or METRIC_KEYS
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.trainer is not None and hasattr(self.trainer, "rollout_turns"):
+            seen = [e["rollout_turns"] for e in state.log_history if "rollout_turns" in e]
+            self.trainer.rollout_turns = int(max(seen)) if seen else 0
+        if state.is_world_process_zero and self.path.exists():
+            kept = []
+            for line in self.path.read_text().splitlines():
+                try:
+                    if json.loads(line).get("step", 0) <= state.global_step:
+                        kept.append(line)
+                except ValueError:
+                    pass  # a torn last line of a killed run
+            self.path.write_text("".join(k + "\n" for k in kept))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        row: dict[str, Any] = {"step": state.global_step}
+        for out_key, log_key in self.keys.items():
+            value = logs.get(log_key)
+            if isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)):
+                row[out_key] = value
+        if len(row) == 1:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()

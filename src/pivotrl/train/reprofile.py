@@ -1,0 +1,113 @@
+"""Re-profiling during training: when the batch reward says the policy has caught up, the pivots are
+profiled again with the current policy and those it now always solves are dropped (zero variance:
+they no longer teach anything). Off by default (the paper profiles once)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from transformers import TrainerCallback
+
+from pivotrl.io.records import (Profile, Turn)
+from pivotrl.io.seeds import derive_seed
+from pivotrl.io.turn_files import (  # noqa: F401 (API)
+    RowAccess,
+    index_rows,
+    read_turns,
+    scan_turns,
+    shard_of,
+)
+from pivotrl.profile.loop import ProfileConfig, profile_stream
+from pivotrl.sampling.base import SamplingParams
+from pivotrl.select import SUCCESS_THRESHOLD, outcome
+
+
+def reprofile(pivots: Sequence[Turn], sampler, verifier, tokenizer, k: int = 8,
+              params: SamplingParams | None = None, seed: int = 0,
+              threshold: float = SUCCESS_THRESHOLD, chat_template_kwargs: dict[str, Any] | None = None,
+              response_format: str | None = None) -> tuple[list[Profile], dict[str, int]]:
+    """Re-profile pivots with the *current* policy (`sampler`) and drop those that became all-pass
+    (they no longer teach anything: zero variance). Returns (kept, refreshed Profiles; counts)."""
+    params = params or SamplingParams()
+    cfg = ProfileConfig(k=k, seed=seed, max_new_tokens=params.max_new_tokens,
+                        temperature=params.temperature, top_p=params.top_p,
+                        chat_template_kwargs=chat_template_kwargs or {}, response_format=response_format)
+    kept, counts = [], Counter()
+    for prof in profile_stream(pivots, sampler, verifier, tokenizer, cfg):
+        result = outcome([s.reward for s in prof.samples], threshold)
+        counts[result] += 1
+        if result != "all_pass":
+            kept.append(prof)
+    return kept, {"before": len(pivots), "after": len(kept), **counts}
+
+
+class ReprofileHook:
+    """Call `should_run(batch_reward_mean)` once per training step (or log); when it says so,
+    `run(model, tokenizer, pivots)` returns the pivots still worth training on. It fires when the
+    batch reward mean reaches `threshold`, at most once every `every_n_steps` steps.
+
+    verifier: a name (built with `verifier_config`) or a verifier object. Sampling: `params`
+    (SamplingParams or a dict of its fields) or the plain keywords max_new_tokens / temperature /
+    top_p, so a YAML config can hold every option.
+    """
+
+    def __init__(self, threshold: float = 0.9, every_n_steps: int = 50, verifier: Any = "toolcall",
+                 verifier_config: dict[str, Any] | None = None, k: int = 8,
+                 params: SamplingParams | dict[str, Any] | None = None, seed: int = 0,
+                 batch_size: int = 64, max_new_tokens: int | None = None,
+                 temperature: float | None = None, top_p: float | None = None,
+                 chat_template_kwargs: dict[str, Any] | None = None, response_format: str | None = None):
+        if isinstance(verifier, str):
+            from pivotrl.verifiers import get_verifier
+
+            verifier = get_verifier(verifier, **(verifier_config or {}))
+        self.verifier = verifier
+        self.threshold, self.every_n_steps, self.k = threshold, every_n_steps, k
+        base = params.model_dump() if isinstance(params, SamplingParams) else dict(params or {})
+        base.update({key: val for key, val in (("max_new_tokens", max_new_tokens),
+                                               ("temperature", temperature), ("top_p", top_p))
+                     if val is not None})
+        self.params = SamplingParams(**base)
+        self.seed, self.batch_size = seed, batch_size
+        self.chat_template_kwargs, self.response_format = chat_template_kwargs or {}, response_format
+        self.step = 0
+        self.last_run: int | None = None
+        self.history: list[dict[str, int]] = []
+
+    def should_run(self, batch_reward_mean: float, step: int | None = None) -> bool:
+        """`step`: the trainer's global step (default: count the calls)."""
+        self.step = self.step + 1 if step is None else int(step)
+        due = self.last_run is None or self.step - self.last_run >= self.every_n_steps
+        return bool(due and batch_reward_mean >= self.threshold)
+
+    def run(self, model, tokenizer, pivots: Sequence[Turn]) -> list[Profile]:
+        """Re-profile with `model` as it is now (eval mode during sampling, mode restored)."""
+        from pivotrl.sampling.hf import HFSampler
+
+        self.last_run = self.step
+        sampler = HFSampler(model, tokenizer=tokenizer, batch_size=self.batch_size)
+        kept, counts = reprofile(pivots, sampler, self.verifier, tokenizer, self.k, self.params,
+                                 seed=derive_seed(self.seed, self.step),
+                                 chat_template_kwargs=self.chat_template_kwargs,
+                                 response_format=self.response_format)
+        self.history.append({"step": self.step, **counts})
+        return kept
+
+
+class ReprofileCallback(TrainerCallback):
+    """Stops the current phase (after a checkpoint) when the re-profiling hook wants to run; the
+    phase loop in `train` then re-profiles and continues from that checkpoint on the new pivots.
+    (A TRL dataloader cannot swap its dataset mid-run; a checkpoint boundary is the clean seam.)"""
+
+    def __init__(self, hook):
+        self.hook = hook
+        self.triggered = False
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        reward = (logs or {}).get("reward")
+        if reward is not None and state.global_step < state.max_steps and self.hook.should_run(reward, step=state.global_step):
+            self.triggered = True
+            control.should_save = True
+            control.should_training_stop = True
