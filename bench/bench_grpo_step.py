@@ -16,8 +16,10 @@ Two measurements, each alternating the arms inside one process so a shared CPU s
    shipped, which on CPU projects every position through the LM head, (b) TRL's path with
    completion-only LM head (`shared_prefix_loss: false`), (c) the shared-prefix path (default).
    This is the part the shared prefix changes; the token-work bound is (P+C)/(P/G+C).
-2. step: whole `trainer.train()` optimizer steps (generation included, which this does not
-   change) for (b) and (c); the random model always writes `--max-completion-length` tokens.
+2. step: whole `trainer.train()` optimizer steps (generation included) for (b), (c), and (c) with
+   the rollouts drawn by pivotrl's generation loop (`shared_rollouts`: one prefill per prompt for
+   its G samples, instead of TRL's generate over G copies); the random model always writes
+   `--max-completion-length` tokens.
 
 Each is measured for every model (the base, then each `--arch`: e.g. `--arch qwen3_5,nemotron_h`
 for a linear-attention and a Mamba-2 hybrid at the testbed's width) with gradient checkpointing
@@ -169,13 +171,13 @@ def main() -> int:
             step = time_steps(args, trainer_for, path, ckpt) if args.steps else None
             summary.append((label, ckpt, loss, step))
     print("\nside by side (speed-up = TRL path time / shared-prefix time):")
-    print(f"  {'model':<12} {'checkpointing':<14} {'loss TRL / shared':<24} {'loss ×':>7}   "
-          f"{'whole step TRL / shared':<26} {'step ×':>7}")
+    print(f"  {'model':<12} {'checkpointing':<14} {'loss TRL / shared':<22} {'loss ×':>7}   "
+          f"{'whole step TRL / shared loss / + rollouts':<42} {'step ×':>15}")
     for label, ckpt, (trl, shared, ratio), step in summary:
-        step_text = "-" if step is None else f"{step[0]:.2f} / {step[1]:.2f} s"
-        step_ratio = "-" if step is None else f"{step[0] / step[1]:.2f}×"
-        print(f"  {label:<12} {'on' if ckpt else 'off':<14} {f'{trl:.3f} / {shared:.3f} s':<24} "
-              f"{ratio:>6.2f}×   {step_text:<26} {step_ratio:>7}")
+        step_text = "-" if step is None else f"{step[0]:.2f} / {step[1]:.2f} / {step[2]:.2f} s"
+        step_ratio = "-" if step is None else f"{step[0] / step[1]:.2f}× / {step[0] / step[2]:.2f}×"
+        print(f"  {label:<12} {'on' if ckpt else 'off':<14} {f'{trl:.3f} / {shared:.3f} s':<22} "
+              f"{ratio:>6.2f}×   {step_text:<42} {step_ratio:>15}")
     return 0
 
 
@@ -212,21 +214,24 @@ def time_losses(args, trainer_for, path, tokenizer, texts, ckpt: bool, label: st
 
 
 def time_steps(args, trainer_for, path, ckpt: bool):
-    """Whole optimizer steps (generation included), the arms interleaved twice; returns the mean
-    seconds per step of (TRL path, shared prefix)."""
-    step, grad_norms = {False: [], True: []}, {}
-    for shared in (False, True, False, True):
-        t = trainer_for(path, shared, args.steps, ckpt)
+    """Whole optimizer steps (generation included), the arms interleaved twice: TRL's path, the
+    shared-prefix loss, and the shared-prefix loss with rollouts from pivotrl's generation loop
+    (one prefill per prompt: `PivotGRPOTrainer.shared_rollouts`). Returns mean seconds per step."""
+    arms = ("TRL path", "shared loss", "shared loss + rollouts")
+    step, grad_norms = {arm: [] for arm in arms}, {}
+    for arm in arms + arms:
+        t = trainer_for(path, arm != "TRL path", args.steps, ckpt)
+        t.shared_rollouts = arm == "shared loss + rollouts"
         t0 = time.perf_counter()
         t.train()
-        step[shared].append((time.perf_counter() - t0) / args.steps)
-        grad_norms[shared] = [round(e["grad_norm"], 5) for e in t.state.log_history if "grad_norm" in e]
-    off, on = statistics.mean(step[False]), statistics.mean(step[True])
-    print(f"  whole optimizer step incl. generation of {args.max_completion_length} tokens "
-          f"(mean of 2×{args.steps} steps): TRL path {off:.2f} s/step, shared prefix {on:.2f} s/step, "
-          f"speed-up {off / on:.2f}×")
-    print(f"  same seed, same steps: grad norms TRL path {grad_norms[False]}, shared prefix {grad_norms[True]}")
-    return off, on
+        step[arm].append((time.perf_counter() - t0) / args.steps)
+        grad_norms[arm] = [round(e["grad_norm"], 5) for e in t.state.log_history if "grad_norm" in e]
+    mean = {arm: statistics.mean(v) for arm, v in step.items()}
+    print(f"  whole optimizer step incl. generation of {args.max_completion_length} tokens (mean of "
+          f"2×{args.steps} steps): " + ", ".join(f"{arm} {mean[arm]:.2f} s/step" for arm in arms))
+    print(f"  grad norms (the first two arms: same seed, same rollouts): "
+          + "; ".join(f"{arm} {grad_norms[arm]}" for arm in arms))
+    return tuple(mean[arm] for arm in arms)
 
 
 if __name__ == "__main__":

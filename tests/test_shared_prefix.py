@@ -455,3 +455,44 @@ def test_ddp_syncs_shared_prefix_gradients(tmp_path):
             assert not torch.allclose(g0, per_rank[1][name]), name  # the ranks really differ
             for got in synced:
                 assert (got[name] - expected).abs().max() <= 1e-4 * expected.abs().max(), (name, find_unused)
+
+
+def test_shared_rollouts_prefill_each_prompt_once_and_follow_the_seed(tiny_model_dir, tmp_path, monkeypatch):
+    """The trainer's rollouts through pivotrl's generation loop: the G copies of a prompt are
+    prefilled once (the embedding's first call sees distinct prompts only), completions end at
+    the end token, and the same torch seed draws the same completions."""
+    from transformers import AutoTokenizer
+
+    from pivotrl.train.grpo import build_trainer, load_pivot_set
+    from pivotrl.train.shared_prefix import rollout_fallback_reason, shared_prefill_rollouts
+    from tests.test_train_grpo import small_config
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    cfg = small_config(tmp_path, tiny_model_dir, num_generations=4, per_device_train_batch_size=8)
+    trainer = build_trainer(cfg, load_pivot_set(cfg), reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+                            tokenizer=tok)
+    assert rollout_fallback_reason(trainer) is None
+    prompts = [tok(f"<|im_start|>user\nOrder O-{i}<|im_end|>\n<|im_start|>assistant\n",
+                   add_special_tokens=False)["input_ids"] for i in range(2)]
+    rows = [p for p in prompts for _ in range(4)]
+
+    def draw():
+        torch.manual_seed(3)
+        return shared_prefill_rollouts(trainer, rows)
+
+    calls = _embedding_calls(trainer.model, draw)
+    assert calls[0] == (2, max(map(len, prompts)))  # one prefill per distinct prompt
+    first, again = draw(), draw()
+    assert first == again and len(first) == 8
+    assert all(0 < len(c) <= cfg.max_completion_length for c in first)
+    assert all(c[-1] in trainer.eos_token_ids for c in first if len(c) < cfg.max_completion_length)
+    assert len({tuple(c) for c in first[:4]}) > 1  # a prompt's samples follow their own seeds
+    from pivotrl.train import trainer as trainer_module
+
+    drawn = []
+    monkeypatch.setattr(trainer_module, "shared_prefill_rollouts",
+                        lambda t, ids: drawn.append(len(ids)) or shared_prefill_rollouts(t, ids))
+    trainer.shared_rollouts = True
+    trainer.args.max_steps = 1
+    trainer.train()  # a step whose rollouts come from the shared-prefill loop
+    assert trainer.state.global_step == 1 and drawn == [8]

@@ -325,3 +325,49 @@ def shared_prefix_logps(model, input_ids: torch.Tensor, attention_mask: torch.Te
     logps = torch.cat(all_logps, dim=0)
     return (logps, torch.cat(all_entropies, dim=0) if compute_entropy else None,
             torch.stack(all_aux).mean() if compute_aux_loss else None)
+
+
+# ---------------------------------------------------------------- rollouts
+
+
+def rollout_fallback_reason(trainer) -> str | None:
+    """Why a GRPO trainer's rollouts must stay TRL's own generation, or None when
+    `shared_prefill_rollouts` can draw them: the same distribution (softmax(logits / T) within the
+    top-p nucleus), with the G completions of a prompt decoding against one prefill of it."""
+    args = trainer.args
+    if args.use_vllm:
+        return "vLLM generation"
+    if getattr(args, "use_transformers_continuous_batching", False) or getattr(args, "use_transformers_paged", False):
+        return "transformers continuous batching"
+    if getattr(trainer, "_is_vlm", False):
+        return "multimodal model"
+    if getattr(trainer, "is_fsdp_enabled", False):
+        return "FSDP (TRL gathers the parameters for its own generation)"
+    if (getattr(trainer, "top_k", 0) or 0) > 0 or getattr(trainer, "min_p", None) is not None \
+            or getattr(trainer, "repetition_penalty", 1.0) != 1.0 or args.generation_kwargs:
+        return "sampling options beyond temperature and top-p (top_k, min_p, repetition_penalty, generation_kwargs)"
+    if not trainer.temperature > 0:
+        return "temperature 0"
+    return None
+
+
+def shared_prefill_rollouts(trainer, prompt_ids: list[list[int]]) -> list[list[int]]:
+    """TRL's `_generate_single_turn` rollouts (completion ids, the end token kept) drawn with
+    pivotrl's generation loop: each distinct prompt of the generation batch (TRL repeats a prompt
+    G times) is prefilled once, its samples share its keys and copy its recurrent state
+    (sampling/generate.py). Row seeds come from torch's global generator, which the trainer seeds,
+    so a run is reproducible; a sample is then a function of its prompt and seed."""
+    from trl.models import unwrap_model_for_generation
+
+    from pivotrl.sampling.generate import generate_each
+
+    seeds = torch.randint(0, 2**62, (len(prompt_ids),)).tolist()
+    with unwrap_model_for_generation(
+            trainer.model_wrapped, trainer.accelerator,
+            gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs) as model, torch.no_grad():
+        gens = generate_each(model, [list(p) for p in prompt_ids], seeds,
+                             max_new_tokens=trainer.max_completion_length, stop_token_ids=trainer.eos_token_ids,
+                             temperature=trainer.temperature, top_p=trainer.top_p,
+                             batch_size=max(1, len(prompt_ids)))
+    return [g.tokens for g in gens]
