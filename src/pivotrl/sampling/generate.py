@@ -222,30 +222,23 @@ def _prefix_attention_supported(model: Any) -> bool:
             and getattr(cfg, "_attn_implementation", None) in ("sdpa", "eager"))
 
 
-def repeat_cache_rows(cache: Any, n: int, share_attention: bool = False) -> list | None:
-    """Row r of `cache` becomes rows r·n … r·n+n-1, for every layer type (attention keys/values,
-    sliding windows, linear-attention and Mamba conv/recurrent states). With `share_attention`
-    the full-attention keys/values are not copied: they are taken out (returned per layer, None
-    for layers without them, in the cache's own dtype) and the layer is left empty with n·P rows,
-    ready for the samples' own tokens."""
-    rows = None
+def repeat_cache_rows(cache: Any, index: torch.Tensor, share_attention: bool = False) -> list | None:
+    """Row b of `cache` becomes row `index[b]`'s copy, for every layer type (attention
+    keys/values, sliding windows, linear-attention and Mamba conv/recurrent states: each layer's
+    `reorder_cache`, the beam-search contract). With `share_attention` the full-attention
+    keys/values are not copied: they are taken out (returned per layer, None for layers without
+    them) and the layer is left empty with len(index) rows, ready for the samples' own tokens."""
     taken: list = []
     for layer in cache.layers:
-        if rows is None:
-            rows = _cache_rows(layer)
         kv = None
         if share_attention and _is_attention_layer(layer):
             kv = (layer.keys, layer.values)
             layer.keys, layer.values = layer.keys[:, :, :0], layer.values[:, :, :0]
-        taken.append(kv)
-    if rows is None:
-        return taken if share_attention else None
-    index = torch.arange(rows, device=_cache_device(cache)).repeat_interleave(n)
-    for layer, kv in zip(cache.layers, taken):
         layer.reorder_cache(index)
-        if kv is not None:  # reorder_cache leaves an empty layer alone
+        if kv is not None:  # reorder_cache leaves an empty layer as it is
             layer.keys = layer.keys.index_select(0, index)
             layer.values = layer.values.index_select(0, index)
+        taken.append(kv)
     return taken if share_attention else None
 
 
@@ -253,26 +246,6 @@ def _is_attention_layer(layer: Any) -> bool:
     keys = getattr(layer, "keys", None)
     return (isinstance(keys, torch.Tensor) and keys.dim() == 4 and keys.shape[-2] > 0
             and not getattr(layer, "is_sliding", False))
-
-
-def _cache_rows(layer: Any) -> int | None:
-    keys = getattr(layer, "keys", None)
-    if isinstance(keys, torch.Tensor) and keys.dim() == 4:
-        return keys.shape[0]
-    for states in (getattr(layer, "conv_states", None), getattr(layer, "recurrent_states", None)):
-        for t in (states or {}).values():
-            if isinstance(t, torch.Tensor):
-                return t.shape[0]
-    return None
-
-
-def _cache_device(cache: Any) -> Any:
-    for layer in cache.layers:
-        for t in [getattr(layer, "keys", None), *(getattr(layer, "conv_states", None) or {}).values(),
-                  *(getattr(layer, "recurrent_states", None) or {}).values()]:
-            if isinstance(t, torch.Tensor):
-                return t.device
-    return None
 
 
 def _generate_batch(model, prompts: list[list[int]], n: int, seeds: list[int | None],
@@ -299,15 +272,16 @@ def _generate_batch(model, prompts: list[list[int]], n: int, seeds: list[int | N
     shared = _prefix_attention_supported(model)
     prefix = None
     step_kwargs: dict[str, Any] = {}
+    index = torch.arange(len(prompts), device=device).repeat_interleave(n)  # row -> its prompt
     if shared:
-        taken = repeat_cache_rows(cache, n, share_attention=True)
+        taken = repeat_cache_rows(cache, index, share_attention=True)
         # Kept in float32 (the attention math runs in float32 whatever the model's dtype: scores
         # rounded to bfloat16 would move the softmax by ~1%), keys transposed once.
         prefix = _SharedPrefix([None if kv is None else (kv[0].float().transpose(-1, -2).contiguous(),
                                                          kv[1].float()) for kv in taken], mask.bool(), n)
     else:
         if n > 1:
-            repeat_cache_rows(cache, n)
+            repeat_cache_rows(cache, index)
         full_mask = mask.repeat_interleave(n, dim=0)
     with _attention(model, prefix):
         for t in range(max_new_tokens):
