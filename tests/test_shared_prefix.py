@@ -468,10 +468,11 @@ def test_shared_rollouts_prefill_each_prompt_once_and_follow_the_seed(tiny_model
     from tests.test_train_grpo import small_config
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    cfg = small_config(tmp_path, tiny_model_dir, num_generations=4, per_device_train_batch_size=8)
+    cfg = small_config(tmp_path, tiny_model_dir, num_generations=4, per_device_train_batch_size=8,
+                       shared_rollouts=True)
     trainer = build_trainer(cfg, load_pivot_set(cfg), reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
                             tokenizer=tok)
-    assert rollout_fallback_reason(trainer) is None
+    assert rollout_fallback_reason(trainer) is None and trainer.shared_rollouts
     prompts = [tok(f"<|im_start|>user\nOrder O-{i}<|im_end|>\n<|im_start|>assistant\n",
                    add_special_tokens=False)["input_ids"] for i in range(2)]
     rows = [p for p in prompts for _ in range(4)]
@@ -492,7 +493,6 @@ def test_shared_rollouts_prefill_each_prompt_once_and_follow_the_seed(tiny_model
     drawn = []
     monkeypatch.setattr(trainer_module, "shared_prefill_rollouts",
                         lambda t, ids: drawn.append(len(ids)) or shared_prefill_rollouts(t, ids))
-    trainer.shared_rollouts = True
     trainer.args.max_steps = 1
     trainer.train()  # a step whose rollouts come from the shared-prefill loop
     assert trainer.state.global_step == 1 and drawn == [8]
