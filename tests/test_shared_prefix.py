@@ -496,3 +496,18 @@ def test_shared_rollouts_prefill_each_prompt_once_and_follow_the_seed(tiny_model
     trainer.args.max_steps = 1
     trainer.train()  # a step whose rollouts come from the shared-prefill loop
     assert trainer.state.global_step == 1 and drawn == [8]
+
+
+def test_rollouts_stay_trls_where_the_loop_would_sample_otherwise():
+    from pivotrl.train.shared_prefix import rollout_fallback_reason
+
+    def trainer(**kw):
+        args = SimpleNamespace(use_vllm=kw.pop("use_vllm", False), generation_kwargs=kw.pop("generation_kwargs", None))
+        return SimpleNamespace(args=args, **{"temperature": 1.0, "top_k": 0, "min_p": None,
+                                             "repetition_penalty": 1.0, **kw})
+
+    assert rollout_fallback_reason(trainer()) is None
+    assert "vLLM" in rollout_fallback_reason(trainer(use_vllm=True))
+    assert "multimodal" in rollout_fallback_reason(trainer(_is_vlm=True))
+    for kw in ({"top_k": 50}, {"min_p": 0.1}, {"repetition_penalty": 1.1}, {"generation_kwargs": {"x": 1}}):
+        assert "sampling options" in rollout_fallback_reason(trainer(**kw)), kw
