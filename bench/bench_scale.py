@@ -7,6 +7,16 @@ O(turns × context); compact: a row continues the previous row's context (`pivot
 so the file grows like the trajectories, and the turns one reader keeps share their messages.
 
     python3 bench/bench_scale.py [--trajectories 300] [--rounds 16] [--tool-chars 1500] [--shards 8]
+    python3 bench/bench_scale.py --sizes 10000,100000     # memory flat in the data (below)
+
+`--sizes`: for each number of trajectories (each with trajectory metadata and `--rounds` tool
+rounds), the peak resident memory of a fresh process running each data step: extract
+(trajectories -> turns), select (a synthetic profile of every turn, K=8 samples of 200
+characters -> pivots; streamed, two passes) and the training loader (`pivotrl.io.turn_files.
+iter_pivots`: every pivot read once, in shuffled order, as a sampler asks; next to it the eager
+`list(iter_valid(...))` for contrast), side by side; then two edge cases that do not depend on
+the size: one trajectory of 10,000 turns through extract, and a crafted 3 MB file of chained
+compact rows through `read_turns` (what `evaluate --turns` calls).
 
 Synthetic agent trajectories: a system prompt with tool instructions, a user request, then
 `--rounds` rounds of (assistant tool call, tool output of `--tool-chars` characters), and a final
@@ -116,6 +126,148 @@ def extract_both(tmp: Path, n: int, rounds: int, tool_chars: int) -> tuple[dict,
     return paths, {**mib, "extract_seconds": seconds}, summary.turns_train
 
 
+# One data step in a fresh process; argv: step, then its paths. Prints peak RSS (KiB), seconds.
+STEP = r"""
+import random, resource, sys, time
+step, args = sys.argv[1], sys.argv[2:]
+t0 = time.perf_counter()
+if step == "imports":
+    pass
+elif step == "extract":
+    from pivotrl.extract import extract_file
+    extract_file(args[0], args[1])
+elif step == "profile":  # synthetic profiles, not measured: K=8 samples of 200 characters
+    from pivotrl.io.records import AtomicWriter, Profile, Sample, Turn, read_records
+    rng = random.Random(0)
+    with AtomicWriter(args[1]) as w:
+        for _, t in read_records(args[0], Turn, strict=True):
+            rewards = [float(rng.random() < 0.4) for _ in range(8)]
+            mean = sum(rewards) / 8
+            w.write(Profile(**dict(t), k=8, reward_mean=mean,
+                            reward_std=(mean * (1 - mean)) ** 0.5,
+                            samples=[Sample(completion=f"{j}" * 200, reward=r, valid=True)
+                                     for j, r in enumerate(rewards)]))
+elif step == "select":
+    from pivotrl.select import SelectConfig, select_file
+    select_file(args[0], args[1], SelectConfig(), plot_png=False)
+elif step in ("loader", "eager"):
+    if step == "loader":
+        from pivotrl.io.turn_files import iter_pivots
+        pivots = iter_pivots(args[0])
+        order = list(range(len(pivots)))
+        random.Random(0).shuffle(order)
+        n = sum(len(pivots[i].context) > 0 for i in order)
+    else:
+        from pivotrl.io.records import Turn, iter_valid
+        n = sum(len(t.context) > 0 for t in list(iter_valid(args[0], Turn)))
+elif step == "read_turns":
+    from pivotrl.io.turn_files import read_turns
+    turns, rejects = read_turns(args[0])
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, round(time.perf_counter() - t0, 2))
+"""
+
+
+def run_step(step: str, *paths: Path) -> tuple[float, float]:
+    """(peak RSS MiB, seconds) of one step in a fresh Python process."""
+    out = subprocess.run([sys.executable, "-c", STEP, step, *map(str, paths)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{step} failed:\n{out.stderr[-3000:]}")
+    kib, seconds = out.stdout.split()[-2:]
+    return int(kib) / 1024, float(seconds)
+
+
+def write_with_metadata(path: Path, n: int, rounds: int, tool_chars: int) -> None:
+    """`make_trajectories`, each trajectory also carrying metadata (~400 characters), as
+    users' files do: turn rows must not repeat it."""
+    make_trajectories(path, n, rounds, tool_chars)
+    tmp = path.with_suffix(".meta")
+    with path.open() as src, tmp.open("w") as dst:
+        for i, line in enumerate(src):
+            rec = json.loads(line)
+            rec["metadata"] = {"source": "bench", "task_id": f"task-{i}", "rubric": "x" * 300,
+                               "labels": ["sql", "analytics", "weekly"]}
+            dst.write(json.dumps(rec) + "\n")
+    tmp.replace(path)
+
+
+def crafted_chain(path: Path, megabytes: float) -> int:
+    """A hostile turns file: tiny rows each continuing the one before (a new trajectory when
+    the reader's context limit would reject the next), `megabytes` in all."""
+    from pivotrl.io.compact_rows import MAX_CONTEXT_MESSAGES
+
+    written, rows, t = 0, 0, 0
+    with path.open("w") as fh:
+        while written < megabytes * 2**20:
+            for i in range(MAX_CONTEXT_MESSAGES):
+                if i == 0:
+                    row = {"id": f"{t}/0", "trajectory_id": str(t), "turn": 0,
+                           "context": [{"role": "user", "content": "u"}]}
+                else:
+                    row = {"id": f"{t}/{i}", "trajectory_id": str(t), "turn": i,
+                           "context_from": f"{t}/{i - 1}"}
+                row["expected"] = {"role": "assistant", "content": "a"}
+                line = json.dumps(row, separators=(",", ":")) + "\n"
+                fh.write(line)
+                written, rows = written + len(line), rows + 1
+                if written >= megabytes * 2**20:
+                    break
+            t += 1
+    return rows
+
+
+def sizes_table(sizes: list[int], rounds: int, tool_chars: int, out: Path | None) -> None:
+    t_start = time.perf_counter()
+    cols: dict[int, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        base, _ = run_step("imports")
+        for n in sizes:
+            traj, turns, prof, piv = (d / f"{k}.{n}.jsonl" for k in ("traj", "turns", "prof", "piv"))
+            write_with_metadata(traj, n, rounds, tool_chars)
+            c = cols[n] = {"traj_mib": traj.stat().st_size / 2**20}
+            c["extract_mib"], c["extract_s"] = run_step("extract", traj, turns)
+            c["turns_mib"] = turns.stat().st_size / 2**20
+            c["turns"] = sum(1 for _ in turns.open())
+            run_step("profile", turns, prof)
+            c["profile_mib"] = prof.stat().st_size / 2**20
+            c["select_mib"], c["select_s"] = run_step("select", prof, piv)
+            c["pivots"] = sum(1 for _ in piv.open())
+            c["loader_mib"], c["loader_s"] = run_step("loader", piv)
+            c["eager_mib"], c["eager_s"] = run_step("eager", piv)
+            for f in (traj, turns, prof, piv):
+                f.unlink()
+        huge = d / "huge.jsonl"
+        make_trajectories(huge, 1, 10_000, 40)
+        huge_mib = huge.stat().st_size / 2**20
+        huge_rss, huge_s = run_step("extract", huge, d / "huge.turns.jsonl")
+        chain = d / "chain.jsonl"
+        chain_rows = crafted_chain(chain, 3.0)
+        chain_rss, chain_s = run_step("read_turns", chain)
+    print(f"peak RSS of a fresh process per step (MiB; a bare Python process: {base:.0f} MiB); "
+          f"{rounds} tool rounds a trajectory")
+    print(f"{'':38s}" + "".join(f"{n:>14,d}" for n in sizes))
+    rows = [("trajectories file, MiB", "traj_mib", ".1f"), ("turns", "turns", ",.0f"),
+            ("turns file, MiB", "turns_mib", ".1f"), ("profile file, MiB", "profile_mib", ".1f"),
+            ("pivots", "pivots", ",.0f"),
+            ("extract, peak MiB", "extract_mib", ".0f"), ("  seconds", "extract_s", ".1f"),
+            ("select (streamed), peak MiB", "select_mib", ".0f"), ("  seconds", "select_s", ".1f"),
+            ("loader (iter_pivots), peak MiB", "loader_mib", ".0f"),
+            ("  seconds (every pivot, shuffled)", "loader_s", ".1f"),
+            ("eager list(iter_valid), peak MiB", "eager_mib", ".0f")]
+    for label, key, fmt in rows:
+        print(f"{label:38s}" + "".join(f"{format(cols[n][key], fmt):>14s}" for n in sizes))
+    print(f"\nextract, one trajectory of 10,000 turns ({huge_mib:.1f} MiB): peak {huge_rss:.0f} MiB, "
+          f"{huge_s:.1f} s")
+    print(f"read_turns, crafted 3 MiB chain of {chain_rows:,d} compact rows: peak {chain_rss:.0f} "
+          f"MiB, {chain_s:.1f} s")
+    print(f"(bench wall time {time.perf_counter() - t_start:.0f} s)")
+    if out:
+        out.write_text(json.dumps({"sizes": cols, "huge": [huge_mib, huge_rss, huge_s],
+                                   "chain": [chain_rows, chain_rss, chain_s], "baseline": base},
+                                  indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trajectories", type=int, default=300)
@@ -125,7 +277,15 @@ def main() -> None:
     parser.add_argument("--rounds-sweep", default="", help="e.g. 8,32: disk growth and shard "
                         "0's reader memory for these trajectory lengths.")
     parser.add_argument("--out", type=Path, default=None, help="Also write the numbers as JSON.")
+    parser.add_argument("--sizes", default="", help="e.g. 10000,100000: peak memory of extract, "
+                        "select and the training loader per number of trajectories (default "
+                        "--rounds 2 --tool-chars 200 there).")
     args = parser.parse_args()
+    if args.sizes:
+        rounds = args.rounds if "--rounds" in sys.argv else 2
+        chars = args.tool_chars if "--tool-chars" in sys.argv else 200
+        sizes_table([int(n) for n in args.sizes.split(",")], rounds, chars, args.out)
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         paths, disk, n_written = extract_both(Path(tmp), args.trajectories, args.rounds, args.tool_chars)

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pivotrl.experiment.e2e_config import E2ERunConfig
 from pivotrl.profile.loop import ProfileConfig
 from pivotrl.train.config import GRPORunConfig, SFTRunConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 EXAMPLES = {"profile.yaml": ProfileConfig, "train_testbed.yaml": GRPORunConfig,
-            "sft_testbed.yaml": SFTRunConfig}
+            "sft_testbed.yaml": SFTRunConfig, "e2e_testbed.yaml": E2ERunConfig}
 
 
 def restated_defaults(model, data: dict) -> list[str]:
@@ -61,7 +62,8 @@ def test_precedence_defaults_then_yaml_then_flags(tmp_path):
 
 @pytest.mark.parametrize("verb, model, skip", [("profile", ProfileConfig, {"engine", "verifier_config"}),
                                                ("train", GRPORunConfig, set()),
-                                               ("sft", SFTRunConfig, set())])
+                                               ("sft", SFTRunConfig, set()),
+                                               ("e2e", E2ERunConfig, set())])
 def test_every_config_field_is_a_flag_with_the_models_help(verb, model, skip):
     from typer.testing import CliRunner
 

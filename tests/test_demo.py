@@ -9,7 +9,7 @@ import pytest
 
 import pivotrl.experiment.demo as demo
 from pivotrl.experiment.demo import METHODS, DemoConfig, run_demo
-from pivotrl.experiment.evaluate import EvalConfig
+from pivotrl.experiment.evaluate import EvalConfig, SampledConfig
 from pivotrl.experiment.testbed.build import TestbedConfig
 
 
@@ -38,7 +38,8 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch):
                      e2e_tasks_per_step=1, dev_tasks=2, dev_ood_per_family=2,
                      eval=EvalConfig(episodes=2, turn_trajectories=1, ood_per_family=2,
                                      max_new_tokens=24, batch_size=8),
-                     kl_prompts=4, theory_turns=4, theory_samples=2, workers=1)
+                     kl_prompts=4, theory_turns=4, theory_samples=2, workers=1,
+                     sampled=SampledConfig(k=2))
     out = tmp_path / "demo"
     results = run_demo(out, cfg, testbed_config=TestbedConfig().quick(), log=lambda m: None)
     saved = json.loads((out / "results.json").read_text())
@@ -65,11 +66,23 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch):
     assert ck["e2e_rl"][1]["rollout_turns"] > ck["e2e_rl"][0]["rollout_turns"] > 0
     # Per-item outcomes of every arm on both splits; verdicts between dev-chosen checkpoints.
     items = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
-    keys = {"method", "world", "seed", "lr", "step", "split", "measure", "item", "cluster", "outcome"}
-    assert all(set(r) == keys for r in items)
-    assert {(r["method"], r["split"]) for r in items} == {(m, s) for m in ("base", *METHODS)
-                                                         for s in ("dev", "eval")}
+    keys = {"method", "world", "seed", "lr", "step", "split", "measure", "item", "cluster", "outcome",
+            "decoding"}
+    assert all(set(r) == keys | ({"position", "kind"} if r["measure"] == "turn" else set())
+               for r in items)
+    assert {(r["method"], r["split"], r["decoding"]) for r in items} == {
+        (m, s, d) for m in ("base", *METHODS) for s in ("dev", "eval") for d in ("greedy", "sampled")}
     assert {r["measure"] for r in items} == {"episode", "turn", "ood"}
+    # Sampled: turn accuracy and OOD only (episodes off by default), each a mean over k=2 samples.
+    sampled = [r for r in items if r["decoding"] == "sampled"]
+    assert {r["measure"] for r in sampled} == {"turn", "ood"}
+    assert all(r["outcome"] in (0.0, 0.5, 1.0) for r in sampled)
+    assert {v["decoding"] for v in saved["verdicts"]} == {"greedy", "sampled"}
+    # The budget rule ran every job and says where it stopped; the frontier verdicts are there.
+    assert {(s["method"], s["stop_step"]) for s in saved["budget"]} <= {(m, st) for m in METHODS
+                                                                       for st in (1, 2)}
+    assert len(saved["budget"]) == len(METHODS)
+    assert set(saved["joint"]["verdicts"]) == {"ood_at_matched_gain", "gain_at_matched_ood"}
     assert saved["verdicts"] and all(v["verdict"] in ("met", "not met", "within noise", "not measurable")
                                      for v in saved["verdicts"])
     assert "grad_norm_vs_std_corr" in saved["theory"] and "null_grad_norm_vs_std_corr" in saved["theory"]
@@ -77,6 +90,7 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch):
     report = (out / "report.md").read_text()
     assert "## The paper's claims against ours" in report
     assert (out / "frontier.png").exists() and (out / "compute.png").exists()
+    assert (out / "joint_frontier.png").exists() and "## The joint claim on the frontier" in report
 
     t0 = time.time()
     again = run_demo(out, cfg, testbed_config=TestbedConfig().quick(), log=lambda m: None)
@@ -101,7 +115,7 @@ def test_demo_yaml_is_the_default_and_typos_are_errors(tmp_path):
         DemoConfig.from_yaml(bad)
     # --full adds the ablation arms and seeds on top of the same per-run budget (cache reuse)
     full = DemoConfig().full()
-    assert full.methods == list(METHODS) and full.seeds == [0, 1, 2]
+    assert full.methods == list(METHODS) and full.seeds == [0, 1, 2, 3, 4, 5]
     assert (full.steps, full.learning_rates) == (DemoConfig().steps, DemoConfig().learning_rates)
 
 

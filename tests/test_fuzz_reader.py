@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pivotrl.extract import extract_file
+from pivotrl.io.empty import EmptyResultError
 from pivotrl.io.records import Reject, Trajectory, read_records
 
 SEED_LINES = open("examples/trajectories.jsonl").read().splitlines()
@@ -51,7 +52,11 @@ def test_reader_never_crashes_and_accounts_for_every_line(tmp_path, lines):
     ok = sum(isinstance(r, Trajectory) for _, r in results)
     rejected = sum(isinstance(r, Reject) for _, r in results)
     assert ok + rejected + counts.get("blank", 0) == n_lines
-    summary = extract_file(src, tmp_path / "turns.jsonl")
+    try:
+        summary = extract_file(src, tmp_path / "turns.jsonl")
+    except EmptyResultError as exc:  # nothing to extract: an error, its summary still exact
+        summary = exc.result
+        assert summary.turns_train == 0
     assert summary.read == n_lines
     assert summary.trajectories + sum(summary.rejects.values()) + summary.blank == n_lines
     n_rejects = (tmp_path / "turns.rejects.jsonl").read_bytes().count(b"\n")

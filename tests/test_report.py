@@ -139,3 +139,30 @@ def test_missing_arm_is_not_measurable_and_theory_shows_its_null(tmp_path):
     assert "| Pearson r, plain gradient norm vs reward std | 0.900 | 0.880 |" in md
     assert "| turn accuracy | 40 | 20 | 1 | 0.300 | ±0.120 | 0.170 | ±— |" in md
     assert (tmp_path / "theory_grad_vs_std.png").exists()
+
+
+def test_plots_label_their_split_tick_the_compute_axis_and_bar_the_frontier(tmp_path, monkeypatch):
+    """Read off the figures as saved: every axis label of the checkpoint plots says dev (the
+    split they show), compute.png's x axis has tick labels, the frontier has interval bars."""
+    from matplotlib.container import ErrorbarContainer
+    from matplotlib.figure import Figure
+
+    saved = {}
+    real = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: (
+        saved.__setitem__(str(path).rsplit("/", 1)[-1], fig), real(fig, path, **kw))[1])
+    rows, items = make({"base": {(0.0, 0): (0.3, 0.3)},
+                        "pivotrl": {(1e-4, 10): (0.6, 0.7, 0.9, 100), (1e-4, 20): (0.7, 0.7, 0.8, 250)},
+                        "e2e_rl": {(1e-4, 10): (0.5, 0.5, 0.9, 3000)}}, seeds=(0, 1))
+    for r in rows:  # the seeds disagree, so the intervals over seeds have a width
+        r["dev"]["in_domain"]["success"] -= 0.1 * r["seed"]
+    report(tmp_path, rows, items, (0, 1))
+    for name in ("frontier.png", "compute.png"):
+        for ax in saved[name].axes:
+            assert "dev" in ax.get_ylabel() and "eval" not in ax.get_ylabel() + ax.get_xlabel()
+    for ax in saved["compute.png"].axes:
+        labels = [t.get_text() for t in ax.get_xticklabels()]
+        assert {"100", "250", "3,000"} <= set(labels), labels
+    first = saved["frontier.png"].axes[0]
+    bars = [c for c in first.containers if isinstance(c, ErrorbarContainer)]
+    assert bars and "95% interval over seeds" in first.get_title()

@@ -153,7 +153,7 @@ def flaky_server():
 
 
 def test_openai_retries_5xx_then_parses(flaky_server):
-    s = get_sampler("openai", None, base_url=flaky_server, backoff=0.01, max_retries=3,
+    s = get_sampler("openai", None, base_url=flaky_server, max_retries=3,
                     concurrency=1)
     assert s.model == "flaky-model"  # asked /v1/models
     out = s.sample(["a"], 3, SamplingParams(max_new_tokens=5, temperature=0.7), seeds=[9])
@@ -168,7 +168,7 @@ def test_openai_retries_5xx_then_parses(flaky_server):
 def test_openai_gives_up_with_the_url(flaky_server):
     _Flaky.fail = 100
     try:
-        s = get_sampler("openai", "m", base_url=flaky_server, backoff=0.01, max_retries=1)
+        s = get_sampler("openai", "m", base_url=flaky_server, max_retries=1)
         with pytest.raises(SamplerError, match="HTTP 503") as err:
             s.sample(["a"], 1, SamplingParams(max_new_tokens=2))
         assert flaky_server in str(err.value)
@@ -184,7 +184,7 @@ def test_openai_unreachable_names_the_url():
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}/v1"
     with pytest.raises(SamplerError, match="unreachable") as err:
-        get_sampler("openai", None, base_url=url, backoff=0.01, max_retries=1)
+        get_sampler("openai", None, base_url=url, max_retries=1)
     assert url in str(err.value)
 
 

@@ -193,3 +193,51 @@ def test_missing_bwrap_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
     with pytest.raises(SandboxUnavailable, match="apt-get install -y bubblewrap"):
         run_in_sandbox("true", tmp_path)
+
+
+# ---------------------------------------------------------------- effects, network record, clock
+
+
+def test_home_and_tmp_changes_are_recorded_and_fresh_each_run(ws):
+    assert run_in_sandbox("grep -c x a.txt", ws, FAST).effects == {}
+    res = run_in_sandbox('echo $HOME $TMPDIR; echo s > /tmp/t; echo a >> ~/.bashrc; '
+                         'rm ~/.profile; mkdir ~/.cache; echo m > /dev/shm/m; echo d > /dev/d',
+                         ws, FAST)
+    assert res.stdout == "/home/user /tmp\n"
+    assert "/dev/d: Read-only file system" in res.stderr  # the rest of /dev is read-only
+    assert res.effects == {"/tmp/t": "s\n", "~/.bashrc": "# ~/.bashrc\nalias ll='ls -l'\na\n",
+                           "~/.profile": None, "~/.cache/": "<dir>", "/dev/shm/m": "m\n"}
+    again = run_in_sandbox("ls -A /tmp ~", ws, FAST)  # nothing of the last run is left
+    assert again.stdout.split() == ["/home/user:", ".bashrc", ".profile", "/tmp:"]
+    assert again.effects == {}
+    assert sorted(p.name for p in ws.iterdir()) == ["a.txt", "empty", "sub"]
+
+
+@pytest.mark.skipif(not sandbox.effects.network_recorded(), reason="network not recorded here")
+def test_network_attempts_are_recorded_and_fail_at_once(ws):
+    for cmd in ["curl -s -m 3 http://198.51.100.1/", "getent hosts pypi.org",
+                "python3 -c 'import socket; socket.socket().connect_ex((\"10.9.8.7\", 22))'",
+                "curl -s -m 3 'http://[2001:db8::7]/'", "bash -c 'echo > /dev/udp/8.8.8.8/53'"]:
+        start = time.monotonic()
+        res = run_in_sandbox(cmd + "; echo ok", ws, FAST)
+        assert res.stdout == "ok\n" and time.monotonic() - start < 1.5, (cmd, res)
+        assert res.effects == {"<network>": "attempted"}, (cmd, res.effects)
+    assert run_in_sandbox("cat a.txt >/dev/null", ws, FAST).effects == {}
+
+
+@pytest.mark.skipif("fixed" not in sandbox.sandbox_limits_in_force()["clock"],
+                    reason="no C compiler: the clock is real here")
+def test_the_fixed_clock_holds_whatever_the_environment(ws):
+    cmds = ["date -u '+%F %T'", "env -i /usr/bin/date -u +%s", "LD_PRELOAD= date +%s",
+            "touch n; stat -c '%Y %X %Z' n a.txt", "python3 -c 'import time; print(int(time.time()))'",
+            "echo $EPOCHSECONDS; printf '%(%s)T\\n' -1", "ls -l --time-style=+%s a.txt | cut -d' ' -f6"]
+    out = [run_in_sandbox(c, ws, FAST).stdout.split() for c in cmds]
+    fixed = str(sandbox.clock.FIXED_TIME)
+    assert out[0] == ["2024-01-01", "00:00:00"]
+    assert all(set(words) == {fixed} for words in out[1:]), out
+
+
+def test_dev_stdout_and_stderr_can_be_reopened(ws):
+    # `> /dev/stderr` is `>&2` outside a sandbox: the same output and exit code inside
+    res = run_in_sandbox("echo e > /dev/stderr && echo o > /dev/stdout", ws, FAST)
+    assert (res.exit_code, res.stdout, res.stderr) == (0, "o\n", "e\n")

@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pivotrl.cli import app
-from pivotrl.io.records import Profile, iter_valid, write_atomic
+from pivotrl.io.empty import EmptyResultError
+from pivotrl.io.records import Profile, Turn, iter_valid, write_atomic
 from pivotrl.select import LAMBDA_DIFF, SelectConfig, binary_std, select, select_file, success_rate
 
 
@@ -100,12 +101,46 @@ def test_select_file_statistics_plot_and_cli(tmp_path):
     assert not (tmp_path / "b.hist.png").exists()
 
 
-def test_empty_profile_file(tmp_path):
+def test_empty_profile_file_is_an_error(tmp_path):
     path = tmp_path / "empty.jsonl"
     path.write_text("")
-    stats = select_file(path, tmp_path / "p.jsonl", SelectConfig())
-    assert stats["turns"] == 0 and stats["kept_fraction"] == 0.0
-    assert (tmp_path / "p.jsonl").read_text() == ""
+    with pytest.raises(EmptyResultError, match="0 profiles: the file holds no records") as err:
+        select_file(path, tmp_path / "p.jsonl", SelectConfig(), allow_empty=True)
+    assert err.value.flag is None  # no input: nothing to allow
+
+
+def test_no_pivot_is_an_error_unless_allowed(tmp_path):
+    path = tmp_path / "profile.jsonl"
+    write_atomic(path, [FAIL, PASS, EASY])
+    with pytest.raises(EmptyResultError, match="0 pivots.*1 all fail, 1 all pass, 1 mixed but") as err:
+        select_file(path, tmp_path / "p.jsonl", SelectConfig(), plot_png=False)
+    assert "--allow-empty" in str(err.value) and err.value.result["turns"] == 3
+    assert (tmp_path / "p.stats.json").exists()  # the outputs are written before the error
+    stats = select_file(path, tmp_path / "q.jsonl", SelectConfig(), plot_png=False, allow_empty=True)
+    assert stats["kept"] == 0 and (tmp_path / "q.jsonl").read_text() == ""
+
+
+def test_a_turns_or_trajectory_file_is_named_for_what_it_is(tmp_path):
+    turns = tmp_path / "turns.jsonl"
+    write_atomic(turns, [Turn.model_validate(FAIL.model_dump(include=set(Turn.model_fields)))])
+    with pytest.raises(EmptyResultError, match="file of turns, not profiles; run `pivotrl profile`"):
+        select_file(turns, tmp_path / "p.jsonl", SelectConfig())
+    with pytest.raises(EmptyResultError, match="file of trajectories, not profiles"):
+        select_file("examples/trajectories.jsonl", tmp_path / "p.jsonl", SelectConfig())
+
+
+def test_the_rule_alone_holds_nothing_per_profile_and_a_budget_only_pivots():
+    """What a streamed selection keeps in memory: nothing for the paper's rule, (success, std,
+    id) of each pivot under a budget, of each profile for the random baseline."""
+    from pivotrl.select import Selection, score
+
+    for cfg, held in ((SelectConfig(), 0), (SelectConfig(budget=2), 3),
+                      (SelectConfig(strategy="random"), len(ALL))):
+        selection = Selection(cfg)
+        for p in ALL:
+            selection.add(score(p))
+        assert len(selection.candidates) == held, cfg
+        assert [p.id for p in ALL if selection.keeps(score(p))] == ids(select(ALL, cfg))
 
 
 @pytest.mark.parametrize("rewards,keep", [([0.0], False), ([1.0], False), ([], False)])

@@ -271,6 +271,45 @@ def test_stream_with_stop_strings_equals_plain(server):
     assert [c["finish_reason"] for c in plain["choices"]][:2] == ["stop", "stop"]
 
 
+def test_unbounded_stop_strings_are_refused_at_once_even_while_the_model_is_busy(server):
+    """Stop strings are scanned at every decoding step: too many (or too long) are a 400, given
+    before the request waits for the model, so a busy server answers it at once."""
+    import threading
+
+    busy = threading.Thread(target=lambda: httpx.post(f"{server}/completions", timeout=120, json={
+        "prompt": "hello", "max_tokens": 1000, "n": 4, "seed": 1}))
+    busy.start()
+    time.sleep(0.5)  # the long request holds the model now
+    try:
+        for stop, why in (([f"s{i}" for i in range(1200)], "at most 16 stop strings"),
+                          (["x" * 257], "at most 256 characters")):
+            t0 = time.perf_counter()
+            r = httpx.post(f"{server}/completions", timeout=30,
+                           json={"prompt": "x", "max_tokens": 4, "stop": stop})
+            waited = time.perf_counter() - t0
+            assert r.status_code == 400 and r.json()["error"]["param"] == "stop", r.text
+            assert why in r.json()["error"]["message"] and waited < 2.0, waited
+        assert busy.is_alive()  # answered while the long request still generated
+    finally:
+        busy.join()
+
+
+def test_prompt_tokens_count_in_the_request_budget(tiny_model_dir):
+    """One budget for prompt and completion: n x (prompt + max_tokens) over the prompts."""
+    from pivotrl.sampling import serve
+
+    engine = serve.Engine(str(tiny_model_dir), 8, None, 200)
+    prompt = "the quick brown fox " * 4
+    prompt_tokens = len(engine.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    assert 40 < prompt_tokens < 190
+    engine.check_tokens([prompt], 1, 200 - prompt_tokens)  # exactly the budget: accepted
+    with pytest.raises(serve.APIError) as info:
+        engine.check_tokens([prompt], 1, 201 - prompt_tokens)  # max_tokens alone is within it
+    assert info.value.status == 400 and "prompt tokens + max_tokens" in info.value.message
+    with pytest.raises(serve.APIError):  # n multiplies the prompt too
+        engine.check_tokens([prompt], 2, 100 - prompt_tokens + 1)
+
+
 def test_first_chunk_arrives_while_generation_runs(tiny_model_dir):
     """Deterministic: the model's third forward pass blocks until the test has received a
     chunk, so a stream that sent only after generation would never send one."""

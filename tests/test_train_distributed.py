@@ -54,3 +54,87 @@ def test_accelerate_configs_load(name):
         assert cfg.deepspeed_config["zero_stage"] == int(name[-1])
     if name == "fsdp":
         assert cfg.fsdp_config["fsdp_version"] == 2
+
+
+def lora_reference(model_dir):
+    from dist_scaleout_worker import lora_model
+
+    return lora_model(str(model_dir)).merge_and_unload()
+
+
+def same_weights(a, b) -> bool:
+    import torch
+
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+@pytest.mark.slow
+def test_fsdp_two_ranks_reprofile_once_agree_and_save_full_models(tmp_path, tiny_model_dir):
+    """Two gloo ranks (torchrun), FSDP2 on CPU: re-profiling splits the pivots of a replicated
+    model and runs in lockstep on a sharded one, every rank ending on the same pivots (rank 0's
+    when they would differ); the final save gathers a sharded model, and merges a sharded LoRA
+    model's adapter, into checkpoints `from_pretrained` loads."""
+    from transformers import AutoModelForCausalLM
+
+    from test_train_grpo import make_turn
+
+    rows = [dict(make_turn(i), metadata={"easy": i % 3 == 0}) for i in range(8)]
+    pivots = tmp_path / "pivots.jsonl"
+    pivots.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519",
+           str(ROOT / "tests" / "dist_scaleout_worker.py"), str(tiny_model_dir), str(pivots), str(out)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    hard = [r["id"] for r in rows if not r["metadata"]["easy"]]
+    rep = [r["replicated"] for r in ranks]
+    assert not any(r["sharded"] for r in rep)
+    assert sum(r["profiled"] for r in rep) == 8 and all(0 < r["profiled"] < 8 for r in rep)  # each pivot once
+    assert rep[0]["kept"] == rep[1]["kept"] == hard and rep[0]["history"][0]["before"] == 8
+    sh = [r["sharded"] for r in ranks]
+    assert all(r["sharded"] and r["profiled"] == 8 for r in sh)  # lockstep: every rank every forward
+    # rank 1's verifier passes everything: alone it would keep nothing; it follows rank 0
+    assert sh[0]["kept"] == sh[1]["kept"] == hard
+
+    full = AutoModelForCausalLM.from_pretrained(out / "full")
+    assert same_weights(full, AutoModelForCausalLM.from_pretrained(tiny_model_dir))
+    merged = AutoModelForCausalLM.from_pretrained(out / "lora")
+    assert (out / "lora" / "adapter" / "adapter_config.json").exists()
+    assert same_weights(merged, lora_reference(tiny_model_dir))
+    assert not same_weights(merged, full)
+
+
+def test_save_final_writes_the_gathered_weights_not_the_local_partition(tmp_path, tiny_model_dir):
+    """ZeRO-3 as the save path sees it (DeepSpeed does not run on CPU): each process's parameters
+    are empty placeholders and only `get_state_dict` (DeepSpeed's 16-bit consolidation through
+    accelerate) has the weights; the saved model and the LoRA merge must come from those."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from dist_scaleout_worker import lora_model
+    from pivotrl.train.grpo import save_final
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    for name, model, reference in (
+            ("full", AutoModelForCausalLM.from_pretrained(tiny_model_dir), None),
+            ("lora", lora_model(str(tiny_model_dir)), lora_reference(tiny_model_dir))):
+        gathered = {k: v.clone() for k, v in model.state_dict().items()}
+        reference = reference or AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.data = torch.empty(0)  # the partition a ZeRO-3 rank holds outside a gather
+        asked = []
+        acc = SimpleNamespace(is_main_process=True, unwrap_model=lambda m: m, wait_for_everyone=lambda: None,
+                              get_state_dict=lambda m, asked=asked, gathered=gathered: asked.append(m) or gathered)
+        engine = object()  # the DeepSpeed engine: what get_state_dict must be given
+        save_final(SimpleNamespace(accelerator=acc, model=model, model_wrapped=engine), tok, tmp_path / name,
+                   base_model=str(tiny_model_dir))
+        assert asked == [engine]
+        assert same_weights(AutoModelForCausalLM.from_pretrained(tmp_path / name), reference)

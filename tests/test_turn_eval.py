@@ -183,3 +183,32 @@ def test_sharded_reading_partitions_the_file_and_still_rejects(tmp_path):
         assert len(shard_rejects) - len(dups) == 2
         assert len(dups) == (1 if shard_of(rows[4]["id"], 4) == i else 0)
     assert sorted(seen, key=lambda x: x[0]) == every
+
+
+# ---------------------------------------------------------------- prompt caps and backends
+
+
+@pytest.mark.slow
+def test_evaluate_turns_through_pivotrl_serve_equals_hf(tmp_path, tiny_model_dir):
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+    from test_serve_openai import start_server
+
+    path = write_turns(tmp_path / "eval.jsonl", [turn(t, k) for t in range(2) for k in range(2)])
+    proc, url = start_server(tiny_model_dir)
+    try:
+        docs = {}
+        for backend in ("hf", "openai"):
+            out = tmp_path / f"{backend}.json"
+            res = CliRunner().invoke(app, ["evaluate", "--turns", str(path), "--model", str(tiny_model_dir),
+                                           "--out", str(out), "--backend", backend, "--base-url", url])
+            assert res.exit_code == 0, res.output
+            docs[backend] = [json.loads(line) for line in items_path(out).read_text().splitlines()]
+            assert json.loads(out.read_text())["settings"]["backend"] == backend
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    # greedy on the same weights: the same actions, whichever engine wrote them
+    assert [i["completions"] for i in docs["openai"]] == [i["completions"] for i in docs["hf"]]
+    assert len(docs["hf"]) == 4

@@ -14,6 +14,10 @@ inside [0, 1] and is not empty at accuracy 0 or 1, where the plain normal interv
 point. The design effect is never taken below 1 (a conservative choice: with few trajectories a
 negative within-trajectory correlation is mostly noise).
 
+A turn whose prompt is longer than the engine takes (the model's context; vLLM's max_model_len; a
+server's model card) is set aside before sampling, listed in the result (`too_long`: id → prompt
+tokens) and left out of the accuracy: it measures the engine's context, not the policy.
+
 Samples are seeded per turn, from (seed, turn id): a turn's result does not depend on which other
 turns share its batch, or on `limit`.
 """
@@ -23,26 +27,30 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from pivotrl.formats.chat import prompt_text
 from pivotrl.formats.families import parser_for
 from pivotrl.io.records import Turn, rejects_path, sidecar_path, write_atomic
 from pivotrl.io.seeds import derive_seed
+from pivotrl.io.split import Split
 from pivotrl.io.turn_files import chunks, read_turns
 from pivotrl.profile.loop import score_samples
 from pivotrl.sampling.base import SamplingParams
+from pivotrl.sampling.options import EngineConfig
+from pivotrl.sampling.pipeline import prompt_limit, split_too_long
 from pivotrl.select import SUCCESS_THRESHOLD
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
 
-class TurnEvalConfig(BaseModel):
-    """Options of `pivotrl evaluate --turns` (CLI flags)."""
+class TurnEvalConfig(EngineConfig):
+    """Options of `pivotrl evaluate --turns` and `pivotrl compare` (CLI flags); the engine's
+    (`--backend hf|vllm|openai` and its options) are EngineConfig's, as for profiling."""
 
     verifier: str = Field("toolcall", description="Verifier name (pivotrl.verifiers registry), as "
                           "for profiling and the GRPO reward.")
@@ -116,13 +124,22 @@ def turn_seed(seed: int, turn_id: str) -> int:
     return derive_seed("evaluate", seed, turn_id)
 
 
-def score_turns(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: TurnEvalConfig
-                ) -> Iterator[dict[str, Any]]:
-    """One item per turn, in order: {id, trajectory_id, success, rewards, valid, reasons, tokens}."""
+def score_turns(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: TurnEvalConfig,
+                too_long: dict[str, int] | None = None) -> Iterator[dict[str, Any]]:
+    """One item per turn, in order: {id, trajectory_id, success, rewards, valid, reasons, tokens}.
+    Turns whose prompt the sampler cannot take are skipped and recorded in `too_long`
+    (id → prompt tokens) when given."""
     params = cfg.sampling(tokenizer)
     parse = parser_for(tokenizer, cfg.response_format, cfg.chat_template_kwargs)
+    limit = prompt_limit(sampler)
     for chunk in chunks(turns, cfg.chunk_turns):
         prompts = [prompt_text(tokenizer, t.context, t.tools, cfg.chat_template_kwargs) for t in chunk]
+        fits, over = split_too_long(prompts, tokenizer, limit)
+        if too_long is not None:
+            too_long.update({chunk[i].id: n for i, n in over.items()})
+        chunk, prompts = [chunk[i] for i in fits], [prompts[i] for i in fits]
+        if not chunk:
+            continue
         completions = sampler.sample(prompts, cfg.samples, params,
                                      seeds=[turn_seed(cfg.seed, t.id) for t in chunk])
         for turn, row in zip(chunk, score_samples(verifier, chunk, completions, parse), strict=True):
@@ -155,22 +172,44 @@ def result_rejects_path(out: str | Path) -> Path:
 
 
 def evaluate_turns_file(turns_path: str | Path, out_path: str | Path, sampler, verifier, tokenizer,
-                        cfg: TurnEvalConfig, *, model_name: str = "") -> dict[str, Any]:
+                        cfg: TurnEvalConfig, *, model_name: str = "", split: Split | None = None,
+                        progress: Callable[[int, int], Any] | None = None) -> dict[str, Any]:
     """Score the turns of `turns_path`; write RESULT.json (`out_path`), the scored turns
-    (RESULT.items.jsonl) and bad lines (RESULT.rejects.jsonl). Returns the result dict."""
+    (RESULT.items.jsonl) and bad lines (RESULT.rejects.jsonl). Returns the result dict.
+    `split`: score only turns of its eval trajectories (the others are counted, not scored).
+    `progress(done, total)` is called after each scored turn."""
     turns_path, out_path = Path(turns_path), Path(out_path)
     outputs = (out_path, items_path(out_path), result_rejects_path(out_path))
     if turns_path.resolve() in {p.resolve() for p in outputs}:
         raise ValueError(f"{turns_path}: an output of evaluate would overwrite this input")
     t0 = time.perf_counter()
     turns, rejects = read_turns(turns_path)
-    chosen = [t for _, t in turns][: cfg.limit]
+    chosen = [t for _, t in turns]
+    held_out = split.eval_ids() if split is not None else None
+    if held_out is not None:
+        kept = [t for t in chosen if (t.trajectory_id or t.id) in held_out]
+        if chosen and not kept:
+            raise ValueError(f"{turns_path}: none of its {len(chosen)} turns belongs to an eval "
+                             "trajectory of the split; evaluate the held-out file (TURNS.eval.jsonl)")
+        not_held_out, chosen = len(chosen) - len(kept), kept
+    chosen = chosen[: cfg.limit]
     if not chosen:
         raise ValueError(f"{turns_path}: no valid turns ({len(rejects)} bad lines)")
-    items = list(score_turns(chosen, sampler, verifier, tokenizer, cfg))
+    too_long: dict[str, int] = {}
+    items = []
+    for item in score_turns(chosen, sampler, verifier, tokenizer, cfg, too_long):
+        items.append(item)
+        if progress is not None:
+            progress(len(items) + len(too_long), len(chosen))
+    if not items:
+        raise ValueError(f"{turns_path}: every prompt is longer than the engine takes "
+                         f"({prompt_limit(sampler)} tokens; {len(too_long)} turns)")
     result = {"model": model_name, "turns_file": str(turns_path), "settings": cfg.model_dump(),
-              "rejected_lines": len(rejects), **summarize(items),
+              "rejected_lines": len(rejects), "prompt_limit": prompt_limit(sampler),
+              "too_long": too_long, **summarize(items),
               "seconds": round(time.perf_counter() - t0, 3)}
+    if held_out is not None:
+        result["split"] = {"eval_trajectories": len(held_out), "turns_not_held_out": not_held_out}
     write_atomic(items_path(out_path), items)
     if rejects:
         write_atomic(result_rejects_path(out_path), [r.to_json() for r in rejects])
@@ -196,39 +235,69 @@ def result_table(result: dict[str, Any], title: str):
     return table
 
 
+def check_inputs(console, models: Sequence[Path], turns: Path, verifier: str,
+                 verifier_config: Path | None, options: dict[str, Any]):
+    """(TurnEvalConfig, verifier) from the command line, or None after printing what is wrong."""
+    from pivotrl.io.yaml_config import build_model, read_mapping
+    from pivotrl.verifiers import get_verifier
+
+    from rich.markup import escape
+
+    from pivotrl.io.inputs import check_input_file, check_model
+
+    try:
+        for m in models:
+            check_model(m)
+        check_input_file(turns, "--turns", "`pivotrl extract --eval-fraction F` (TURNS.eval.jsonl)")
+        vopts = read_mapping(verifier_config) if verifier_config else {}
+        cfg = build_model(TurnEvalConfig, {"verifier": verifier, "verifier_config": vopts, **options},
+                          "options")
+        return cfg, get_verifier(cfg.verifier, **cfg.verifier_config)
+    except (KeyError, ValueError, TypeError, OSError) as exc:  # unknown verifier, bad options
+        console.print(f"[red]pivotrl evaluate: {escape(str(exc))}[/red]")
+        return None
+
+
 def cli_evaluate_turns(console, model: Path, turns: Path, out: Path, other_source: Path | None,
-                       verifier: str, verifier_config: Path | None, **options: Any) -> int:
-    """The `evaluate --turns` verb: check the inputs, score with the hf sampler, print the
-    table; returns the exit status (2: bad input, 1: nothing to score, 0: done)."""
-    import yaml
+                       verifier: str, verifier_config: Path | None, split: Path | None = None,
+                       **options: Any) -> int:
+    """The `evaluate --turns` verb: check the inputs, score with the chosen backend, print the
+    table; returns the exit status (2: bad input, 1: nothing to score or no engine, 0: done)."""
     from rich.console import Console
 
-    from pivotrl.sampling import get_sampler
-    from pivotrl.verifiers import get_verifier
+    from pivotrl.io.inputs import check_chat_template
+    from pivotrl.io.progress import ProgressLog
+    from pivotrl.io.split import resolve_split
+    from pivotrl.sampling import SamplerError
 
     if other_source is not None:
         console.print("[red]--turns scores a Turn file on its own: drop --testbed/--bfcl[/red]")
         return 2
-    for path, what, ok in ((model, "--model", model.is_dir()), (turns, "--turns", turns.is_file())):
-        if not ok:
-            console.print(f"[red]{what} {path}: no such {'directory' if what == '--model' else 'file'}[/red]")
-            return 2
+    checked = check_inputs(console, [model], turns, verifier, verifier_config, options)
+    if checked is None:
+        return 2
     try:
-        vopts = (yaml.safe_load(verifier_config.read_text()) or {}) if verifier_config else {}
-        cfg = TurnEvalConfig(verifier=verifier, verifier_config=vopts, **options)
-        ver = get_verifier(cfg.verifier, **cfg.verifier_config)
-    except (KeyError, ValueError, TypeError, OSError, yaml.YAMLError) as exc:  # unknown verifier, bad options
+        held_out = resolve_split(split, turns)
+    except ValueError as exc:
         console.print(f"[red]pivotrl evaluate --turns: {exc}[/red]")
         return 2
-    sampler = get_sampler("hf", str(model))
+    cfg, ver = checked
+    log = ProgressLog("evaluate", None, unit="turn", every_s=30.0, log_file=sidecar_path(out, ".log", ".json"))
     try:
-        with console.status(f"scoring {turns.name}"):
-            result = evaluate_turns_file(turns, out, sampler, ver, sampler.tokenizer, cfg,
-                                         model_name=str(model))
-    except ValueError as exc:
+        sampler, tokenizer = cfg.build_sampler(str(model))
+        check_chat_template(tokenizer, model)
+        result = evaluate_turns_file(turns, out, sampler, ver, tokenizer, cfg, model_name=str(model),
+                                     split=held_out, progress=lambda done, total: log.update(done, total=total))
+    except (SamplerError, ValueError) as exc:
         console.print(f"[red]{exc}[/red]")
         return 1
+    except KeyboardInterrupt:
+        console.print(f"[yellow]stopped; nothing written to {out}: rerun the same command (it scores "
+                      "every turn again)[/yellow]")
+        return 130
     Console().print(result_table(result, f"{model} on {turns}"))
     console.print(f"wrote {out} and {items_path(out)} ({result['seconds']} s)"
-                  + (f"; bad lines: {result_rejects_path(out)}" if result["rejected_lines"] else ""))
+                  + (f"; bad lines: {result_rejects_path(out)}" if result["rejected_lines"] else "")
+                  + (f"; {len(result['too_long'])} prompts longer than the engine takes "
+                     f"({result['prompt_limit']} tokens) set aside" if result["too_long"] else ""))
     return 0

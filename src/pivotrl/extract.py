@@ -12,15 +12,20 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 from rich.table import Table
 
+from pivotrl.io.compact_rows import MAX_CONTEXT_MESSAGES
+from pivotrl.io.empty import ALLOW_EMPTY, check_input, require_some
 from pivotrl.io.outputs import check_outputs
 from pivotrl.io.records import (AtomicWriter, RecordError, Reject, Trajectory, Turn, dump,
                              message_text, read_records, rejects_path)
+from pivotrl.io.split import Split, split_path, write_split
 
 
 class ExtractOptions(BaseModel):
@@ -38,6 +43,10 @@ class ExtractOptions(BaseModel):
         0.0, ge=0.0, lt=1.0, description="Fraction of trajectories held out for evaluation, split "
         "by trajectory id (never by row: turns of one trajectory share context, docs/DESIGN.md).")
     seed: int = Field(0, description="Seed of the train/eval split.")
+    max_context_messages: int = Field(
+        MAX_CONTEXT_MESSAGES, ge=1, description="Skip (and count) turns with more context "
+        "messages: bounds memory and disk on huge trajectories. Above the default, compact rows "
+        "no longer apply to those turns (they are written in full; pivotrl.io.compact_rows).")
     compact: bool = Field(
         True, description="Write compact rows that continue the previous row's context "
         "(pivotrl.io.compact_rows; every pivotrl reader expands them). False: every row carries its "
@@ -52,34 +61,42 @@ def is_eval(trajectory_id: str, fraction: float, seed: int) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < fraction
 
 
-def extract_turns(traj: Trajectory, opts: ExtractOptions) -> tuple[list[Turn], Counter]:
-    """The turns of one trajectory, and a count of turns skipped by reason."""
+def iter_turns(traj: Trajectory, opts: ExtractOptions, skipped: Counter | None = None
+               ) -> Iterator[Turn]:
+    """The turns of one trajectory, one at a time (a trajectory of 10,000 turns never has its
+    turns in memory together: each holds its own context list); turns skipped are counted by
+    reason in `skipped`."""
+    skipped = Counter() if skipped is None else skipped
     skip_re = re.compile(opts.skip_content_regex) if opts.skip_content_regex else None
-    turns: list[Turn] = []
-    skipped: Counter = Counter()
-    context = []
+    context: list = []
     ordinal = 0
     for i, msg in enumerate(traj.messages):
         if msg.role == "assistant":
-            keep, reason = True, ""
+            reason = ""
             if opts.only_tool_calls and not msg.tool_calls:
-                keep, reason = False, "not a tool call"
+                reason = "not a tool call"
             elif skip_re and skip_re.search(message_text(msg)):
-                keep, reason = False, "content matched skip regex"
+                reason = "content matched skip regex"
             elif len(context) < opts.min_context_messages:
-                keep, reason = False, "context too short"
-            if keep:
-                turns.append(Turn(
-                    id=f"{traj.id}/{ordinal}", trajectory_id=traj.id, turn=ordinal,
-                    domain=traj.domain, tools=traj.tools, context=list(context),
-                    expected=msg, metadata={**traj.metadata, "message_index": i}))
-            else:
+                reason = "context too short"
+            elif len(context) > opts.max_context_messages:
+                reason = f"context longer than {opts.max_context_messages} messages"
+            if reason:
                 skipped[reason] += 1
+            else:
+                yield Turn(id=f"{traj.id}/{ordinal}", trajectory_id=traj.id, turn=ordinal,
+                           domain=traj.domain, tools=traj.tools, context=list(context),
+                           expected=msg, metadata={**traj.metadata, "message_index": i})
             ordinal += 1
             if not opts.keep_reasoning and msg.reasoning_content is not None:
                 msg = msg.model_copy(update={"reasoning_content": None})
         context.append(msg)
-    return turns, skipped
+
+
+def extract_turns(traj: Trajectory, opts: ExtractOptions) -> tuple[list[Turn], Counter]:
+    """`iter_turns` collected: the turns of one trajectory, and a count of turns skipped by reason."""
+    skipped: Counter = Counter()
+    return list(iter_turns(traj, opts, skipped)), skipped
 
 
 @dataclass
@@ -94,6 +111,7 @@ class ExtractSummary:
     skipped: Counter = field(default_factory=Counter)
     per_domain: Counter = field(default_factory=Counter)
     rejects_file: str = ""
+    split_file: str = ""  # TURNS.split.json when trajectories were held out
 
     def table(self) -> Table:
         t = Table(title="pivotrl extract", show_header=False)
@@ -105,6 +123,8 @@ class ExtractSummary:
             t.add_row(f"  turns in {domain}", str(n))
         for reason, n in self.skipped.most_common():
             t.add_row(f"  skipped: {reason}", str(n))
+        if self.split_file:
+            t.add_row("split (train/eval ids)", self.split_file)
         t.add_row("rejected lines", f"{sum(self.rejects.values())} → {self.rejects_file}")
         for reason, n in self.rejects.most_common(10):
             t.add_row(f"  {reason[:70]}", str(n))
@@ -118,56 +138,75 @@ def reject_kind(reason: str) -> str:
 
 def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None = None, *,
                  eval_out: str | Path | None = None, strict: bool = False,
-                 progress=None) -> ExtractSummary:
+                 progress=None, allow_empty: bool = False) -> ExtractSummary:
     """Stream `path` → turns in `out` (and `eval_out` for held-out trajectories), bad lines to
     `<out stem>.rejects.jsonl`. All outputs are written atomically.
 
     Rules: a later trajectory with an id already seen is rejected (turn ids must be unique);
-    blank lines are skipped and counted; every line is counted once in `read`."""
+    blank lines are skipped and counted; every line is counted once in `read`. No turn written
+    raises EmptyResultError (`pivotrl.io.empty`; the outputs are still written, so the rejects
+    file can be read), unless `allow_empty` and the input held trajectories; input that is not
+    JSON Lines (a directory, Parquet) raises it before anything is written."""
     opts = opts or ExtractOptions()
     out = Path(out)
+    check_input(path)
     if opts.eval_fraction > 0 and eval_out is None:
         eval_out = out.with_name(out.name.replace(".jsonl", "") + ".eval.jsonl")
-    check_outputs([path], [out, eval_out, rejects_path(out)])
+    check_outputs([path], [out, eval_out, rejects_path(out), split_path(out) if eval_out else None])
     summary = ExtractSummary(rejects_file=str(rejects_path(out)))
+    split = Split(fraction=opts.eval_fraction, seed=opts.seed, source=str(path)) if eval_out else None
     counts: dict[str, int] = {}
     first_line: dict[str, int] = {}  # trajectory id -> line it was first read on
-    with AtomicWriter(out, compact=opts.compact) as train_w, \
-            AtomicWriter(rejects_path(out)) as reject_w:
-        eval_w = AtomicWriter(eval_out, compact=opts.compact) if eval_out else None
-        try:
-            for lineno, rec in read_records(path, Trajectory, strict=strict, counts=counts):
-                summary.read += 1
-                if not isinstance(rec, Reject) and rec.id in first_line:
-                    rec = Reject(str(path), lineno, f"duplicate trajectory id {rec.id!r} (first "
-                                 f"on line {first_line[rec.id]})", "id", dump(rec)[:2000])
-                    if strict:
-                        raise RecordError(rec)
-                if isinstance(rec, Reject):
-                    summary.rejects[reject_kind(rec.reason)] += 1
-                    reject_w.write(rec.to_json())
-                    continue
-                first_line[rec.id] = lineno
-                summary.trajectories += 1
-                turns, skipped = extract_turns(rec, opts)
-                summary.skipped.update(skipped)
-                held_out = eval_w is not None and is_eval(rec.id, opts.eval_fraction, opts.seed)
-                summary.trajectories_eval += held_out
-                for turn in turns:
-                    (eval_w if held_out else train_w).write(turn)
-                    summary.per_domain[turn.domain or "(none)"] += 1
+    with ExitStack() as stack:  # every writer is committed, or removed on an exception
+        train_w = stack.enter_context(AtomicWriter(out, compact=opts.compact))
+        reject_w = stack.enter_context(AtomicWriter(rejects_path(out)))
+        eval_w = (stack.enter_context(AtomicWriter(eval_out, compact=opts.compact))
+                  if eval_out else None)
+        for lineno, rec in read_records(path, Trajectory, strict=strict, counts=counts):
+            summary.read += 1
+            if not isinstance(rec, Reject) and rec.id in first_line:
+                rec = Reject(str(path), lineno, f"duplicate trajectory id {rec.id!r} (first "
+                             f"on line {first_line[rec.id]})", "id", dump(rec)[:2000])
+                if strict:
+                    raise RecordError(rec)
+            if isinstance(rec, Reject):
+                summary.rejects[reject_kind(rec.reason)] += 1
+                reject_w.write(rec.to_json())
+                continue
+            first_line[rec.id] = lineno
+            summary.trajectories += 1
+            held_out = eval_w is not None and is_eval(rec.id, opts.eval_fraction, opts.seed)
+            summary.trajectories_eval += held_out
+            if split is not None:
+                (split.eval if held_out else split.train).append(rec.id)
+            writer = eval_w if held_out else train_w
+            for turn in iter_turns(rec, opts, summary.skipped):
+                writer.write(turn)
+                summary.per_domain[turn.domain or "(none)"] += 1
                 if held_out:
-                    summary.turns_eval += len(turns)
+                    summary.turns_eval += 1
                 else:
-                    summary.turns_train += len(turns)
-                if progress is not None:
-                    progress(lineno)
-        except BaseException as exc:
-            if eval_w is not None:
-                eval_w.__exit__(type(exc), exc, None)
-            raise
-        if eval_w is not None:
-            eval_w.__exit__(None, None, None)
+                    summary.turns_train += 1
+            if progress is not None:
+                progress(lineno)
+    if split is not None:
+        summary.split_file = str(write_split(out, split))
     summary.blank = counts.get("blank", 0)
     summary.read += summary.blank
+    check_extracted(path, summary, allow_empty)
     return summary
+
+
+def check_extracted(path: str | Path, summary: ExtractSummary, allow_empty: bool) -> None:
+    """The empty-result rule for extract: no trajectory read is always an error (bad lines,
+    a turns file given); trajectories whose every turn was skipped are one unless allowed."""
+    rejected = sum(summary.rejects.values())
+    first = (f"{summary.rejects.most_common(1)[0][0]} (see {summary.rejects_file})"
+             if rejected else None)
+    require_some(summary.trajectories, "trajectories", path, rejected=rejected,
+                 first_reject=first, expects="trajectories", result=summary)
+    skipped = ", ".join(f"{n} {why}" for why, n in summary.skipped.most_common())
+    require_some(summary.turns_train + summary.turns_eval, "turns", path,
+                 reason=f"every turn of {summary.trajectories} trajectories was skipped "
+                 f"({skipped or 'no assistant turn'})", allow_empty=allow_empty, flag=ALLOW_EMPTY,
+                 result=summary)

@@ -24,19 +24,22 @@ import math
 import random
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
+from pivotrl.io.empty import ALLOW_EMPTY, check_input, require_some
 from pivotrl.io.records import (
+    AtomicWriter,
     Profile,
     Reject,
     read_records,
     rejects_path,
     sidecar_path,
     stats_path,
-    write_atomic,
+    write_text_atomic,
 )
 
 # A shaped reward counts as a success from here (docs/DESIGN.md pitfall). The toolcall verifier's
@@ -84,84 +87,148 @@ def binary_std(p: Profile, threshold: float = SUCCESS_THRESHOLD) -> float:
     return math.sqrt(max(0.0, q * (1.0 - q)))
 
 
-def is_pivot(p: Profile, cfg: SelectConfig) -> bool:
-    return (bool(p.samples) and binary_std(p, cfg.success_threshold) > cfg.min_std
-            and success_rate(p, cfg.success_threshold) < cfg.lambda_diff)
+class Scored(NamedTuple):
+    """What the rule and the statistics read of one Profile: a few numbers, made one profile at
+    a time and not kept (`Selection` keeps what its strategy needs, `Tally` only counts)."""
+
+    id: str
+    domain: str | None
+    success: float  # binary success rate
+    std: float  # binary std
+    reward_mean: float
+    reward_std: float
+    samples: int
+    outcome: str  # all_fail / all_pass / mixed / empty
+    shaped: bool  # some reward is neither 0 nor 1
 
 
-def _hardest_first(profiles: list[Profile], cfg: SelectConfig, budget: int) -> list[Profile]:
-    """Drop the easiest first: sort by success rate (then by larger std: more signal), keep `budget`."""
-    ranked = sorted(profiles, key=lambda p: (success_rate(p, cfg.success_threshold),
-                                             -binary_std(p, cfg.success_threshold), p.id))
-    return ranked[:budget]
+def score(p: Profile, threshold: float = SUCCESS_THRESHOLD) -> Scored:
+    rewards = [s.reward for s in p.samples]
+    return Scored(p.id, p.domain, success_rate(p, threshold), binary_std(p, threshold),
+                  p.reward_mean, p.reward_std, len(rewards), outcome(rewards, threshold),
+                  any(r not in (0.0, 1.0) for r in rewards))
+
+
+def is_pivot(s: Scored, cfg: SelectConfig) -> bool:
+    return s.samples > 0 and s.std > cfg.min_std and s.success < cfg.lambda_diff
+
+
+class Selection:
+    """The selection rule over a stream: `add` every profile's Scored (first pass), then
+    `keeps(s)` tells whether a profile is kept (second pass). The paper's rule alone (strategy
+    pivots, no budget) is decided per profile and holds nothing; a budget holds (success, std,
+    id) of each pivot, the baselines of each profile, as the draw and the ranking need them."""
+
+    def __init__(self, cfg: SelectConfig):
+        self.cfg = cfg
+        self.per_profile = cfg.strategy == "pivots" and cfg.budget is None
+        self.candidates: list[tuple[float, float, str]] = []
+        self.pivots = 0
+        self._ids: set[str] | None = None
+
+    def add(self, s: Scored) -> None:
+        pivot = is_pivot(s, self.cfg)
+        self.pivots += pivot
+        if not self.per_profile and (pivot or self.cfg.strategy != "pivots"):
+            self.candidates.append((s.success, s.std, s.id))
+
+    def keeps(self, s: Scored) -> bool:
+        if self.per_profile:
+            return is_pivot(s, self.cfg)
+        if self._ids is None:
+            self._ids = self._decide()
+        return s.id in self._ids
+
+    def _decide(self) -> set[str]:
+        cfg, kept = self.cfg, self.candidates
+        if cfg.strategy == "random":  # as many as the rule keeps, or the budget
+            size = self.pivots if cfg.budget is None else cfg.budget
+            kept = random.Random(cfg.seed).sample(kept, min(size, len(kept)))
+        if cfg.budget is not None and len(kept) > cfg.budget:
+            # drop the easiest first: by success rate, then larger std first (more signal)
+            kept = sorted(kept, key=lambda c: (c[0], -c[1], c[2]))[: cfg.budget]
+        return {c[2] for c in kept}
 
 
 def select(profiles: Sequence[Profile], cfg: SelectConfig) -> list[Profile]:
-    """The kept turns, in input order."""
-    profiles = list(profiles)
-    pivots = [p for p in profiles if is_pivot(p, cfg)]
-    if cfg.strategy == "pivots":
-        kept = pivots
-    elif cfg.strategy == "all":
-        kept = profiles
-    else:
-        size = len(pivots) if cfg.budget is None else cfg.budget
-        kept = random.Random(cfg.seed).sample(profiles, min(size, len(profiles)))
-    if cfg.budget is not None and len(kept) > cfg.budget:
-        kept = _hardest_first(kept, cfg, cfg.budget)
-    keep_ids = {p.id for p in kept}
-    return [p for p in profiles if p.id in keep_ids]
+    """The kept turns, in input order (in memory; `select_file` streams the same rule)."""
+    scored = [score(p, cfg.success_threshold) for p in profiles]
+    selection = Selection(cfg)
+    for s in scored:
+        selection.add(s)
+    return [p for p, s in zip(profiles, scored) if selection.keeps(s)]
 
 
-def selection_stats(profiles: Sequence[Profile], kept: Sequence[Profile], cfg: SelectConfig
-               ) -> dict[str, Any]:
-    """Outcome counts (binary), kept fraction per domain, and the shape of the rewards."""
-    counts = Counter(outcome([s.reward for s in p.samples], cfg.success_threshold) for p in profiles)
-    shaped = any(s.reward not in (0.0, 1.0) for p in profiles for s in p.samples)
-    kept_ids = {p.id for p in kept}
-    per_domain: dict[str, dict[str, Any]] = defaultdict(lambda: {"turns": 0, "kept": 0})
-    for p in profiles:
-        d = per_domain[p.domain or "(none)"]
-        d["turns"] += 1
-        d["kept"] += p.id in kept_ids
-    for d in per_domain.values():
-        d["kept_fraction"] = round(d["kept"] / d["turns"], 4) if d["turns"] else 0.0
-    n = len(profiles)
-    return {
-        "config": cfg.model_dump(), "turns": n, "kept": len(kept),
-        "kept_fraction": round(len(kept) / n, 4) if n else 0.0,
-        "all_fail": counts["all_fail"], "all_pass": counts["all_pass"], "mixed": counts["mixed"],
-        "no_samples": counts["empty"],
-        "mixed_but_too_easy": sum(1 for p in profiles if outcome(
-            [s.reward for s in p.samples], cfg.success_threshold) == "mixed"
-            and success_rate(p, cfg.success_threshold) >= cfg.lambda_diff),
-        "shaped_rewards": shaped,
-        "samples": sum(len(p.samples) for p in profiles),
-        "per_domain": dict(sorted(per_domain.items())),
-    }
+BINS = 20  # histogram bins over [0, 1] (reward mean) and [0, 0.5] (reward std)
 
 
-def plot(profiles: Sequence[Profile], kept: Sequence[Profile], cfg: SelectConfig,
-         path: str | Path) -> Path:
+class Tally:
+    """The selection's statistics, counted as profiles stream by (`add`: every profile, first
+    pass; `add_kept`: each kept one, second pass); histograms as bin counts, not values."""
+
+    def __init__(self, cfg: SelectConfig):
+        self.cfg = cfg
+        self.outcomes: Counter = Counter()
+        self.per_domain: dict[str, dict[str, Any]] = defaultdict(lambda: {"turns": 0, "kept": 0})
+        self.turns = self.kept = self.too_easy = self.samples = 0
+        self.shaped = False
+        self.hist = {k: {"all": [0] * BINS, "kept": [0] * BINS} for k in ("reward_mean", "reward_std")}
+
+    def _bin(self, s: Scored, which: str) -> None:
+        for key, top in (("reward_mean", 1.0), ("reward_std", 0.5)):
+            value = min(max(getattr(s, key), 0.0), top)
+            self.hist[key][which][min(int(value / top * BINS), BINS - 1)] += 1
+
+    def add(self, s: Scored) -> None:
+        self.turns += 1
+        self.outcomes[s.outcome] += 1
+        self.per_domain[s.domain or "(none)"]["turns"] += 1
+        self.too_easy += s.outcome == "mixed" and s.success >= self.cfg.lambda_diff
+        self.shaped = self.shaped or s.shaped
+        self.samples += s.samples
+        self._bin(s, "all")
+
+    def add_kept(self, s: Scored) -> None:
+        self.kept += 1
+        self.per_domain[s.domain or "(none)"]["kept"] += 1
+        self._bin(s, "kept")
+
+    def stats(self) -> dict[str, Any]:
+        """Outcome counts (binary), kept fraction per domain, and the shape of the rewards."""
+        for d in self.per_domain.values():
+            d["kept_fraction"] = round(d["kept"] / d["turns"], 4) if d["turns"] else 0.0
+        n, counts = self.turns, self.outcomes
+        return {
+            "config": self.cfg.model_dump(), "turns": n, "kept": self.kept,
+            "kept_fraction": round(self.kept / n, 4) if n else 0.0,
+            "all_fail": counts["all_fail"], "all_pass": counts["all_pass"],
+            "mixed": counts["mixed"], "no_samples": counts["empty"],
+            "mixed_but_too_easy": self.too_easy, "shaped_rewards": self.shaped,
+            "samples": self.samples, "per_domain": dict(sorted(self.per_domain.items())),
+        }
+
+
+def plot(tally: Tally, path: str | Path) -> Path:
     """Histograms of per-turn reward mean and std (all turns vs kept), λ_diff marked."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    cfg = tally.cfg
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     # Rewards lie in [0, 1], so a std lies in [0, 0.5].
     for ax, key, title, top in ((axes[0], "reward_mean", "reward mean per turn", 1.0),
                                 (axes[1], "reward_std", "reward std per turn", 0.5)):
-        bins = [top * i / 20 for i in range(21)]
-        ax.hist([getattr(p, key) for p in profiles], bins=bins, alpha=0.5, label="all turns")
-        ax.hist([getattr(p, key) for p in kept], bins=bins, alpha=0.7, label="kept")
+        edges = [top * i / BINS for i in range(BINS + 1)]
+        ax.stairs(tally.hist[key]["all"], edges, fill=True, alpha=0.5, label="all turns")
+        ax.stairs(tally.hist[key]["kept"], edges, fill=True, alpha=0.7, label="kept")
         ax.set_title(title)
         ax.set_xlabel(key)
         ax.set_ylabel("turns")
     axes[0].axvline(cfg.lambda_diff, color="k", linestyle="--", label=f"λ_diff = {cfg.lambda_diff}")
     axes[0].legend()
-    fig.suptitle(f"pivot selection ({cfg.strategy}): kept {len(kept)} of {len(profiles)}")
+    fig.suptitle(f"pivot selection ({cfg.strategy}): kept {tally.kept} of {tally.turns}")
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=100)
@@ -175,19 +242,46 @@ def output_paths(out: str | Path) -> tuple[Path, Path]:
 
 
 def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfig,
-                *, plot_png: bool = True) -> dict[str, Any]:
-    """Read a Profile file (bad lines → rejects file), write PIVOTS, PIVOTS.stats.json and the PNG."""
-    profiles, rejects = [], []
-    for _, rec in read_records(profile_path, Profile):
-        (rejects if isinstance(rec, Reject) else profiles).append(rec)
-    if rejects:
-        write_atomic(rejects_path(out_path), [r.to_json() for r in rejects])
-    kept = select(profiles, cfg)
-    write_atomic(out_path, kept)
-    stats = selection_stats(profiles, kept, cfg)
-    stats["rejected_lines"] = len(rejects)
+                *, plot_png: bool = True, allow_empty: bool = False) -> dict[str, Any]:
+    """Read a Profile file (bad lines → rejects file), write PIVOTS, PIVOTS.stats.json and the PNG.
+
+    Streams, in two passes over the file: the first scores each profile and counts (`Selection`
+    holds what its strategy needs, `Tally` counts), the second writes the kept profiles. No profile read, or none kept, raises EmptyResultError
+    after the outputs are written (`pivotrl.io.empty`); `allow_empty` accepts 0 pivots."""
+    check_input(profile_path)
+    selection, tally = Selection(cfg), Tally(cfg)
+    rejected, first = 0, None
+    with ExitStack() as stack:  # the rejects file is opened at the first bad line: none if none
+        rejects: AtomicWriter | None = None
+        for _, rec in read_records(profile_path, Profile):
+            if isinstance(rec, Reject):
+                rejects = rejects or stack.enter_context(AtomicWriter(rejects_path(out_path)))
+                rejects.write(rec.to_json())
+                rejected, first = rejected + 1, first or rec
+            else:
+                scored = score(rec, cfg.success_threshold)
+                selection.add(scored)
+                tally.add(scored)
+    require_some(tally.turns, "profiles", profile_path, rejected=rejected, first_reject=first,
+                 expects="profiles")
+    with AtomicWriter(out_path) as writer:
+        for _, rec in read_records(profile_path, Profile):
+            if not isinstance(rec, Reject):
+                scored = score(rec, cfg.success_threshold)
+                if selection.keeps(scored):
+                    writer.write(rec)
+                    tally.add_kept(scored)
+    stats = tally.stats()
+    stats["rejected_lines"] = rejected
     spath, png = output_paths(out_path)
     if plot_png:
-        stats["histogram"] = str(plot(profiles, kept, cfg, png))
-    spath.write_text(json.dumps(stats, indent=2))
+        stats["histogram"] = str(plot(tally, png))
+    write_text_atomic(spath, json.dumps(stats, indent=2))
+    require_some(stats["kept"], "pivots", profile_path, allow_empty=allow_empty, flag=ALLOW_EMPTY,
+                 result=stats, reason=(
+                     f"none of {stats['turns']} profiled turns is kept by the {cfg.strategy} rule "
+                     f"({stats['all_fail']} all fail, {stats['all_pass']} all pass, "
+                     f"{stats['mixed_but_too_easy']} mixed but success ≥ λ_diff "
+                     f"{cfg.lambda_diff}; see {spath}); a larger K in profile or a higher "
+                     "--lambda-diff may keep some"))
     return stats

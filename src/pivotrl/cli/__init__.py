@@ -7,25 +7,32 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from pivotrl.cli.options import config_fields, engine_option, line_progress, load_config, option
+from pivotrl.cli.options import config_fields, engine_option, line_progress, load_config, option, run_job
+from pivotrl.cli.tables import print_train_summary, profile_table, select_table
+from pivotrl.evaluate import TurnEvalConfig
 from pivotrl.experiment import cli as experiment_cli
+from pivotrl.experiment.e2e_config import E2ERunConfig
 from pivotrl.experiment.evaluate import EvalConfig
 from pivotrl.extract import ExtractOptions
+from pivotrl.io.inputs import InputError, check_chat_template, check_input_file, check_model
 from pivotrl.io.outputs import guarded_command
 from pivotrl.io.records import RecordError
 from pivotrl.profile.loop import ProfileConfig
-from pivotrl.train.config import GRPORunConfig, SFTRunConfig
+from pivotrl.sampling.options import EngineConfig
 from pivotrl.sampling.vllm import VLLMOptions
 from pivotrl.select import SelectConfig
+from pivotrl.train.config import GRPORunConfig, SFTRunConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="PivotRL: RL on the pivot turns of existing agent trajectories.")
 import_app = typer.Typer(no_args_is_help=True, help="Read other engines' formats back to Turns.")
 app.add_typer(import_app, name="import")
-# The experiment's verbs (demo, testbed, data) are defined beside it; only this module wires
+# The experiment's verbs (demo, e2e, testbed, data) are defined beside it; only this module wires
 # both layers together.
 app.command()(experiment_cli.demo)
+app.command("e2e")(config_fields(E2ERunConfig)(experiment_cli.e2e))
 app.add_typer(experiment_cli.testbed_app, name="testbed")
 app.add_typer(experiment_cli.data_app, name="data")
 
@@ -44,26 +51,34 @@ def extract(
     only_tool_calls: bool = option(ExtractOptions, "only_tool_calls"),
     compact: bool = option(ExtractOptions, "compact"),
     strict: bool = typer.Option(False, help="Stop at the first bad line instead of rejecting it."),
+    allow_empty: bool = typer.Option(False, help="Accept trajectories whose every turn the skip rules drop "
+                                     "(0 turns); without it that is an error."),
 ) -> None:
     """Every assistant message of every trajectory becomes one Turn (context + expected action)."""
     from pivotrl.extract import extract_file
+    from pivotrl.io.empty import EmptyResultError
 
     opts = ExtractOptions(keep_reasoning=keep_reasoning, skip_content_regex=skip_content_regex,
                           only_tool_calls=only_tool_calls, eval_fraction=eval_fraction, seed=seed,
                           compact=compact)
-    if not trajectories.exists():
-        console.print(f"[red]{trajectories}: no such file[/red]")
-        raise typer.Exit(2)
+    try:
+        check_input_file(trajectories, "TRAJECTORIES", "your data pipeline: one JSON conversation a line")
+    except InputError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
     try:
         with line_progress(console, f"extract {trajectories.name}") as advance:
             summary = extract_file(trajectories, out, opts, eval_out=eval_out, strict=strict,
-                                   progress=advance)
+                                   progress=advance, allow_empty=allow_empty)
     except RecordError as exc:
-        console.print(f"[red]{exc}[/red] (--strict)")
+        console.print(f"[red]{escape(str(exc))}[/red] (--strict)")
         raise typer.Exit(1)
+    except EmptyResultError as exc:
+        if exc.result is not None:
+            console.print(exc.result.table())
+        console.print(f"[red]pivotrl extract: {escape(str(exc))}[/red]")
+        raise typer.Exit(1) from None
     console.print(summary.table())
-    if summary.read == 0:
-        raise typer.Exit(1)
 
 
 @guarded_command(app, inputs=["cases", "config"], outputs=["out"], with_sidecars=False)
@@ -142,10 +157,9 @@ def profile(
     if model is None:
         console.print("[red]--model is required (the model dir; its tokenizer builds the prompts)[/red]")
         raise typer.Exit(2)
-    if not turns.is_file():
-        console.print(f"[red]{turns}: no such file[/red]")
-        raise typer.Exit(2)
     try:
+        check_input_file(turns, "TURNS", "`pivotrl extract`")
+        check_model(model)
         if verifier_config is not None:
             overrides["verifier_config"] = read_mapping(verifier_config)
         engine = engine_flags(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
@@ -162,16 +176,17 @@ def profile(
         sampler, tokenizer = build_sampler(cfg.backend, model, cfg.engine, base_url=cfg.base_url,
                                            batch_size=cfg.batch_size, concurrency=cfg.concurrency,
                                            served_model_name=cfg.served_model_name)
+        check_chat_template(tokenizer, model)
         doc = profile_file(turns, out, sampler, ver, tokenizer, cfg, model_name=model,
                            progress=progress, console=console)
-    except (SamplerError, ValueError) as exc:  # unreachable server; resume with other settings
+    except (SamplerError, ValueError, OSError) as exc:  # unreachable server or Hub; other settings
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(1)
     except KeyboardInterrupt:
         console.print(f"[yellow]stopped; {out} keeps every finished turn — rerun the same command "
                       "to resume[/yellow]")
         raise typer.Exit(130)
-    _print_profile_table(doc, out)
+    console.print(profile_table(doc, out))
 
 
 def _merge_shards(turns: Path, shard_files: Optional[list[Path]], out: Path, merge: bool) -> None:
@@ -191,23 +206,6 @@ def _merge_shards(turns: Path, shard_files: Optional[list[Path]], out: Path, mer
     console.print(f"merged {len(shard_files)} shards → {out}: {doc['outcomes']}")
 
 
-def _print_profile_table(doc: dict, out: Path) -> None:
-    from rich.table import Table
-
-    run, oc = doc["runs"][-1], doc["outcomes"]
-    table = Table(title=f"pivotrl profile → {out}")
-    table.add_column("")
-    table.add_column("value", justify="right")
-    for key in ("turns_selected", "turns_done_before", "turns_profiled", "rollout_turns",
-                "generated_tokens", "invalid_samples", "truncated_samples", "rejected_lines",
-                "samples_per_second"):
-        table.add_row(key.replace("_", " "), str(run[key]))
-    for key in ("all_fail", "mixed", "all_pass"):
-        table.add_row(f"turns {key.replace('_', '-')}", str(oc[key]))
-    table.add_row("prompts too long (set aside, rejects file)", str(len(run.get("too_long", {}))))
-    console.print(table)
-
-
 @guarded_command(app, inputs=["profile_file"], outputs=["out"])
 def select(
     profile_file: Path = typer.Argument(..., metavar="PROFILE", help="Profile JSONL (pivotrl profile)."),
@@ -219,10 +217,11 @@ def select(
     seed: int = option(SelectConfig, "seed"),
     success_threshold: float = option(SelectConfig, "success_threshold"),
     plot: bool = typer.Option(True, help="Write PIVOTS.hist.png."),
+    allow_empty: bool = typer.Option(False, help="Accept 0 pivots (every turn all-fail, all-pass or too "
+                                     "easy); without it that is an error."),
 ) -> None:
     """Keep the pivots: mixed outcomes, not too easy (writes PIVOTS.stats.json and a histogram)."""
-    from rich.table import Table
-
+    from pivotrl.io.empty import EmptyResultError
     from pivotrl.select import select_file
 
     try:
@@ -234,15 +233,14 @@ def select(
     if not profile_file.is_file():
         console.print(f"[red]{profile_file}: no such file[/red]")
         raise typer.Exit(2)
-    stats = select_file(profile_file, out, cfg, plot_png=plot)
-    table = Table(title=f"pivotrl select ({strategy}) → {out}")
-    table.add_column("")
-    table.add_column("turns", justify="right")
-    for key in ("turns", "all_fail", "all_pass", "mixed", "mixed_but_too_easy", "kept"):
-        table.add_row(key.replace("_", " "), str(stats[key]))
-    for dom, d in stats["per_domain"].items():
-        table.add_row(f"kept in {dom}", f"{d['kept']}/{d['turns']} ({d['kept_fraction']:.0%})")
-    console.print(table)
+    try:
+        stats = select_file(profile_file, out, cfg, plot_png=plot, allow_empty=allow_empty)
+    except EmptyResultError as exc:
+        if isinstance(exc.result, dict):
+            console.print(select_table(exc.result, strategy, out))
+        console.print(f"[red]pivotrl select: {escape(str(exc))}[/red]")
+        raise typer.Exit(1) from None
+    console.print(select_table(stats, strategy, out))
     if stats["rejected_lines"]:
         console.print(f"[yellow]{stats['rejected_lines']} bad lines skipped (see rejects file)[/yellow]")
 
@@ -257,24 +255,13 @@ def train(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML
     from pivotrl.train.grpo import train as run_grpo
 
     cfg = load_config(console, GRPORunConfig, config, **overrides)
-    _print_train_summary("train", run_grpo(cfg))
+    print_train_summary(console, "train", _run_training("train", run_grpo, cfg))
 
 
-def _print_train_summary(verb: str, summary: dict) -> None:
-    import os
-
-    if os.environ.get("RANK", "0") != "0":  # one summary under accelerate launch
-        return
-    from rich.table import Table
-
-    table = Table(title=f"pivotrl {verb}")
-    table.add_column("field")
-    table.add_column("value")
-    for key, value in summary.items():
-        if key == "dropped":
-            value = f"{len(value)}" + (f" (first: {value[0][0]}: {value[0][1]})" if value else "")
-        table.add_row(key, str(value))
-    console.print(table)
+def _run_training(verb: str, run, cfg):
+    return run_job(console, verb, lambda: run(cfg),
+                   f"stopped. {cfg.output_dir} keeps a checkpoint-N/ every save_steps ({cfg.save_steps}): "
+                   "rerun the same command with --resume to continue from the last one")
 
 
 @app.command()
@@ -287,7 +274,7 @@ def sft(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML o
     from pivotrl.train.sft import train_sft
 
     cfg = load_config(console, SFTRunConfig, config, **overrides)
-    _print_train_summary("sft", train_sft(cfg))
+    print_train_summary(console, "sft", _run_training("sft", train_sft, cfg))
 
 
 @guarded_command(app, inputs=["bfcl", "turns", "verifier_config"], outputs=["out"], with_sidecars=False)
@@ -305,12 +292,23 @@ def evaluate(
     turns: Optional[Path] = typer.Option(None, help="Instead: held-out Turn JSONL of any data set."),
     verifier: str = typer.Option("toolcall", help="With --turns: the verifier."),
     verifier_config: Optional[Path] = typer.Option(None, help="With --turns: the verifier's YAML options."),
+    backend: str = option(EngineConfig, "backend"),
+    base_url: str = option(EngineConfig, "base_url"),
+    served_model_name: Optional[str] = option(EngineConfig, "served_model_name"),
+    batch_size: int = option(EngineConfig, "batch_size"),
+    max_model_len: Optional[int] = engine_option(VLLMOptions, "max_model_len"),
+    split: Optional[Path] = typer.Option(None, help="With --turns: the split file of `pivotrl extract "
+                                         "--eval-fraction` (default: the one beside TURNS); only turns of "
+                                         "its eval trajectories are scored."),
 ) -> None:
     """Episode success and OOD accuracy, 95% intervals; --turns: turn accuracy, clustered interval."""
     if turns is not None:  # any data set's held-out turns (pivotrl.evaluate)
         from pivotrl.evaluate import cli_evaluate_turns
+        engine = {"max_model_len": max_model_len} if max_model_len else {}
         raise typer.Exit(cli_evaluate_turns(console, model, turns, out, testbed or bfcl, verifier, verifier_config,
-                                            temperature=temperature, seed=seed))
+                                            split=split, temperature=temperature, seed=seed, backend=backend,
+                                            base_url=base_url, served_model_name=served_model_name,
+                                            batch_size=batch_size, engine=engine))
     from rich.table import Table
 
     from pivotrl.experiment.evaluate import evaluate_checkpoint, write_result
@@ -343,6 +341,61 @@ def evaluate(
                       f"{100 * v['ci95'][0]:.1f}–{100 * v['ci95'][1]:.1f}", str(v["n"]), "")
     Console().print(table)
     console.print(f"wrote {json_path} and {md_path} ({result['seconds']} s)")
+
+
+@guarded_command(app, inputs=["turns", "verifier_config", "result"], outputs=["out"], with_sidecars=False)
+@config_fields(TurnEvalConfig, skip=("verifier_config", "engine", "chunk_turns", "base_url",
+                                     "served_model_name", "concurrency"))
+def compare(
+    out: Path = typer.Option(..., "--out", help="RESULT.json; with --model each model's own result goes "
+                             "next to it (RESULT.model-I.json and its items)."),
+    turns: Optional[Path] = typer.Option(None, "--turns", help="Held-out Turn JSONL (e.g. extract --eval-out)."),
+    model: Optional[list[Path]] = typer.Option(None, "--model", help="Model dir, scored on --turns; repeat: "
+                                               "--model A --model B (a before b)."),
+    result: Optional[list[Path]] = typer.Option(None, "--result", help="Instead: RESULT.json files of "
+                                                "`evaluate --turns` (one job per model, any backend); repeat."),
+    verifier_config: Optional[Path] = typer.Option(None, help="YAML of the verifier's options."),
+    max_model_len: Optional[int] = engine_option(VLLMOptions, "max_model_len"),
+    overrides: dict | None = None,
+) -> None:
+    """Paired comparison of models on your held-out turns: per-turn success of each (as `evaluate
+    --turns`), the difference a − b on the turns both scored, a 95% interval from the paired
+    bootstrap over trajectories, and a verdict (met: a better, not met: b better, within noise)."""
+    from pivotrl.compare import compare_models, compare_results, compare_table
+    from pivotrl.evaluate import check_inputs
+    from pivotrl.sampling import SamplerError
+
+    model, result = model or [], result or []
+    if bool(model) == bool(result) or len(model or result) < 2 or (model and turns is None):
+        console.print("[red]compare needs at least two --model (with --turns), or at least two --result "
+                      "(a before b)[/red]")
+        raise typer.Exit(2)
+    if overrides.get("backend") == "openai":
+        console.print("[red]compare --model loads each model itself: --backend hf or vllm (for a server, "
+                      "run evaluate --turns per model and compare --result)[/red]")
+        raise typer.Exit(2)
+    try:
+        if result:
+            doc = compare_results(result, out)
+        else:
+            if max_model_len:
+                overrides["engine"] = {"max_model_len": max_model_len}
+            checked = check_inputs(console, model, turns, overrides.pop("verifier", "toolcall"),
+                                   verifier_config, overrides)
+            if checked is None:
+                raise typer.Exit(2)
+            with console.status(f"scoring {len(model)} models on {turns.name}"):
+                doc = compare_models(turns, [str(m) for m in model], out, checked[1], checked[0])
+    except (SamplerError, ValueError, OSError) as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+    Console().print(compare_table(doc))
+    for m in doc["models"]:
+        acc = "–" if m["accuracy"] is None else f"{100 * m['accuracy']:.1f}%"
+        console.print(f"{m['model']}: turn accuracy {acc} on {m['turns']} turns"
+                      + (f" ({m['too_long']} prompts too long, set aside)" if m["too_long"] else "")
+                      + f" → {m['result']}")
+    console.print(f"wrote {out}")
 
 
 @guarded_command(app, inputs=["turns"], outputs=["out"])
@@ -386,6 +439,11 @@ def serve(
     /v1/chat/completions, streaming too), e.g. for `pivotrl profile --backend openai` or a judge on a CPU."""
     from pivotrl.sampling.serve import serve as run_server
 
+    try:
+        check_model(model)
+    except InputError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
     console.print(f"serving {model} at http://{host}:{port}/v1")
     run_server(model, host=host, port=port, batch_size=batch_size, served_name=served_model_name,
                max_tokens_limit=max_tokens_limit, max_request_tokens=max_request_tokens)

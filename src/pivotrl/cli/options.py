@@ -11,13 +11,14 @@ import types
 import typing
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
 CONFIG_PANEL = "Config fields (each overrides the --config YAML)"
@@ -103,13 +104,14 @@ def config_fields(model: type[BaseModel], *, skip: tuple[str, ...] = ()):
     return wrap
 
 
-def load_config(console: Console, model: type[BaseModel], config: Path | None, **overrides: Any):
-    """`model.from_yaml(config, **overrides)`; a bad file or field is a one-line error naming it
-    (exit 2), never a traceback."""
+def load_config(console: Console, config_model: type[BaseModel], config: Path | None, /, **overrides: Any):
+    """`config_model.from_yaml(config, **overrides)`; a bad file or field is a one-line error
+    naming it (exit 2), never a traceback. Positional-only, so that fields named `model` or
+    `config` reach the overrides."""
     try:
-        return model.from_yaml(config, **overrides)
+        return config_model.from_yaml(config, **overrides)
     except (ValueError, OSError) as exc:  # pydantic's ValidationError is a ValueError
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]{escape(str(exc))}[/red]")  # `pip install 'pivotrl[x]'` is no markup
         raise typer.Exit(2) from None
 
 
@@ -120,3 +122,23 @@ def line_progress(console: Console, description: str):
                   TimeElapsedColumn(), console=console, transient=True) as progress:
         task = progress.add_task(description, total=None)
         yield lambda lineno: progress.update(task, completed=lineno)
+
+
+def run_job(console: Console, verb: str, job: Callable[[], Any], stopped: str) -> Any:
+    """`job()` with a user's mistake (a ValueError or OSError: a bad path, no usable data, a model
+    the Hub does not have) as one line naming it, exit 2 for a bad input and 1 otherwise, and
+    Ctrl-C as `stopped` (how to resume), exit 130. PIVOTRL_TRACEBACK=1 shows the traceback."""
+    import os
+
+    from pivotrl.io.inputs import InputError
+
+    try:
+        return job()
+    except KeyboardInterrupt:
+        console.print(f"[yellow]{escape(stopped)}[/yellow]")
+        raise typer.Exit(130) from None
+    except (ValueError, OSError) as exc:
+        if os.environ.get("PIVOTRL_TRACEBACK"):
+            raise
+        console.print(f"[red]pivotrl {verb}: {escape(str(exc))}[/red]")
+        raise typer.Exit(2 if isinstance(exc, (InputError, FileNotFoundError)) else 1) from None

@@ -64,26 +64,51 @@ class Evaluator:
         from pivotrl.experiment.testbed.tiny import load_tiny
 
         model, tok = (self.base, self.tokenizer) if model_dir is None else load_tiny(model_dir)
+        sampled = getattr(self.cfg, "sampled", None)
         row: dict[str, Any] = {}
         items: list[dict[str, Any]] = []
         for split in splits:
             got: list[dict[str, Any]] = []
             ind = evaluate_world(model, tok, world, self.trajs[world][split], self.cfg.eval, got)
             ood = evaluate_ood(model, tok, self.ood[split], self.cfg.eval.batch_size, got)
-            items += [{"split": split, **r} for r in got]
-            row.update({"in_domain": ind, "ood": ood} if split == "eval"
-                       else {"dev": {"in_domain": ind, "ood": ood}})
+            items += [{"split": split, "decoding": "greedy", **r} for r in got]
+            rates: dict[str, Any] = {"in_domain": ind, "ood": ood}
+            if sampled is not None and sampled.k > 0:
+                got = []
+                s_ind = (evaluate_world(model, tok, world, self.trajs[world][split], self.cfg.eval,
+                                        got, sampled) if {"turn", "episode"} & set(sampled.measures)
+                         else {})
+                s_ood = (evaluate_ood(model, tok, self.ood[split], self.cfg.eval.batch_size, got,
+                                      sampled) if "ood" in sampled.measures else {})
+                items += [{"split": split, "decoding": "sampled", **r} for r in got]
+                rates["sampled"] = {"in_domain": s_ind, "ood": s_ood}
+            row.update(rates if split == "eval" else {"dev": rates})
         kl = (ood_logprob_stats(model, self.base, tok, self.kl_texts) if model_dir is not None
               else {"kl": 0.0, "rank_corr": 1.0})
         return {**row, "kl_to_base": kl["kl"], "rank_corr": kl["rank_corr"]}, items
 
 
+DECODINGS = ("greedy", "sampled")
+EVAL_KEYS = ("in_domain", "ood", "sampled")  # a checkpoint row's eval-split rates
+
+
 def item_rows(items: list[dict[str, Any]], *, method: str, world: str, seed: int, lr: float,
               step: int) -> list[dict[str, Any]]:
-    """Per-item outcomes in the contract's row shape (docs/DESIGN.md)."""
+    """Per-item outcomes in the contract's row shape (docs/DESIGN.md), with the `decoding` that
+    scored them ("greedy", or "sampled": the mean over k samples) and, for turns, the turn's
+    `position` and `kind` (tool call or message)."""
     return [{"method": method, "world": world, "seed": seed, "lr": lr, "step": step,
              "split": r["split"], "measure": r["measure"], "item": r["item"],
-             "cluster": r["cluster"], "outcome": r["outcome"]} for r in items]
+             "cluster": r["cluster"], "outcome": r["outcome"],
+             "decoding": r.get("decoding", "greedy"),
+             **{k: r[k] for k in ("position", "kind") if k in r}} for r in items]
+
+
+def decoded(items: Iterable[dict[str, Any]], decoding: str) -> list[dict[str, Any]]:
+    """The rows scored with one decoding. Every paired rule (stats.py) keys an outcome by (seed,
+    world, item), so it must see one decoding at a time. Rows without the field were written
+    before sampled scoring existed and are greedy."""
+    return [r for r in items if r.get("decoding", "greedy") == decoding]
 
 
 def score_dev(key: dict[str, Any], checkpoints: dict[int, Path], evaluator: Evaluator,
@@ -100,15 +125,19 @@ def score_dev(key: dict[str, Any], checkpoints: dict[int, Path], evaluator: Eval
     return rows, items
 
 
-def eval_targets(chosen: dict[str, dict[str, Any]], runs: Iterable[Any]) -> list[tuple[Any, int]]:
+def eval_targets(chosen: dict[str, dict[str, Any]], runs: Iterable[Any],
+                 extra: Iterable[dict[str, Any]] = ()) -> list[tuple[Any, int]]:
     """(run, step) pairs the eval split must be scored at: for each method's chosen lr, every
-    world's run of each seed at that seed's chosen step. `runs` have method, lr, seed (any
-    world); `chosen` is `report.chosen_sides`'s."""
-    out = []
+    world's run of each seed at that seed's chosen step, and likewise for each side in `extra`
+    (the frontier's matched checkpoints, `frontier.matched_sides`), each pair once. `runs` have
+    method, lr, seed (any world); `chosen` is `report.chosen_sides`'s."""
+    sides = [*chosen.values(), *extra]
+    out: list[tuple[Any, int]] = []
     for run in runs:
-        side = chosen.get(run.method)
-        if side and math.isclose(run.lr, side["lr"]) and run.seed in side["steps"]:
-            out.append((run, side["steps"][run.seed]))
+        for side in sides:
+            if (side["method"] == run.method and math.isclose(run.lr, side["lr"])
+                    and run.seed in side["steps"] and (run, side["steps"][run.seed]) not in out):
+                out.append((run, side["steps"][run.seed]))
     return out
 
 
@@ -117,7 +146,7 @@ def merge_eval(rows: list[dict[str, Any]], key: dict[str, Any], step: int,
     """Put a checkpoint's eval rates (`in_domain`, `ood`) into its dev row, in place."""
     for r in rows:
         if all(r[k] == v for k, v in key.items()) and r["step"] == step:
-            r.update({k: eval_row[k] for k in ("in_domain", "ood")})
+            r.update({k: eval_row[k] for k in EVAL_KEYS if k in eval_row})
             return
     raise KeyError(f"no dev row for {key} at step {step}")
 

@@ -8,11 +8,14 @@ The whole experiment, top to bottom:
      their tasks;
   3. the base is scored on the dev and eval splits (disjoint tasks of the eval file) and the
      planning half-widths of the headline paired differences are printed, before any training;
-  4. per world × method × learning rate × seed: train from the base for `steps` optimizer steps,
-     checkpointing every `eval_every`; score every checkpoint on both splits (episodes, turns,
-     OOD), item by item, and its KL to the base on OOD text;
-  5. choose each run's checkpoint and each method's lr on dev; the theory checks (theory.py);
-     paired verdicts on eval (stats.py) and the report (report.py).
+  4. per world × method × learning rate × seed (jobs.py): train from the base, checkpointing
+     every `eval_every` steps, until the run's dev score stops improving or the `steps` cap
+     (budget.py); score every checkpoint on dev as it lands (episodes, turns, OOD), item by
+     item, greedy and sampled (k samples at the training temperature), and its KL to the base;
+  5. choose each run's checkpoint and each method's lr on dev, and match the arms' dev
+     frontiers (frontier.py); score the eval split at exactly those checkpoints; the theory
+     checks (theory.py, joint_theory.py); paired verdicts on eval for both decodings (stats.py)
+     and the report (report.py, joint_report.py).
 Every stage is cached on disk (a finished training job writes rows.json and items.jsonl), so a
 rerun, or a rerun after a crash, redoes only unfinished work. The grid is fixed here, before any
 result is seen, and is the same for every method.
@@ -25,22 +28,24 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from pivotrl.experiment.budget import BudgetRule
 from pivotrl.experiment.checkpoint_eval import (
     Evaluator,
+    decoded,
     eval_targets,
     item_rows,
     merge_eval,
-    score_dev,
     write_jsonl,
 )
-from pivotrl.experiment.evaluate import EvalConfig
-from pivotrl.io.records import read_jsonl, write_text_atomic
+from pivotrl.experiment.evaluate import EvalConfig, SampledConfig
+from pivotrl.experiment.frontier import FrontierConfig
+from pivotrl.experiment.jobs import Job, eval_at, run_job, train_job  # noqa: F401 - scripts import them here
+from pivotrl.io.records import write_text_atomic
 from pivotrl.io.yaml_config import load_model
 
 
@@ -79,22 +84,32 @@ class DemoConfig(BaseModel):
         default_factory=lambda: ["sft", "pivotrl", "e2e_rl"], description="Arms to train (the "
         "base is always scored). The default grid holds the paper's three headline arms; the "
         "ablations (pivotrl_no_filter: every turn; pivotrl_random: random turns, as many as the "
-        "pivots; pivotrl_exact: strict string-match reward) are in --full, so the default "
-        "stays within a 20-min budget on 2 cores (12.9 min measured with these three arms).")
-    seeds: list[int] = Field(default_factory=lambda: [0], description="Training seeds (--full: 3).")
+        "pivots; pivotrl_exact: strict string-match reward) are in --full (12.9 min measured "
+        "with these three arms at 4 pivots/step, 30 steps, greedy scoring only; the 16-pivot "
+        "grid under the budget rule with sampled scoring costs several times more per job).")
+    seeds: list[int] = Field(default_factory=lambda: [0], description="Training seeds (--full: 6).")
     learning_rates: list[float] = Field(
         default_factory=lambda: [1e-4, 3e-4], description="The lr grid, the same for every method. "
         "docs/DESIGN.md: keep RL at ≤ 3e-4 on these tiny models. Measured on this testbed: "
         "a constant 1e-3 collapsed one-turn GRPO within 10 steps (OOD 0.96 → 0.28), so the grid "
         "is 1e-4–3e-4.")
     select_on: Literal["turn", "episode"] = Field(
-        "turn", description="Dev measure that chooses each run's checkpoint and each method's lr "
-        "(turn accuracy: the finer one, which a 30-step budget can move).")
-    steps: int = Field(30, description="Optimizer steps per training run (sized for the default "
-                       "demo on 2 cores; --full keeps it). The budget is small: 30 steps × 4 pivots "
-                       "is about one pass over a world's ~100 pivots, and the earlier 30-step "
-                       "demos moved OOD accuracy by at most 0.02 (KL to the base ≤ 0.35), so a "
-                       "forgetting contrast cannot show at this size.")
+        "turn", description="Dev measure that chooses each run's checkpoint and each method's lr, "
+        "stops a run (`budget`) and matches the frontiers (turn accuracy: the finer one).")
+    select_decoding: Literal["greedy", "sampled"] = Field(
+        "greedy", description="Decoding of that dev measure (both are scored and judged; one "
+        "must choose, and greedy is the one every earlier run chose with).")
+    steps: int = Field(60, description="The cap: most optimizer steps per training run. A dev probe "
+                       "(toolshop, 3 seeds): PivotRL (16 pivots/step, lr 3e-4) peaked by step 40, SFT's dev "
+                       "accuracy still rose at 30 and matched it near 60.")
+    budget: BudgetRule = Field(default_factory=BudgetRule, description="Each run stops when its dev "
+                               "score has not improved for `patience` checkpoints (experiment/"
+                               "budget.py), the same rule for every arm.")
+    match_tolerance: float = Field(0.02, description="Frontier matching: largest dev difference for "
+                                   "two checkpoints to count as matched (experiment/frontier.py).")
+    sampled: SampledConfig = Field(default_factory=SampledConfig, description="Sampled scoring "
+                                   "beside greedy: k samples per item at the training temperature "
+                                   "(turn accuracy and OOD; episodes off: k episodes per task).")
     eval_every: int = Field(10, description="Checkpoint every N steps; every checkpoint is scored "
                             "on dev, the dev-chosen one on eval (experiment/checkpoint_eval.py).")
     k: int = Field(8, description="Profiling samples per turn (the paper profiles with K samples of π0).")
@@ -111,10 +126,10 @@ class DemoConfig(BaseModel):
     verifier: str = Field("state", description="Functional verifier: execution-based equivalence "
                           "in the world (the testbed worlds are executable).")
     num_generations: int = Field(8, description="G rollouts per pivot (paper: 16; 8 on 2 cores).")
-    pivots_per_step: int = Field(4, description="Pivots per optimizer step (batch = G × this). "
-                                 "Measured (scripts/probe_pivotrl.py, toolshop): with 2 pivots "
-                                 "(16 completions) a step's gradient was so noisy that held-out "
-                                 "turn accuracy fell at lr 3e-4; 4 pivots at 1e-4 raised it.")
+    pivots_per_step: int = Field(16, description="Pivots per optimizer step (batch = G × this). "
+                                 "A dev probe (toolshop, 3 seeds): 4 pivots at lr ≤ 3e-4 left PivotRL flat "
+                                 "(+0.014 turn accuracy); 16 at 3e-4 gained +0.057 greedy, +0.111 "
+                                 "sampled by step 40. 2 pivots were too noisy (probe_pivotrl.py).")
     max_completion_length: int = Field(64, description="Tokens per one-turn rollout (a testbed "
                                        "action is < 60 tokens).")
     sft_batch_size: int = Field(8, description="Trajectories per SFT step.")
@@ -137,10 +152,16 @@ class DemoConfig(BaseModel):
         return load_model(cls, path)
 
     def full(self) -> "DemoConfig":
-        """Every arm (ablations included) and three seeds, at the default's budget per run, so a
+        """Every arm (ablations included) and six seeds (a ±0.02 half-width on turn accuracy
+        needs about six: three seeds gave ±0.029), at the default's budget per run, so a
         --full run into a folder that holds the default run trains only what it adds (finished
         jobs are cached)."""
-        return self.model_copy(update={"seeds": [0, 1, 2], "methods": list(METHODS)})
+        return self.model_copy(update={"seeds": list(range(6)), "methods": list(METHODS)})
+
+    def frontier_config(self) -> FrontierConfig:
+        """The frontier rule on this demo's selection measure and decoding."""
+        return FrontierConfig(measure=self.select_on, decoding=self.select_decoding,
+                              tolerance=self.match_tolerance)
 
     @field_validator("methods")
     @classmethod
@@ -149,18 +170,6 @@ class DemoConfig(BaseModel):
         if unknown:
             raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}")
         return methods
-
-
-@dataclass(frozen=True)
-class Job:
-    world: str
-    method: str
-    lr: float
-    seed: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.world}/{self.method}/lr{self.lr:g}-seed{self.seed}"
 
 
 def say(msg: str) -> None:
@@ -219,133 +228,16 @@ def prepare_world_1thread(testbed: Path, out: Path, world: str, cfg: DemoConfig)
     return prepare_world(testbed, out, world, cfg)
 
 
-# ------------------------------------------------------------------ stage 4: one training job
-
-
-def train_job(job: Job, testbed: Path, out: Path, cfg: DemoConfig) -> Path:
-    """Train one run; checkpoints land in job_dir/checkpoint-<step>. Returns job_dir. Every arm
-    trains on the same trajectories (data/<world>/trajectories.jsonl) or their turns."""
-    from pivotrl.train.config import GRPORunConfig, SFTRunConfig
-
-    job_dir = out / "runs" / job.name
-    wdir = out / "data" / job.world
-    base = str(testbed / "base")
-    common = dict(model=base, output_dir=job_dir, learning_rate=job.lr, max_steps=cfg.steps,
-                  save_steps=cfg.eval_every, seed=job.seed, logging_steps=1, warmup_steps=0)
-    trl_only = dict(precision="fp32", lr_scheduler_type="constant_with_warmup")
-    if job.method == "sft":
-        from pivotrl.train.sft import train_sft
-
-        train_sft(SFTRunConfig(data=wdir / "trajectories.jsonl",
-                               per_device_train_batch_size=cfg.sft_batch_size, **common, **trl_only))
-    elif job.method == "e2e_rl":
-        from pivotrl.experiment.e2e import train_e2e
-        from pivotrl.experiment.e2e import E2ERunConfig
-
-        train_e2e(E2ERunConfig(world=job.world, tasks=wdir / "trajectories.jsonl",
-                               num_generations=cfg.num_generations,
-                               tasks_per_step=cfg.e2e_tasks_per_step,
-                               max_completion_length=cfg.max_completion_length, **common))
-    else:
-        pivot_set = {"pivotrl": "pivots", "pivotrl_exact": "pivots",
-                     "pivotrl_no_filter": "all", "pivotrl_random": "random"}[job.method]
-        from pivotrl.train.grpo import train
-
-        exact = job.method == "pivotrl_exact"  # the paper's strict string-match ablation
-        train(GRPORunConfig(
-            pivots=wdir / "pivots.jsonl", turns=wdir / "profile.jsonl", pivot_set=pivot_set,
-            verifier="exact" if exact else cfg.verifier,
-            verifier_config={"strict": True} if exact else {},
-            num_generations=cfg.num_generations,
-            per_device_train_batch_size=cfg.num_generations * cfg.pivots_per_step,
-            max_completion_length=cfg.max_completion_length, **common, **trl_only))
-    return job_dir
-
-
-def rollout_turns_at(job: Job, step: int, job_dir: Path, cfg: DemoConfig,
-                     pivot_stats: dict[str, Any]) -> int:
-    """Model turns generated up to `step`: profiling (pivot arms) + rollouts. SFT generates none."""
-    if job.method == "sft":
-        return 0
-    if job.method == "e2e_rl":
-        done = 0
-        for line in open(job_dir / "metrics.jsonl"):
-            row = json.loads(line)
-            if row.get("step", 0) <= step:
-                done = max(done, int(row.get("rollout_turns", 0)))
-        return done
-    rollouts = cfg.num_generations * cfg.pivots_per_step * step
-    profiling = pivot_stats["profile_rollout_turns"] if job.method in ("pivotrl", "pivotrl_exact") else 0
-    return rollouts + profiling
-
-
-def checkpoint_dirs(job: Job, out: Path, cfg: DemoConfig) -> dict[int, Path]:
-    """{step: model dir} of a trained job."""
-    job_dir = out / "runs" / job.name
-    checkpoints = {}
-    for step in range(cfg.eval_every, cfg.steps + 1, cfg.eval_every):
-        ckpt = job_dir / f"checkpoint-{step}"
-        if not ckpt.exists() and step == cfg.steps:
-            ckpt = job_dir  # the e2e loop writes its last step as the final model only
-        if not (ckpt / "config.json").exists():
-            raise FileNotFoundError(f"{job.name}: no checkpoint at step {step} ({ckpt})")
-        checkpoints[step] = ckpt
-    return checkpoints
-
-
-def run_job(job: Job, testbed: Path, out: Path, cfg: DemoConfig,
-            pivot_stats: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Train one job and score every checkpoint on dev; cached in job_dir/rows.json and
-    job_dir/items.jsonl (written before rows.json, so rows.json marks a finished job)."""
-    import torch
-
-    torch.set_num_threads(1)
-    job_dir = out / "runs" / job.name
-    done = job_dir / "rows.json"
-    if done.exists() and (job_dir / "items.jsonl").exists():
-        # dev only: eval scores live beside, per chosen checkpoint (`score_chosen`)
-        rows = [{k: v for k, v in r.items() if k not in ("in_domain", "ood")}
-                for r in json.loads(done.read_text())]
-        return rows, [r for r in read_jsonl(job_dir / "items.jsonl") if r["split"] == "dev"]
-    t0 = time.time()
-    train_job(job, testbed, out, cfg)
-    train_s = time.time() - t0
-    key = dict(method=job.method, world=job.world, seed=job.seed, lr=job.lr)
-    rows, items = score_dev(
-        key, checkpoint_dirs(job, out, cfg), Evaluator(testbed, cfg),
-        lambda step: {"rollout_turns": rollout_turns_at(job, step, job_dir, cfg, pivot_stats)})
-    rows[-1]["train_seconds"] = train_s
-    rows[-1]["eval_seconds"] = time.time() - t0 - train_s
-    write_jsonl(job_dir / "items.jsonl", items)
-    write_text_atomic(done, json.dumps(rows))
-    return rows, items
-
-
-def eval_at(job: Job, step: int, testbed: Path, out: Path,
-            cfg: DemoConfig) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One checkpoint on the eval split: (its rates, item rows); cached beside the job."""
-    import torch
-
-    torch.set_num_threads(1)
-    cache = out / "runs" / job.name / f"eval-step{step}.json"
-    if cache.exists():
-        got = json.loads(cache.read_text())
-        return got["row"], got["items"]
-    row, scored = Evaluator(testbed, cfg)(checkpoint_dirs(job, out, cfg)[step], job.world, ("eval",))
-    items = item_rows(scored, method=job.method, world=job.world, seed=job.seed, lr=job.lr, step=step)
-    row = {k: row[k] for k in ("in_domain", "ood")}
-    write_text_atomic(cache, json.dumps({"row": row, "items": items}))
-    return row, items
-
-
 def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: Path, out: Path,
                  cfg: DemoConfig, log: Callable[[str], None]) -> list[dict[str, Any]]:
     """Choose on dev (the report's rule), then score the eval split at exactly those
     checkpoints; their rates go into `rows` in place. Returns the eval item rows."""
+    from pivotrl.experiment.frontier import matched_sides
     from pivotrl.experiment.report import chosen_sides
 
-    targets = eval_targets(chosen_sides(items, cfg.select_on, cfg.seeds), jobs)
-    log(f"  the eval split at the {len(targets)} dev-chosen checkpoints")
+    chosen = chosen_sides(items, cfg.select_on, cfg.seeds, cfg.select_decoding)
+    targets = eval_targets(chosen, jobs, matched_sides(items, rows, cfg.frontier_config()))
+    log(f"  the eval split at the {len(targets)} dev-chosen and frontier-matched checkpoints")
     got: list[dict[str, Any]] = []
     with workers_pool(cfg.workers) as pool:
         futures = {pool.submit(eval_at, job, step, testbed, out, cfg): (job, step) for job, step in targets}
@@ -424,13 +316,20 @@ def plan_jobs(cfg: DemoConfig, pivot_stats: dict[str, Any], log: Callable[[str],
 
 
 def run_jobs(jobs: list[Job], testbed: Path, out: Path, cfg: DemoConfig, pivot_stats: dict[str, Any],
-             log: Callable[[str], None]) -> tuple[list[dict], list[dict]]:
-    log(f"4/5 {len(jobs)} training runs × {cfg.steps // cfg.eval_every} checkpoints, "
+             log: Callable[[str], None], base_items: list[dict] = ()) -> tuple[list[dict], list[dict]]:
+    """Every job, each from its world's base dev score (the budget rule's first bar)."""
+    from pivotrl.experiment.jobs import dev_score
+
+    log(f"4/5 {len(jobs)} training runs, a checkpoint every {cfg.eval_every} steps until dev "
+        f"stops improving ({cfg.budget.patience} checkpoints without a gain) or step {cfg.steps}; "
         f"{cfg.workers} at a time")
+    start = {w: dev_score([r for r in base_items if r["world"] == w and r["seed"] == cfg.seeds[0]], cfg)
+             for w in cfg.worlds if any(r["world"] == w for r in base_items)}
     t_jobs, rows = time.time(), []
     items: list[dict[str, Any]] = []
     with workers_pool(cfg.workers) as pool:
-        futures = {pool.submit(run_job, j, testbed, out, cfg, pivot_stats[j.world]): j for j in jobs}
+        futures = {pool.submit(run_job, j, testbed, out, cfg, pivot_stats[j.world], start.get(j.world)): j
+                   for j in jobs}
         for i, fut in enumerate(as_completed(futures), start=1):
             job = futures[fut]
             job_rows, job_items = fut.result()
@@ -453,6 +352,7 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
     from pivotrl.experiment.report import write_report
     from pivotrl.experiment.stats import paired_halfwidth
     from pivotrl.experiment.testbed.build import build_testbed
+    from pivotrl.experiment.joint_theory import matched_preferences
     from pivotrl.experiment.theory import run_theory
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -467,22 +367,24 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
     log(f"3/5 the base on dev ({cfg.dev_tasks} tasks/world) and eval; planning half-widths")
     rows, items = base_rows(out, testbed, cfg)
     power = [p for m in ("turn", "episode", "ood")
-             if (p := paired_halfwidth(items, measure=m, seeds=len(cfg.seeds)))]
+             if (p := paired_halfwidth(decoded(items, cfg.select_decoding), measure=m,
+                                       seeds=len(cfg.seeds)))]
     log_power(power, log)
 
     jobs = plan_jobs(cfg, pivot_stats, log)
     trained = sum(not (out / "runs" / j.name / "rows.json").exists() for j in jobs)
-    job_rows, job_items = run_jobs(jobs, testbed, out, cfg, pivot_stats, log)
+    job_rows, job_items = run_jobs(jobs, testbed, out, cfg, pivot_stats, log, items)
     rows, items = rows + job_rows, items + job_items
 
     log("5/5 checkpoints chosen on dev; the eval split there; theory checks; paired verdicts; report")
     items += score_chosen(jobs, rows, items, testbed, out, cfg, log)
     write_jsonl(out / "items.jsonl", items)
-    theory = run_theory(out, testbed, cfg, items)
+    theory = run_theory(out, testbed, cfg, decoded(items, cfg.select_decoding))
+    theory["matched_preferences"] = matched_preferences(out, testbed, cfg, items, rows)
     invocations = record_invocation(out, time.time() - start, trained=trained, jobs=len(jobs))
     results = write_report(rows, items, out, seeds=cfg.seeds, select_on=cfg.select_on,
                            wall_seconds=time.time() - start, theory=theory, power=power,
                            pivot_stats=pivot_stats, config=cfg.model_dump(mode="json"),
-                           invocations=invocations)
+                           invocations=invocations, frontier=cfg.frontier_config())
     log(f"done in {(time.time() - start) / 60:.1f} min: {out / 'report.md'}")
     return results

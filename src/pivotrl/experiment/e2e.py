@@ -25,50 +25,19 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
-from pydantic import Field
 
 from pivotrl.formats.chat import completion_text, prompt_text
 from pivotrl.experiment.episodes import EpisodeResult, run_episodes
 from pivotrl.sampling.generate import completion_logps, generate_each, stop_ids
+from pivotrl.io.inputs import check_input_file, check_model
+from pivotrl.io.progress import ProgressLog
 from pivotrl.io.records import Message, Trajectory, iter_valid
 from pivotrl.io.seeds import derive_seed
-from pivotrl.io.yaml_config import YamlConfig
-
-
-class E2ERunConfig(YamlConfig):
-    """The end-to-end RL baseline: GRPO over whole episodes, reward = the world's success (0/1).
-    Optimizer settings mirror GRPORunConfig so the two methods differ only in what they roll out."""
-
-    model: str = Field(..., description="Policy to start from (the same base as PivotRL's run).")
-    output_dir: Path = Field(..., description="Final model + tokenizer, checkpoint-N/ and metrics.jsonl.")
-    world: str | None = Field(None, description="Registered world every episode runs in; None: each "
-                              "task's metadata['world'] (mixed-world runs).")
-    tasks: Path | list[Path] = Field(..., description="Task/Trajectory JSONL file(s) (e.g. testbed DIR/<world>/"
-                                     "train.jsonl; only each record's opening messages and metadata are used).")
-    tasks_per_step: int = Field(4, description="Tasks per optimizer step (the analogue of pivots per step).")
-    num_generations: int = Field(16, description="G episodes per task (paper's G, as for PivotRL).")
-    max_turns: int = Field(8, description="Model turns per episode (the episode runner's MAX_TURNS).")
-    max_completion_length: int = Field(96, description="Tokens per model turn (ModelPolicy's default).")
-    temperature: float = Field(1.0, description="Sampling temperature of rollouts (as GRPORunConfig).")
-    learning_rate: float = Field(1e-6, description="Peak learning rate (as GRPORunConfig: paper 1e-6; the "
-                                 "testbed sets its own).")
-    warmup_steps: int = Field(0, description="Linear warmup steps, then constant (as GRPORunConfig).")
-    weight_decay: float = Field(0.0, description="AdamW weight decay (TRL: 0).")
-    max_grad_norm: float = Field(1.0, description="Gradient clipping norm (TRL: 1.0).")
-    epsilon: float = Field(0.2, description="Lower clip ε (as GRPORunConfig).")
-    epsilon_high: float = Field(0.28, description="Upper clip ε_high (as GRPORunConfig).")
-    num_iterations: int = Field(1, description="Optimizer passes per batch of episodes (TRL μ: 1).")
-    micro_batch_size: int = Field(16, description="Turns per forward/backward pass (memory only, not "
-                                  "the maths: gradients are accumulated over the whole step).")
-    max_steps: int = Field(100, description="Optimizer steps (ours).")
-    save_steps: int = Field(50, description="Write checkpoint-N every N steps (ours).")
-    logging_steps: int = Field(1, description="Append to metrics.jsonl every N steps.")
-    seed: int = Field(0, description="Seed of task order and sampling.")
-
-    path_fields: ClassVar[tuple[str, ...]] = ("model", "output_dir", "tasks")
+from pivotrl.io.split import HeldOut, resolve_split
+from pivotrl.experiment.e2e_config import E2ERunConfig
 
 
 class RecordingPolicy:
@@ -121,6 +90,43 @@ def world_of(cfg: E2ERunConfig, task: Trajectory) -> str:
     return world
 
 
+def runnable_tasks(cfg: E2ERunConfig, tasks: list[Trajectory]) -> tuple[list[Trajectory], int]:
+    """The tasks an episode can run for (their world is registered), and how many were not."""
+    from pivotrl.verifiers.world import make_world
+
+    known: dict[str, bool] = {}
+    kept = []
+    for task in tasks:
+        try:
+            world = world_of(cfg, task)
+        except ValueError:
+            continue
+        if world not in known:
+            try:
+                make_world(world)
+                known[world] = True
+            except KeyError:
+                known[world] = False
+        if known[world]:
+            kept.append(task)
+    return kept, len(tasks) - len(kept)
+
+
+def load_tasks(cfg: E2ERunConfig) -> tuple[list[Trajectory], dict[str, Any]]:
+    """The configured tasks less held-out trajectories (the split) and tasks with no world to run
+    in; what was dropped is counted in the second value."""
+    files = cfg.tasks if isinstance(cfg.tasks, list) else [cfg.tasks]
+    for path in files:
+        check_input_file(path, "tasks", "`pivotrl testbed build` (DIR/<world>/train.jsonl)")
+    held_out = HeldOut(resolve_split(cfg.split, files))
+    tasks = [t for f in files for t in iter_valid(f, Trajectory) if held_out.keep(t.id)]
+    tasks, no_world = runnable_tasks(cfg, tasks)
+    if not tasks:
+        raise ValueError(f"{cfg.tasks}: no task to run ({held_out.dropped} held out, {no_world} with no "
+                         "registered world: set `world:` or metadata.world)")
+    return tasks, {"held_out": held_out.summary(), "no_world": no_world}
+
+
 def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
               reward_fn: Callable[[EpisodeResult], float] | None = None) -> dict[str, Any]:
     """Run the baseline; writes metrics.jsonl (reward vs rollout turns) and the final model.
@@ -130,15 +136,17 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
     out = Path(cfg.output_dir)
+    dropped: dict[str, Any] = {}
+    if tasks is None:
+        tasks, dropped = load_tasks(cfg)
+    if not tasks:
+        raise ValueError(f"{cfg.tasks}: no tasks")
+    check_model(cfg.model, "model")
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
     model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32)
     model.to("cuda" if torch.cuda.is_available() else "cpu")
-    if tasks is None:
-        files = cfg.tasks if isinstance(cfg.tasks, list) else [cfg.tasks]
-        tasks = [t for f in files for t in iter_valid(f, Trajectory)]
-    if not tasks:
-        raise ValueError(f"{cfg.tasks}: no tasks")
+    progress = ProgressLog("step", cfg.max_steps, every_s=cfg.progress_seconds, log_file=out / "train.log")
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     warmup = max(cfg.warmup_steps, 0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warmup + 1)))
@@ -223,28 +231,12 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
                    "learning_rate": scheduler.get_last_lr()[0], "step_time": time.perf_counter() - t0}
             with metrics_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
+        progress.update(step, f"reward {rewards.mean().item():.3g}")
         if step % cfg.save_steps == 0 and step != cfg.max_steps:
             model.save_pretrained(out / f"checkpoint-{step}")
             tokenizer.save_pretrained(out / f"checkpoint-{step}")
 
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    return {"steps": cfg.max_steps, "tasks": len(tasks), "rollout_turns": rollout_turns,
+    return {"steps": cfg.max_steps, "tasks": len(tasks), **dropped, "rollout_turns": rollout_turns,
             "output_dir": str(out), "metrics": str(metrics_path)}
-
-
-def main(argv: list[str] | None = None) -> None:
-    """`python -m pivotrl.experiment.e2e --config E2E.yaml [--max-steps N]` (keys: E2ERunConfig)."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--max-steps", type=int)
-    parser.add_argument("--output-dir")
-    args = parser.parse_args(argv)
-    cfg = E2ERunConfig.from_yaml(args.config, max_steps=args.max_steps, output_dir=args.output_dir)
-    print(json.dumps(train_e2e(cfg)))
-
-
-if __name__ == "__main__":
-    main()

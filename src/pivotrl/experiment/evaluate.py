@@ -32,7 +32,7 @@ import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -78,6 +78,27 @@ class EvalConfig(BaseModel):
                                                "BFCL's per-turn step limit (BFCL has none).")
 
 
+class SampledConfig(BaseModel):
+    """Sampled scoring, beside greedy: GRPO raises the expected reward under sampling, SFT
+    sharpens the mode, so a measure read only greedily can hide what one arm optimised. Each
+    item's outcome is the mean success over `k` samples at the training rollouts' temperature;
+    the i-th of the k × n prompts (an item's k samples side by side) is sampled with
+    derive_seed(seed, 0, i), so the same items give the same draws in every run."""
+
+    k: int = Field(4, ge=0, description="Samples per item; 0 = greedy scoring only.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature: the training "
+                               "rollouts' (GRPORunConfig.temperature, TRL's 1.0).")
+    seed: int = Field(0, description="Base seed of the per-prompt sampling seeds.")
+    measures: list[Literal["turn", "ood", "episode"]] = Field(
+        default_factory=lambda: ["turn", "ood"], description="Measures scored sampled too. "
+        "Episodes cost k whole multi-turn episodes per task, so they are off by default.")
+
+
+def item_means(values: Sequence[float], k: int) -> list[float]:
+    """Per-item means of a flat list holding each item's k values side by side."""
+    return [sum(values[i:i + k]) / k for i in range(0, len(values), k)]
+
+
 # ---------------------------------------------------------------- statistics
 
 
@@ -121,46 +142,65 @@ def task_of(traj: Trajectory) -> Trajectory:
 
 
 def evaluate_world(model, tokenizer, world: str, trajectories: Sequence[Trajectory],
-                   cfg: EvalConfig, items: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                   cfg: EvalConfig, items: list[dict[str, Any]] | None = None,
+                   sampled: SampledConfig | None = None) -> dict[str, Any]:
     """Episode success and turn accuracy in one world. With `items` (a list), one row per scored
     item is appended to it: {"measure": "episode"|"turn", "item", "cluster", "outcome"}, the
-    cluster being the task (episodes) or the trajectory (turns) the item belongs to."""
+    cluster being the task (episodes) or the trajectory (turns) the item belongs to. Greedy (or
+    `cfg.temperature`), or with `sampled` each item's mean success over its k samples, for the
+    measures `sampled.measures` names (the others are left out)."""
     from pivotrl.experiment.episodes import ModelPolicy, run_episodes
 
-    policy = ModelPolicy(model, tokenizer, max_new_tokens=cfg.max_new_tokens,
-                         temperature=cfg.temperature, seed=cfg.seed, batch_size=cfg.batch_size)
-    tasks = [task_of(t) for t in (trajectories[:cfg.episodes] if cfg.episodes else trajectories)]
-    results = run_episodes(world, tasks, policy, max_turns=cfg.max_turns)
-    if items is not None:
-        items += [{"measure": "episode", "item": t.id, "cluster": t.id, "outcome": float(r.success)}
-                  for t, r in zip(tasks, results, strict=True)]
-    k = sum(r.success for r in results)
-    success, ci = _rate(k, len(results))
-    out: dict[str, Any] = {
-        "success": success, "ci95": ci, "episodes": len(results),
-        "model_turns": sum(r.model_turns for r in results),
-        "invalid_actions": sum(r.invalid_actions for r in results),
-    }
-    if cfg.turn_trajectories:
-        out.update(evaluate_turns(policy, trajectories[:cfg.turn_trajectories],
-                                  cfg.verifiers.get(world, "toolcall"), items))
+    k = sampled.k if sampled else 1
+    temperature, seed = (sampled.temperature, sampled.seed) if sampled else (cfg.temperature, cfg.seed)
+
+    def policy() -> ModelPolicy:  # one per measure: a measure's draws never depend on another's
+        return ModelPolicy(model, tokenizer, max_new_tokens=cfg.max_new_tokens,
+                           temperature=temperature, seed=seed, batch_size=cfg.batch_size)
+
+    out: dict[str, Any] = {}
+    if not sampled or "episode" in sampled.measures:
+        tasks = [task_of(t) for t in (trajectories[:cfg.episodes] if cfg.episodes else trajectories)]
+        results = run_episodes(world, [t for t in tasks for _ in range(k)], policy(),
+                               max_turns=cfg.max_turns)
+        wins = item_means([float(r.success) for r in results], k)
+        if items is not None:
+            items += [{"measure": "episode", "item": t.id, "cluster": t.id, "outcome": w}
+                      for t, w in zip(tasks, wins, strict=True)]
+        success, ci = _rate(sum(wins), len(wins))
+        out.update({"success": success, "ci95": ci, "episodes": len(wins),
+                    "model_turns": sum(r.model_turns for r in results),
+                    "invalid_actions": sum(r.invalid_actions for r in results)})
+    if cfg.turn_trajectories and (not sampled or "turn" in sampled.measures):
+        out.update(evaluate_turns(policy(), trajectories[:cfg.turn_trajectories],
+                                  cfg.verifiers.get(world, "toolcall"), items, k))
     return out
 
 
+def turn_kind(turn: Any) -> str:
+    """"tool_call" when the expert's action at this state calls a tool, else "message"."""
+    return "tool_call" if getattr(turn.expected, "tool_calls", None) else "message"
+
+
 def evaluate_turns(policy, trajectories: Sequence[Trajectory], verifier: str,
-                   items: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                   items: list[dict[str, Any]] | None = None, k: int = 1) -> dict[str, Any]:
     """Turn accuracy on expert states: the policy's action at every assistant turn of
-    `trajectories`, scored against the expert's by the named verifier."""
+    `trajectories` (k actions each, side by side, averaged per turn), scored against the
+    expert's by the named verifier. Item rows also carry the turn's `position` in its
+    trajectory and its `kind` (`turn_kind`), for the report's where-does-it-gain breakdown."""
     from pivotrl.experiment.episodes import expert_turns, turn_accuracy
     from pivotrl.verifiers import get_verifier
 
     turns = expert_turns(list(trajectories))
-    acc = turn_accuracy(policy, turns, get_verifier(verifier))
+    acc = turn_accuracy(policy, [t for t in turns for _ in range(k)], get_verifier(verifier))
+    rewards = item_means(acc.rewards, k)
     if items is not None:
-        items += [{"measure": "turn", "item": t.id, "cluster": t.trajectory_id, "outcome": r}
-                  for t, r in zip(turns, acc.rewards, strict=True)]
-    return {"turn_accuracy": acc.accuracy, "turn_ci95": list(wilson(sum(acc.rewards), acc.n)),
-            "turns": acc.n, "turn_invalid": acc.invalid}
+        items += [{"measure": "turn", "item": t.id, "cluster": t.trajectory_id, "outcome": r,
+                   "position": t.turn, "kind": turn_kind(t)}
+                  for t, r in zip(turns, rewards, strict=True)]
+    return {"turn_accuracy": sum(rewards) / len(rewards) if rewards else 0.0,
+            "turn_ci95": list(wilson(sum(rewards), len(rewards))),
+            "turns": len(rewards), "turn_invalid": acc.invalid}
 
 
 # ---------------------------------------------------------------- BFCL multi-turn
@@ -215,30 +255,39 @@ def evaluate_bfcl(model, tokenizer, path: str | Path, cfg: EvalConfig,
 
 
 def ood_answers(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 16,
-                batch_size: int = 64) -> list[str]:
-    """Greedy answers to single-turn user prompts (no tools), with the model's chat template."""
+                batch_size: int = 64, temperature: float = 0.0, seed: int = 0) -> list[str]:
+    """Answers to single-turn user prompts (no tools), with the model's chat template: greedy, or
+    sampled at `temperature` (the i-th prompt with seed derive_seed(seed, 0, i), ModelPolicy's)."""
     from pivotrl.experiment.episodes import ModelPolicy
     from pivotrl.io.records import Message
 
-    policy = ModelPolicy(model, tokenizer, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    policy = ModelPolicy(model, tokenizer, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                         temperature=temperature, seed=seed)
     return policy.act_batch([[Message(role="user", content=p)] for p in prompts],
                             [[] for _ in prompts])
 
 
 def evaluate_ood(model, tokenizer, tasks: Sequence[Any], batch_size: int = 64,
-                 items: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                 items: list[dict[str, Any]] | None = None,
+                 sampled: "SampledConfig | None" = None) -> dict[str, Any]:
     """Accuracy per OOD family; with `items`, one row per task is appended (each task is its own
-    cluster: OOD problems are independent draws)."""
+    cluster: OOD problems are independent draws). Greedy, or with `sampled` the mean success of
+    its k samples per task (`SampledConfig`)."""
     from pivotrl.experiment.testbed import ood
 
+    k = sampled.k if sampled else 1
     max_new = max(8, max(len(tokenizer(t.answer)["input_ids"]) for t in tasks) + 4) if tasks else 8
-    answers = ood_answers(model, tokenizer, [t.prompt for t in tasks], max_new, batch_size)
-    by_family: dict[str, list[bool]] = {}
-    for task, answer in zip(tasks, answers):
-        hit = ood.check(task.family, answer, task.answer)
+    prompts = [t.prompt for t in tasks for _ in range(k)]  # a task's samples side by side
+    answers = (ood_answers(model, tokenizer, prompts, max_new, batch_size, sampled.temperature,
+                           sampled.seed) if sampled
+               else ood_answers(model, tokenizer, prompts, max_new, batch_size))
+    hits = item_means([float(ood.check(t.family, a, t.answer))
+                       for t, a in zip((t for t in tasks for _ in range(k)), answers)], k)
+    by_family: dict[str, list[float]] = {}
+    for task, hit in zip(tasks, hits):
         by_family.setdefault(task.family, []).append(hit)
         if items is not None:
-            items.append({"measure": "ood", "item": task.id, "cluster": task.id, "outcome": float(hit)})
+            items.append({"measure": "ood", "item": task.id, "cluster": task.id, "outcome": hit})
     out = {}
     for family, hits in by_family.items():
         acc, ci = _rate(sum(hits), len(hits))

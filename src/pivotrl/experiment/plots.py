@@ -1,5 +1,6 @@
 """The demo report's PNG plots, drawn from results.json's content (descriptive: every checkpoint on
-the dev split; the verdicts use the dev-chosen checkpoints on the eval split)."""
+the dev split, and every label says so; the verdicts use the dev-chosen checkpoints on the eval
+split). The frontier carries the curves' 95% intervals over seeds."""
 
 from __future__ import annotations
 
@@ -18,6 +19,30 @@ def frontier(points: list[dict[str, Any]], key: str = "in_domain") -> list[dict[
             out.append(p)
             best_ood = p["ood"]
     return sorted(out, key=lambda p: p[key])
+
+
+def _errors(points: list[dict[str, Any]], key: str) -> list[list[float]] | None:
+    """Asymmetric error bars from each point's `<key>_ci95` (None when a point has none)."""
+    cis = [p.get(f"{key}_ci95") for p in points]
+    if not points or any(ci is None for ci in cis):
+        return None
+    return [[max(0.0, p[key] - lo) for p, (lo, _) in zip(points, cis)],
+            [max(0.0, hi - p[key]) for p, (_, hi) in zip(points, cis)]]
+
+
+def _turn_ticks(ax, values: list[float], most: int = 7) -> None:
+    """A symlog x axis labelled at the data's own values (at most `most`, spread evenly over
+    the sorted values), in plain numbers: symlog's default locator can leave a range within one
+    decade with no label at all."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    ax.set_xscale("symlog", linthresh=max(1.0, min((v for v in values if v > 0), default=1.0)))
+    ticks = sorted(set(values))
+    if len(ticks) > most:
+        ticks = [ticks[round(i * (len(ticks) - 1) / (most - 1))] for i in range(most)]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticks(ticks, [f"{v:,.0f}" for v in ticks], rotation=30, fontsize=8)
 
 
 def plot_all(results: dict[str, Any], out: Path) -> list[str]:
@@ -44,11 +69,17 @@ def plot_all(results: dict[str, Any], out: Path) -> list[str]:
                 continue
             front = frontier(pts, key)
             ax.scatter([p[key] for p in pts], [p["ood"] for p in pts], s=12, alpha=0.4)
-            ax.plot([p[key] for p in front], [p["ood"] for p in front], marker="o", label=m)
-        ax.set_xlabel(f"eval {MEASURES[key]} (mean over worlds)")
-        ax.set_ylabel("eval OOD accuracy (mean over families)")
-        ax.set_title(f"{MEASURES[key]}: every checkpoint (dots), frontier (lines); descriptive",
-                     fontsize=9)
+            line, = ax.plot([p[key] for p in front], [p["ood"] for p in front], marker="o", label=m)
+            ax.errorbar([p[key] for p in front], [p["ood"] for p in front],
+                        xerr=_errors(front, key), yerr=_errors(front, "ood"), fmt="none",
+                        ecolor=line.get_color(), alpha=0.6, capsize=3)
+        ax.set_xlabel(f"dev {MEASURES[key]} (mean over worlds)")
+        ax.set_ylabel("dev OOD accuracy (mean over families)")
+        seeds = max((p.get("seeds", 1) for c in curves.values() for p in c), default=1)
+        bars = ("bars: 95% interval over seeds" if seeds > 1
+                else "one seed: no interval over seeds to draw")
+        ax.set_title(f"{MEASURES[key]}, dev split: every checkpoint (dots), frontier (lines); "
+                     f"{bars}; descriptive", fontsize=8)
         ax.legend(fontsize=8)
     save(fig, "frontier.png")
 
@@ -60,8 +91,10 @@ def plot_all(results: dict[str, Any], out: Path) -> list[str]:
                 ax.plot([p["rollout_turns"] for p in pts], [p[key] for p in pts],
                         marker="o", label=f"{m} lr={lr:g}")
         ax.set_xlabel("rollout turns spent (model turns generated, profiling included)")
-        ax.set_ylabel(f"eval {MEASURES[key]}")
-        ax.set_xscale("symlog")
+        ax.set_ylabel(f"dev {MEASURES[key]}")
+        ax.set_title(f"{MEASURES[key]} per checkpoint, dev split", fontsize=9)
+        _turn_ticks(ax, [p["rollout_turns"] for m in ("pivotrl", "e2e_rl")
+                         for p in curves.get(m, [])])
         ax.legend(fontsize=8)
     save(fig, "compute.png")
 

@@ -17,6 +17,9 @@ from statistics import mean, stdev
 from typing import Any
 
 from pivotrl.experiment import stats
+from pivotrl.experiment.checkpoint_eval import DECODINGS, decoded
+from pivotrl.experiment.frontier import FrontierConfig
+from pivotrl.experiment.joint_report import joint_markdown, joint_results
 from pivotrl.experiment.report_md import PAPER, render_markdown
 
 METHODS = ("base", "sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact",
@@ -113,7 +116,10 @@ def headline(rows: list[dict[str, Any]], side: dict[str, Any]) -> dict[str, Any]
             "rank_corr": mean(r.get("rank_corr", 1.0) for r in final)}
 
 
-def chosen_sides(items: list[dict[str, Any]], select_on: str, seeds: list[int]) -> dict[str, Any]:
+def chosen_sides(items: list[dict[str, Any]], select_on: str, seeds: list[int],
+                 decoding: str = "greedy") -> dict[str, Any]:
+    """Each method's dev-chosen checkpoints (stats.choose) on `select_on` read with `decoding`."""
+    items = decoded(items, decoding)
     measure = select_on if any(r["measure"] == select_on for r in items) else "episode"
     chosen = stats.choose(items, measure=measure)
     chosen["base"] = {"method": "base", "lr": 0.0, "steps": {s: 0 for s in seeds},
@@ -122,7 +128,18 @@ def chosen_sides(items: list[dict[str, Any]], select_on: str, seeds: list[int]) 
 
 
 def verdicts(items: list[dict[str, Any]], chosen: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every claim in CLAIMS as a paired difference on eval between dev-chosen checkpoints."""
+    """Every claim in CLAIMS as a paired difference on eval between dev-chosen checkpoints, once
+    per decoding scored (a sampled verdict only for measures scored sampled)."""
+    out = []
+    for decoding in DECODINGS:
+        mine = decoded(items, decoding)
+        scored = {r["measure"] for r in mine}
+        out += [{**v, "decoding": decoding} for v in _verdicts(mine, chosen)
+                if v["measure"] in scored]
+    return out
+
+
+def _verdicts(items: list[dict[str, Any]], chosen: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for a, b, measure, claim in CLAIMS:
         if a not in chosen or b not in chosen:
@@ -175,8 +192,10 @@ def rollout_match(rows: list[dict[str, Any]], items: list[dict[str, Any]], chose
 def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds: list[int],
               select_on: str, wall_seconds: float, theory: dict[str, Any], pivot_stats: dict[str, Any],
               config: dict[str, Any], power: list[dict[str, Any]] | None = None,
-              invocations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    chosen = chosen_sides(items, select_on, seeds)
+              invocations: list[dict[str, Any]] | None = None,
+              frontier: FrontierConfig | None = None) -> dict[str, Any]:
+    frontier = frontier or FrontierConfig(measure=select_on)
+    chosen = chosen_sides(items, select_on, seeds, frontier.decoding)
     methods: dict[str, Any] = {}
     for m in METHODS:
         if m in chosen and any(r["method"] == m for r in rows):
@@ -188,18 +207,20 @@ def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds:
     return {"wall_seconds": wall_seconds, "invocations": invocations or [], "seeds": seeds,
             "select_on": select_on, "config": config, "methods": methods,
             "verdicts": verdicts(items, chosen), "power": power or [],
-            "turns_to_match_e2e": rollout_match(rows, items, chosen, pivot_stats),
-            "theory": theory, "pivots": pivot_stats}
+            "turns_to_match_e2e": rollout_match(rows, decoded(items, frontier.decoding), chosen,
+                                                pivot_stats),
+            "theory": theory, "pivots": pivot_stats, **joint_results(rows, items, chosen, frontier)}
 
 
 def write_report(rows: list[dict[str, Any]], items: list[dict[str, Any]], out: Path,
                  **kw: Any) -> dict[str, Any]:
+    from pivotrl.experiment.frontier import plot_frontiers
     from pivotrl.experiment.plots import plot_all
 
     out.mkdir(parents=True, exist_ok=True)
     results = aggregate(rows, items, **kw)
     results = json.loads(json.dumps(results))  # seeds as JSON keys: the file's shape, in memory too
-    plots = plot_all(results, out)
+    plots = plot_all(results, out) + plot_frontiers(results.get("joint") or {}, out)
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    (out / "report.md").write_text(render_markdown(results, plots))
+    (out / "report.md").write_text(render_markdown(results, plots) + "\n".join(joint_markdown(results)))
     return results

@@ -109,15 +109,20 @@ def results_section(results: dict[str, Any]) -> list[str]:
     return L + [""]
 
 
+def verdict_measure(v: dict[str, Any]) -> str:
+    """A verdict's measure and, when it was scored both ways, its decoding."""
+    return MEASURE_NAMES[v["measure"]] + (f" ({v['decoding']})" if v.get("decoding") else "")
+
+
 def verdict_section(results: dict[str, Any]) -> list[str]:
     L = ["## The paper's claims against ours (paired, eval split)", "", RULE, "",
          "| claim | measure | a | b | a vs b | Δ [95% CI] | verdict |", "|---|---|---|---|---|---|---|"]
     for v in results.get("verdicts", []):
         if v["diff"] is None:
-            L.append(f"| {v['claim']} | {MEASURE_NAMES[v['measure']]} | {_side(v['a'])} | "
+            L.append(f"| {v['claim']} | {verdict_measure(v)} | {_side(v['a'])} | "
                      f"{_side(v['b'])} | — | — | **{v['verdict']}** |")
             continue
-        L.append(f"| {v['claim']} | {MEASURE_NAMES[v['measure']]} | {_side(v['a'])} | {_side(v['b'])} | "
+        L.append(f"| {v['claim']} | {verdict_measure(v)} | {_side(v['a'])} | {_side(v['b'])} | "
                  f"{v['a_mean']:.3f} vs {v['b_mean']:.3f} ({v['pairs']} pairs, {v['clusters']} clusters) | "
                  f"{v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | **{v['verdict']}** |")
     tm = (results.get("turns_to_match_e2e") or {}).get("by_measure", {})

@@ -16,38 +16,30 @@ Paired difference (`paired`), on the **eval** split:
   side b's; only pairs present on both sides count. diff = Σ (outcome_a − outcome_b) / n over
   every pair of every seed: the difference of the two sides' mean outcomes on the same items.
 
-95% interval (`paired`, `bootstrap_weights`): percentile bootstrap, B = 2000 replicates from
-  `numpy.random.default_rng(0)`. A replicate draws the seeds with replacement (S of S; with one
-  seed no draw is made), then the clusters with replacement (C of C, one draw shared by every
-  seed, since every seed is scored on the same tasks; clusters are the rows' `cluster` values as
-  strings, in sorted order, so one OOD problem scored under each world's model is one cluster;
-  seeds in sorted order), and recomputes diff with each (seed, cluster) cell counted as often as
-  it was drawn (seed count × cluster count). The interval is the 2.5% and 97.5%
-  quantiles of the replicates (numpy's default linear interpolation).
-
-Verdict (`verdict`): "met" when the interval lies above 0, "not met" when it lies below 0,
-  otherwise "within noise".
+95% interval and verdict: the core's paired cluster bootstrap (`pivotrl.compare`, its module doc
+  gives the rule), with keys (seed, world, item) and the rows' `cluster` values as clusters, so
+  one OOD problem scored under each world's model is one cluster.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-BOOTSTRAP_REPLICATES = 2000
-BOOTSTRAP_SEED = 0
+from pivotrl.compare import (
+    BOOTSTRAP_REPLICATES,
+    bootstrap_weights,
+    cell_sums,
+    paired_values,
+    verdict,  # noqa: F401 (the demo's verdict is the core's)
+    weighted_mean,
+)
+
 Row = dict[str, Any]
-
-
-def verdict(ci: Sequence[float] | None) -> str:
-    if ci is None:
-        return "not measurable"
-    lo, hi = ci
-    return "met" if lo > 0 else "not met" if hi < 0 else "within noise"
 
 
 def side_outcomes(items: Iterable[Row], method: str, lr: float, steps: dict[int, int], *,
@@ -61,60 +53,13 @@ def side_outcomes(items: Iterable[Row], method: str, lr: float, steps: dict[int,
     return out
 
 
-def bootstrap_weights(n_seeds: int, n_clusters: int, replicates: int = BOOTSTRAP_REPLICATES,
-                      seed: int = BOOTSTRAP_SEED) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Per replicate: how often each seed and each cluster was drawn (see the module doc)."""
-    rng = np.random.default_rng(seed)
-    for _ in range(replicates):
-        if n_seeds > 1:
-            w_seed = np.bincount(rng.integers(0, n_seeds, n_seeds), minlength=n_seeds)
-        else:
-            w_seed = np.ones(n_seeds, dtype=np.int64)
-        w_cluster = np.bincount(rng.integers(0, n_clusters, n_clusters), minlength=n_clusters)
-        yield w_seed, w_cluster
-
-
-def cell_sums(values: dict[tuple[int, str, str], tuple[str, float]], seeds: list[int],
-              clusters: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(sum of values, count) per (seed, cluster) cell, as S × C arrays."""
-    si = {s: i for i, s in enumerate(seeds)}
-    ci = {c: j for j, c in enumerate(clusters)}
-    total = np.zeros((len(seeds), len(clusters)))
-    count = np.zeros((len(seeds), len(clusters)))
-    for (seed, _, _), (cluster, value) in values.items():
-        total[si[seed], ci[cluster]] += value
-        count[si[seed], ci[cluster]] += 1
-    return total, count
-
-
-def weighted_mean(total: np.ndarray, count: np.ndarray, w_seed: np.ndarray,
-                  w_cluster: np.ndarray) -> float:
-    n = w_seed @ count @ w_cluster
-    return float(w_seed @ total @ w_cluster / n) if n else float("nan")
-
-
 def paired(items: Sequence[Row], a: dict[str, Any], b: dict[str, Any], *, measure: str,
            split: str = "eval", replicates: int = BOOTSTRAP_REPLICATES) -> dict[str, Any] | None:
     """The paired difference a − b on `measure` with its cluster-bootstrap 95% interval.
     `a` and `b` are sides: {"method", "lr", "steps": {seed: step}}. None when nothing pairs."""
     sa = side_outcomes(items, a["method"], a["lr"], a["steps"], split=split, measure=measure)
     sb = side_outcomes(items, b["method"], b["lr"], b["steps"], split=split, measure=measure)
-    common = sorted(set(sa) & set(sb))
-    if not common:
-        return None
-    diffs = {k: (sa[k][0], sa[k][1] - sb[k][1]) for k in common}
-    seeds = sorted({k[0] for k in common})
-    clusters = sorted({c for c, _ in diffs.values()})
-    total, count = cell_sums(diffs, seeds, clusters)
-    diff = float(total.sum() / count.sum())
-    reps = [weighted_mean(total, count, ws, wc)
-            for ws, wc in bootstrap_weights(len(seeds), len(clusters), replicates)]
-    reps = np.array([r for r in reps if not math.isnan(r)])
-    lo, hi = (float(np.quantile(reps, 0.025)), float(np.quantile(reps, 0.975)))
-    return {"diff": diff, "ci95": [lo, hi], "verdict": verdict([lo, hi]),
-            "a_mean": sum(sa[k][1] for k in common) / len(common),
-            "b_mean": sum(sb[k][1] for k in common) / len(common),
-            "pairs": len(common), "clusters": len(clusters), "seeds": len(seeds)}
+    return paired_values(sa, sb, replicates)
 
 
 # ------------------------------------------------------------------ checkpoint choice on dev

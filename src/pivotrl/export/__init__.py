@@ -22,6 +22,7 @@ from pivotrl.export.nemo_gym import (DEFAULT_AGENT_NAME, PARALLEL_CALLS, gym_con
                                      turn_to_nemo_gym)
 from pivotrl.export.verl import (DEFAULT_AGENT_LOOP, ToolUnion, tool_config_path, turn_to_verl,
                                  verl_schema, write_tool_config)
+from pivotrl.io.empty import check_input, require_some
 from pivotrl.io.records import (Record, Reject, Trajectory, Turn, atomic_path, check_trajectory,
                              read_records, rejects_path, write_atomic, write_text_atomic)
 
@@ -121,6 +122,7 @@ def export_file(turns: str | Path, out: str | Path, fmt: str, *, batch_rows: int
         raise ValueError(f"parallel_calls must be one of {PARALLEL_CALLS}, got {parallel_calls!r}")
     turns, out = Path(turns), Path(out)
     _refuse_overwrite(turns, out, rejects_path(out), tool_config_path(out), gym_config_path(out))
+    check_input(turns)
     summary = ExportSummary()
     if fmt == "nemo-gym":
         def check(turn: Turn) -> tuple[str, str] | None:
@@ -158,6 +160,9 @@ def export_file(turns: str | Path, out: str | Path, fmt: str, *, batch_rows: int
         for warning in union.warnings():
             summary.warnings[warning] += 1
     _write_rejects(out, summary.rejects)
+    require_some(summary.written, "rows", turns, rejected=len(summary.rejects),
+                 first_reject=summary.rejects[0] if summary.rejects else None, expects="turns",
+                 result=summary)
     return summary
 
 
@@ -228,6 +233,8 @@ def import_nemo_gym(rows: str | Path, out: str | Path) -> ExportSummary:
 
     summary.written = write_atomic(out, turns())
     _write_rejects(out, summary.rejects)
+    require_some(summary.written, "turns", rows, rejected=len(summary.rejects),
+                 first_reject=summary.rejects[0] if summary.rejects else None, result=summary)
     return summary
 
 

@@ -10,6 +10,10 @@ trajectories. A compact row stores only what is new:
                                                context without its reasoning_content (extract
                                                drops earlier turns' reasoning by default)
     tools_from:   "<id of the previous row>"   tools = the previous row's tools
+    metadata_from: "<id of the previous row>"  metadata = the previous row's metadata updated
+                                               with this row's `metadata` (only the keys that
+                                               differ, e.g. `message_index`), so a trajectory's
+                                               metadata is written once, not once per turn
 
 Why it is safe:
 - A reference names only the IMMEDIATELY previous row (blank lines are not rows), and it names it
@@ -21,6 +25,12 @@ Why it is safe:
 - The writer (`RowEncoder`) uses a reference only when the expansion equals the row exactly
   (same objects, or the same JSON); anything else is written in full. Rows with a whole `context`
   read as always: old files need nothing.
+- Expansion is bounded, so a small crafted file cannot cost a reader gigabytes: a context holds
+  at most `MAX_CONTEXT_MESSAGES` messages (extract skips longer turns, counted; a reader rejects
+  the row), and metadata is inherited only from a row with at most `MAX_INHERITED_METADATA_KEYS`
+  keys (each expanded row copies that dict; the writer writes larger metadata in full). A
+  reader that keeps every row still holds one context list per row: O(rows x context) pointers,
+  at most 8 x MAX_CONTEXT_MESSAGES bytes a row.
 
 This module holds the encoding only; `pivotrl.io.records` applies it in its one reader and its
 writers, so no caller handles compact rows itself.
@@ -31,11 +41,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic_core import to_json
+
 CONTEXT_FROM = "context_from"
 CONTEXT_TAIL = "context_tail"
 STRIP_REASONING = "context_strip_reasoning"
 TOOLS_FROM = "tools_from"
-COMPACT_KEYS = frozenset({CONTEXT_FROM, CONTEXT_TAIL, STRIP_REASONING, TOOLS_FROM})
+METADATA_FROM = "metadata_from"
+COMPACT_KEYS = frozenset({CONTEXT_FROM, CONTEXT_TAIL, STRIP_REASONING, TOOLS_FROM, METADATA_FROM})
+REFERENCES = (CONTEXT_FROM, TOOLS_FROM, METADATA_FROM)  # keys naming the previous row
+# Longest context a compact row may expand to. A reader that keeps its rows holds a list of up
+# to this many pointers per row (16 KiB), so a crafted chain of tiny rows costs about 100x its
+# bytes (bench/bench_scale.py: 305 MiB for 3 MiB), not the square of its length. A bound, not a
+# fact about data: extract skips and counts longer turns (ExtractOptions.max_context_messages).
+MAX_CONTEXT_MESSAGES = 2048
+# Metadata is inherited only from a dict this small: every expanded row copies it.
+MAX_INHERITED_METADATA_KEYS = 32
 
 
 def _json(model: Any, exclude: set[str] | frozenset[str] = frozenset()) -> str:
@@ -47,6 +68,25 @@ def _same(a: Any, b: Any) -> bool:
     """Equal as written: identity first (rows read from a compact file share their messages),
     then the JSON text, so that 1 and True or 1.0 (equal in Python) are never confused."""
     return a is b or _json(a) == _json(b)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Metadata values equal as written (JSON text; identity first)."""
+    if a is b:
+        return True
+    try:
+        return to_json(a) == to_json(b)
+    except (TypeError, ValueError):
+        return False
+
+
+def metadata_delta(prev: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any] | None:
+    """The keys of `meta` that `prev` does not already hold with the same value, when `meta`
+    can be written as `prev` + those keys (no key removed, `prev` small enough); else None."""
+    if not prev or len(prev) > MAX_INHERITED_METADATA_KEYS or not prev.keys() <= meta.keys():
+        return None
+    own = {k: v for k, v in meta.items() if k not in prev or not _same_value(prev[k], v)}
+    return own if len(own) < len(meta) else None
 
 
 def _without_reasoning(message: Any) -> Any:
@@ -86,7 +126,8 @@ class RowEncoder:
         extra: dict[str, Any] = {}
         exclude = set(COMPACT_KEYS)
         tail: list[Any] = []
-        strip = continues(prev, turn)
+        # a context past the readers' limit is written in full (readers reject longer chains)
+        strip = continues(prev, turn) if len(turn.context) <= MAX_CONTEXT_MESSAGES else None
         if strip is not None:
             extra[CONTEXT_FROM] = prev.id
             if strip:
@@ -97,10 +138,17 @@ class RowEncoder:
                 and (prev.tools is turn.tools or json.dumps(prev.tools) == json.dumps(turn.tools))):
             extra[TOOLS_FROM] = prev.id
             exclude.add("tools")
+        own = (metadata_delta(prev.metadata, turn.metadata)
+               if turn.turn > prev.turn and prev.id != turn.id else None)
+        if own is not None:
+            extra[METADATA_FROM] = prev.id
+            exclude.add("metadata")
         head = _json(turn, exclude)
         if not extra:
             return head
         parts = [f"{json.dumps(k)}:{json.dumps(v, ensure_ascii=False)}" for k, v in extra.items()]
+        if own is not None:
+            parts.append(f'"metadata":{to_json(own).decode()}')
         if CONTEXT_FROM in extra:
             parts.append(f'"{CONTEXT_TAIL}":[{",".join(_json(m) for m in tail)}]')
         return head[:-1] + ("," if head != "{}" else "") + ",".join(parts) + "}"
@@ -129,7 +177,7 @@ class RowDecoder:
                 if key in obj:
                     return obj, key, f"{key!r} without {CONTEXT_FROM!r}"
         prev = self.prev
-        for key in (CONTEXT_FROM, TOOLS_FROM):
+        for key in REFERENCES:
             if key not in obj:
                 continue
             ref = obj[key]
@@ -151,17 +199,30 @@ class RowDecoder:
             strip = obj.get(STRIP_REASONING, False)
             if not isinstance(strip, bool):
                 return obj, STRIP_REASONING, "must be true or false"
+            size = len(prev.context) + 1 + len(tail)
+            if size > MAX_CONTEXT_MESSAGES:
+                return obj, CONTEXT_FROM, (f"context of {size} messages is above the limit of "
+                                           f"{MAX_CONTEXT_MESSAGES} (pivotrl.io.compact_rows)")
             last = _without_reasoning(prev.expected) if strip else prev.expected
             # the same Message objects as the previous row: a trajectory's messages are held once
             out["context"] = [*prev.context, last, *tail]
             self.tail_start = len(prev.context) + 1
         if TOOLS_FROM in obj:
             out["tools"] = prev.tools
+        if METADATA_FROM in obj:
+            own = obj.get("metadata", {})
+            if not isinstance(own, dict):
+                return obj, "metadata", "must be an object"
+            if len(prev.metadata) > MAX_INHERITED_METADATA_KEYS:
+                return obj, METADATA_FROM, (
+                    f"inherits {len(prev.metadata)} metadata keys; at most "
+                    f"{MAX_INHERITED_METADATA_KEYS} may be inherited (write the row in full)")
+            out["metadata"] = {**prev.metadata, **own}
         return out, "", ""
 
     def check(self, obj: dict[str, Any], record: Any) -> tuple[str, str] | None:
         """A reference must stay inside one trajectory and point at an earlier turn of it."""
-        for key in (CONTEXT_FROM, TOOLS_FROM):
+        for key in REFERENCES:
             if key not in obj:
                 continue
             if record.trajectory_id != self.prev.trajectory_id:

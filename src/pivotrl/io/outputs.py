@@ -93,20 +93,22 @@ def guarded_command(app, name: str | None = None, *, inputs: Iterable[str] = (),
 
 @contextmanager
 def output_lock(path: str | Path) -> Iterator[Path]:
-    """Hold an exclusive lock on `path` for the block, via `flock` on the sidecar file
-    `<path>.lock`: a second writer fails at once (OutputLockedError), and since the kernel drops
-    the lock when its holder dies, a lock file left by a killed run never blocks a resume."""
-    import fcntl
+    """Hold an exclusive lock on `path` for the block, on the sidecar file `<path>.lock`, with
+    `filelock` (flock where the file system has it, so the kernel drops the lock when its holder
+    dies and a lock file left by a killed run never blocks a resume; filelock's soft lock where
+    it has not, e.g. some network file systems). A second writer fails at once
+    (OutputLockedError)."""
+    from filelock import FileLock, Timeout
 
     lock = Path(path).with_name(Path(path).name + ".lock")
     lock.parent.mkdir(parents=True, exist_ok=True)
-    fh = open(lock, "a")
+    held = FileLock(lock, timeout=0)
     try:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise OutputLockedError(f"{path} is being written by another run (lock {lock} is "
-                                    "held); wait for it to finish or choose another --out") from None
+        held.acquire()
+    except Timeout:
+        raise OutputLockedError(f"{path} is being written by another run (lock {lock} is "
+                                "held); wait for it to finish or choose another --out") from None
+    try:
         yield lock
     finally:
-        fh.close()
+        held.release()

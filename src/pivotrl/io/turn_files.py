@@ -7,11 +7,12 @@ Both go through `records.read_records` / `records.parse_line`, where compact row
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pivotrl.io.compact_rows import CONTEXT_FROM, TOOLS_FROM, RowDecoder
+from pivotrl.io.compact_rows import REFERENCES, RowDecoder
 from pivotrl.io.records import Reject, Turn, is_blank, parse_line, read_records
 from pivotrl.io.seeds import derive_seed
 
@@ -59,12 +60,11 @@ def read_turns(path: str | Path, shard: tuple[int, int] | None = None
     return turns, rejects
 
 
-def index_rows(path: str | Path) -> list[tuple[str, int, int, bool]]:
-    """(id, byte offset, line number, stands alone) of every non-blank line of a file we wrote;
-    a line without an id raises ValueError naming it. "Stands alone": no reference to the row
-    before it, so expanding can start there."""
+def scan_rows(path: str | Path) -> Iterator[tuple[str, int, int, bool]]:
+    """(id, byte offset, line number, stands alone) of every non-blank line of a file we wrote,
+    streaming; a line without an id raises ValueError naming it. "Stands alone": no reference
+    to the row before it, so expanding can start there."""
     path = Path(path)
-    rows = []
     with path.open("rb") as fh:
         offset = 0
         for lineno, raw in enumerate(fh, start=1):
@@ -75,9 +75,30 @@ def index_rows(path: str | Path) -> list[tuple[str, int, int, bool]]:
                 except (ValueError, KeyError, TypeError):
                     raise ValueError(f"{path}:{lineno}: not a record with an id (a torn or "
                                      "foreign line)") from None
-                rows.append((rid, offset, lineno, CONTEXT_FROM not in obj and TOOLS_FROM not in obj))
+                yield rid, offset, lineno, not any(k in obj for k in REFERENCES)
             offset += len(raw)
-    return rows
+
+
+def index_rows(path: str | Path) -> list[tuple[str, int, int, bool]]:
+    """`scan_rows` collected."""
+    return list(scan_rows(path))
+
+
+class RowIndex(Sequence):
+    """`index_rows` without the ids, in arrays: 17 bytes a row, not a tuple and a string."""
+
+    def __init__(self, path: str | Path):
+        self.offsets, self.lines, self.alone = array("q"), array("q"), bytearray()
+        for _, offset, lineno, alone in scan_rows(path):
+            self.offsets.append(offset)
+            self.lines.append(lineno)
+            self.alone.append(alone)
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __getitem__(self, j):  # type: ignore[override]
+        return "", self.offsets[j], self.lines[j], bool(self.alone[j])
 
 
 class RowAccess:
@@ -87,7 +108,7 @@ class RowAccess:
     row). Asked out of order, it re-reads from the nearest earlier row that stands alone; a
     chain never leaves one trajectory (`pivotrl.io.compact_rows`), so that is at most its turns."""
 
-    def __init__(self, paths: list[Path], index: list[list[tuple[str, int, int, bool]]], model):
+    def __init__(self, paths: list[Path], index: list[Sequence[tuple[str, int, int, bool]]], model):
         self.paths, self.index, self.model = paths, index, model
         self.handles = [p.open("rb") for p in paths]
         self.decoders = [RowDecoder() for _ in paths]
@@ -113,6 +134,48 @@ class RowAccess:
     def close(self) -> None:
         for h in self.handles:
             h.close()
+
+
+class LazyTurns(Sequence):
+    """The rows of a Turn file we wrote (pivots, turns, profiles) as a read-only sequence that
+    holds only each row's byte offset (`RowIndex`): `turns[i]` reads and expands row i when asked
+    (for a trainer's shuffled sampler), iterating streams the file once. Memory is flat in the
+    number of rows' contents; a random access re-reads at most the rows of one trajectory's
+    compact chain (`RowAccess`). A bad line raises ValueError naming it: a file we wrote."""
+
+    def __init__(self, path: str | Path, model: type[Turn] = Turn):
+        self.path, self.model = Path(path), model
+        self._index = RowIndex(self.path)
+        self._access: RowAccess | None = None
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        if self._access is None:
+            self._access = RowAccess([self.path], [self._index], self.model)
+        return self._access.get(0, i)
+
+    def __iter__(self) -> Iterator[Turn]:
+        for _, rec in read_records(self.path, self.model, strict=True):
+            yield rec
+
+    def close(self) -> None:
+        if self._access is not None:
+            self._access.close()
+            self._access = None
+
+
+def iter_pivots(path: str | Path, model: type[Turn] = Turn) -> LazyTurns:
+    """The pivots of a pivots file, read lazily (`LazyTurns`): what a trainer's data loader
+    needs without holding every pivot and its context in memory."""
+    return LazyTurns(path, model)
 
 
 def chunks(items: Iterable[Turn], size: int) -> Iterator[list[Turn]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -20,25 +20,16 @@ from pivotrl.formats.families import PLAIN_TOKEN_BUDGET, parser_for, token_budge
 from pivotrl.io.records import Profile, Sample, Turn
 from pivotrl.io.seeds import derive_seed
 from pivotrl.io.turn_files import chunks
-from pivotrl.io.yaml_config import YamlConfig
 from pivotrl.sampling.base import Completion, SamplingParams
+from pivotrl.sampling.options import EngineConfig
 from pivotrl.sampling.pipeline import prefetch, prompt_limit, split_too_long
 from pivotrl.scoring import Parser, score_completions
 from pivotrl.verifiers.base import Score
 
 
-class ProfileConfig(YamlConfig):
+class ProfileConfig(EngineConfig):
     """Options of a profiling run: `pivotrl profile --field value` flags and YAML keys
-    (precedence: defaults < `--config` YAML < flags)."""
-
-    backend: Literal["hf", "vllm", "openai"] = Field("hf", description="Sampler: hf (transformers "
-                                                    "generate, CPU or one GPU), vllm (offline engine), "
-                                                    "openai (any OpenAI-compatible server).")
-    base_url: str = Field("http://127.0.0.1:8000/v1", description="openai backend: the server's URL (…/v1).")
-    served_model_name: str | None = Field(None, description="openai backend: the model name on the server "
-                                          "(None: ask the server).")
-    batch_size: int = Field(64, ge=1, description="hf backend: sequences per generate call.")
-    concurrency: int = Field(16, ge=1, description="openai backend: requests in flight.")
+    (precedence: defaults < `--config` YAML < flags); the engine's are EngineConfig's."""
 
     k: int = Field(8, ge=1, description="Samples per turn (the paper profiles each candidate "
                    "with K samples of π0; 8 gives outcome rates in steps of 1/8).")
@@ -62,12 +53,6 @@ class ProfileConfig(YamlConfig):
                              "chunk are written when it is done).")
     shard: str | None = Field(None, description="'I/N': profile only turns with "
                               "hash(id) mod N == I (0-based).")
-    engine: dict[str, Any] = Field(default_factory=dict, description="Options of the sampling "
-                                   "backend: vllm, pivotrl.sampling.vllm.VLLMOptions "
-                                   "(tensor_parallel_size, max_model_len, gpu_memory_utilization, "
-                                   "dtype, enable_prefix_caching, extra); openai, headers, "
-                                   "extra_body, api_key_env. They change speed, not samples, so a "
-                                   "resume may change them.")
 
     def sampling(self, tokenizer: Any = None) -> SamplingParams:
         """Sampling parameters; an unset max_new_tokens is the model's budget (needs `tokenizer`)."""

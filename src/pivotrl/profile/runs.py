@@ -16,9 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pivotrl.io.empty import check_input, require_some
 from pivotrl.io.outputs import output_lock
+from pivotrl.io.progress import ProgressLog
 from pivotrl.io.records import (AppendWriter, Profile, Reject, Turn, done_ids, is_blank, iter_lines,
-                                read_records, rejects_path, stats_path, write_atomic, write_text_atomic)
+                                read_records, rejects_path, sidecar_path, stats_path, write_atomic,
+                                write_text_atomic)
 from pivotrl.io.turn_files import RowAccess, index_rows, parse_shard, scan_turns
 from pivotrl.profile.loop import ProfileConfig, RunStats, profile_stream
 from pivotrl.sampling.pipeline import prompt_limit
@@ -83,6 +86,7 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
                              "(old, new); resume with the same command or write a new --out")
     # Two passes: ids and line numbers first (each turn dropped as read), then the turns to do,
     # streamed into the sampler, so a run holds about one chunk of turns, not its whole shard.
+    check_input(turns_path)
     lines: dict[str, int] = {}  # valid turn id -> line, in file order
     rejects: list[Reject] = []
     for lineno, rec in scan_turns(turns_path, shard):
@@ -92,6 +96,9 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
             lines[rec.id] = lineno
     if rejects:
         write_atomic(rejects_path(out_path), [r.to_json() for r in rejects])
+    if shard is None:  # a shard may hold no turn of a small file; the whole file may not
+        require_some(len(lines), "turns", turns_path, rejected=len(rejects),
+                     first_reject=rejects[0].reason if rejects else None, expects="turns")
     done = done_ids(out_path)
     n_todo = sum(1 for tid in lines if tid not in done)
     todo = (t for _, t in scan_turns(turns_path, shard)
@@ -113,7 +120,12 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
         write_text_atomic(spath, json.dumps(doc, indent=2))
         return doc
 
-    bar = _progress(console) if progress else None
+    # A live bar on a terminal; elsewhere (a pipe, a SLURM log) periodic lines. PROFILE.log gets
+    # the lines either way.
+    terminal = bool(progress and console is not None and console.is_terminal)
+    bar = _progress(console) if terminal else None
+    log = ProgressLog("profile", len(lines), unit="turn", log_file=sidecar_path(out_path, ".log"),
+                      start=len(lines) - n_todo, echo=progress and not terminal)
     save(final=False)
     try:
         with AppendWriter(out_path) as writer:
@@ -125,9 +137,10 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
                 writer.write(rec)
                 if (i + 1) % cfg.chunk_turns == 0:
                     save(final=False)
+                rate = f"{stats.rollout_turns / max(time.perf_counter() - t0, 1e-9):,.1f} samples/s"
                 if bar is not None:
-                    rate = stats.rollout_turns / max(time.perf_counter() - t0, 1e-9)
-                    bar.update(task, advance=1, rate=f"{rate:,.1f} samples/s")
+                    bar.update(task, advance=1, rate=rate)
+                log.update(len(lines) - n_todo + i + 1, rate)
     finally:
         if bar is not None:
             bar.stop()

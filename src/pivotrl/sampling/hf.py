@@ -11,6 +11,9 @@ prefill is shared, and whether a run was resumed — up to floating-point differ
 batched forward pass (padding changes reduction sizes by ~1e-7, which can flip a draw only when
 it lands that close to a token boundary). Across devices and dtypes samples differ.
 
+Prompts longer than the model's context (`max_prompt_tokens`, from its config and tokenizer) are
+for the caller to set aside (`sampling.pipeline.split_too_long`), as with the other engines.
+
 Sampling uses only temperature and top-p: the model's own generation_config defaults (repetition
 penalty, top-k, ...) are not applied, so profiling draws from π0's distribution as GRPO will.
 """
@@ -22,6 +25,7 @@ from typing import Any
 from pivotrl.formats.chat import completion_text
 from pivotrl.sampling.generate import generate, sample_seeds, stop_ids
 from pivotrl.sampling.base import Completion, SamplingParams, prompt_seeds
+from pivotrl.sampling.pipeline import context_length
 
 
 class HFSampler:
@@ -65,6 +69,11 @@ class HFSampler:
         if not stop_token_ids:
             raise ValueError("the tokenizer has no eos token: pass stop_token_ids=")
         self.stop_token_ids = list(stop_token_ids)
+
+    def max_prompt_tokens(self) -> int | None:
+        """Longest prompt that leaves the model room for one new token (None: no stated context)."""
+        context = context_length(getattr(self.model, "config", None), self.tokenizer)
+        return None if context is None else context - 1
 
     def sample(self, prompts: list[str], n: int, params: SamplingParams,
                seeds: list[int] | None = None, on_step: Any = None) -> list[list[Completion]]:

@@ -2,8 +2,10 @@
 
 It uses `/v1/completions` with the prompt text, since prompts are already templated (a chat
 endpoint would template them a second time, perhaps differently from training). One request per
-prompt with `n` samples, many requests in flight (a thread pool over one keep-alive client),
-retries with exponential backoff on connection errors, timeouts, 429 and 5xx.
+prompt with `n` samples, many requests in flight (a thread pool over one client). HTTP is the
+official `openai` client's: its `max_retries` (connection errors, timeouts, 408, 409, 429, 5xx,
+exponential backoff with jitter from 0.5 s to 8 s, honouring `Retry-After`), `default_headers`
+and `extra_body`; no retry loop of our own.
 
 Token counts: `usage.prompt_tokens` is the prompt's; `usage.completion_tokens` is the total over
 the n choices, split evenly among them (the API gives no per-choice count), so totals are exact.
@@ -17,81 +19,73 @@ request body (e.g. vLLM's `top_k`, `min_p`, `add_special_tokens`).
 from __future__ import annotations
 
 import os
-import random
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pivotrl.sampling.base import Completion, SamplerError, SamplingParams, prompt_seeds
 
-RETRY_STATUS = {408, 429, 500, 502, 503, 504}
-
 
 class OpenAISampler:
     """model: the served model name (None: the first one the server lists at /v1/models).
     base_url: up to and including `/v1`. concurrency: requests in flight. max_retries: tries after
-    the first one; backoff: first wait in seconds, doubled each retry (capped at 30 s).
-    extra_body: fields added to every request, e.g. {"add_special_tokens": False} for `vllm serve`
-    with a template that already writes the BOS token (vLLM otherwise adds a second one)."""
+    the first one (the `openai` client's backoff). extra_body: fields added to every request,
+    e.g. {"add_special_tokens": False} for `vllm serve` with a template that already writes the
+    BOS token (vLLM otherwise adds a second one)."""
 
     name = "openai"
 
     def __init__(self, model: str | None = None, base_url: str = "http://127.0.0.1:8000/v1",
                  api_key: str | None = None, concurrency: int = 16, timeout: float = 300.0,
-                 max_retries: int = 5, backoff: float = 0.5, batch_size: int | None = None,
+                 max_retries: int = 5, batch_size: int | None = None,
                  extra_body: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
                  api_key_env: str | None = None):
         import httpx
+        import openai
 
         del batch_size  # the server batches; concurrency is the knob here
         self.base_url = base_url.rstrip("/")
         self.concurrency = max(1, int(concurrency))
-        self.max_retries = max(0, int(max_retries))
-        self.backoff = backoff
         self.extra_body = dict(extra_body or {})
         if api_key is None and api_key_env is not None and api_key_env not in os.environ:
             raise SamplerError(f"api_key_env: environment variable {api_key_env} is not set")
         key = api_key or os.environ.get(api_key_env or "OPENAI_API_KEY") or "EMPTY"
-        self.client = httpx.Client(
-            timeout=timeout, headers={**(headers or {}), "Authorization": f"Bearer {key}"},
-            limits=httpx.Limits(max_connections=self.concurrency,
-                                max_keepalive_connections=self.concurrency))
+        self.client = openai.OpenAI(
+            base_url=self.base_url, api_key=key, timeout=timeout,
+            max_retries=max(0, int(max_retries)), default_headers=headers or None,
+            # one pool for the thread pool's requests: as many keep-alive connections as in flight
+            http_client=httpx.Client(limits=httpx.Limits(
+                max_connections=self.concurrency, max_keepalive_connections=self.concurrency)))
         self.max_model_len: int | None = None
         self.model = model or self._first_model()
         if self.max_model_len is None and model is not None:
             self._read_model_card(model)
 
-    # ------------------------------------------------------------ HTTP with retries
+    def _call(self, what: str, fn):
+        """`fn()` with the client's errors as SamplerErrors naming the server."""
+        import openai
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        import httpx
+        url = f"{self.base_url}{what}"
+        try:
+            return fn()
+        except openai.APIStatusError as exc:
+            raise SamplerError(f"{url} answered HTTP {exc.status_code} (after "
+                               f"{self.client.max_retries} retries where retryable): "
+                               f"{str(exc.message)[:500]}") from None
+        except openai.APIConnectionError as exc:  # refused, reset, timed out
+            raise SamplerError(f"OpenAI-compatible server at {self.base_url} is unreachable "
+                               f"({self.client.max_retries + 1} tries; last error: {exc}). Is it "
+                               "running? Check --base-url.") from None
+        except openai.APIResponseValidationError as exc:
+            raise SamplerError(f"{url} answered something that is not an OpenAI response: "
+                               f"{exc}") from None
 
-        url = f"{self.base_url}{path}"
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            try:
-                resp = self.client.request(method, url, json=body)
-            except httpx.TransportError as exc:  # refused, reset, timed out
-                last = f"{type(exc).__name__}: {exc}"
-            else:
-                if resp.status_code < 300:
-                    try:
-                        return resp.json()
-                    except ValueError:
-                        raise SamplerError(f"{url} answered with non-JSON: {resp.text[:200]!r}") from None
-                if resp.status_code not in RETRY_STATUS:
-                    raise SamplerError(f"{url} answered HTTP {resp.status_code}: {resp.text[:500]}")
-                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
-            if attempt < self.max_retries:
-                wait = min(30.0, self.backoff * 2 ** attempt)
-                time.sleep(wait * (0.5 + random.random() / 2))  # jitter: retries do not stampede
-        raise SamplerError(f"OpenAI-compatible server at {self.base_url} is unreachable or failing "
-                           f"({self.max_retries + 1} tries; last error: {last}). Is it running? "
-                           "Check --base-url.")
+    def _cards(self) -> list[dict[str, Any]]:
+        page = self._call("/models", lambda: self.client.models.list())
+        return [card.model_dump() for card in page.data]
 
     def _first_model(self) -> str:
-        data = self._request("GET", "/models").get("data") or []
-        if not data or not isinstance(data[0], dict) or "id" not in data[0]:
+        data = self._cards()
+        if not data or not data[0].get("id"):
             raise SamplerError(f"{self.base_url}/models lists no model; pass the model name")
         self._card_length(data[0])
         return str(data[0]["id"])
@@ -100,11 +94,11 @@ class OpenAISampler:
         """max_model_len from /models when the server lists it (vLLM and pivotrl serve do);
         a server without /models still samples."""
         try:
-            data = self._request("GET", "/models").get("data") or []
+            data = self._cards()
         except SamplerError:
             return
         for card in data:
-            if isinstance(card, dict) and card.get("id") == model:
+            if card.get("id") == model:
                 self._card_length(card)
 
     def _card_length(self, card: dict[str, Any]) -> None:
@@ -123,8 +117,13 @@ class OpenAISampler:
                                 "temperature": params.temperature, "top_p": params.top_p}
         if seed is not None:
             body["seed"] = seed
-        body.update(self.extra_body)
-        data = self._request("POST", "/completions", body)
+        raw = self._call("/completions", lambda: self.client.completions.with_raw_response.create(
+            **body, extra_body=self.extra_body or None))
+        try:  # the JSON as sent: servers differ in what they fill in, so no strict model here
+            data = raw.http_response.json()
+        except ValueError:
+            raise SamplerError(f"{self.base_url}/completions answered with non-JSON: "
+                               f"{raw.http_response.text[:200]!r}") from None
         choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
         if len(choices) != n:
             raise SamplerError(f"{self.base_url}/completions returned {len(choices)} choices, "

@@ -1,14 +1,20 @@
 """Engine options from the command line to a sampler: which flags go to which backend.
 
-`pivotrl profile` collects them into `ProfileConfig.engine`; `build_sampler` hands each backend
-only what it takes (an option for another backend is an error, not silently dropped: a typo on a
-multi-GPU job should fail before the GPUs are taken).
+`EngineConfig` holds the choice of engine and its options for every verb that samples
+(`pivotrl profile`'s ProfileConfig, `pivotrl evaluate --turns` and `pivotrl compare`'s
+TurnEvalConfig); `build_sampler` hands each backend only what it takes (an option for another
+backend is an error, not silently dropped: a typo on a multi-GPU job should fail before the GPUs
+are taken).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
+
+from pivotrl.io.yaml_config import YamlConfig
 
 OPENAI_ENGINE_KEYS = ("headers", "extra_body", "api_key_env")
 
@@ -60,3 +66,28 @@ def build_sampler(backend: str, model: str, engine: dict[str, Any], *, base_url:
     extra = {"batch_size": batch_size} if backend == "hf" else {}
     sampler = get_sampler(backend, model, **extra, **backend_options(backend, engine))
     return sampler, sampler.tokenizer
+
+
+class EngineConfig(YamlConfig):
+    """Which engine writes the samples, and its options (CLI flags and YAML keys)."""
+
+    backend: Literal["hf", "vllm", "openai"] = Field("hf", description="Sampler: hf (transformers "
+                                                    "generate, CPU or one GPU), vllm (offline engine), "
+                                                    "openai (any OpenAI-compatible server).")
+    base_url: str = Field("http://127.0.0.1:8000/v1", description="openai backend: the server's URL (…/v1).")
+    served_model_name: str | None = Field(None, description="openai backend: the model name on the server "
+                                          "(None: ask the server).")
+    batch_size: int = Field(64, ge=1, description="hf backend: sequences per generate call.")
+    concurrency: int = Field(16, ge=1, description="openai backend: requests in flight.")
+    engine: dict[str, Any] = Field(default_factory=dict, description="Options of the sampling "
+                                   "backend: vllm, pivotrl.sampling.vllm.VLLMOptions "
+                                   "(tensor_parallel_size, max_model_len, gpu_memory_utilization, "
+                                   "dtype, enable_prefix_caching, extra); openai, headers, "
+                                   "extra_body, api_key_env. They change speed, not samples, so a "
+                                   "resume may change them.")
+
+    def build_sampler(self, model: str):
+        """(sampler, tokenizer) for `model` (a model dir; the openai backend reads only its tokenizer)."""
+        return build_sampler(self.backend, model, self.engine, base_url=self.base_url,
+                             served_model_name=self.served_model_name, concurrency=self.concurrency,
+                             batch_size=self.batch_size)

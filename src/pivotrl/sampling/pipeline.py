@@ -10,6 +10,8 @@ the caller at that chunk.
 `split_too_long(prompts, tokenizer, limit)` tells which prompts exceed the engine's context
 (`sampler.max_prompt_tokens()`), so one over-long prompt costs a report instead of the whole
 chunk: vLLM fails a `generate` call outright on such a prompt, and a resume would hit it again.
+`context_length(config, tokenizer)` is the one rule for a model's context when no engine states
+it (the hf sampler, GRPO's default `max_prompt_length`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,30 @@ def prompt_limit(sampler: Any) -> int | None:
     limit = getattr(sampler, "max_prompt_tokens", None)
     value = limit() if callable(limit) else None
     return value if isinstance(value, int) and value > 0 else None
+
+
+# transformers writes a huge sentinel (int(1e30)) as model_max_length when the tokenizer states none.
+_NO_LIMIT = 10 ** 12
+_CONFIG_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def context_length(config: Any = None, tokenizer: Any = None) -> int | None:
+    """The model's context in tokens: the smallest of what its config states
+    (`max_position_embeddings`, or the older names) and the tokenizer's `model_max_length`, when
+    either states one; None when neither does. The smallest, because past either a model either
+    has no position to give a token or was never trained there."""
+    found = []
+    if config is not None:
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        for key in _CONFIG_CONTEXT_KEYS:
+            value = getattr(text, key, None)
+            if isinstance(value, int) and value > 0:
+                found.append(value)
+                break
+    limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(limit, int) and 0 < limit < _NO_LIMIT:
+        found.append(limit)
+    return min(found) if found else None
 
 
 def split_too_long(prompts: list[str], tokenizer: Any, limit: int | None) -> tuple[list[int], dict[int, int]]:

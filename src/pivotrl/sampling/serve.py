@@ -13,14 +13,20 @@ be the served name), `n`, `max_tokens` / `max_completion_tokens`, `temperature`,
 Errors have OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`: 400 for any invalid
 field or number (NaN/inf floats, seeds outside int64, limits below), 404 for an unknown model.
 Limits protect the host: `max_tokens` <= `max_tokens_limit` (the model's context length when
-known), prompt + `max_tokens` within the context, and `n x max_tokens x prompts` <=
-`max_request_tokens`. A request whose client disconnects
-is cancelled, waiting or generating (generation stops at the next token); SIGTERM cancels the
-running generation and shuts down.
+known), prompt + `max_tokens` within the context, one token budget per request for prompt and
+completion together, `n x sum over prompts of (prompt tokens + max_tokens)` <=
+`max_request_tokens` (each of the n rows holds its prompt in the KV cache too), and at most
+`MAX_STOP_STRINGS` stop strings of at most `MAX_STOP_CHARS` characters (OpenAI allows 4; every
+decoding step scans each stop string, so unbounded lists made one request's steps, and the
+requests queued behind it, arbitrarily slow). Every limit is checked before the request waits
+for the model. A request whose client disconnects is cancelled, waiting or generating
+(generation stops at the next token); SIGTERM cancels the running generation and shuts down.
 
-Generation goes through the `hf` sampler, one request at a time, so for a given `seed` a prompt's
-samples are the ones `--backend hf` draws in-process for that seed. For throughput on GPUs use
-`vllm serve`; this server is for small models, CPUs and tests.
+Generation goes through the `hf` sampler, one request at a time, in arrival order (the lock is
+FIFO), so a request waits at most for the bounded work of those ahead of it, and no request can
+hold the model longer than its own token budget allows. For a given `seed` a prompt's samples are
+the ones `--backend hf` draws in-process for that seed. For throughput on GPUs use `vllm serve`;
+this server is for small models, CPUs and tests.
 
 Streaming is token by token, for every n and every number of prompts: the generate loop reports
 each decoding step (`generation.generate(on_step=...)`) and each choice's new text goes out as it
@@ -47,7 +53,7 @@ import time
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pivotrl.io.records import Message
 from pivotrl.sampling.serve_stream import (
@@ -61,7 +67,9 @@ from pivotrl.sampling.serve_stream import (
 
 DEFAULT_MAX_TOKENS = 256
 MAX_N = 128
-MAX_REQUEST_TOKENS = 1 << 16  # n x max_tokens x prompts; ~64k sequences-tokens of KV cache
+MAX_REQUEST_TOKENS = 1 << 16  # n x (prompt + max_tokens) over prompts; ~64k tokens of KV cache
+MAX_STOP_STRINGS = 16  # OpenAI allows 4; vLLM sets no bound. Generous, and still bounded:
+MAX_STOP_CHARS = 256  # each decoding step scans every stop string in the choice's tail
 INT64 = 2**63
 _FLOAT = {"allow_inf_nan": False}
 
@@ -84,6 +92,16 @@ class _Common(BaseModel):
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, **_FLOAT)
     logit_bias: dict[str, float] | None = None
     user: str | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _bounded_stops(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        stops = [stop] if isinstance(stop, str) else (stop or [])
+        if len(stops) > MAX_STOP_STRINGS:
+            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings, got {len(stops)}")
+        if any(len(s) > MAX_STOP_CHARS for s in stops):
+            raise ValueError(f"a stop string has at most {MAX_STOP_CHARS} characters")
+        return stop
 
     def unsupported(self) -> str | None:
         if self.presence_penalty or self.frequency_penalty:
@@ -183,25 +201,31 @@ class Engine:
 
         self.sampler.model.register_forward_pre_hook(stop_if_cancelled)
 
-    def check_budget(self, req: _Common, max_tokens: int, n_prompts: int) -> None:
+    def check_max_tokens(self, max_tokens: int) -> None:
         if max_tokens > self.max_tokens_limit:
             raise APIError(400, f"max_tokens={max_tokens} is above this server's limit "
                            f"{self.max_tokens_limit}", "max_tokens")
-        total = max_tokens * req.n * n_prompts
-        if total > self.max_request_tokens:
-            raise APIError(400, f"n x max_tokens x prompts = {total} is above this server's "
-                           f"limit {self.max_request_tokens} (--max-request-tokens)", "max_tokens")
 
-    def check_context(self, prompts: list[str], max_tokens: int) -> None:
-        """vLLM's rule: prompt + max_tokens must fit the model's context (400 otherwise)."""
-        if self.max_model_len is None:
-            return
+    def check_tokens(self, prompts: list[str], n: int, max_tokens: int) -> None:
+        """Prompt + max_tokens must fit the model's context (vLLM's rule), and n x the sum over
+        prompts of (prompt tokens + max_tokens) must fit this server's request budget (400s)."""
+        if max_tokens * n * len(prompts) > self.max_request_tokens:  # no prompt need be read
+            self._over_budget(max_tokens * n * len(prompts))
+        total = 0
         for prompt in prompts:
             used = len(self.tokenizer(prompt, add_special_tokens=False)["input_ids"]) + max_tokens
-            if used > self.max_model_len:
+            if self.max_model_len is not None and used > self.max_model_len:
                 raise APIError(400, f"This model's maximum context length is {self.max_model_len} "
                                f"tokens. However, you requested {used} tokens (prompt + max_tokens)",
                                "max_tokens")
+            total += used * n
+            if total > self.max_request_tokens:
+                self._over_budget(total)
+
+    def _over_budget(self, total: int) -> None:
+        raise APIError(400, f"n x (prompt tokens + max_tokens) over the prompts = {total} or more "
+                       f"is above this server's limit {self.max_request_tokens} "
+                       "(--max-request-tokens)", "max_tokens")
 
     def observer(self, req: _Common, n_prompts: int, tools_active: bool = False) -> Observer:
         """Follows each choice through the generate loop (its text as deltas, its logprobs)."""
@@ -319,14 +343,14 @@ def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = N
     app.state.engine = engine
     _openai_errors(app)
 
-    def check(req: _Common, max_tokens: int, n_prompts: int) -> None:
+    def check(req: _Common, max_tokens: int) -> None:
         if req.model is not None and req.model != name:
             raise APIError(404, f"The model `{req.model}` does not exist.", "model")
         if what := req.unsupported():
             raise APIError(400, f"{what} is not supported by pivotrl serve", what.split("/")[0])
         if isinstance(req, ChatRequest) and req.top_logprobs is not None and not req.logprobs:
             raise APIError(400, "top_logprobs needs logprobs=true", "top_logprobs")
-        engine.check_budget(req, max_tokens, n_prompts)
+        engine.check_max_tokens(max_tokens)
 
     async def answer(request, prompts, req: _Common, max_tokens, obs, chunks, head, body):
         if not req.stream:
@@ -356,8 +380,8 @@ def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = N
         if not prompts:
             raise APIError(400, "prompt is empty", "prompt")
         max_tokens = req.max_tokens or DEFAULT_MAX_TOKENS
-        check(req, max_tokens, len(prompts))
-        engine.check_context(prompts, max_tokens)
+        check(req, max_tokens)
+        engine.check_tokens(prompts, req.n, max_tokens)
         obs = engine.observer(req, len(prompts))
         head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
                 "created": int(time.time()), "model": name}
@@ -367,12 +391,12 @@ def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = N
     @app.post("/v1/chat/completions")
     async def chat(req: ChatRequest, request: Request):
         max_tokens = req.max_completion_tokens or req.max_tokens or DEFAULT_MAX_TOKENS
-        check(req, max_tokens, 1)
+        check(req, max_tokens)
         try:
             prompt = prompt_text(engine.tokenizer, req.messages, req.tools)
         except Exception as exc:  # noqa: BLE001 - a template error is the client's input
             raise APIError(400, f"chat template failed: {exc}", "messages") from None
-        engine.check_context([prompt], max_tokens)
+        engine.check_tokens([prompt], req.n, max_tokens)
         obs = engine.observer(req, 1, tools_active=req.tool_choice != "none")
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
                 "created": int(time.time()), "model": name}

@@ -8,11 +8,17 @@ What a command inside `run_in_sandbox` sees and may do:
 - `/` is a read-only skeleton with every mount point in place (so `/` never changes and
   `ls -la` prints the same in every run); `/usr` (and `/bin`, `/lib*` where they are real
   directories) are read-only binds of the host's; `/etc` holds a handful of files (its own
-  passwd/group/hosts plus copies of the loader cache and `alternatives`); `/tmp` is a fresh
-  tmpfs; `/proc` and `/dev` are new and minimal. Nothing else of the host exists: not /root,
-  /home, the host's /work, sockets or keys. The command runs as uid 1000 ("user"), HOME=/tmp.
+  passwd/group/hosts plus copies of the loader cache and `alternatives`); `/tmp` (TMPDIR) and
+  `/home/user` (HOME) are binds of a fresh side directory of the run, whose changes are
+  recorded (`pivotrl.sandbox.effects`); `/proc` and `/dev` are new and minimal. Nothing else of
+  the host exists: not /root, the host's /home or /work, sockets or keys. The command runs as
+  uid 1000 ("user").
 - every namespace is unshared (`--unshare-all`): no network but a private loopback, own pids;
-  nested user namespaces are disabled.
+  nested user namespaces are disabled. As root the network namespace is one made for the run
+  whose every address is local, and any packet in it is recorded (`pivotrl.sandbox.effects`).
+- a fixed clock: every dynamically linked program sees 2024-01-01 00:00:00 UTC as the time and
+  as every file's timestamps (`pivotrl.sandbox.clock`), so time-dependent output (`date`,
+  `ls -l`) is the same in every run.
 - no capabilities: when we are root, bwrap runs under a throwaway uid via `setpriv` (as root it
   would keep all capabilities in the sandbox, and the kernel does not enforce RLIMIT_NPROC for
   root); the workspace is chowned to that uid for the run and back afterwards (lchown: a planted
@@ -33,8 +39,6 @@ What a command inside `run_in_sandbox` sees and may do:
   * per process: address space, CPU seconds, file size, open files, no cores (prlimit); a
     wall-clock timeout that kills the whole sandbox; stdout+stderr capped (the run is killed
     when the cap is passed, `truncated=True`).
-- timestamps of files a command writes are real (two runs minutes apart differ in `ls -l` of
-  new files).
 There is no fallback: without a working bwrap, `SandboxUnavailable` is raised; it tells to
 install bubblewrap only when a binary is missing, else it quotes why bwrap could not start.
 """
@@ -52,9 +56,10 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from pivotrl.sandbox import clock, effects
 from pivotrl.sandbox.cgroups import SandboxCgroup, layout
 from pivotrl.sandbox.workspace import (DEFAULT_DISK_MB, FIXED_MTIME, WORKSPACE_DIR_ENV,  # noqa: F401
                                chown_tree, copy_workspace, disk_quota_available, freeze_mtimes,
@@ -89,7 +94,7 @@ class SandboxLimits:
     cpu_s: int = 5  # RLIMIT_CPU per process (CPU seconds, a busy loop ends even if it forks)
     max_file_mb: int = 16  # RLIMIT_FSIZE: the largest file a command may write
     max_open_files: int = 256  # RLIMIT_NOFILE
-    tmp_mb: int = 64  # size of the fresh /tmp tmpfs
+    tmp_mb: int = 64  # size of the run's HOME + /tmp side directory (its own tmpfs as root)
 
 
 @dataclass
@@ -99,6 +104,9 @@ class SandboxResult:
     stderr: str
     timed_out: bool
     truncated: bool
+    # What the run did outside /work (`pivotrl.sandbox.effects`): {"~/path" | "/tmp/path":
+    # description or None when removed, "<network>": "attempted"}; empty when nothing.
+    effects: dict[str, str | None] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- availability
@@ -159,9 +167,10 @@ def _skeleton_root() -> Path:
         if _skeleton is not None and _skeleton.is_dir():
             return _skeleton
         # the name changes with the host files copied in, so a stale skeleton is never used
-        stamp = hashlib.sha256(repr([(n, _stamp(Path("/etc") / n)) for n in _ETC_FILES])
+        stamp = hashlib.sha256(repr([(n, _stamp(Path("/etc") / n)) for n in _ETC_FILES]
+                                    + [clock.SHIM_SOURCE, clock.FIXED_TIME])
                                .encode()).hexdigest()[:12]
-        root = Path(tempfile.gettempdir()) / f"pivotrl-sandbox-root-{os.getuid()}-v2-{stamp}"
+        root = Path(tempfile.gettempdir()) / f"pivotrl-sandbox-root-{os.getuid()}-v3-{stamp}"
         if not root.is_dir():  # built aside and renamed into place: it exists only when complete
             tmp = Path(tempfile.mkdtemp(prefix=".pivotrl-skel-", dir=root.parent))
             _build_skeleton(tmp)
@@ -183,7 +192,7 @@ def _stamp(path: Path) -> tuple[int, int]:
 
 def _build_skeleton(root: Path) -> None:
     os.chmod(root, 0o755)
-    for d in ("usr", "etc", "tmp", "proc", "dev", "work"):
+    for d in ("usr", "etc", "tmp", "proc", "dev", "work", "home", "home/user"):
         (root / d).mkdir(mode=0o755)
     for d in _TOP_DIRS:
         host = Path("/") / d
@@ -193,7 +202,8 @@ def _build_skeleton(root: Path) -> None:
             (root / d).mkdir(mode=0o755)
     etc = root / "etc"
     (etc / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n"
-                                f"user:x:{SANDBOX_UID}:{SANDBOX_UID}:user:/work:/bin/bash\n"
+                                f"user:x:{SANDBOX_UID}:{SANDBOX_UID}:user:"
+                                f"{effects.HOME_IN_SANDBOX}:/bin/bash\n"
                                 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
     (etc / "group").write_text(f"root:x:0:\nuser:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
     (etc / "hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
@@ -207,15 +217,19 @@ def _build_skeleton(root: Path) -> None:
         elif host.is_file():
             shutil.copy2(host, etc / name)
             os.chmod(etc / name, 0o644)
+    clock.build_shim(root)
     for p in [root, *root.rglob("*")]:
         os.utime(p, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
 
 
-def _bwrap_argv(skeleton: Path, limits: SandboxLimits, nproc: int, workfd: int) -> list[str]:
+def _bwrap_argv(skeleton: Path, limits: SandboxLimits, nproc: int, workfd: int,
+                side: Path) -> list[str]:
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session",
+            *(["--share-net"] if effects.network_recorded() else []),  # the run's own netns
             "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             "--disable-userns", "--hostname", "sandbox", "--clearenv",
-            "--setenv", "PATH", PATH_IN_SANDBOX, "--setenv", "HOME", "/tmp",
+            "--setenv", "PATH", PATH_IN_SANDBOX, "--setenv", "HOME", effects.HOME_IN_SANDBOX,
+            "--setenv", "TMPDIR", "/tmp", "--setenv", "TZ", "UTC",
             "--setenv", "LANG", "C.UTF-8", "--setenv", "TERM", "dumb", "--setenv", "USER", "user",
             "--ro-bind", str(skeleton), "/", "--ro-bind", "/usr", "/usr"]
     for d in _TOP_DIRS:
@@ -223,7 +237,9 @@ def _bwrap_argv(skeleton: Path, limits: SandboxLimits, nproc: int, workfd: int) 
         if host.is_dir() and not host.is_symlink():
             argv += ["--ro-bind", str(host), f"/{d}"]
     argv += ["--proc", "/proc", "--dev", "/dev",
-             "--size", str(limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp",
+             "--bind", str(side / "shm"), "/dev/shm", "--remount-ro", "/dev",
+             "--bind", str(side / "tmp"), "/tmp", "--bind", str(side / "home"),
+             effects.HOME_IN_SANDBOX,
              "--bind-fd", str(workfd), "/work", "--chdir", "/work", "--",
              # The first process inside writes one byte to its stdin (the write end of a pipe
              # we read): the sandbox is up, so any `bwrap: ...` on stderr from here on is the
@@ -251,7 +267,11 @@ def sandbox_limits_in_force() -> dict[str, str]:
             "processes": f"cgroup {group}" if group else
             ("rlimit NPROC of a throwaway uid" if os.geteuid() == 0 else
              "rlimit NPROC of the caller's uid"),
-            "disk": "tmpfs quota" if disk_quota_available() else "rlimit FSIZE per file only"}
+            "disk": "tmpfs quota" if disk_quota_available() else "rlimit FSIZE per file only",
+            "clock": f"fixed at {clock.FIXED_TIME} (preloaded shim)"
+            if clock.shim_built(_skeleton_root()) else "real (no C compiler to build the shim)",
+            "network": "own namespace, attempts recorded" if effects.network_recorded()
+            else "bwrap's namespace, attempts not recorded"}
 
 
 # ---------------------------------------------------------------- running
@@ -337,20 +357,35 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
     else:
         nproc = _user_process_count(os.getuid()) + limits.max_processes + 4
     group = SandboxCgroup.create(limits.total_memory_mb * 1024 * 1024, limits.max_processes + 4)
+    side = effects.new_side_dir(limits.tmp_mb)
+    netns = effects.acquire_netns()
+    packets = netns.packets() if netns else None
     workfd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
     mark_r, mark_w = os.pipe()
-    started = False
+    started, net, after = False, False, None
     try:
-        argv = (_cgroup_prefix(group) + prefix
-                + _bwrap_argv(skeleton, limits, nproc, workfd) + cmd)
+        if as_root:
+            chown_tree(side, uid, uid)
+        argv = (_cgroup_prefix(group) + (netns.prefix() if netns else []) + prefix
+                + _bwrap_argv(skeleton, limits, nproc, workfd, side) + cmd)
+        # The output pipes belong to the uid the command runs as, so reopening them
+        # (`echo x > /dev/stderr`, i.e. /proc/self/fd/2) works as it does outside a sandbox.
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        if as_root:
+            for fd in (out_w, err_w):
+                os.fchown(fd, uid, uid)
         try:
-            proc = subprocess.Popen(argv, stdin=mark_w, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, pass_fds=(workfd,),
-                                    start_new_session=True, cwd="/", env=HOST_ENV)
+            proc = subprocess.Popen(argv, stdin=mark_w, stdout=out_w, stderr=err_w,
+                                    pass_fds=(workfd,), start_new_session=True, cwd="/",
+                                    env=HOST_ENV)
         except FileNotFoundError as exc:
+            for fd in (out_r, out_w, err_r, err_w):
+                os.close(fd)
             raise SandboxUnavailable(f"{exc.filename or 'bwrap'} not found; {INSTALL_HINT}") \
                 from exc
-        for fd in (workfd, mark_w):
+        proc.stdout, proc.stderr = os.fdopen(out_r, "rb", 0), os.fdopen(err_r, "rb", 0)
+        for fd in (workfd, mark_w, out_w, err_w):
             os.close(fd)
         workfd = mark_w = -1
         out, err, timed_out, truncated = _collect(proc, limits)
@@ -358,7 +393,14 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
         os.set_blocking(mark_r, False)
         with contextlib.suppress(BlockingIOError):
             started = os.read(mark_r, 1) == b"x"
+        effects_seen = effects.side_effects(side)
+        if netns is not None:
+            # an unreadable counter cannot prove the run stayed off the network
+            after = netns.packets()
+            net = packets is None or after is None or after != packets
     finally:
+        effects.release_netns(netns, healthy=packets is not None and after is not None)
+        remove_workspace(side)
         for fd in (workfd, mark_w, mark_r):
             if fd >= 0:
                 os.close(fd)
@@ -373,7 +415,10 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
         code = -1
     elif code < 0:
         code = 128 - code
-    return SandboxResult(code, out.decode("utf-8", "replace"), stderr, timed_out, truncated)
+    if net:
+        effects_seen[effects.NETWORK_EFFECT] = "attempted"
+    return SandboxResult(code, out.decode("utf-8", "replace"), stderr, timed_out, truncated,
+                         effects_seen)
 
 
 def _raise_not_started(stderr: str) -> None:

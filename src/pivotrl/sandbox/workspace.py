@@ -172,6 +172,19 @@ def freeze_mtimes(path: Path | str, when: int = FIXED_MTIME) -> None:
     os.utime(path, (when, when), follow_symlinks=False)
 
 
+def rename_entries(root: Path | str, new_name) -> None:
+    """Rename entries under `root` in place: `new_name(name, index)` (index: the entry's place
+    among its directory's files, then directories, each sorted) gives the new name, or None to
+    keep it. Deepest directories first, so a directory's entries are renamed before it is;
+    never follows a symlink; an entry that cannot be renamed is left as it is."""
+    for dirpath, dirs, files in sorted(os.walk(root, followlinks=False), reverse=True):
+        for i, name in enumerate(sorted(files) + sorted(dirs)):
+            new = new_name(name, i)
+            if new is not None and new != name:
+                with contextlib.suppress(OSError):
+                    os.rename(os.path.join(dirpath, name), os.path.join(dirpath, new))
+
+
 # ---------------------------------------------------------------- making and copying
 
 

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from pivotrl.io.yaml_config import YamlConfig
 
@@ -85,8 +85,24 @@ class _RunCommon(YamlConfig):
                                                  "for gpt-oss); the same ones profiling used (ours: none).")
     trl_overrides: dict[str, Any] = Field(default_factory=dict, description="Any further TRL config fields, "
                                           "passed through verbatim (e.g. deepspeed, fsdp, top_p).")
+    split: Path | None = Field(None, description="Split file of `pivotrl extract --eval-fraction` "
+                               "(TURNS.split.json): records of its eval trajectories are dropped and "
+                               "counted, never trained on. None: the one beside the data file, if any "
+                               "(pivotrl.io.split).")
+    progress_seconds: float = Field(30.0, ge=0, description="Seconds between progress lines (step, "
+                                    "s/step, ETA, reward or loss) on stderr and in OUTPUT_DIR/train.log "
+                                    "(ours; 0: every logged step).")
 
-    path_fields: ClassVar[tuple[str, ...]] = ("model", "output_dir")
+    path_fields: ClassVar[tuple[str, ...]] = ("model", "output_dir", "split")
+
+    @field_validator("report_to")
+    @classmethod
+    def _tracker_installed(cls, value: str) -> str:
+        # Checked here, not after data loading: a missing tracker is the user's to install.
+        from pivotrl.io.inputs import check_tracker
+
+        check_tracker(value)
+        return value
 
     def bf16(self) -> bool:
         if self.precision == "fp32":
@@ -115,7 +131,8 @@ class GRPORunConfig(_RunCommon):
     top_p: float = Field(1.0, description="Nucleus sampling of rollouts (TRL: 1.0).")
     max_prompt_length: int | None = Field(None, description="Pivots whose prompt is longer (tokens) are "
                                           "dropped and counted (TRL 1.16 has no prompt truncation; cutting a "
-                                          "chat prompt would break it).")
+                                          "chat prompt would break it). None (ours): the model's context "
+                                          "less max_completion_length (train.grpo.with_prompt_cap).")
     max_completion_length: int | None = Field(None, description="Tokens per completion. None (ours): 4096 "
                                               "for a thinking model (its reasoning comes first), else 256 (one "
                                               "action); see pivotrl.formats.families.token_budget. Cut completions are "
@@ -159,7 +176,7 @@ class GRPORunConfig(_RunCommon):
             data = {**data, "per_device_train_batch_size": 4 * int(data.get("num_generations") or 16)}
         return data
 
-    path_fields: ClassVar[tuple[str, ...]] = ("model", "output_dir", "pivots", "turns")
+    path_fields: ClassVar[tuple[str, ...]] = ("model", "output_dir", "pivots", "turns", "split")
 
     def pivots_per_step(self, num_processes: int = 1) -> float:
         return self.per_device_train_batch_size * num_processes * self.gradient_accumulation_steps / self.num_generations
@@ -186,7 +203,7 @@ class SFTRunConfig(_RunCommon):
                                       "training template of a known family, or (Llama 3.1/3.2) rendered "
                                       "prefixes: train/sft.py sft_template.")
 
-    path_fields: ClassVar[tuple[str, ...]] = ("model", "output_dir", "data")
+    path_fields: ClassVar[tuple[str, ...]] = ("model", "output_dir", "data", "split")
 
     def total_steps(self, n_rows: int, num_processes: int = 1) -> int:
         if self.max_steps is not None:

@@ -23,9 +23,12 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from pivotrl.formats.chat import load_tokenizer, prompt_text, prompt_token_ids
 from pivotrl.formats.families import parser_for, token_budget
+from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
 from pivotrl.io.records import Turn, iter_valid
+from pivotrl.sampling.pipeline import context_length
+from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.train.config import GRPORunConfig, trl_common_kwargs
-from pivotrl.train.metrics import MetricsJSONL
+from pivotrl.train.metrics import MetricsJSONL, ProgressLines
 from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
 from pivotrl.train.reward import PivotReward
 from pivotrl.train.trainer import PivotGRPOTrainer
@@ -46,14 +49,16 @@ def turn_json(turn: Turn) -> str:
     return json.dumps({k: v for k, v in data.items() if k in _TURN_FIELDS}, ensure_ascii=False)
 
 
-def load_pivot_set(cfg: GRPORunConfig) -> list[Turn]:
-    """The training states for the configured ablation arm (pivots | all | random)."""
-    pivots = list(iter_valid(cfg.pivots, Turn))
+def load_pivot_set(cfg: GRPORunConfig, held_out: HeldOut | None = None) -> list[Turn]:
+    """The training states for the configured ablation arm (pivots | all | random), less the
+    turns of `held_out`'s eval trajectories (counted there)."""
+    held_out = held_out or HeldOut(None)
+    pivots = [t for t in iter_valid(cfg.pivots, Turn) if held_out.keep(t.trajectory_id)]
     if cfg.pivot_set == "pivots":
         return pivots
     if cfg.turns is None:
         raise ValueError(f"pivot_set={cfg.pivot_set!r} needs `turns:` (all candidate turns) in the run config")
-    every = list(iter_valid(cfg.turns, Turn))
+    every = [t for t in iter_valid(cfg.turns, Turn) if held_out.keep(t.trajectory_id)]
     if cfg.pivot_set == "all":
         return every
     # random: as many turns as there are pivots, so the arms get the same number of states
@@ -94,6 +99,26 @@ def with_token_budget(cfg: GRPORunConfig, tokenizer: Any) -> GRPORunConfig:
     return cfg.model_copy(update={"max_completion_length": budget})
 
 
+def with_prompt_cap(cfg: GRPORunConfig, tokenizer: Any, model_config: Any = None) -> GRPORunConfig:
+    """`cfg` with max_prompt_length filled in when unset: the model's context
+    (sampling.pipeline.context_length) less the completion budget, so every kept pivot's prompt
+    and completion fit; unchanged when the model states no context."""
+    if cfg.max_prompt_length is not None:
+        return cfg
+    if model_config is None:
+        from transformers import AutoConfig
+
+        model_config = AutoConfig.from_pretrained(cfg.model)
+    context = context_length(model_config, tokenizer)
+    if context is None:
+        return cfg
+    room = context - cfg.max_completion_length
+    if room < 1:
+        raise ValueError(f"max_completion_length {cfg.max_completion_length} leaves no room for a prompt "
+                         f"in the model's context of {context} tokens: lower it")
+    return cfg.model_copy(update={"max_prompt_length": room})
+
+
 def grpo_config(cfg: GRPORunConfig, total_steps: int):
     from trl import GRPOConfig
 
@@ -106,6 +131,9 @@ def grpo_config(cfg: GRPORunConfig, total_steps: int):
         use_vllm=cfg.use_vllm, vllm_mode=cfg.vllm_mode,
         vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, log_completions=False,
     )
+    if cfg.use_vllm and cfg.max_prompt_length is not None:
+        # Every kept prompt fits (build_prompts), so the engine needs no more than this.
+        kwargs.setdefault("vllm_max_model_length", cfg.max_prompt_length + cfg.max_completion_length)
     for key in ("top_p", "temperature"):  # trl_overrides win
         kwargs[key] = cfg.trl_overrides.get(key, kwargs[key])
     return GRPOConfig(**kwargs)
@@ -113,9 +141,10 @@ def grpo_config(cfg: GRPORunConfig, total_steps: int):
 
 def prepare(cfg: GRPORunConfig, tokenizer: Any = None) -> tuple[GRPORunConfig, Any]:
     """The setup every GRPO entry point shares: the model's tokenizer (with a pad token) and the
-    config with its completion budget filled in for that model."""
+    config with its completion budget and prompt cap filled in for that model."""
     tokenizer = tokenizer or load_tokenizer(cfg.model)
-    return with_token_budget(cfg, tokenizer), tokenizer
+    check_chat_template(tokenizer, cfg.model)
+    return with_prompt_cap(with_token_budget(cfg, tokenizer), tokenizer), tokenizer
 
 
 def build_trainer(cfg: GRPORunConfig, turns: list[Turn], *, total_steps: int | None = None,
@@ -147,32 +176,56 @@ def build_trainer(cfg: GRPORunConfig, turns: list[Turn], *, total_steps: int | N
     return trainer
 
 
-def save_final(trainer, tokenizer, output_dir: Path) -> None:
-    """Final weights + tokenizer in output_dir (LoRA: merged weights there, adapter in adapter/)."""
-    model = trainer.model
-    if hasattr(model, "merge_and_unload"):
-        trainer.save_model(str(output_dir / "adapter"))
-        if trainer.accelerator.is_main_process:
-            merged = trainer.accelerator.unwrap_model(model).merge_and_unload()
-            merged.save_pretrained(output_dir)
-    else:
-        trainer.save_model(str(output_dir))
-    if trainer.accelerator.is_main_process:
+def save_final(trainer, tokenizer, output_dir: Path, base_model: str | None = None) -> None:
+    """Final weights + tokenizer in output_dir, loadable by `from_pretrained` whatever the
+    launcher: the full state dict is gathered from every process first (accelerate's
+    `get_state_dict`: FSDP's full state dict whatever `fsdp_state_dict_type` says, ZeRO-3's 16-bit
+    consolidation), since `trainer.save_model` writes only shards under FSDP's SHARDED_STATE_DICT.
+    Every process must call it. LoRA: the adapter in adapter/, and in output_dir the base
+    (`base_model`, default the adapter's own base) with the adapter merged by PEFT on the main
+    process: LoRA leaves the base frozen, and under ZeRO-3 or FSDP the training copy's parameters
+    are partitioned, so they cannot be merged in place."""
+    accelerator = trainer.accelerator
+    model = accelerator.unwrap_model(trainer.model)
+    state = accelerator.get_state_dict(getattr(trainer, "model_wrapped", None) or trainer.model)
+    lora = hasattr(model, "merge_and_unload")
+    if accelerator.is_main_process:
+        target = output_dir / "adapter" if lora else output_dir
+        model.save_pretrained(target, state_dict=state)  # PEFT keeps only the adapter's weights
+        if lora:
+            merge_adapter(base_model or model.peft_config["default"].base_model_name_or_path,
+                          target, output_dir, dtype=next(t.dtype for t in state.values() if t.is_floating_point()))
         tokenizer.save_pretrained(output_dir)
+    # No barrier after: a big LoRA merge on the main process can outlast a collective's timeout,
+    # and no process communicates again.
+
+
+def merge_adapter(base_model: str, adapter_dir: Path, output_dir: Path, dtype: Any = None) -> None:
+    """`base_model` with the LoRA adapter of `adapter_dir` merged into its weights (PEFT's
+    merge_and_unload), saved as a plain model in output_dir; on CPU, one model in memory."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
+    PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload().save_pretrained(output_dir)
 
 
 def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     """Run (or resume) GRPO on the configured pivot set. Returns a summary dict."""
     output_dir = Path(cfg.output_dir)
-    turns = load_pivot_set(cfg)
+    check_input_file(cfg.pivots, "pivots", "`pivotrl select`")
+    check_input_file(cfg.turns, "turns", "`pivotrl extract` or `pivotrl profile`")
+    check_model(cfg.model, "model")
+    held_out = HeldOut(resolve_split(cfg.split, [p for p in (cfg.pivots, cfg.turns) if p is not None]))
+    turns = load_pivot_set(cfg, held_out)
     cfg, tokenizer = prepare(cfg)
     prompts = build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs)
     n_rows = len(prompts.rows)
     total = cfg.total_steps(max(n_rows, 1), world_size())
     hook = None
     if cfg.reprofile.enabled:
-        # Same verifier and sampling as the rollouts unless the options say otherwise; every process
-        # re-profiles with the same seed, so all of them continue on the same pivots.
+        # Same verifier and sampling as the rollouts unless the options say otherwise; each pivot
+        # is profiled once over all processes and all continue on the same pivots (train.reprofile).
         options = dict(verifier=cfg.verifier, verifier_config=cfg.verifier_config, seed=cfg.seed,
                        max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature,
                        chat_template_kwargs=cfg.chat_template_kwargs, response_format=cfg.response_format)
@@ -183,11 +236,12 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     if cfg.resume and resume is None:
         raise FileNotFoundError(f"--resume: no checkpoint-* folder in {output_dir}")
     reprofiles = 0
+    progress = ProgressLines(output_dir / "train.log", cfg.progress_seconds, "reward")
     while True:
         callback = ReprofileCallback(hook) if hook else None
         trainer = build_trainer(cfg, turns, total_steps=total, reward_funcs=reward_funcs,
-                                callbacks=[callback] if callback else None, tokenizer=tokenizer,
-                                prompts=prompts)
+                                callbacks=[progress] + ([callback] if callback else []),
+                                tokenizer=tokenizer, prompts=prompts)
         trainer.train(resume_from_checkpoint=resume)
         if not (callback and callback.triggered):
             break
@@ -198,8 +252,8 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
         resume = get_last_checkpoint(str(output_dir))
         if not turns:
             break
-    save_final(trainer, tokenizer, output_dir)
+    save_final(trainer, tokenizer, output_dir, base_model=cfg.model)
     return {"steps": trainer.state.global_step, "pivots": len(turns), "rows": n_rows,
-            "dropped": trainer.pivot_dropped, "rollout_turns": trainer.rollout_turns,
+            "held_out": held_out.summary(), "dropped": trainer.pivot_dropped, "rollout_turns": trainer.rollout_turns,
             "reprofiles": reprofiles, "output_dir": str(output_dir),
             "metrics": str(output_dir / "metrics.jsonl")}

@@ -1,12 +1,21 @@
 """Re-profiling during training: when the batch reward says the policy has caught up, the pivots are
 profiled again with the current policy and those it now always solves are dropped (zero variance:
-they no longer teach anything). Off by default (the paper profiles once)."""
+they no longer teach anything). Off by default (the paper profiles once).
+
+Under several processes every pivot is profiled once and every process continues on the same
+pivots. When each process holds the whole model (one process, DDP, ZeRO-1/2), each profiles its
+own shard of the pivots (`shard_of(id, world)`; samples are seeded per turn, so the result is the
+one a single process gets) and the kept ids are all-gathered. When the parameters are split over
+the processes (FSDP, ZeRO-3) every forward is a collective, so every process takes part in the
+same generation and rank 0's kept ids are broadcast (`share_kept`), so that no float difference
+between ranks can leave them on different pivots. A caller with its own engine (e.g. a vLLM
+sampler) passes it as `sampler`."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from transformers import TrainerCallback
 
@@ -22,6 +31,47 @@ from pivotrl.io.turn_files import (  # noqa: F401 (API)
 from pivotrl.profile.loop import ProfileConfig, profile_stream
 from pivotrl.sampling.base import SamplingParams
 from pivotrl.select import SUCCESS_THRESHOLD, outcome
+
+T = TypeVar("T", bound=Turn)
+
+
+def dist_world() -> tuple[int, int]:
+    """(rank, world size) of the initialised torch.distributed group; (0, 1) without one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def is_sharded(model: Any) -> bool:
+    """Whether the model's parameters are split over processes: DeepSpeed ZeRO-3 (`ds_id`), FSDP1
+    (flat parameters), FSDP2 (its modules' classes; between a forward and a backward the root's
+    parameters are plain tensors, so they cannot tell). Then no process can run a forward alone."""
+    if any(type(m).__name__.startswith("FSDP") for m in getattr(model, "modules", lambda: ())()):
+        return True
+    return any(hasattr(p, "ds_id") or getattr(p, "_is_flat_param", False) or type(p).__name__ == "DTensor"
+               for p in getattr(model, "parameters", lambda: ())())
+
+
+def share_kept(ids: list[str], counts: dict[str, int], *, profiled_all: bool) -> tuple[list[str], dict[str, int]]:
+    """Every process's view of the kept ids and counts. profiled_all: every process profiled
+    every pivot (rank 0's result is broadcast); else each profiled its shard (all-gathered)."""
+    _, world = dist_world()
+    if world == 1:
+        return ids, counts
+    import torch.distributed as dist
+
+    if profiled_all:
+        box = [(ids, counts)]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+    parts: list[Any] = [None] * world
+    dist.all_gather_object(parts, (ids, counts))
+    total: Counter = Counter()
+    for _, part in parts:
+        total.update(part)
+    return [i for part_ids, _ in parts for i in part_ids], dict(total)
 
 
 def reprofile(pivots: Sequence[Turn], sampler, verifier, tokenizer, k: int = 8,
@@ -82,18 +132,25 @@ class ReprofileHook:
         due = self.last_run is None or self.step - self.last_run >= self.every_n_steps
         return bool(due and batch_reward_mean >= self.threshold)
 
-    def run(self, model, tokenizer, pivots: Sequence[Turn]) -> list[Profile]:
-        """Re-profile with `model` as it is now (eval mode during sampling, mode restored)."""
+    def run(self, model, tokenizer, pivots: Sequence[T], sampler: Any = None) -> list[T]:
+        """The pivots (of `pivots`, in order) still worth training on after re-profiling with
+        `model` as it is now (eval mode during sampling, mode restored); the same list on every
+        process (module doc). sampler: an engine to use instead of HF generation on `model`."""
         from pivotrl.sampling.hf import HFSampler
 
         self.last_run = self.step
-        sampler = HFSampler(model, tokenizer=tokenizer, batch_size=self.batch_size)
-        kept, counts = reprofile(pivots, sampler, self.verifier, tokenizer, self.k, self.params,
+        rank, world = dist_world()
+        whole = world == 1 or is_sharded(model)
+        mine = list(pivots) if whole else [p for p in pivots if shard_of(p.id, world) == rank]
+        sampler = sampler or HFSampler(model, tokenizer=tokenizer, batch_size=self.batch_size)
+        kept, counts = reprofile(mine, sampler, self.verifier, tokenizer, self.k, self.params,
                                  seed=derive_seed(self.seed, self.step),
                                  chat_template_kwargs=self.chat_template_kwargs,
                                  response_format=self.response_format)
+        ids, counts = share_kept([p.id for p in kept], counts, profiled_all=whole)
         self.history.append({"step": self.step, **counts})
-        return kept
+        keep = set(ids)
+        return [p for p in pivots if p.id in keep]
 
 
 class ReprofileCallback(TrainerCallback):

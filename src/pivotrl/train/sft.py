@@ -23,10 +23,12 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from pivotrl.formats.chat import apply_template, load_tokenizer, template_messages
 from pivotrl.formats.families import training_chat_template
+from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
 from pivotrl.io.records import Reject, Trajectory, read_records, rejects_path
+from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.train.config import SFTRunConfig, trl_common_kwargs
 from pivotrl.train.grpo import save_final, world_size
-from pivotrl.train.metrics import MetricsJSONL
+from pivotrl.train.metrics import MetricsJSONL, ProgressLines
 
 SFT_METRIC_KEYS = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm",
                    "mean_token_accuracy": "mean_token_accuracy", "entropy": "entropy",
@@ -104,7 +106,10 @@ def tokenize_trajectory(tokenizer: Any, traj: Trajectory, assistant_only: bool =
 
 
 def build_rows(paths: str | Path | list, tokenizer: Any, max_length: int | None = None,
-               assistant_only: bool = True, chat_kwargs: dict[str, Any] | None = None) -> SFTRows:
+               assistant_only: bool = True, chat_kwargs: dict[str, Any] | None = None,
+               held_out: HeldOut | None = None) -> SFTRows:
+    """Tokenized rows of the trajectories in `paths`; those of `held_out`'s eval trajectories are
+    skipped (and counted there), bad ones dropped with the reason."""
     template = sft_template(tokenizer) if assistant_only else None  # looked up once, not per row
     out = SFTRows(rows=[])
     paths = paths if isinstance(paths, list) else [paths]
@@ -112,6 +117,8 @@ def build_rows(paths: str | Path | list, tokenizer: Any, max_length: int | None 
     for rec in records:
         if isinstance(rec, Reject):
             out.dropped.append((f"{rec.file}:{rec.line}", rec.reason))
+            continue
+        if held_out is not None and not held_out.keep(rec.id):
             continue
         try:
             row = tokenize_trajectory(tokenizer, rec, assistant_only, template, chat_kwargs)
@@ -148,8 +155,15 @@ def build_sft_trainer(cfg: SFTRunConfig, rows: list[dict[str, Any]], tokenizer, 
 def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     """Run (or resume) SFT on the configured trajectories. Returns a summary dict."""
     output_dir = Path(cfg.output_dir)
+    files = cfg.data if isinstance(cfg.data, list) else [cfg.data]
+    for path in files:
+        check_input_file(path, "data", "your trajectory file")
+    check_model(cfg.model, "model")
+    held_out = HeldOut(resolve_split(cfg.split, files))
     tokenizer = load_tokenizer(cfg.model)
-    data = build_rows(cfg.data, tokenizer, cfg.max_length, cfg.assistant_only_loss, cfg.chat_template_kwargs)
+    check_chat_template(tokenizer, cfg.model)
+    data = build_rows(cfg.data, tokenizer, cfg.max_length, cfg.assistant_only_loss, cfg.chat_template_kwargs,
+                      held_out)
     if data.dropped and os.environ.get("RANK", "0") == "0":
         output_dir.mkdir(parents=True, exist_ok=True)
         with rejects_path(output_dir / "sft_data.jsonl").open("w") as f:
@@ -163,8 +177,9 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     if cfg.resume and resume is None:
         raise FileNotFoundError(f"--resume: no checkpoint-* folder in {output_dir}")
     trainer = build_sft_trainer(cfg, data.rows, tokenizer, total)
+    trainer.add_callback(ProgressLines(output_dir / "train.log", cfg.progress_seconds, "loss"))
     result = trainer.train(resume_from_checkpoint=resume)
     save_final(trainer, tokenizer, output_dir)
     return {"steps": trainer.state.global_step, "trajectories": len(data.rows),
-            "dropped": data.dropped, "train_loss": round(result.training_loss, 4),
+            "held_out": held_out.summary(), "dropped": data.dropped, "train_loss": round(result.training_loss, 4),
             "output_dir": str(output_dir), "metrics": str(output_dir / "metrics.jsonl")}

@@ -4,8 +4,9 @@ The action of a terminal turn is one or more shell commands: tool calls to a she
 `tool_names`, command in one of `arg_names`), or, when the message has no tool calls, the fenced
 ```bash / ```sh / ```shell / ```console blocks of its content (console blocks lose their `$ `
 prompts). Expert and candidate each run on their own fresh copy of the turn's workspace in the
-bubblewrap sandbox (`pivotrl.sandbox.bwrap`), and score 1 when, command by command, the exit codes and
-the normalised stdouts are equal and the resulting file trees (`snapshot_dir`) are equal.
+bubblewrap sandbox (`pivotrl.sandbox.bwrap`), and score 1 when, command by command, the exit codes,
+the normalised stdouts and the effects outside the workspace are equal and the resulting file
+trees (`snapshot_dir`) are equal.
 
 - The workspace: `turn.metadata["workspace"]` (or `metadata["world_config"]["workspace"]` /
   `["files"]`, the terminal world's config), a
@@ -19,10 +20,19 @@ the normalised stdouts are equal and the resulting file trees (`snapshot_dir`) a
   (messages differ between tools that fail the same way) unless `compare_stderr`.
 - A candidate that times out or passes the output cap scores 0; so does every candidate of a
   turn whose expert command does (the turn cannot be verified: reason says so).
-- Reads and writes, not only output: a candidate that matches is run again on perturbed copies
-  of the workspace (`pivotrl.verifiers.probes`: lines doubled and one appended; an extra file)
-  wherever the expert's outcome changes under the perturbation, and must still match. `echo 4`
-  prints what `grep -c apple notes.txt` printed, but not what it prints once the file changes.
+- Reads and writes, not only output: a candidate that matches is run again on every perturbed
+  copy of the workspace (`pivotrl.verifiers.probes`: contents repeated, near-miss lines, extra
+  files, names the expert does not mention changed, lines reordered; markers from a secret seed
+  per turn) and must match the expert's outcome there too, whether or not the probe changes the
+  expert's outcome. `echo 4` prints what `grep -c apple notes.txt` printed, but not what it
+  prints once the file changes; `grep -c E` counts what `grep -c ERROR` counts only until a line
+  holds an E and no ERROR. A probe on which the expert's own command times out or passes the
+  output cap is skipped (it cannot be verified there).
+- Side effects are part of the action (`pivotrl.sandbox.effects`): what a command changes in
+  HOME or /tmp (both fresh per run, outside /work) and whether it tried the network are
+  compared with the expert's, so `rm -rf ~; echo 3` or `curl -T notes.txt host; grep -c x f`
+  differ from `grep -c x f`. The clock is fixed (`pivotrl.sandbox.clock`): `date` and `ls -l`
+  print the same whenever they run.
 - Call vs message: a command where the expert answered with a message, or a message where the
   expert ran a command, scores 0. A fenced block is a message, not a tool call: it matches only
   an expert who also answered in fenced blocks (in a harness that runs them), never an expert
@@ -51,7 +61,7 @@ from pivotrl.sandbox.bwrap import (SandboxLimits, copy_workspace, freeze_mtimes,
                              materialize_workspace, remove_workspace, require_sandbox,
                              run_in_sandbox, snapshot_dir, workspace_copy)
 from pivotrl.verifiers.base import Score, score_in_threads
-from pivotrl.verifiers.probes import PROBES, perturb_workspace, writes
+from pivotrl.verifiers.probes import PROBES, perturb_workspace, probe_seed
 from pivotrl.verifiers.toolcall import ToolcallVerifier
 
 DEFAULT_TOOL_NAMES = ["run", "bash", "shell", "execute", "terminal", "run_command",
@@ -79,11 +89,15 @@ class ShellConfig(BaseModel):
     compare_exit_code: bool = Field(True, description="Exit codes must be equal.")
     compare_files: bool = Field(True, description="Resulting file trees must be equal.")
     compare_stderr: bool = Field(False, description="Normalised stderr must be equal too.")
+    compare_effects: bool = Field(
+        True, description="Changes to HOME and /tmp and network attempts must be equal too "
+                          "(pivotrl.sandbox.effects).")
     probes: bool = Field(
-        True, description="Re-run a matching candidate on perturbed copies of the workspace "
-                          "(lines doubled and one appended; an extra file) where the expert's "
-                          "outcome changes, so a command that only prints the expected output "
-                          "(echo 4) without the expert's reads and writes scores 0.")
+        True, description="Re-run a matching candidate on every perturbed copy of the "
+                          "workspace (pivotrl.verifiers.probes) and require the expert's outcome "
+                          "there too, so a command that only prints the expected output (echo "
+                          "4, a literal file name) or matches by luck (grep -c E for grep -c "
+                          "ERROR) scores 0.")
     replay_context: bool = Field(
         True, description="Replay the context's shell commands on the workspace before the turn.")
     timeout_s: float = Field(5.0, description="Wall clock per command (SandboxLimits default).")
@@ -172,7 +186,8 @@ def workspace_files(turn: Turn) -> dict[str, Any]:
 
 @dataclass
 class Outcome:
-    steps: list[tuple[int, str, str]]  # (exit code, normalised stdout, normalised stderr)
+    # (exit code, normalised stdout, normalised stderr, effects outside the workspace as JSON)
+    steps: list[tuple[int, str, str, str]]
     files: dict[str, str]
     problem: str = ""  # "timed out" / "output over the cap" on the failing command
 
@@ -218,7 +233,8 @@ class ShellVerifier:
             return Score(0.0, True, f"{len(cand.commands)} commands where the expert ran "
                                     f"{len(exp.commands)}")
         try:
-            base, expert = self._prepared(turn, exp.commands)
+            key = _turn_key(turn)
+            base, expert = self._prepared(turn, exp.commands, key)
         except ValueError as exc:
             return Score(0.0, False, f"bad workspace: {exc}")
         try:
@@ -230,7 +246,7 @@ class ShellVerifier:
                 return Score(0.0, True, f"candidate command {got.problem}")
             diff = self._compare(expert, got)
             if not diff and self.config.probes and cand.commands != exp.commands:
-                diff = self._probe(base, expert, exp.commands, cand.commands)
+                diff = self._probe(base, exp.commands, cand.commands, probe_seed(key))
         finally:
             self._release(base)
         return Score(0.0 if diff else 1.0, True, diff)
@@ -245,13 +261,13 @@ class ShellVerifier:
 
     # ------------------------------------------------------------ probes
 
-    def _probe(self, base: Path, expert: Outcome, expert_cmds: list[str],
-               cand_cmds: list[str]) -> str:
-        """"" when the candidate also matches wherever a perturbation changes the expert."""
+    def _probe(self, base: Path, expert_cmds: list[str], cand_cmds: list[str],
+               seed: str) -> str:
+        """"" when the candidate also matches the expert on every perturbed workspace."""
         for i, name in enumerate(PROBES):
-            probe = self._probe_outcome(base, expert, expert_cmds, i)
+            probe = self._probe_outcome(base, expert_cmds, i, seed)
             if probe is None:
-                continue  # the expert does not read what this probe changes
+                continue  # the expert's own command cannot be verified there
             where, exp_i = probe
             got = self._execute(where, cand_cmds)
             if got.problem:
@@ -262,25 +278,20 @@ class ShellVerifier:
                         f"or write what the expert's does")
         return ""
 
-    def _probe_outcome(self, base: Path, expert: Outcome, commands: list[str],
-                       i: int) -> tuple[Path, Outcome] | None:
-        """(perturbed workspace, expert outcome there), or None when the probe changes nothing
-        the expert's command shows or does; built once per turn and probe."""
+    def _probe_outcome(self, base: Path, commands: list[str], i: int,
+                       seed: str) -> tuple[Path, Outcome] | None:
+        """(perturbed workspace, expert outcome there), or None when the expert's command
+        times out or passes the output cap there; built once per turn and probe."""
         with self._lock:
             entry = self._probes.setdefault(base, {"lock": threading.Lock()})
         with entry["lock"]:
             if i not in entry:
-                if "before" not in entry:
-                    entry["before"] = snapshot_dir(base)
                 where = copy_workspace(base)
                 entry.setdefault("paths", []).append(where)
-                perturb_workspace(where, i)
+                perturb_workspace(where, i, seed, keep="\n".join(commands))
                 freeze_mtimes(where)
-                before = snapshot_dir(where)
                 out = self._execute(where, commands)
-                same = (not out.problem and not self._compare(expert, out, files=False)
-                        and writes(before, out.files) == writes(entry["before"], expert.files))
-                entry[i] = None if out.problem or same else (where, out)
+                entry[i] = None if out.problem else (where, out)
             return entry[i]
 
     def _remove(self, base: Path) -> None:
@@ -290,8 +301,8 @@ class ShellVerifier:
 
     # ------------------------------------------------------------ execution
 
-    def _compare(self, exp: Outcome, got: Outcome, files: bool = True) -> str:
-        for i, ((ec, eo, ee), (cc, co, ce)) in enumerate(zip(exp.steps, got.steps)):
+    def _compare(self, exp: Outcome, got: Outcome) -> str:
+        for i, ((ec, eo, ee, ex), (cc, co, ce, cx)) in enumerate(zip(exp.steps, got.steps)):
             at = f" (command {i + 1})" if len(exp.steps) > 1 else ""
             if self.config.compare_exit_code and ec != cc:
                 return f"exit code {cc} != expert's {ec}{at}"
@@ -299,7 +310,9 @@ class ShellVerifier:
                 return f"stdout differs{at}"
             if self.config.compare_stderr and ee != ce:
                 return f"stderr differs{at}"
-        if files and self.config.compare_files and exp.files != got.files:
+            if self.config.compare_effects and ex != cx:
+                return f"effects outside the workspace differ{at}: {cx} vs expert's {ex}"
+        if self.config.compare_files and exp.files != got.files:
             changed = sorted(set(exp.files.items()) ^ set(got.files.items()))
             return f"files differ: {', '.join(sorted({k for k, _ in changed})[:5])}"
         return ""
@@ -320,7 +333,8 @@ class ShellVerifier:
             steps.append((res.exit_code,
                           normalize_output(res.stdout, cfg.collapse_whitespace,
                                            cfg.order_insensitive_lines),
-                          normalize_output(res.stderr, cfg.collapse_whitespace, False)))
+                          normalize_output(res.stderr, cfg.collapse_whitespace, False),
+                          json.dumps(res.effects, sort_keys=True)))
         return Outcome(steps, snapshot_dir(wd) if cfg.compare_files else {})
 
     def _acquire(self, key: str) -> tuple[Path, Outcome] | None:
@@ -341,10 +355,10 @@ class ShellVerifier:
                     self._evicted.discard(base)
                     self._remove(base)
 
-    def _prepared(self, turn: Turn, expert_commands: list[str]) -> tuple[Path, Outcome]:
-        """(workspace as the expert saw it, expert outcome), built once per turn; the caller
-        must `_release(base)` when done with the workspace."""
-        key = _turn_key(turn)
+    def _prepared(self, turn: Turn, expert_commands: list[str],
+                  key: str) -> tuple[Path, Outcome]:
+        """(workspace as the expert saw it, expert outcome), built once per turn (`key`); the
+        caller must `_release(base)` when done with the workspace."""
         with self._lock:
             hit = self._acquire(key)
             if hit is not None:

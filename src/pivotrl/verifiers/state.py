@@ -12,9 +12,10 @@ agent the same observations as executing the expert's calls:
   actions: a read for another customer can return the same `[]`, another tool the same error
   text, `echo 4` the same output as a count; paying those teaches the policy to be lucky.
   * Worlds whose actions are programs (a shell: `World.perturb`, see `pivotrl.verifiers.world`) judge them
-    by behaviour: the calls must also agree on every perturbed copy of the world under which the
-    expert's observations or changes differ (`pivotrl.verifiers.probes`), so a call that only
-    reproduces the expert's output without its reads and writes scores 0.
+    by behaviour: the calls must also agree with the expert's (changes and observations) on
+    every perturbed copy of the world (`pivotrl.verifiers.probes`, seeded per turn from a secret
+    of the process), whether or not the probe changes the expert's outcome, so a call that only
+    reproduces the expert's output without its reads and writes, or matches by luck, scores 0.
   * Other worlds: the same functions with arguments equal under the world's own rule
     (`World.canonical_call`) or, for calls it has no rule for, the `toolcall` verifier's schema
     rules.
@@ -39,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.io.records import Message, Turn
 from pivotrl.verifiers.base import Score
-from pivotrl.verifiers.probes import PROBES, writes
+from pivotrl.verifiers.probes import PROBES, probe_seed, writes
 from pivotrl.verifiers.toolcall import ToolcallVerifier
 from pivotrl.verifiers.world import world_at_turn
 
@@ -202,7 +203,8 @@ class StateVerifier:
                     self._bases.move_to_end(key)
         if base is None:
             base = world_at_turn(turn)
-            if probe is not None and not base.perturb(probe):
+            if probe is not None and not base.perturb(probe, probe_seed(_turn_key(turn)),
+                                                      _action_text(turn)):
                 return None
             if not callable(getattr(base, "fork", None)):
                 return base
@@ -214,7 +216,7 @@ class StateVerifier:
         return base.fork()
 
     def _probe_diff(self, turn: Turn, cand_calls) -> str:
-        """"" when the candidate matches the expert on every probe that changes the expert."""
+        """"" when the candidate matches the expert on every probe."""
         key = _turn_key(turn)
         for i in range(len(PROBES) + 8):  # a world may offer fewer probes (perturb -> False)
             with self._lock:
@@ -222,32 +224,19 @@ class StateVerifier:
             if hit is _UNSET:
                 exp_calls = [(c.function.name, c.args()) for c in turn.expected.tool_calls]
                 hit = self._effects(turn, i, exp_calls)
-                hit = "end" if hit is None else ("skip" if hit == self._plain(turn, key) else hit)
+                hit = "end" if hit is None else hit
                 with self._lock:
                     self._probe_cache[(key, i)] = hit
                     while len(self._probe_cache) > 8 * max(1, self.config.cache_turns):
                         self._probe_cache.popitem(last=False)
             if hit == "end":
                 return ""
-            if hit == "skip":
-                continue
             got = self._effects(turn, i, cand_calls)
             if got != hit:
                 what = "observations" if got is not None and got[0] == hit[0] else "changes"
                 return f"{what} differ from the expert's on a perturbed copy of the world " \
                        f"({PROBES[i] if i < len(PROBES) else i})"
         return ""
-
-    def _plain(self, turn: Turn, key: str) -> tuple[Any, list[str]] | None:
-        """The expert's (changes, observations) on the unperturbed world, cached per turn."""
-        with self._lock:
-            hit = self._probe_cache.get((key, -1), _UNSET)
-        if hit is _UNSET:
-            exp_calls = [(c.function.name, c.args()) for c in turn.expected.tool_calls]
-            hit = self._effects(turn, None, exp_calls)
-            with self._lock:
-                self._probe_cache[(key, -1)] = hit
-        return hit
 
     def _expert(self, turn: Turn) -> tuple[str, list[str]] | str:
         """The expert's (snapshot, observations), or a reason string when it cannot be had."""
@@ -280,6 +269,11 @@ class StateVerifier:
 
 
 _UNSET = object()
+
+
+def _action_text(turn: Turn) -> str:
+    """The expert's calls as text: names it mentions are kept by the probes."""
+    return json.dumps([c.args() for c in turn.expected.tool_calls or []], ensure_ascii=False)
 
 
 def _turn_key(turn: Turn) -> str:

@@ -24,6 +24,8 @@ judge's question. No similarity threshold pays anything by default.
   differs beyond whitespace) are allowed, and only then, goes to the LLM judge, which sees both
   whole actions in both orders. A proven difference (another number, id, type, enum value,
   function or call count) is never a judge's question.
+- A final message at a turn whose world defines `canonical_message` is judged by the world first
+  (`same_answer`): answers it reads as the same score 1, answers it reads as different 0.
 - When the expert sent a message, a message is never a free pass: `message_rule` decides
   (`exact`: `pivotrl.verifiers.messages`, the same text up to whitespace, or two refusals that
   claim nothing; `judge`: the LLM judge for any other text).
@@ -44,7 +46,7 @@ from pivotrl.verifiers.base import Score
 from pivotrl.verifiers.judge import JudgeVerifier
 from pivotrl.verifiers.messages import compare_messages
 from pivotrl.verifiers.schema import build_index, schema_index  # noqa: F401
-from pivotrl.verifiers.world import action_rule
+from pivotrl.verifiers.world import action_rule, same_answer
 
 
 class ToolcallConfig(BaseModel):
@@ -220,6 +222,10 @@ class ToolcallVerifier:
 
     def _score_message(self, turn: Turn, action: Message) -> Score:
         rule = self.config.message_rule
+        same = same_answer(turn, message_text(turn.expected), message_text(action))
+        if same is not None and rule != "any":  # the world's own ruling on its answers
+            return Score(1.0 if same else 0.0, True,
+                         "" if same else "not the expert's answer under the world's own rule")
         if rule == "any":
             return Score(1.0, True, "any message accepted (message_rule=any)")
         diff = compare_messages(message_text(turn.expected), message_text(action),

@@ -6,6 +6,8 @@ environment plugs in by implementing four methods and registering a factory.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -36,10 +38,19 @@ class World(Protocol):
     # for it. It must not depend on the state. Verifiers treat two calls of a tool as the same
     # action when their canonical forms are equal (`action_rule`).
     #
-    # Optional: `perturb(self, probe: int) -> bool`, for worlds whose actions are programs (a
-    # shell): change the state's contents in place the way probe number `probe` does (every
-    # honest read sees it; nothing a call names is renamed), False when there is no such probe.
-    # The `state` verifier then judges a call by behaviour on the perturbed copies too.
+    # Optional: `perturb(self, probe: int, seed: str, keep: str) -> bool`, for worlds whose
+    # actions are programs (a shell): change the state in place the way probe number `probe`
+    # does (`pivotrl.verifiers.probes`; its markers drawn from `seed`; no name that occurs in
+    # `keep`, the expert's action, is renamed), False when there is no such probe. The `state`
+    # verifier then judges a call by behaviour on every perturbed copy too.
+    #
+    # Optional: `canonical_message(self, text) -> Any | None`, a final answer as this world reads
+    # it, in the state the world is in (the state at the turn: `world_at_turn`): the answer's
+    # family and the facts it states, where a fact the state confirms may be left out (so "Done,
+    # see out.txt." and "Saved the first 3 lines to out.txt." read the same when out.txt holds 3
+    # lines) and a fact the state contradicts stays in (so it never reads as a true answer); or
+    # None when the text is not one of the answers the world knows. Two answers with equal forms
+    # are the same answer (`same_answer`).
     #
     # Optional: `fork(self) -> World`, an independent copy in the same state (cheaper than a
     # reset and a replay of the context, for worlds whose replay runs programs).
@@ -93,6 +104,67 @@ def action_rule(name: str | None) -> ActionRule | None:
         rule = getattr(world, "canonical_call", None)
         _RULES[name] = rule if callable(rule) else None
     return _RULES[name]
+
+
+_ANSWER_WORLDS: OrderedDict[str, Any] = OrderedDict()  # turn key -> world at the turn (or None)
+_ANSWER_LOCK = threading.Lock()
+_ANSWER_CACHE = 64  # worlds at a turn kept for answers (a terminal world holds a workspace)
+
+
+def same_answer(turn: Turn, expected: str, candidate: str) -> bool | None:
+    """The world's ruling on two final answers at `turn`: True when its `canonical_message`
+    reads both as the same answer, False when it reads both and they differ, None when the
+    world has no rule or cannot read one of them (another rule decides then: a paraphrase the
+    world does not know is not a wrong answer by itself)."""
+    name = (turn.metadata or {}).get("world")
+    if not name or not callable(getattr(_world_type(name), "canonical_message", None)):
+        return None
+    world = _answer_world(turn)
+    if world is None:
+        return None
+    try:
+        exp, cand = world.canonical_message(expected), world.canonical_message(candidate)
+    except Exception:  # noqa: BLE001  (a world's rule failing on hostile text is no ruling)
+        return None
+    if exp is None or cand is None:
+        return None
+    return exp == cand
+
+
+_TYPES: dict[str, Any] = {}
+
+
+def _world_type(name: str) -> Any:
+    if name not in _TYPES:
+        try:
+            _TYPES[name] = type(make_world(name))
+        except Exception:  # noqa: BLE001
+            _TYPES[name] = None
+    return _TYPES[name]
+
+
+def _answer_world(turn: Turn) -> Any:
+    """The world at `turn`, built once per turn (K samples of a final message share it)."""
+    import hashlib
+    import json
+
+    body = json.dumps([turn.metadata.get("world"), turn.metadata.get("world_config"),
+                       [m.model_dump(mode="json", exclude_none=True) for m in turn.context]],
+                      sort_keys=True, default=str)
+    key = hashlib.sha256(body.encode()).hexdigest()
+    with _ANSWER_LOCK:
+        if key in _ANSWER_WORLDS:
+            _ANSWER_WORLDS.move_to_end(key)
+            return _ANSWER_WORLDS[key]
+    try:
+        world = world_at_turn(turn)
+    except Exception:  # noqa: BLE001  (a broken config or replay: no ruling)
+        world = None
+    with _ANSWER_LOCK:
+        _ANSWER_WORLDS[key] = world
+        while len(_ANSWER_WORLDS) > _ANSWER_CACHE:
+            _ANSWER_WORLDS.popitem(last=False)
+    return world
 
 
 def world_at_turn(turn: Turn) -> World:

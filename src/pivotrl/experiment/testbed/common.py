@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import string
 from typing import Any
 
 # One task in five is held out for evaluation, decided by a hash of its id (never by row).
@@ -20,3 +22,33 @@ def stable_int(*parts: Any) -> int:
 def compact(obj: Any) -> str:
     """Observations are compact JSON: fewer tokens for the tiny model."""
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def _pattern(template: str) -> re.Pattern:
+    """A final-answer template ("Your city is now {city}.") as a regex: each slot one run of
+    non-space characters (every slot of the testbed is a word, a number, an id or a file name)
+    but `{rest}`, the rest of the text (an answer that continues with another answer), the words
+    around them literal."""
+    parts = []
+    for literal, field, _spec, _conv in string.Formatter().parse(template):
+        parts.append(re.escape(literal))
+        if field is not None:
+            parts.append(f"(?P<{field}>.+)" if field == "rest" else f"(?P<{field}>\\S+?)")
+    return re.compile("".join(parts))
+
+
+def read_answer(text: str, families: dict[str, list[str]]) -> tuple[str, dict[str, str]] | None:
+    """(family, slots) of the first template `text` is an instance of (whitespace runs count as
+    one space), or None. Slots are returned exactly as written: a world decides which it folds."""
+    if not isinstance(text, str):
+        return None
+    text = " ".join(text.split())
+    for family, templates in families.items():
+        for template in templates:
+            m = _PATTERNS.setdefault(template, _pattern(template)).fullmatch(text)
+            if m:
+                return family, m.groupdict()
+    return None
+
+
+_PATTERNS: dict[str, re.Pattern] = {}

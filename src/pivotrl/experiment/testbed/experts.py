@@ -29,6 +29,8 @@ from pydantic import BaseModel, Field
 from pivotrl.io.records import FunctionCall, Message, ToolCall, Trajectory
 from pivotrl.experiment.testbed.common import stable_int
 from pivotrl.experiment.testbed.tasks import make_tasks
+from pivotrl.experiment.testbed.terminal import ANSWERS as TM_ANSWERS
+from pivotrl.experiment.testbed.toolshop import ANSWERS as TS_ANSWERS
 from pivotrl.verifiers.world import make_world
 
 MAX_TURNS = 8  # every task needs at most 6 turns; the weak expert may waste two
@@ -86,7 +88,7 @@ def toolshop_step(task: dict[str, Any], obs: list[str], ch: Chooser) -> Step:
     kind, k = task["kind"], len(obs)
     seen = [_json(o) for o in obs]
     if any(isinstance(s, dict) and "error" in s for s in seen):
-        return ("say", "Sorry, I could not complete that.")
+        return _say(ch, TS_ANSWERS["sorry"])
     email = task["email"]
     if k == 0:
         return ("call", "find_customer", {"email": ch.pick(sorted({email, email.lower()}))})
@@ -97,15 +99,15 @@ def toolshop_step(task: dict[str, Any], obs: list[str], ch: Chooser) -> Step:
             return ("call", "update_address",
                     ch.order([("customer_id", cid), ("city", ch.pick([city, city.title()]))]))
         c = seen[1]["city"].title()
-        return ("say", ch.pick([f"Your city is now {c}.", f"Done, I updated your city to {c}."]))
+        return _say(ch, TS_ANSWERS["move"], city=c)
     if kind == "count":
         if k == 1:
             return ("call", "list_orders", ch.order(
                 [("customer_id", cid), ("status", ch.pick(["shipped", "Shipped", "SHIPPED"]))]))
         n = len(seen[1])
-        return ("say", ch.pick([f"You have {n} shipped orders.", f"{n} of your orders have shipped."]))
+        return _say(ch, TS_ANSWERS["count"], n=n)
     if kind == "buy":
-        return _buy(task, seen, k - 1, cid, ch, prefix="")
+        return _buy(task, seen, k - 1, cid, ch)
     # cancel / return / change / swap: find the one order in the needed status first
     if k == 1:
         pairs = [("customer_id", cid)] + ([("status", "any")] if ch.pick([True, False]) else [])
@@ -120,9 +122,8 @@ def toolshop_step(task: dict[str, Any], obs: list[str], ch: Chooser) -> Step:
                 pairs.append(("reason", ch.pick([r, r.upper()], weights=[0.8, 0.2])))
             return ("call", "cancel_order", ch.order(pairs))
         if kind == "cancel":
-            return ("say", ch.pick([f"Your order {oid} is cancelled.",
-                                    f"Done: order {oid} has been cancelled."]))
-        return _buy(task, seen, k - 3, cid, ch, prefix=f"Order {oid} is cancelled. ")
+            return _say(ch, TS_ANSWERS["cancel"], oid=oid)
+        return _buy(task, seen, k - 3, cid, ch, cancelled=oid)
     if k == 2:
         return ("call", "get_order", {"order_id": oid})
     pid = next(i["product_id"] for i in seen[2]["items"] if i["name"] == task["product"])
@@ -133,13 +134,16 @@ def toolshop_step(task: dict[str, Any], obs: list[str], ch: Chooser) -> Step:
                                        + _qty(ch, "qty", q, optional=kind == "return")))
     if kind == "return":
         refund = seen[3]["refund"]
-        return ("say", ch.pick([f"I returned {q} {p} from order {oid}. Refund: {refund}.",
-                                f"Done, {q} {p} returned from {oid}, refund {refund}."]))
-    return ("say", ch.pick([f"Done: {p} in order {oid} is now {q}.",
-                            f"Order {oid} now has {q} {p}."]))
+        return _say(ch, TS_ANSWERS["return"], qty=q, product=p, oid=oid, refund=refund)
+    return _say(ch, TS_ANSWERS["change"], product=p, oid=oid, qty=q)
 
 
-def _buy(task, seen, j, cid, ch: Chooser, prefix: str) -> Step:
+def _say(ch: Chooser, templates: list[str], **slots: Any) -> Step:
+    """One of a world's equivalent final answers (its `ANSWERS`: the world reads them back)."""
+    return ("say", (ch.pick(templates) if len(templates) > 1 else templates[0]).format(**slots))
+
+
+def _buy(task, seen, j, cid, ch: Chooser, cancelled: str | None = None) -> Step:
     p, q = task["product"], task["qty"]
     if j == 0:
         return ("call", "find_product", {"name": ch.pick([p, p.capitalize()])})
@@ -148,8 +152,10 @@ def _buy(task, seen, j, cid, ch: Chooser, prefix: str) -> Step:
         return ("call", "place_order", ch.order([("customer_id", cid), ("product_id", pid)]
                                                 + _qty(ch, "qty", q, optional=True)))
     new = seen[-1]["order_id"]
-    return ("say", prefix + ch.pick([f"Order {new} is placed for {q} {p}.",
-                                     f"Done: your order {new} is placed."]))
+    said = _say(ch, TS_ANSWERS["buy"], new=new, qty=q, product=p)
+    if cancelled is None:
+        return said
+    return _say(ch, TS_ANSWERS["swap"], oid=cancelled, rest=said[1])
 
 
 def _ls(ch: Chooser) -> Step:
@@ -163,7 +169,7 @@ def _file(listing: str, ext: str) -> str:
 def terminal_step(task: dict[str, Any], obs: list[str], ch: Chooser) -> Step:
     kind, k = task["kind"], len(obs)
     if any(o.rstrip().endswith("]") and "[exit" in o for o in obs):
-        return ("say", "Sorry, a command failed.")
+        return _say(ch, TM_ANSWERS["sorry"])
     run = lambda cmd: ("call", "run", {"command": cmd})  # noqa: E731
     if kind == "copy":
         w, out = task["word"], task["out"]
@@ -174,7 +180,7 @@ def terminal_step(task: dict[str, Any], obs: list[str], ch: Chooser) -> Step:
         if k == 1:
             return run(ch.pick([f"cp {f} {out}", f"cat {f} > {out}", f"cp ./{f} {out}",
                                 f"cp {f} ./{out}"]))
-        return ("say", ch.pick([f"Copied {f} to {out}.", f"Done: {out} is a copy of {f}."]))
+        return _say(ch, TM_ANSWERS["copy"], f=f, out=out)
     if k == 0:
         return _ls(ch)
     ext = {"count": "log", "move": "log", "head": "csv", "lines": "csv", "sort": "txt",
@@ -186,40 +192,71 @@ def terminal_step(task: dict[str, Any], obs: list[str], ch: Chooser) -> Step:
             return run(ch.pick([f"grep -c {lv} {f}", f"grep {lv} {f} | wc -l",
                                 f"grep -c '{lv}' {f}", f"cat {f} | grep -c {lv}"]))
         n = obs[1].strip()
-        return ("say", ch.pick([f"There are {n} {lv} lines.", f"{n} lines contain {lv}."]))
+        return _say(ch, TM_ANSWERS["count"], n=n, level=lv)
     if kind == "lines":
         if k == 1:
             return run(ch.pick([f"wc -l < {f}", f"cat {f} | wc -l", f"grep -c '' {f}"]))
         n = obs[1].strip()
-        return ("say", ch.pick([f"The csv file has {n} lines.", f"{f} has {n} lines."]))
+        return _say(ch, TM_ANSWERS["lines"], n=n, f=f)
     if kind == "config":
         key = task["key"]
         if k == 1:
             return run(ch.pick([f"grep {key} {f}", f"grep '{key}' {f}", f"grep -e {key} {f}"]))
         value = obs[1].strip().split("=", 1)[-1]
-        return ("say", ch.pick([f"The {key} is {value}.", f"{key} is set to {value}."]))
+        return _say(ch, TM_ANSWERS["config"], key=key, value=value)
     if kind == "head":
         n, out = task["n"], task["out"]
         if k == 1:
             return run(ch.pick([f"head -n {n} {f} > {out}", f"head -{n} {f} > {out}",
                                 f"cat {f} | head -n {n} > {out}", f"head --lines={n} {f} > {out}"]))
-        return ("say", ch.pick([f"Saved the first {n} lines to {out}.", f"Done, see {out}."]))
+        return _say(ch, TM_ANSWERS["head"], n=n, out=out)
     if kind == "sort":
         out = task["out"]
         if k == 1:
             return run(ch.pick([f"sort -u {f} > {out}", f"sort {f} | uniq > {out}",
                                 f"cat {f} | sort -u > {out}", f"sort -u -o {out} {f}"]))
-        return ("say", ch.pick([f"Wrote the sorted names to {out}.", f"Done, see {out}."]))
+        return _say(ch, TM_ANSWERS["sort"], out=out)
     # move
     d = task["dir"]
     if k == 1:
         return run(ch.pick([f"mkdir {d}", f"mkdir -p {d}", f"mkdir ./{d}"]))
     if k == 2:
         return run(ch.pick([f"mv {f} {d}/", f"mv {f} {d}", f"mv ./{f} {d}/"]))
-    return ("say", ch.pick([f"Moved {f} into {d}.", f"Done: {f} is now in {d}/."]))
+    return _say(ch, TM_ANSWERS["move"], f=f, d=d)
 
 
 STEPS = {"toolshop": toolshop_step, "terminal": terminal_step}
+
+
+class FixedChooser(Chooser):
+    """Always the `index`-th form (the last one when there are fewer): enumerates the forms the
+    expert may choose at one step."""
+
+    def __init__(self, index: int):
+        super().__init__(random.Random(0))
+        self.index = index
+
+    def pick(self, options: list[Any], weights: list[float] | None = None) -> Any:
+        return options[min(self.index, len(options) - 1)]
+
+    def order(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        return dict(pairs)
+
+
+def answer_forms(world: str, task: dict[str, Any], context: list[Message]) -> list[str]:
+    """Every final message the expert may send after `context` (its equivalent templates), or []
+    when its next step is a call: the pairs a world's answer rule must accept as the same."""
+    out: list[str] = []
+    for i in range(8):
+        try:
+            step = STEPS[world](task, observations(context), FixedChooser(i))
+        except (KeyError, IndexError, TypeError, StopIteration, AttributeError):
+            return []
+        if step[0] != "say":
+            return []
+        if step[1] not in out:
+            out.append(step[1])
+    return out
 
 
 def step_message(step: Step, call_index: int) -> Message:

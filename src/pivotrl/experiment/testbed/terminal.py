@@ -17,6 +17,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from pivotrl.experiment.testbed.common import read_answer
 from pivotrl.sandbox import bwrap as sandbox
 from pivotrl.verifiers.probes import perturb_workspace
 from pivotrl.verifiers.world import register_world
@@ -42,6 +43,20 @@ KEYS = {"port": lambda r: str(r.randrange(1000, 9999)), "host": lambda r: r.choi
         "user": lambda r: r.choice(PEOPLE), "mode": lambda r: r.choice(["fast", "safe", "debug"])}
 DIRS = ["old", "archive", "backup", "logs"]
 
+# The final answers the expert chooses among, by task kind: the forms in one list are the same
+# answer (the world's `canonical_message` reads them back; "Done, see {out}." is the short form
+# of both the head and the sort answer, and the state says whether the long form is true).
+ANSWERS: dict[str, list[str]] = {
+    "copy": ["Copied {f} to {out}.", "Done: {out} is a copy of {f}."],
+    "count": ["There are {n} {level} lines.", "{n} lines contain {level}."],
+    "lines": ["The csv file has {n} lines.", "{f} has {n} lines."],
+    "config": ["The {key} is {value}.", "{key} is set to {value}."],
+    "head": ["Saved the first {n} lines to {out}.", "Done, see {out}."],
+    "sort": ["Wrote the sorted names to {out}.", "Done, see {out}."],
+    "move": ["Moved {f} into {d}.", "Done: {f} is now in {d}/."],
+    "sorry": ["Sorry, a command failed."],
+}
+
 
 class TerminalWorld:
     name = NAME
@@ -49,9 +64,11 @@ class TerminalWorld:
     def __init__(self) -> None:
         self.workdir: Path | None = None
         self._cleanup = None
+        self.effects: dict[str, str | None] = {}  # what commands did outside the workspace
 
     def reset(self, config: dict[str, Any]) -> None:
         self._drop()
+        self.effects = {}
         self.workdir = sandbox.copy_workspace(None)
         files = config.get("workspace", config.get("files", {}))  # {path: content}
         sandbox.materialize_workspace(files, self.workdir)
@@ -77,33 +94,68 @@ class TerminalWorld:
         if set(arguments) - {"command"}:
             return f"error: unknown argument {sorted(set(arguments) - {'command'})[0]}"
         res = sandbox.run_in_sandbox(command, self.workdir, LIMITS)
+        self.effects.update(res.effects)
         return observation(res)
 
     def fork(self) -> "TerminalWorld":
         """An independent copy in the same state (verifiers fork one world per sample instead of
         replaying the context's commands each time)."""
         twin = TerminalWorld()
+        twin.effects = dict(self.effects)
         if self.workdir is not None:
             twin.workdir = sandbox.copy_workspace(self.workdir)
             twin._cleanup = weakref.finalize(twin, sandbox.remove_workspace, str(twin.workdir))
         return twin
 
-    def perturb(self, probe: int) -> bool:
-        """Change file contents the way probe number `probe` does (`pivotrl.verifiers.probes`:
-        lines doubled and one appended; an extra file), so verifiers can tell a command that
-        reads the files from one that only prints what they held; False when no such probe."""
-        if self.workdir is None or not perturb_workspace(self.workdir, probe):
+    def perturb(self, probe: int, seed: str = "", keep: str = "") -> bool:
+        """Change the files the way probe number `probe` does (`pivotrl.verifiers.probes`), so
+        verifiers can tell a command that reads the files from one that only prints what they
+        held; False when no such probe."""
+        if self.workdir is None or not perturb_workspace(self.workdir, probe, seed, keep):
             return False
         sandbox.freeze_mtimes(self.workdir)
         return True
 
     def snapshot(self) -> dict[str, str]:
+        """The file tree, plus what the commands so far did outside it (keys "\0" + `~/path`,
+        `/tmp/path` or `<network>`: no file name holds a NUL), so a command that deletes the
+        home or tries the network leaves another state than one that does not."""
+        files = self.files()
+        files.update({"\0" + k: v for k, v in sorted(self.effects.items())})
+        return files
+
+    def files(self) -> dict[str, str]:
         return sandbox.snapshot_dir(self.workdir) if self.workdir is not None else {}
+
+    def canonical_message(self, text: str) -> tuple | None:
+        """A final answer as this world reads it (`pivotrl.verifiers.world`): its kind and the
+        facts it states. Facts a form leaves out come from the files (which file is "the csv
+        file"); a claim about a written file ("the first 3 lines", "the sorted names") is
+        dropped when the file bears it out and kept, so it differs, when it does not."""
+        read = read_answer(text, ANSWERS)
+        if read is None:
+            return None
+        kind, slots = read
+        files = self.files()
+        if kind == "lines" and "f" not in slots:
+            csv = [p for p in files if "/" not in p and p.endswith(".csv")]
+            slots["f"] = csv[0] if len(csv) == 1 else "the csv file"
+        if kind in ("head", "sort"):  # both read as "wrote {out}", true or not
+            body = files.get(slots["out"])
+            lines = body.splitlines() if isinstance(body, str) else None
+            true = lines is not None and (
+                "n" not in slots and kind == "head"
+                or kind == "head" and str(len(lines)) == slots["n"]
+                or kind == "sort" and lines == sorted(set(lines)))
+            return ("wrote", slots["out"]) if true else ("wrote", slots["out"], kind, slots.get("n"))
+        if kind == "move":
+            slots["d"] = slots["d"].rstrip("/")
+        return (kind, *sorted(slots.items()))
 
     def success(self, goal: dict[str, Any], final_message: str | None) -> bool:
         from pivotrl.experiment.testbed.toolshop import mentions
 
-        if final_message is None or self.snapshot() != goal["files"]:
+        if final_message is None or self.files() != goal["files"]:
             return False
         return all(mentions(final_message, m) for m in goal.get("mention", []))
 

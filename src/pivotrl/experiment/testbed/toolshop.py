@@ -19,7 +19,7 @@ import random
 import re
 from typing import Any
 
-from pivotrl.experiment.testbed.common import compact
+from pivotrl.experiment.testbed.common import compact, read_answer
 from pivotrl.verifiers.world import register_world
 
 NAME = "toolshop"
@@ -70,6 +70,21 @@ CALLS_PER_KIND = {"cancel": 3, "return": 4, "buy": 3, "move": 2, "count": 2, "ch
 
 
 _FOLDED = {"email", "name", "city"}  # the tools look these up / store them lower-cased
+
+# The final answers the expert chooses among, by task kind: the forms in one list are the same
+# answer (the world's `canonical_message` reads them back). A swap answer is the cancel prefix
+# followed by a buy answer.
+ANSWERS: dict[str, list[str]] = {
+    "move": ["Your city is now {city}.", "Done, I updated your city to {city}."],
+    "count": ["You have {n} shipped orders.", "{n} of your orders have shipped."],
+    "cancel": ["Your order {oid} is cancelled.", "Done: order {oid} has been cancelled."],
+    "return": ["I returned {qty} {product} from order {oid}. Refund: {refund}.",
+               "Done, {qty} {product} returned from {oid}, refund {refund}."],
+    "change": ["Done: {product} in order {oid} is now {qty}.", "Order {oid} now has {qty} {product}."],
+    "buy": ["Order {new} is placed for {qty} {product}.", "Done: your order {new} is placed."],
+    "swap": ["Order {oid} is cancelled. {rest}"],
+    "sorry": ["Sorry, I could not complete that."],
+}
 
 
 class ToolError(Exception):
@@ -153,6 +168,36 @@ class ToolshopWorld:
         except ToolError:
             return None
         return out
+
+    def canonical_message(self, text: str) -> tuple | None:
+        """A final answer as this world reads it (`pivotrl.verifiers.world`): its kind and the
+        facts it states, names folded as the tools fold them; a buy answer that leaves out the
+        product and quantity reads the same as one that states them when the state confirms
+        them (a stated product or quantity the order does not hold stays in, so it differs)."""
+        read = read_answer(text, ANSWERS)
+        if read is None:
+            return None
+        kind, slots = read
+        if kind == "swap":  # the cancel prefix, then exactly one buy answer
+            rest = read_answer(slots["rest"], {"buy": ANSWERS["buy"]})
+            if rest is None:
+                return None
+            return ("swap", slots["oid"], self._bought(rest[1]))
+        if kind == "buy":
+            return self._bought(slots)
+        return (kind, *sorted((k, v.lower() if k in ("city", "product") else v)
+                              for k, v in slots.items()))
+
+    def _bought(self, slots: dict[str, str]) -> tuple:
+        """A buy answer: the order id, and the product and quantity it states only when the
+        order does not hold them (a false claim keeps it apart from the short form)."""
+        order = self.state["orders"].get(slots["new"], {})
+        held = {(self.state["products"].get(p, {}).get("name"), str(q))
+                for p, q in order.get("items", {}).items()}
+        stated = (slots.get("product", "").lower(), slots.get("qty"))
+        if "qty" in slots and stated not in held:
+            return ("buy", slots["new"], "states", *stated)
+        return ("buy", slots["new"])
 
     def success(self, goal: dict[str, Any], final_message: str | None) -> bool:
         if final_message is None or self.state != goal["state"]:

@@ -1,0 +1,53 @@
+"""The demo's training budget: every arm trains until its dev score stops improving.
+
+A fixed step count can stop one arm before it settles (SFT still rising) and leave another long
+flat; comparing them then compares budgets, not methods. The rule, fixed before any result and
+applied to every run (method, world, lr, seed) alike, is RULE below (the report prints it).
+
+`stop_step` is the rule as a pure function; `jobs.run_job` applies it as a run trains and
+records the stop step and the reason in the run's last row; the report shows them per arm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RULE = ("Checkpoints come every `eval_every` steps, up to `steps` (the cap). After each, the run's "
+        "dev score (its mean outcome on the dev items of the selection measure and decoding, in "
+        "its world) is read. A checkpoint improves when its score exceeds the best earlier score "
+        "by more than `min_improvement` (the first checkpoint is compared with the base's score). "
+        "The run stops at the first checkpoint that ends `patience` checkpoints in a row without "
+        "an improvement, or at the cap. Checkpoints after the stop are never trained (E2E RL, "
+        "which cannot resume, trains to the cap and its later checkpoints are never scored), so "
+        "no choice can land there. The same rule for every arm.")
+
+
+class BudgetRule(BaseModel):
+    """When a run stops (module doc)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    patience: int = Field(2, ge=1, description="Checkpoints in a row without an improvement "
+                          "that stop a run.")
+    min_improvement: float = Field(0.0, ge=0, description="How much a dev score must exceed the "
+                                   "best before it to count as an improvement.")
+
+
+def stop_step(scores: Sequence[tuple[int, float]], rule: BudgetRule, *, cap: int,
+              start: float | None = None) -> tuple[int | None, str]:
+    """(the step the run stops at, why) from its dev scores so far, [(step, score)] in step
+    order; (None, "running") when the rule lets it go on. `start`: the base's score, the bar the
+    first checkpoint must clear (None: the first checkpoint sets the bar)."""
+    best, since = start, 0
+    for step, score in scores:
+        if best is None or score > best + rule.min_improvement + 1e-12:
+            best, since = score, 0
+        else:
+            since += 1
+        if since >= rule.patience:
+            return step, f"plateau: {rule.patience} checkpoints without a dev improvement"
+        if step >= cap:
+            return step, "cap"
+    return None, "running"

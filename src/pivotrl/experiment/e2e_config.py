@@ -1,0 +1,49 @@
+"""The run config of the end-to-end RL baseline (`pivotrl e2e`), apart from the loop in
+experiment/e2e.py so that the command line can list its fields without importing torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import Field
+
+from pivotrl.io.yaml_config import YamlConfig
+
+
+class E2ERunConfig(YamlConfig):
+    """The end-to-end RL baseline: GRPO over whole episodes, reward = the world's success (0/1).
+    Optimizer settings mirror GRPORunConfig so the two methods differ only in what they roll out."""
+
+    model: str = Field(..., description="Policy to start from (the same base as PivotRL's run).")
+    output_dir: Path = Field(..., description="Final model + tokenizer, checkpoint-N/ and metrics.jsonl.")
+    world: str | None = Field(None, description="Registered world every episode runs in; None: each "
+                              "task's metadata['world'] (mixed-world runs).")
+    tasks: Path | list[Path] = Field(..., description="Task/Trajectory JSONL file(s) (e.g. testbed DIR/<world>/"
+                                     "train.jsonl; only each record's opening messages and metadata are used).")
+    tasks_per_step: int = Field(4, description="Tasks per optimizer step (the analogue of pivots per step).")
+    num_generations: int = Field(16, description="G episodes per task (paper's G, as for PivotRL).")
+    max_turns: int = Field(8, description="Model turns per episode (the episode runner's MAX_TURNS).")
+    max_completion_length: int = Field(96, description="Tokens per model turn (ModelPolicy's default).")
+    temperature: float = Field(1.0, description="Sampling temperature of rollouts (as GRPORunConfig).")
+    learning_rate: float = Field(1e-6, description="Peak learning rate (as GRPORunConfig: paper 1e-6; the "
+                                 "testbed sets its own).")
+    warmup_steps: int = Field(0, description="Linear warmup steps, then constant (as GRPORunConfig).")
+    weight_decay: float = Field(0.0, description="AdamW weight decay (TRL: 0).")
+    max_grad_norm: float = Field(1.0, description="Gradient clipping norm (TRL: 1.0).")
+    epsilon: float = Field(0.2, description="Lower clip ε (as GRPORunConfig).")
+    epsilon_high: float = Field(0.28, description="Upper clip ε_high (as GRPORunConfig).")
+    num_iterations: int = Field(1, description="Optimizer passes per batch of episodes (TRL μ: 1).")
+    micro_batch_size: int = Field(16, description="Turns per forward/backward pass (memory only, not "
+                                  "the maths: gradients are accumulated over the whole step).")
+    max_steps: int = Field(100, description="Optimizer steps (ours).")
+    save_steps: int = Field(50, description="Write checkpoint-N every N steps (ours).")
+    logging_steps: int = Field(1, description="Append to metrics.jsonl every N steps.")
+    seed: int = Field(0, description="Seed of task order and sampling.")
+    split: Path | None = Field(None, description="Split file of `pivotrl extract --eval-fraction` "
+                               "(TURNS.split.json): its eval trajectories are never trained on. None: the "
+                               "one beside the tasks file, if any (pivotrl.io.split).")
+    progress_seconds: float = Field(30.0, ge=0, description="Seconds between progress lines on stderr and "
+                                    "in OUTPUT_DIR/train.log (0: every step).")
+
+    path_fields: ClassVar[tuple[str, ...]] = ("model", "output_dir", "tasks", "split")

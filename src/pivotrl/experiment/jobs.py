@@ -1,0 +1,186 @@
+"""The demo's stage 4: one training job (world × method × lr × seed) trained under the budget
+rule (`budget.py`) with every checkpoint scored on dev as it lands, and the eval split scored
+at a chosen checkpoint.
+
+A job trains in segments of `eval_every` steps (SFT and PivotRL resume their trainer's
+checkpoint; the E2E loop cannot resume, so it trains to the cap at once and the rule only stops
+its scoring). After each checkpoint is scored on dev the rule decides whether the job goes on.
+Each checkpoint's dev scores are cached beside it (dev-step<N>.json), and a finished job writes
+rows.json, so a rerun, or a rerun after a crash, redoes only unfinished work."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pivotrl.experiment.budget import stop_step
+from pivotrl.experiment.checkpoint_eval import (
+    EVAL_KEYS,
+    Evaluator,
+    decoded,
+    item_rows,
+    score_dev,
+    write_jsonl,
+)
+from pivotrl.experiment.stats import checkpoint_scores
+from pivotrl.io.records import read_jsonl, write_text_atomic
+
+
+@dataclass(frozen=True)
+class Job:
+    world: str
+    method: str
+    lr: float
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.world}/{self.method}/lr{self.lr:g}-seed{self.seed}"
+
+
+def train_job(job: Job, testbed: Path, out: Path, cfg: Any, until: int | None = None) -> Path:
+    """Train one run to step `until` (default: the cap, `cfg.steps`), continuing from its last
+    checkpoint when there is one; checkpoints land in job_dir/checkpoint-<step>. Returns
+    job_dir. Every arm trains on the same trajectories (data/<world>/trajectories.jsonl) or
+    their turns. The E2E loop has no resume: it always trains to the cap."""
+    from pivotrl.train.config import GRPORunConfig, SFTRunConfig
+
+    job_dir = out / "runs" / job.name
+    wdir = out / "data" / job.world
+    base = str(testbed / "base")
+    resume = job.method != "e2e_rl" and any(job_dir.glob("checkpoint-*"))
+    common = dict(model=base, output_dir=job_dir, learning_rate=job.lr,
+                  max_steps=cfg.steps if until is None or job.method == "e2e_rl" else until,
+                  save_steps=cfg.eval_every, seed=job.seed, logging_steps=1, warmup_steps=0)
+    trl_only = dict(precision="fp32", lr_scheduler_type="constant_with_warmup", resume=resume)
+    if job.method == "sft":
+        from pivotrl.train.sft import train_sft
+
+        train_sft(SFTRunConfig(data=wdir / "trajectories.jsonl",
+                               per_device_train_batch_size=cfg.sft_batch_size, **common, **trl_only))
+    elif job.method == "e2e_rl":
+        from pivotrl.experiment.e2e import E2ERunConfig, train_e2e
+
+        train_e2e(E2ERunConfig(world=job.world, tasks=wdir / "trajectories.jsonl",
+                               num_generations=cfg.num_generations,
+                               tasks_per_step=cfg.e2e_tasks_per_step,
+                               max_completion_length=cfg.max_completion_length, **common))
+    else:
+        pivot_set = {"pivotrl": "pivots", "pivotrl_exact": "pivots",
+                     "pivotrl_no_filter": "all", "pivotrl_random": "random"}[job.method]
+        from pivotrl.train.grpo import train
+
+        exact = job.method == "pivotrl_exact"  # the paper's strict string-match ablation
+        train(GRPORunConfig(
+            pivots=wdir / "pivots.jsonl", turns=wdir / "profile.jsonl", pivot_set=pivot_set,
+            verifier="exact" if exact else cfg.verifier,
+            verifier_config={"strict": True} if exact else {},
+            num_generations=cfg.num_generations,
+            per_device_train_batch_size=cfg.num_generations * cfg.pivots_per_step,
+            max_completion_length=cfg.max_completion_length, **common, **trl_only))
+    return job_dir
+
+
+def rollout_turns_at(job: Job, step: int, job_dir: Path, cfg: Any,
+                     pivot_stats: dict[str, Any]) -> int:
+    """Model turns generated up to `step`: profiling (pivot arms) + rollouts. SFT generates none."""
+    if job.method == "sft":
+        return 0
+    if job.method == "e2e_rl":
+        done = 0
+        for line in open(job_dir / "metrics.jsonl"):
+            row = json.loads(line)
+            if row.get("step", 0) <= step:
+                done = max(done, int(row.get("rollout_turns", 0)))
+        return done
+    rollouts = cfg.num_generations * cfg.pivots_per_step * step
+    profiling = pivot_stats["profile_rollout_turns"] if job.method in ("pivotrl", "pivotrl_exact") else 0
+    return rollouts + profiling
+
+
+def checkpoint_dir(job: Job, out: Path, cfg: Any, step: int) -> Path | None:
+    """The model dir of a job's checkpoint at `step`, None when not trained (yet)."""
+    job_dir = out / "runs" / job.name
+    ckpt = job_dir / f"checkpoint-{step}"
+    if not ckpt.exists() and step == cfg.steps:
+        ckpt = job_dir  # the e2e loop writes its last step as the final model only
+    return ckpt if (ckpt / "config.json").exists() else None
+
+
+def dev_score(items: list[dict[str, Any]], cfg: Any) -> float:
+    """The budget rule's score of one checkpoint: its mean dev outcome on the selection measure
+    and decoding (stats.checkpoint_scores; one checkpoint's rows in, one score out)."""
+    scores = checkpoint_scores(decoded(items, cfg.select_decoding), split="dev", measure=cfg.select_on)
+    return next(iter(scores.values())) if scores else 0.0
+
+
+def run_job(job: Job, testbed: Path, out: Path, cfg: Any, pivot_stats: dict[str, Any],
+            start: float | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Train one job under the budget rule from the base's dev score `start`, scoring each
+    checkpoint on dev as it lands; cached in job_dir/rows.json and job_dir/items.jsonl (written
+    before rows.json, so rows.json marks a finished job). The last row records where and why
+    the job stopped (`stop_step`, `stop_reason`)."""
+    import torch
+
+    torch.set_num_threads(1)
+    job_dir = out / "runs" / job.name
+    done = job_dir / "rows.json"
+    if done.exists() and (job_dir / "items.jsonl").exists():
+        # dev only: eval scores live beside, per chosen checkpoint (`score_chosen`)
+        rows = [{k: v for k, v in r.items() if k not in EVAL_KEYS} for r in json.loads(done.read_text())]
+        return rows, [r for r in read_jsonl(job_dir / "items.jsonl") if r["split"] == "dev"]
+    key = dict(method=job.method, world=job.world, seed=job.seed, lr=job.lr)
+    rows, items, scores = [], [], []
+    evaluator, train_s, eval_s, stop, why = None, 0.0, 0.0, None, "running"
+    for step in range(cfg.eval_every, cfg.steps + 1, cfg.eval_every):
+        cache = job_dir / f"dev-step{step}.json"
+        if cache.exists():
+            got = json.loads(cache.read_text())
+        else:
+            t0 = time.time()
+            if checkpoint_dir(job, out, cfg, step) is None:
+                train_job(job, testbed, out, cfg, until=step)
+            t1 = time.time()
+            ckpt = checkpoint_dir(job, out, cfg, step)
+            if ckpt is None:  # never score the base in a checkpoint's place
+                raise FileNotFoundError(f"{job.name}: training left no checkpoint at step {step}")
+            evaluator = evaluator or Evaluator(testbed, cfg)
+            got_rows, got_items = score_dev(
+                key, {step: ckpt}, evaluator,
+                lambda s: {"rollout_turns": rollout_turns_at(job, s, job_dir, cfg, pivot_stats)})
+            got = {"row": got_rows[0], "items": got_items}
+            write_text_atomic(cache, json.dumps(got))
+            train_s, eval_s = train_s + t1 - t0, eval_s + time.time() - t1
+        rows.append(got["row"])
+        items += got["items"]
+        scores.append((step, dev_score(got["items"], cfg)))
+        stop, why = stop_step(scores, cfg.budget, cap=cfg.steps, start=start)
+        if stop is not None:
+            break
+    rows[-1].update(train_seconds=train_s, eval_seconds=eval_s, stop_step=stop, stop_reason=why)
+    write_jsonl(job_dir / "items.jsonl", items)
+    write_text_atomic(done, json.dumps(rows))
+    return rows, items
+
+
+def eval_at(job: Job, step: int, testbed: Path, out: Path,
+            cfg: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One checkpoint on the eval split: (its rates, item rows); cached beside the job."""
+    import torch
+
+    torch.set_num_threads(1)
+    cache = out / "runs" / job.name / f"eval-step{step}.json"
+    if cache.exists():
+        got = json.loads(cache.read_text())
+        return got["row"], got["items"]
+    ckpt = checkpoint_dir(job, out, cfg, step)
+    if ckpt is None:
+        raise FileNotFoundError(f"{job.name}: no checkpoint at step {step}")
+    row, scored = Evaluator(testbed, cfg)(ckpt, job.world, ("eval",))
+    items = item_rows(scored, method=job.method, world=job.world, seed=job.seed, lr=job.lr, step=step)
+    row = {k: row[k] for k in EVAL_KEYS if k in row}
+    write_text_atomic(cache, json.dumps({"row": row, "items": items}))
+    return row, items

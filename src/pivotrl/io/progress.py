@@ -1,0 +1,79 @@
+"""Progress of a long job as plain lines, `step 12/40 · 3.1 s/step · ETA 1m27s · reward 0.41`,
+printed to a stream and appended to a log file. A line (not a redrawn bar) reaches a SLURM log or
+a pipe whole, and the log file keeps the history after the terminal is gone. Lines come at most
+every `every_s` seconds, plus the last."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+
+def duration(seconds: float) -> str:
+    """45s, 1m27s, 2h03m."""
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def rate_text(seconds: float, done: int, unit: str) -> str:
+    """`3.1 s/step` for slow units, `12.4 turns/s` for fast ones."""
+    if done <= 0:
+        return f"– s/{unit}"
+    per = seconds / done
+    return f"{per:.1f} s/{unit}" if per >= 1 else f"{1 / max(per, 1e-9):.1f} {unit}s/s"
+
+
+class ProgressLog:
+    """`update(done)` writes a line when `every_s` seconds have passed since the last one (or the
+    start), and always when done == total. The rate counts only work done since the
+    log was opened, so a resumed job's ETA is not flattered by the steps it skipped."""
+
+    def __init__(self, label: str, total: int | None, *, unit: str = "step", every_s: float = 30.0,
+                 log_file: str | Path | None = None, stream: TextIO | None = None, start: int = 0,
+                 echo: bool = True, clock=time.monotonic):
+        self.label, self.total, self.unit, self.every_s = label, total, unit, every_s
+        self.log_file = Path(log_file) if log_file is not None else None
+        self.stream = stream if stream is not None else sys.stderr
+        self.echo = echo  # False: the log file only (a live bar shows the terminal)
+        self.clock = clock
+        self.t0, self.start = clock(), start
+        # The first line waits `every_s` too: work often arrives in chunks, and a line after the
+        # first item would report the first chunk's latency as the rate.
+        self.last = self.t0
+
+    def line(self, done: int, extra: str = "") -> str:
+        elapsed = self.clock() - self.t0
+        new = done - self.start
+        parts = [f"{self.label} {done}/{self.total}" if self.total else f"{self.label} {done}",
+                 rate_text(elapsed, new, self.unit)]
+        if self.total and new > 0:
+            parts.append(f"ETA {duration((self.total - done) * elapsed / new)}")
+        parts.append(f"elapsed {duration(elapsed)}")
+        if extra:
+            parts.append(extra)
+        return " · ".join(parts)
+
+    def update(self, done: int, extra: str = "", force: bool = False,
+               total: int | None = None) -> str | None:
+        """Write a line if one is due; returns it (None when not due). `total` sets the total
+        when it is known only once the job runs."""
+        self.total = total if total is not None else self.total
+        now = self.clock()
+        final = self.total is not None and done >= self.total
+        if not (force or final or now - self.last >= self.every_s):
+            return None
+        self.last = now
+        text = self.line(done, extra)
+        if self.echo:
+            print(text, file=self.stream, flush=True)
+        if self.log_file is not None:
+            self.log_file.parent.mkdir(parents=True, exist_ok=True)
+            with self.log_file.open("a") as f:
+                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
+        return text

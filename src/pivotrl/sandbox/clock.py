@@ -1,0 +1,134 @@
+"""A fixed clock inside the sandbox: every command sees the same time, whenever it runs.
+
+Two runs of `date`, `ls -l` or `find -newer` minutes apart must print the same thing, or the
+expert's own time-dependent command would not match itself once the clock moved on (the
+expert's outcome is cached per turn; candidates run later). Debian's libfaketime does not hold
+here: in its absolute mode `ls -l` and `stat` still show the kernel's times of new files (statx
+is not intercepted) and bash's `$EPOCHSECONDS` / `printf %(...)T` read the real clock.
+
+So the sandbox's `/etc/ld.so.preload` loads a small shim (C source below, compiled once per
+machine with the system C compiler into the skeleton root) into every dynamically linked
+program. It makes the wall clock read `FIXED_TIME` (2024-01-01 00:00:00 UTC, the time every
+workspace file is stamped with; TZ=UTC in the sandbox) and every file timestamp that a stat
+call returns read the same, frozen (time does not advance during a run: two `date` calls in
+one command agree). Monotonic clocks, sleeps and timeouts stay real. /etc/ld.so.preload is
+read by the dynamic loader whatever the environment says, so `env -i` or `unset LD_PRELOAD`
+do not escape it. Known hole: statically linked programs (none in Debian's coreutils, bash,
+grep, sed, findutils, python) and direct system calls see the real clock.
+
+Without a C compiler the shim is not built and the clock is real (`clock_status()` says so).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from pivotrl.sandbox.workspace import FIXED_MTIME
+
+FIXED_TIME = FIXED_MTIME  # 2024-01-01 00:00:00 UTC
+SHIM_PATH = "/opt/pivotrl/fixedclock.so"  # where the skeleton holds it, as the sandbox sees it
+
+SHIM_SOURCE = r"""
+#define _GNU_SOURCE
+#define _LARGEFILE64_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
+
+#define FIXED ((time_t)__FIXED__)
+#define REAL(ret, name, args) static ret (*real) args; \
+    if (!real) real = (ret (*) args)dlsym(RTLD_NEXT, name); \
+    if (!real) { errno = ENOSYS; return -1; }
+#define FIX_TS(ts) do { (ts).tv_sec = FIXED; (ts).tv_nsec = 0; } while (0)
+#define FIX_ST(st) do { FIX_TS((st)->st_atim); FIX_TS((st)->st_mtim); FIX_TS((st)->st_ctim); } while (0)
+
+static int wall(clockid_t c) {
+    return c == CLOCK_REALTIME || c == CLOCK_REALTIME_COARSE || c == CLOCK_TAI;
+}
+int clock_gettime(clockid_t c, struct timespec *ts) {
+    if (wall(c)) { if (ts) FIX_TS(*ts); return 0; }
+    REAL(int, "clock_gettime", (clockid_t, struct timespec *));
+    return real(c, ts);
+}
+int gettimeofday(struct timeval *tv, void *tz) {
+    if (tv) { tv->tv_sec = FIXED; tv->tv_usec = 0; }
+    if (tz) memset(tz, 0, 2 * sizeof(int));
+    return 0;
+}
+time_t time(time_t *t) { if (t) *t = FIXED; return FIXED; }
+int timespec_get(struct timespec *ts, int base) {
+    if (base != TIME_UTC) return 0;
+    FIX_TS(*ts); return base;
+}
+
+#define STAT1(name, T, A) int name(A a, T *st) { \
+    REAL(int, #name, (A, T *)); int rc = real(a, st); if (rc == 0) FIX_ST(st); return rc; }
+#define STATAT(name, T) int name(int d, const char *p, T *st, int f) { \
+    REAL(int, #name, (int, const char *, T *, int)); \
+    int rc = real(d, p, st, f); if (rc == 0) FIX_ST(st); return rc; }
+#define XSTAT(name, T, A) int name(int v, A a, T *st) { \
+    REAL(int, #name, (int, A, T *)); int rc = real(v, a, st); if (rc == 0) FIX_ST(st); return rc; }
+#define XSTATAT(name, T) int name(int v, int d, const char *p, T *st, int f) { \
+    REAL(int, #name, (int, int, const char *, T *, int)); \
+    int rc = real(v, d, p, st, f); if (rc == 0) FIX_ST(st); return rc; }
+
+STAT1(stat, struct stat, const char *)
+STAT1(lstat, struct stat, const char *)
+STAT1(fstat, struct stat, int)
+STAT1(stat64, struct stat64, const char *)
+STAT1(lstat64, struct stat64, const char *)
+STAT1(fstat64, struct stat64, int)
+STATAT(fstatat, struct stat)
+STATAT(fstatat64, struct stat64)
+XSTAT(__xstat, struct stat, const char *)
+XSTAT(__lxstat, struct stat, const char *)
+XSTAT(__fxstat, struct stat, int)
+XSTAT(__xstat64, struct stat64, const char *)
+XSTAT(__lxstat64, struct stat64, const char *)
+XSTAT(__fxstat64, struct stat64, int)
+XSTATAT(__fxstatat, struct stat)
+XSTATAT(__fxstatat64, struct stat64)
+
+#define FIX_SX(ts) do { (ts).tv_sec = FIXED; (ts).tv_nsec = 0; } while (0)
+int statx(int d, const char *p, int f, unsigned int mask, struct statx *sx) {
+    REAL(int, "statx", (int, const char *, int, unsigned int, struct statx *));
+    int rc = real(d, p, f, mask, sx);
+    if (rc == 0) { FIX_SX(sx->stx_atime); FIX_SX(sx->stx_btime); FIX_SX(sx->stx_ctime);
+                   FIX_SX(sx->stx_mtime); }
+    return rc;
+}
+"""
+
+
+def build_shim(skeleton: Path) -> bool:
+    """Compile the shim into `skeleton` + SHIM_PATH and list it in the skeleton's
+    /etc/ld.so.preload; False (and nothing written) when there is no C compiler or it fails."""
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        return False
+    target = skeleton / SHIM_PATH.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "fixedclock.c"
+        src.write_text(SHIM_SOURCE.replace("__FIXED__", str(FIXED_TIME)))
+        try:
+            subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(target), str(src), "-ldl"],
+                           check=True, capture_output=True, timeout=120)
+        except (OSError, subprocess.SubprocessError):
+            target.unlink(missing_ok=True)
+            return False
+    os.chmod(target, 0o755)
+    (skeleton / "etc" / "ld.so.preload").write_text(SHIM_PATH + "\n")
+    return True
+
+
+def shim_built(skeleton: Path) -> bool:
+    return (skeleton / "etc" / "ld.so.preload").is_file()

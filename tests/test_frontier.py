@@ -1,0 +1,149 @@
+"""The joint claim's rules on hand-built item rows: the budget rule's stopping step, frontier
+points and their Pareto set, the matched-pair rule (fixed before results), eval verdicts per
+decoding recomputable from items.jsonl's rows, and the eval split scored at matched checkpoints."""
+
+import pytest
+
+from pivotrl.experiment import stats
+from pivotrl.experiment.budget import BudgetRule, stop_step
+from pivotrl.experiment.checkpoint_eval import decoded, eval_targets
+from pivotrl.experiment.frontier import FrontierConfig, joint, match, matched_sides, pareto
+from pivotrl.experiment.joint_report import joint_markdown, joint_results
+from test_checkpoint_eval import Run
+
+N = 40  # items per (split, measure); rates are multiples of 1/40, so every difference is exact
+
+
+def outcomes(rate):
+    """Nested outcomes: a higher rate succeeds on a superset of items (paired diff = rate diff)."""
+    return [int((i * 7) % N < round(rate * N)) for i in range(N)]
+
+
+# (method, lr, step): (turn rate, OOD rate), the same on dev and eval unless EVAL overrides.
+GRID = {("base", 0.0, 0): (0.300, 0.950),
+        ("pivotrl", 1e-4, 10): (0.325, 0.950), ("pivotrl", 1e-4, 20): (0.350, 0.950),
+        ("pivotrl", 3e-4, 10): (0.400, 0.925),
+        ("sft", 1e-4, 10): (0.350, 0.900), ("sft", 1e-4, 20): (0.400, 0.850),
+        ("sft", 3e-4, 10): (0.450, 0.800)}
+SAMPLED_SHIFT = {"pivotrl": (0.075, 0.025)}  # sampled rows: PivotRL better than greedy shows
+
+
+def make_items(seeds=(0, 1)):
+    items = []
+    for (method, lr, step), (turn, ood) in GRID.items():
+        for decoding in ("greedy", "sampled"):
+            dt, do = SAMPLED_SHIFT.get(method, (0.0, 0.0)) if decoding == "sampled" else (0.0, 0.0)
+            for seed in seeds:
+                for split in ("dev", "eval"):
+                    for measure, rate in (("turn", turn + dt), ("ood", ood + do)):
+                        items += [{"method": method, "world": "w", "seed": seed, "lr": lr, "step": step,
+                                   "split": split, "measure": measure, "item": i,
+                                   "cluster": i // 2 if measure == "turn" else i, "outcome": o,
+                                   "decoding": decoding, "position": i % 5, "kind": "message" if i % 2 else "tool_call"}
+                                  for i, o in enumerate(outcomes(rate))]
+    return items
+
+
+ROWS = [{"method": m, "lr": lr, "step": s, "seed": 0, "world": "w", "kl_to_base": 0.1 * (i + 1)}
+        for i, (m, lr, s) in enumerate(GRID)]
+
+
+def test_budget_rule_stops_after_patience_checkpoints_without_a_gain():
+    rule = BudgetRule(patience=2)
+    # 30 does not beat 20's 0.35, nor does 40 (equal is no improvement): stop at 40
+    assert stop_step([(10, .30), (20, .35), (30, .34), (40, .35)], rule, cap=60, start=.25)[0] == 40
+    assert stop_step([(10, .30), (20, .35), (30, .34)], rule, cap=60, start=.25) == (None, "running")
+    # the base's score is the first bar: two checkpoints below it stop the run
+    assert stop_step([(10, .20), (20, .24)], rule, cap=60, start=.25)[0] == 20
+    assert stop_step([(10, .20), (20, .24)], rule, cap=60)[0] is None  # no bar: 10 sets it, 20 beats it
+    # min_improvement: a 0.01 rise does not count, a 0.19 one resets the count; the cap ends it
+    strict = BudgetRule(patience=2, min_improvement=0.02)
+    assert stop_step([(10, .30), (20, .31), (30, .50)], strict, cap=30, start=.25) == (30, "cap")
+    assert stop_step([(10, .30), (20, .31), (30, .31)], strict, cap=60, start=.25)[0] == 30
+    with pytest.raises(ValueError):
+        BudgetRule(patience=0)
+
+
+def pt(method, gain, retention, lr=1e-4, step=10):
+    return {"method": method, "lr": lr, "step": step, "steps": {0: step}, "gain": gain,
+            "retention": retention}
+
+
+def test_match_takes_the_nearest_b_within_tolerance_at_as_largest_gain():
+    front = [pt("a", 0.01, 0.0), pt("a", 0.05, -0.01), pt("a", 0.08, -0.03)]
+    b = [pt("b", 0.04, -0.05), pt("b", 0.06, -0.04, lr=3e-4), pt("b", 0.20, -0.20, step=20)]
+    got = match(front, b, on="gain", tolerance=0.02)
+    assert (got["a"]["gain"], got["b"]["gain"], round(got["distance"], 9)) == (0.08, 0.06, 0.02)
+    # a tie on the matching coordinate goes to b's better other coordinate (b's favour)
+    tie = pt("b", 0.06, -0.02, lr=3e-4, step=20)
+    assert match(front, b + [tie], on="gain", tolerance=0.02)["b"] is tie
+    # on retention: a's -0.03 is nearest b's -0.04 (0.01 away; -0.05 is 0.02 away)
+    assert match(front, b, on="retention", tolerance=0.02)["b"]["retention"] == -0.04
+    assert match(front, b, on="gain", tolerance=0.001) is None
+    # an arm that did not move tests nothing: no pair from points with gain <= 0
+    assert match([pt("a", 0.0, 0.0), pt("a", -0.02, 0.01)], b, on="gain", tolerance=1.0) is None
+
+
+def test_frontier_points_pairs_and_eval_verdicts_recompute_from_item_rows():
+    items = make_items()
+    cfg = FrontierConfig(tolerance=0.02, replicates=50)
+    got = joint(items, ROWS, cfg)
+    pts = got["points"]["greedy"]
+    # gain and retention are paired differences against the base on dev (rates are exact)
+    assert [(p["lr"], p["step"], round(p["gain"], 9), round(p["retention"], 9)) for p in pts["pivotrl"]] == [
+        (1e-4, 10, 0.025, 0.0), (1e-4, 20, 0.05, 0.0), (3e-4, 10, 0.1, -0.025)]
+    assert pts["pivotrl"][2]["kl_to_base"] == pytest.approx(0.4)
+    assert [(p["lr"], p["step"]) for p in pareto(pts["pivotrl"])] == [(1e-4, 20), (3e-4, 10)]
+    # (a): PivotRL's largest-gain frontier point (+0.10) and SFT's checkpoint at the same gain
+    a = got["verdicts"]["ood_at_matched_gain"]
+    assert (a["pair"]["a"]["lr"], a["pair"]["a"]["step"]) == (3e-4, 10)
+    assert (a["pair"]["b"]["lr"], a["pair"]["b"]["step"]) == (1e-4, 20)
+    for decoding, v in a["by_decoding"].items():
+        again = stats.paired(decoded(items, decoding), {"method": "pivotrl", "lr": 3e-4, "steps": {0: 10, 1: 10}},
+                             {"method": "sft", "lr": 1e-4, "steps": {0: 20, 1: 20}}, measure="ood")
+        assert (v["diff"], v["ci95"], v["verdict"]) == (again["diff"], again["ci95"], again["verdict"])
+    assert a["by_decoding"]["greedy"]["diff"] == pytest.approx(0.925 - 0.85)
+    assert a["by_decoding"]["sampled"]["diff"] == pytest.approx(0.95 - 0.85)
+    # (b): no SFT checkpoint keeps OOD within 0.02 of a PivotRL frontier point
+    assert got["verdicts"]["gain_at_matched_ood"]["pair"] is None
+    assert got["verdicts"]["gain_at_matched_ood"]["by_decoding"]["greedy"]["verdict"] == "not measurable"
+    wider = joint(items, ROWS, cfg.model_copy(update={"tolerance": 0.03}))["verdicts"]["gain_at_matched_ood"]
+    assert (wider["pair"]["b"]["lr"], wider["pair"]["b"]["step"]) == (1e-4, 10)
+    assert wider["by_decoding"]["greedy"]["diff"] == pytest.approx(0.40 - 0.35)
+
+
+def test_the_eval_split_is_scored_at_matched_checkpoints_too():
+    items = [r for r in make_items(seeds=(0,)) if r["split"] == "dev"]
+    cfg = FrontierConfig(replicates=50)
+    sides = matched_sides(items, ROWS, cfg)
+    assert [(s["method"], s["lr"], s["steps"]) for s in sides] == [("pivotrl", 3e-4, {0: 10}),
+                                                                  ("sft", 1e-4, {0: 20})]
+    runs = [Run("w", m, lr, 0) for m in ("pivotrl", "sft") for lr in (1e-4, 3e-4)]
+    chosen = {"pivotrl": {"method": "pivotrl", "lr": 3e-4, "steps": {0: 10}},
+              "sft": {"method": "sft", "lr": 3e-4, "steps": {0: 10}}}
+    got = sorted((r.method, r.lr, step) for r, step in eval_targets(chosen, runs, sides))
+    # PivotRL's chosen checkpoint is also its matched one: scored once
+    assert got == [("pivotrl", 3e-4, 10), ("sft", 1e-4, 20), ("sft", 3e-4, 10)]
+
+
+def test_report_sections_and_where_each_arm_gains():
+    items = make_items(seeds=(0,))
+    chosen = {"pivotrl": {"method": "pivotrl", "lr": 1e-4, "steps": {0: 20}},
+              "sft": {"method": "sft", "lr": 3e-4, "steps": {0: 10}}}
+    rows = ROWS + [{"method": "sft", "world": "w", "lr": 3e-4, "seed": 0, "step": 10,
+                    "stop_step": 10, "stop_reason": "plateau"}]
+    res = joint_results(rows, items, chosen, FrontierConfig(replicates=50))
+    assert res["budget"] == [{"method": "sft", "world": "w", "lr": 3e-4, "seed": 0, "stop_step": 10,
+                              "stop_reason": "plateau"}]
+    mech = {(m["side"], m["decoding"], m["by"], m["group"]): m for m in res["mechanism"]}
+    # by world: the whole eval split, so the gain is the rate difference to the base
+    assert mech[("sft", "greedy", "world", "w")]["gain"] == pytest.approx(0.45 - 0.30)
+    assert mech[("pivotrl", "sampled", "world", "w")]["gain"] == pytest.approx(0.35 + 0.075 - 0.30)
+    assert {k[3] for k in mech if k[2] == "position"} == {"0", "1", "2", "3+"}
+    # a group's gain is the paired difference on that group's items alone
+    sub = [r for r in decoded(items, "greedy") if r["kind"] == "tool_call" and r["split"] == "eval"]
+    again = stats.paired(sub, {"method": "sft", "lr": 3e-4, "steps": {0: 10}},
+                         {"method": "base", "lr": 0.0, "steps": {0: 0}}, measure="turn")
+    assert mech[("sft", "greedy", "kind", "tool_call")]["gain"] == again["diff"]
+    text = "\n".join(joint_markdown({**res, "config": {"steps": 60, "budget": {"patience": 2}}}))
+    assert "## The joint claim on the frontier" in text and "| sft | w | 0.0003 | 0 | 10 | plateau |" in text
