@@ -8,7 +8,7 @@ end-to-end RL baseline all call it, so they share one padding, seeding and stopp
 - Shared prefix. The n samples of a prompt share one prefill of that prompt (the prompt is
   ~400 tokens on the testbed, a completion 12-60). A prompt's per-layer state that has no
   sequence axis (the recurrent and convolution states of linear-attention, Mamba and short-conv
-  layers: Qwen3.5/Qwen3-Next, Nemotron-H, Granite 4, LFM2, ...) is copied to its n samples;
+  layers: Qwen3.5, Nemotron-H, Granite 4, LFM2, ...) is copied to its n samples;
   it is small and each sample then updates its own copy. Its attention keys/values are not
   copied when the model's attention layers are plain scaled dot-product (`PREFIX_ATTENTION_MODELS`,
   no sliding window): an attention function splits every query's softmax over (the prompt's
@@ -55,7 +55,7 @@ from pivotrl.io.seeds import derive_seed
 # their attention. Their other layers (MoE MLPs, linear attention, Mamba, short convolutions) do
 # not attend, so they run as they are. Anything else takes the copied-cache path.
 PREFIX_ATTENTION_MODELS = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "qwen3_5_text",
-                                     "qwen3_next", "nemotron_h", "granitemoehybrid", "lfm2"})
+                                     "nemotron_h", "granitemoehybrid", "lfm2"})
 _ATTENTION_NAME = "pivotrl_shared_prefix"
 
 

@@ -33,7 +33,7 @@ used in both stages get one summed gradient before any all-reduce hook fires (2-
 
 Architectures: stage 1 fills a cache with one layer of the model's own kind per layer
 (`DynamicCache(config=...)`): keys/values for attention, the window for sliding-window attention,
-conv and recurrent states for linear attention (Qwen3.5/Qwen3-Next), Mamba-2 (Nemotron-H, Granite
+conv and recurrent states for linear attention (Qwen3.5), Mamba-2 (Nemotron-H, Granite
 4) and short convolutions (LFM2). The state after the prompt is what every completion starts from:
 the gather copies it per completion (`reorder_cache`, differentiable), and stage 2 continues from
 it as a chunked forward (the models' own cache-continuation path). MoE layers route each token by
