@@ -2,6 +2,7 @@
 
     python3 bench/bench_grpo_step.py [--pivots-per-step 4] [--generations 8] [--repeats 5] [--steps 3]
     python3 bench/bench_grpo_step.py --model runs/testbed/base   # the default when that folder exists
+    python3 bench/bench_grpo_step.py --arch qwen3_5,nemotron_h   # hybrids too; checkpointing off and on
 
 Pivots are shaped like the demo's: the toolshop world's system prompt and tool schemas (~400-token
 prompts, lengths mixed by the user's message), G completions each. The model is `--model`, else
@@ -15,8 +16,14 @@ Two measurements, each alternating the arms inside one process so a shared CPU s
    shipped, which on CPU projects every position through the LM head, (b) TRL's path with
    completion-only LM head (`shared_prefix_loss: false`), (c) the shared-prefix path (default).
    This is the part the shared prefix changes; the token-work bound is (P+C)/(P/G+C).
-2. step: whole `trainer.train()` optimizer steps (generation included, which this does not
-   change) for (b) and (c); the random model always writes `--max-completion-length` tokens.
+2. step: whole `trainer.train()` optimizer steps (generation included) for (b), (c), and (c) with
+   the rollouts drawn by pivotrl's generation loop (`shared_rollouts`: one prefill per prompt for
+   its G samples, instead of TRL's generate over G copies); the random model always writes
+   `--max-completion-length` tokens.
+
+Each is measured for every model (the base, then each `--arch`: e.g. `--arch qwen3_5,nemotron_h`
+for a linear-attention and a Mamba-2 hybrid at the testbed's width) with gradient checkpointing
+off and on (`--checkpointing`), and a last table puts loss and whole step side by side.
 """
 
 from __future__ import annotations
@@ -103,12 +110,18 @@ def main() -> int:
     ap.add_argument("--max-completion-length", type=int, default=32, help="generation length, step timing")
     ap.add_argument("--model", type=Path, default=None, help="a trained base (default: runs/testbed/base "
                                                              "if it exists, else random init)")
+    ap.add_argument("--arch", default="", help="comma-separated tiny architectures to time as well "
+                    "(pivotrl.experiment.testbed.architectures, e.g. qwen3_5,nemotron_h), random init at "
+                    "the testbed's width (128), the same tokenizer and pivots")
+    ap.add_argument("--checkpointing", choices=("off", "on", "both"), default="both",
+                    help="gradient checkpointing in every measurement: off, on, or each model both ways")
     args = ap.parse_args()
 
     import torch
     from transformers import AutoTokenizer, PrinterCallback
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    from pivotrl.experiment.testbed.architectures import save_tiny_arch
     from pivotrl.experiment.testbed.tiny import build_model, build_tokenizer, save_tiny
     from pivotrl.formats.chat import prompt_text
     from pivotrl.io.records import Turn, iter_valid
@@ -126,28 +139,57 @@ def main() -> int:
         seed_tok = build_tokenizer([], vocab_size=300)
         tokenizer = build_tokenizer([prompt_text(seed_tok, t.context, t.tools) for t in turns] * 4)
         model_dir = save_tiny(build_model(tokenizer), tokenizer, tmp / "model")
+    models = {"base": model_dir}
+    for name in filter(None, (a.strip() for a in args.arch.split(","))):
+        models[name] = save_tiny_arch(name, tokenizer, tmp / name, width=128)
     texts = [prompt_text(tokenizer, t.context, t.tools) for t in turns]
+    checkpointing = {"off": [False], "on": [True], "both": [False, True]}[args.checkpointing]
 
     def reward(completions, **_):  # any cheap reward with spread: this bench times the step
         return [float(len(c) % 3 == 0) for c in completions]
 
-    def trainer_for(shared: bool, steps: int):
-        cfg = GRPORunConfig(model=str(model_dir), pivots=tmp / "pivots.jsonl", output_dir=tmp / f"run{shared}",
+    def trainer_for(path: Path, shared: bool, steps: int, ckpt: bool):
+        cfg = GRPORunConfig(model=str(path), pivots=tmp / "pivots.jsonl", output_dir=tmp / f"run{shared}",
                             num_generations=args.generations,
                             per_device_train_batch_size=args.generations * args.pivots_per_step,
                             max_completion_length=args.max_completion_length, learning_rate=1e-4,
-                            max_steps=steps, save_steps=10_000, precision="fp32", seed=0, shared_prefix_loss=shared)
-        trainer = build_trainer(cfg, load_pivot_set(cfg), reward_funcs=[reward])
+                            max_steps=steps, save_steps=10_000, precision="fp32", seed=0, shared_prefix_loss=shared,
+                            gradient_checkpointing=ckpt)
+        trainer = build_trainer(cfg, load_pivot_set(cfg), reward_funcs=[reward], tokenizer=tokenizer)
         trainer.remove_callback(PrinterCallback)  # keep the bench's own lines readable
         return trainer
 
     lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
-    print(f"model {model_dir}; prompts {min(lengths)}-{max(lengths)} tokens, {args.pivots_per_step} pivots × "
-          f"G={args.generations} per micro-batch, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
+    print(f"models {', '.join(f'{k}={v}' for k, v in models.items())}; prompts {min(lengths)}-{max(lengths)} "
+          f"tokens, {args.pivots_per_step} pivots × G={args.generations} per micro-batch, "
+          f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
 
-    trainer = trainer_for(True, 1)
+    summary = []
+    for label, path in models.items():
+        for ckpt in checkpointing:
+            loss = time_losses(args, trainer_for, path, tokenizer, texts, ckpt, label)
+            step = time_steps(args, trainer_for, path, ckpt) if args.steps else None
+            summary.append((label, ckpt, loss, step))
+    print("\nside by side (speed-up = TRL path time / shared-prefix time):")
+    print(f"  {'model':<12} {'checkpointing':<14} {'loss TRL / shared':<22} {'loss ×':>7}   "
+          f"{'whole step TRL / shared loss / + rollouts':<42} {'step ×':>15}")
+    for label, ckpt, (trl, shared, ratio), step in summary:
+        step_text = "-" if step is None else f"{step[0]:.2f} / {step[1]:.2f} / {step[2]:.2f} s"
+        step_ratio = "-" if step is None else f"{step[0] / step[1]:.2f}× / {step[0] / step[2]:.2f}×"
+        print(f"  {label:<12} {'on' if ckpt else 'off':<14} {f'{trl:.3f} / {shared:.3f} s':<22} "
+              f"{ratio:>6.2f}×   {step_text:<42} {step_ratio:>15}")
+    return 0
+
+
+def time_losses(args, trainer_for, path, tokenizer, texts, ckpt: bool, label: str):
+    """Loss forward+backward on identical micro-batches, the arms alternating; returns (TRL path
+    median, shared-prefix median, median of the paired ratios)."""
+    trainer = trainer_for(path, True, 1, ckpt)
     trainer.current_gradient_accumulation_steps = 1  # Trainer.train() sets it
-    arms = ("all positions", "TRL path", "shared prefix")
+    if ckpt:  # as Trainer.train() turns it on
+        trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs)
+    # TRL as shipped (every position through the LM head) only where it has always been measured.
+    arms = ("all positions", "TRL path", "shared prefix") if label == "base" and not ckpt else ("TRL path", "shared prefix")
     seconds = {arm: [] for arm in arms}
     for r in range(args.repeats + 1):  # repeat 0 warms up every arm and is not counted
         inputs = loss_inputs(tokenizer, texts[:args.pivots_per_step], args.generations,
@@ -158,29 +200,38 @@ def main() -> int:
                 seconds[arm].append(s)
     p = inputs["prompt_mask"].sum(1).float().mean().item()
     c = inputs["completion_mask"].sum(1).float().mean().item()
-    print(f"loss forward+backward per micro-batch (median of {args.repeats}); mean prompt {p:.0f}, "
-          f"completion {c:.0f} tokens; token-work bound {(p + c) / (p / args.generations + c):.2f}×")
+    print(f"\n[{label}, checkpointing {'on' if ckpt else 'off'}] loss forward+backward per micro-batch "
+          f"(median of {args.repeats}); mean prompt {p:.0f}, completion {c:.0f} tokens; token-work bound "
+          f"{(p + c) / (p / args.generations + c):.2f}×")
     med = {arm: statistics.median(v) for arm, v in seconds.items()}
+    ratios = {}
     for arm in arms:
         # Paired per repeat (the arms ran back to back), so a load change between repeats cancels.
-        ratios = [a / b for a, b in zip(seconds[arm], seconds["shared prefix"])]
-        print(f"  {arm:<14} {med[arm]:.3f} s   speed-up of shared prefix: median {statistics.median(ratios):.2f}× "
-              f"(repeats {min(ratios):.2f}-{max(ratios):.2f}×)")
+        ratios[arm] = [a / b for a, b in zip(seconds[arm], seconds["shared prefix"])]
+        print(f"  {arm:<14} {med[arm]:.3f} s   speed-up of shared prefix: median {statistics.median(ratios[arm]):.2f}× "
+              f"(repeats {min(ratios[arm]):.2f}-{max(ratios[arm]):.2f}×)")
+    return med["TRL path"], med["shared prefix"], statistics.median(ratios["TRL path"])
 
-    if args.steps:
-        step, grad_norms = {False: [], True: []}, {}
-        for shared in (False, True, False, True):  # interleaved twice
-            t = trainer_for(shared, args.steps)
-            t0 = time.perf_counter()
-            t.train()
-            step[shared].append((time.perf_counter() - t0) / args.steps)
-            grad_norms[shared] = [round(e["grad_norm"], 5) for e in t.state.log_history if "grad_norm" in e]
-        off, on = statistics.mean(step[False]), statistics.mean(step[True])
-        print(f"whole optimizer step incl. generation of {args.max_completion_length} tokens "
-              f"(mean of 2×{args.steps} steps): TRL path {off:.2f} s/step, shared prefix {on:.2f} s/step, "
-              f"speed-up {off / on:.2f}×")
-        print(f"  same seed, same steps: grad norms TRL path {grad_norms[False]}, shared prefix {grad_norms[True]}")
-    return 0
+
+def time_steps(args, trainer_for, path, ckpt: bool):
+    """Whole optimizer steps (generation included), the arms interleaved twice: TRL's path, the
+    shared-prefix loss, and the shared-prefix loss with rollouts from pivotrl's generation loop
+    (one prefill per prompt: `PivotGRPOTrainer.shared_rollouts`). Returns mean seconds per step."""
+    arms = ("TRL path", "shared loss", "shared loss + rollouts")
+    step, grad_norms = {arm: [] for arm in arms}, {}
+    for arm in arms + arms:
+        t = trainer_for(path, arm != "TRL path", args.steps, ckpt)
+        t.shared_rollouts = arm == "shared loss + rollouts"
+        t0 = time.perf_counter()
+        t.train()
+        step[arm].append((time.perf_counter() - t0) / args.steps)
+        grad_norms[arm] = [round(e["grad_norm"], 5) for e in t.state.log_history if "grad_norm" in e]
+    mean = {arm: statistics.mean(v) for arm, v in step.items()}
+    print(f"  whole optimizer step incl. generation of {args.max_completion_length} tokens (mean of "
+          f"2×{args.steps} steps): " + ", ".join(f"{arm} {mean[arm]:.2f} s/step" for arm in arms))
+    print(f"  grad norms (the first two arms: same seed, same rollouts): "
+          + "; ".join(f"{arm} {grad_norms[arm]}" for arm in arms))
+    return tuple(mean[arm] for arm in arms)
 
 
 if __name__ == "__main__":

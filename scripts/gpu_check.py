@@ -8,6 +8,11 @@ Checks, each timed and recorded with a status (ok | failed | skipped) in gpu_che
   grpo_plain      `pivotrl train`'s GRPO through TRL GRPOTrainer, HF generation, bf16 on CUDA
   grpo_shared_prefix  the same with the shared-prefix loss switched on (when the config has it)
   shared_prefix_equivalence  log-probs and gradients of the shared-prefix loss vs the plain one
+  gradient_checkpointing  the same comparison with gradient checkpointing on (fp32 and bf16),
+                  then GRPO with it on: seconds per step and peak memory next to grpo_shared_prefix
+  hybrid          a tiny Nemotron-H (Mamba-2 + attention + MoE, testbed.architectures): shared
+                  prefill == per-sample generation (fp32), the shared-prefix loss vs the plain one
+                  (fp32), and GRPO with the shared-prefix loss
   gpu_tests       the test suite's `gpu`-marked tests (collection only with --dry-run)
 
     python scripts/gpu_check.py --device cuda                 # on a GPU machine (gpu_check.sh)
@@ -287,14 +292,14 @@ def char_variety(completions: list[str], **_: Any) -> list[float]:
     return [len(set(c)) / (1 + len(c)) for c in completions]
 
 
-def run_grpo(ctx: Context, name: str, shared: bool) -> dict[str, Any]:
+def run_grpo(ctx: Context, name: str, shared: bool, **extra: Any) -> dict[str, Any]:
     from pivotrl.train.grpo import train
     from pivotrl.train.reward import PivotReward
 
     switch = shared_prefix_switch()
     if shared and switch is None:
         raise Skip("GRPORunConfig has no shared-prefix switch in this checkout")
-    cfg = grpo_config(ctx, name, **({switch: shared} if switch else {}))
+    cfg = grpo_config(ctx, name, **({switch: shared} if switch else {}), **extra)
     cuda_peak_bytes(reset=True)
     t0 = time.perf_counter()
     summary = train(cfg, reward_funcs=[PivotReward(cfg.verifier), char_variety])
@@ -338,22 +343,79 @@ def check_shared_prefix_equivalence(ctx: Context) -> dict[str, Any]:
     on one real micro-batch, in fp32 and (on CUDA) bf16."""
     if shared_prefix_switch() is None:
         raise Skip("GRPORunConfig has no shared-prefix switch in this checkout")
-    out, bad = {}, []
-    for precision in ("fp32", "bf16") if ctx.device == "cuda" else ("fp32",):
-        from shared_prefix_probe import (
-            compare_shared_prefix,  # scripts/, next to this file
-        )
+    out = equivalence(ctx, "equivalence", ("fp32", "bf16") if ctx.device == "cuda" else ("fp32",))
+    return {**out, "tolerance": TOLERANCE}
 
-        cfg = grpo_config(ctx, f"equivalence_{precision}", precision=precision,
-                          **{shared_prefix_switch(): True})
+
+def equivalence(ctx: Context, name: str, precisions: tuple[str, ...], **extra: Any) -> dict[str, Any]:
+    """compare_shared_prefix on run config `name` (+ `extra`) per precision, against TOLERANCE."""
+    from shared_prefix_probe import compare_shared_prefix  # scripts/, next to this file
+
+    out, bad = {}, []
+    for precision in precisions:
+        cfg = grpo_config(ctx, f"{name}_{precision}", precision=precision,
+                          **{shared_prefix_switch(): True}, **extra)
         res = out[precision] = compare_shared_prefix(cfg)
         tol = TOLERANCE[precision]
         if not res["same_parameters"] or res["logp_max_abs_diff"] > tol["logp"] \
                 or res["grad_max_rel_diff"] > tol["grad"]:
             bad.append(f"{precision}: {res}")
     if bad:
-        raise RuntimeError("shared-prefix path differs from TRL's beyond tolerance: " + "; ".join(bad))
-    return {**out, "tolerance": TOLERANCE}
+        raise RuntimeError(f"{name}: shared-prefix path differs from TRL's beyond tolerance: " + "; ".join(bad))
+    return out
+
+
+def check_gradient_checkpointing(ctx: Context) -> dict[str, Any]:
+    """The shared-prefix loss with gradient checkpointing on (each stage checkpointed whole): same
+    log-probs and gradients as TRL's checkpointed path, then a GRPO run with it."""
+    if shared_prefix_switch() is None:
+        raise Skip("GRPORunConfig has no shared-prefix switch in this checkout")
+    out = equivalence(ctx, "checkpointed", ("fp32", "bf16") if ctx.device == "cuda" else ("fp32",),
+                      gradient_checkpointing=True)
+    out["grpo"] = run_grpo(ctx, "grpo_checkpointed", shared=True, gradient_checkpointing=True)
+    plain = ctx.results.get("grpo_shared_prefix", {})
+    if plain.get("status") == "ok":
+        out["vs_grpo_shared_prefix"] = {k: (plain.get(k), out["grpo"].get(k))
+                                        for k in ("seconds_per_step", "cuda_peak_mib")}
+    return out
+
+
+def check_hybrid(ctx: Context) -> dict[str, Any]:
+    """A tiny random Nemotron-H with the kit's tokenizer: generation's shared prefill, the
+    shared-prefix loss and a GRPO run, on the device."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pivotrl.experiment.testbed.architectures import save_tiny_arch
+    from pivotrl.sampling.generate import generate, sample_seeds
+
+    if shared_prefix_switch() is None:
+        raise Skip("GRPORunConfig has no shared-prefix switch in this checkout")
+    s = ctx.sizes
+    tokenizer = AutoTokenizer.from_pretrained(ctx.model_dir)
+    hybrid = save_tiny_arch("nemotron_h", tokenizer, ctx.work / "hybrid", width=max(32, s.hidden))
+    model = AutoModelForCausalLM.from_pretrained(hybrid, dtype=torch.float32).to(ctx.device)
+    prompts = [tokenizer(f"Where is order O-{i}? " * (1 + i % 3), add_special_tokens=False)["input_ids"]
+               for i in range(4)]
+    kw = dict(max_new_tokens=s.max_new_tokens, stop_token_ids=[tokenizer.eos_token_id], temperature=1.0)
+    t0 = time.perf_counter()
+    shared = generate(model, prompts, sample_seeds(range(4), s.k), **kw)
+    seconds = time.perf_counter() - t0
+    per_sample = generate(model, prompts, sample_seeds(range(4), s.k), share_prefix=False, **kw)
+    same = sum(a == b for x, y in zip(shared, per_sample) for a, b in zip(x, y))
+    out: dict[str, Any] = {"parameters": sum(p.numel() for p in model.parameters()),
+                           "generation_same_samples": [same, 4 * s.k],
+                           "generation_seconds_shared": round(seconds, 3)}
+    del model
+    if same != 4 * s.k:
+        raise RuntimeError(f"shared prefill differs from per-sample generation: {out}")
+    saved, ctx.model_dir = ctx.model_dir, hybrid
+    try:
+        out["equivalence"] = equivalence(ctx, "hybrid_equivalence", ("fp32",))
+        out["grpo"] = run_grpo(ctx, "grpo_hybrid", shared=True)
+    finally:
+        ctx.model_dir = saved
+    return out
 
 
 def gpu_test_files(tests: Path) -> list[Path]:
@@ -399,9 +461,12 @@ def check_gpu_tests(ctx: Context) -> dict[str, Any]:
 CHECKS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "environment": check_environment, "tiny_model": check_tiny_model, "profile": check_profile,
     "sft": check_sft, "grpo_plain": check_grpo_plain, "grpo_shared_prefix": check_grpo_shared_prefix,
-    "shared_prefix_equivalence": check_shared_prefix_equivalence, "gpu_tests": check_gpu_tests,
+    "shared_prefix_equivalence": check_shared_prefix_equivalence,
+    "gradient_checkpointing": check_gradient_checkpointing, "hybrid": check_hybrid,
+    "gpu_tests": check_gpu_tests,
 }
-NEEDS_MODEL = {"profile", "sft", "grpo_plain", "grpo_shared_prefix", "shared_prefix_equivalence"}
+NEEDS_MODEL = {"profile", "sft", "grpo_plain", "grpo_shared_prefix", "shared_prefix_equivalence",
+               "gradient_checkpointing", "hybrid"}
 
 
 # ---------------------------------------------------------------- the run

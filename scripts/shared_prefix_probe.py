@@ -78,6 +78,8 @@ def compare_shared_prefix(cfg) -> dict[str, Any]:
                             reward_funcs=[lambda completions, **_: [0.0] * len(completions)])
     if not trainer.shared_prefix:
         raise RuntimeError("the trainer did not enable the shared-prefix path for this model")
+    if cfg.gradient_checkpointing:  # as Trainer.train() turns it on
+        trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs)
     inputs = grpo_batch(tokenizer, cfg, str(next(trainer.model.parameters()).device))
     with trainer.accelerator.autocast():
         res = loss_paths(trainer, inputs)

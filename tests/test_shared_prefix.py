@@ -87,7 +87,7 @@ def assert_same(model, ids, mask, n_completion, batch_size=None):
 
     ref_lp, ref_ent = trl_logps(model, ids, mask, n_completion, batch_size)
     ref_grads = grads_of(model, ref_lp, ref_ent, mask, n_completion)
-    lp, ent = shared_prefix_logps(model, ids, mask, n_completion, batch_size, compute_entropy=True)
+    lp, ent, _ = shared_prefix_logps(model, ids, mask, n_completion, batch_size, compute_entropy=True)
     grads = grads_of(model, lp, ent, mask, n_completion)
 
     cmask = mask[:, -n_completion:].bool()
@@ -168,19 +168,167 @@ def test_generation_still_sees_the_models_signature():
     assert out.shape == (1, 6)
 
 
-def test_gradient_checkpointing_is_unsupported():
-    from pivotrl.train.shared_prefix import unsupported_reason
+def _embedding_calls(model, run) -> list[tuple[int, ...]]:
+    """The input shapes the model's token embedding saw while `run()` ran (forward and backward)."""
+    seen = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, a, out: seen.append(tuple(a[0].shape)))
+    try:
+        run()
+    finally:
+        hook.remove()
+    return seen
 
-    model = tiny_llama()
-    assert unsupported_reason(model) is None
-    model.gradient_checkpointing_enable()
-    assert "checkpointing" in unsupported_reason(model)
+
+def test_gradient_checkpointing_matches_trl_and_recomputes_each_stage():
+    """With checkpointing on, log-probs and gradients still equal TRL's (itself checkpointed), and
+    the backward recomputes the prompt stage (its cache included) and the completion stage."""
+    from pivotrl.train.shared_prefix import shared_prefix_logps, shared_prefix_status
+
+    model = prepared(tiny_llama(4))
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    on, line = shared_prefix_status(model)
+    assert on and "checkpointed" in line
+    ids, mask, n_completion = grpo_batch(seed=4)
+    assert_same(model, ids, mask, n_completion)
+
+    def step():
+        lp, ent, _ = shared_prefix_logps(model, ids, mask, n_completion, compute_entropy=True)
+        grads_of(model, lp, ent, mask, n_completion)
+
+    n_prompt = ids.size(1) - n_completion
+    stages = [(3, n_prompt - 1), (9, n_completion + 1)]
+    assert _embedding_calls(model, step) == stages + stages[::-1]  # backward recomputes stage 2 first
+    model.gradient_checkpointing_disable()
+    assert _embedding_calls(model, step) == stages
 
 
-@pytest.mark.parametrize("switch", [True, False])
-def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_path, monkeypatch, switch):
-    """PivotGRPOTrainer's GRPO loss on one micro-batch: shared-prefix path == TRL's path; with the
-    switch off the trainer never takes the shared-prefix path."""
+ARCHITECTURES = ["qwen3_moe", "qwen3_5", "nemotron_h", "gemma3", "granite4", "lfm2"]
+
+
+def tiny_arch(name: str, seed: int = 1):
+    """A tiny random model of `name` (testbed.architectures), weights scaled up from the default
+    init so that a wrong state changes log-probs by far more than the tolerance."""
+    from pivotrl.experiment.testbed.architectures import build_tiny
+
+    return build_tiny(name, 96, seed=seed, initializer_range=0.2, pad_token_id=PAD).train()
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_every_architecture_matches_trl(name, checkpointing):
+    """MoE, linear-attention and Mamba hybrids, sliding windows, short convolutions: the
+    completion stage continues from the prompt's cache of every kind, with and without
+    checkpointing (prompts 6-14 tokens, longer than gemma3's 8-token window)."""
+    from pivotrl.train.shared_prefix import shared_prefix_status
+
+    model = tiny_arch(name)
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model = prepared(model)
+    assert shared_prefix_status(model)[0]
+    ids, mask, n_completion = grpo_batch(seed=5)
+    assert_same(model, ids, mask, n_completion)
+
+
+@pytest.mark.parametrize("name", ["qwen3_5", "nemotron_h", "lfm2"])
+def test_completions_start_from_the_prompts_recurrent_state(name):
+    """Stage 1's state after a left-padded prompt is the state after the prompt alone (padding
+    leaves the recurrence untouched), and the gathered cache hands that state to every completion
+    of the prompt."""
+    from pivotrl.train.shared_prefix import _gathered, _new_cache
+
+    model = tiny_arch(name).eval()
+    ids, mask, _ = grpo_batch(prompt_lengths=(9, 4), group=1, seed=6)
+    n = 8  # prompt columns minus the last, as stage 1 sees them
+    prompts, pmask = ids[:, :n], mask[:, :n]
+    with torch.no_grad():
+        batch = _new_cache(model)
+        model.base_model(input_ids=prompts, attention_mask=pmask, past_key_values=batch, use_cache=True)
+        states = []
+        for row in range(2):
+            alone = _new_cache(model)
+            real = prompts[row, pmask[row].bool()][None]
+            model.base_model(input_ids=real, past_key_values=alone, use_cache=True)
+            states.append(alone)
+    index = torch.tensor([1, 0, 1, 1])
+    gathered = _gathered(batch, index)
+    checked = 0
+    for layer, g_layer, *alone_layers in zip(batch.layers, gathered.layers, *(s.layers for s in states)):
+        for kind in ("recurrent_states", "conv_states"):
+            for i, state in (getattr(layer, kind, None) or {}).items():
+                if state is None:
+                    continue
+                for row in range(2):  # the batch's row = the prompt alone
+                    want = getattr(alone_layers[row], kind)[i][0]
+                    assert torch.allclose(state[row], want, atol=1e-5), (kind, row)
+                for b, row in enumerate(index.tolist()):  # every completion row starts from it
+                    assert torch.equal(getattr(g_layer, kind)[i][b], state[row])
+                checked += 1
+    assert checked >= 1
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_moe_load_balancing_loss_matches_trl(checkpointing):
+    """TRL adds the MoE load-balancing loss over every [prompt | completion] token: the shared
+    prefix reproduces it (a distinct prompt's tokens weighted by its rows), value and gradients."""
+    from trl import GRPOTrainer
+
+    from pivotrl.train.shared_prefix import shared_prefix_logps
+
+    model = tiny_arch("qwen3_moe")
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model = prepared(model)
+    ids, mask, n_completion = grpo_batch(seed=8)
+    fake = SimpleNamespace(accelerator=SimpleNamespace(autocast=nullcontext))
+    results = {}
+    for path in ("trl", "shared"):
+        if path == "trl":
+            lp, _, aux = GRPOTrainer._get_per_token_logps_and_entropies.__wrapped__(
+                fake, model, ids, mask, n_completion, batch_size=5, compute_aux_loss=True)
+        else:
+            lp, _, aux = shared_prefix_logps(model, ids, mask, n_completion, 5, compute_aux_loss=True)
+        ((lp * mask[:, -n_completion:]).sum() + 10.0 * aux).backward()
+        results[path] = (aux.detach(), {n: p.grad.clone() for n, p in model.named_parameters()})
+        model.zero_grad(set_to_none=True)
+    (ref_aux, ref_grads), (aux, grads) = results["trl"], results["shared"]
+    assert ref_aux > 0 and abs(aux - ref_aux) <= 1e-5 * ref_aux
+    gate = next(n for n in ref_grads if n.endswith("mlp.gate.weight"))
+    assert ref_grads[gate].abs().max() > 0
+    for name, ref in ref_grads.items():
+        assert (grads[name] - ref).abs().max() <= 1e-4 * ref.abs().max(), name
+
+
+def test_moe_routing_is_unchanged():
+    """Each completion token goes to the same experts (and weights) on both paths."""
+    from pivotrl.train.shared_prefix import shared_prefix_logps
+
+    model = prepared(tiny_arch("qwen3_moe"))
+    ids, mask, n_completion = grpo_batch(seed=7)
+    rows, n_prompt = ids.size(0), ids.size(1) - n_completion
+    routed: list = []
+    hook = model.model.layers[1].mlp.gate.register_forward_hook(lambda m, a, out: routed.append(out))
+    try:
+        with torch.no_grad():
+            trl_logps(model, ids, mask, n_completion)
+            shared_prefix_logps(model, ids, mask, n_completion)
+    finally:
+        hook.remove()
+    (_, ref_w, ref_e), (_, _, _), (_, w, e) = routed  # TRL; then stage 1 (prompts), stage 2
+    k = ref_e.size(-1)
+    ref_w, ref_e = ref_w.view(rows, -1, k)[:, n_prompt - 1:], ref_e.view(rows, -1, k)[:, n_prompt - 1:]
+    w, e = w.view(rows, -1, k), e.view(rows, -1, k)
+    real = mask[:, n_prompt - 1:].bool()
+    assert torch.equal(e[real], ref_e[real])
+    assert torch.allclose(w[real], ref_w[real], atol=1e-6)
+    assert len(set(e[real].flatten().tolist())) > 1  # the tokens do go to different experts
+
+
+@pytest.mark.parametrize("switch,checkpointing", [(True, False), (False, False), (True, True)])
+def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_path, monkeypatch, switch,
+                                                          checkpointing):
+    """PivotGRPOTrainer's GRPO loss on one micro-batch: shared-prefix path == TRL's path (with
+    gradient checkpointing too); with the switch off the trainer never takes the shared-prefix path."""
     from transformers import AutoTokenizer
 
     from pivotrl.train import shared_prefix
@@ -190,10 +338,13 @@ def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_pa
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     cfg = small_config(tmp_path, tiny_model_dir, shared_prefix_loss=switch, num_generations=3,
-                       per_device_train_batch_size=9)
+                       per_device_train_batch_size=9, gradient_checkpointing=checkpointing)
     trainer = build_trainer(cfg, load_pivot_set(cfg), reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
                             tokenizer=tok)
     assert trainer.shared_prefix is switch
+    if checkpointing:  # as Trainer.train() turns it on, with the run's arguments
+        trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs)
+    assert trainer._causal_lm(trainer.model).is_gradient_checkpointing is checkpointing
     ids, mask, n_completion = grpo_batch(prompt_lengths=(30, 41, 25))
     ids = ids % len(tok)
     n_prompt = ids.size(1) - n_completion
@@ -264,7 +415,7 @@ def _ddp_worker(rank: int, world: int, out_dir: str) -> None:
         for find_unused in (False, True):
             model = prepared(tiny_llama(3))
             ddp = DistributedDataParallel(model, find_unused_parameters=find_unused)
-            lp, ent = shared_prefix_logps(ddp, ids, mask, n_completion, compute_entropy=True)
+            lp, ent, _ = shared_prefix_logps(ddp, ids, mask, n_completion, compute_entropy=True)
             grads = grads_of(model, lp, ent, mask, n_completion)  # DDP averaged them over the ranks
             torch.save(grads, f"{out_dir}/rank{rank}_unused{int(find_unused)}.pt")
     finally:
@@ -304,3 +455,59 @@ def test_ddp_syncs_shared_prefix_gradients(tmp_path):
             assert not torch.allclose(g0, per_rank[1][name]), name  # the ranks really differ
             for got in synced:
                 assert (got[name] - expected).abs().max() <= 1e-4 * expected.abs().max(), (name, find_unused)
+
+
+def test_shared_rollouts_prefill_each_prompt_once_and_follow_the_seed(tiny_model_dir, tmp_path, monkeypatch):
+    """The trainer's rollouts through pivotrl's generation loop: the G copies of a prompt are
+    prefilled once (the embedding's first call sees distinct prompts only), completions end at
+    the end token, and the same torch seed draws the same completions."""
+    from transformers import AutoTokenizer
+
+    from pivotrl.train.grpo import build_trainer, load_pivot_set
+    from pivotrl.train.shared_prefix import rollout_fallback_reason, shared_prefill_rollouts
+    from tests.test_train_grpo import small_config
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    cfg = small_config(tmp_path, tiny_model_dir, num_generations=4, per_device_train_batch_size=8,
+                       shared_rollouts=True)
+    trainer = build_trainer(cfg, load_pivot_set(cfg), reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+                            tokenizer=tok)
+    assert rollout_fallback_reason(trainer) is None and trainer.shared_rollouts
+    prompts = [tok(f"<|im_start|>user\nOrder O-{i}<|im_end|>\n<|im_start|>assistant\n",
+                   add_special_tokens=False)["input_ids"] for i in range(2)]
+    rows = [p for p in prompts for _ in range(4)]
+
+    def draw():
+        torch.manual_seed(3)
+        return shared_prefill_rollouts(trainer, rows)
+
+    calls = _embedding_calls(trainer.model, draw)
+    assert calls[0] == (2, max(map(len, prompts)))  # one prefill per distinct prompt
+    first, again = draw(), draw()
+    assert first == again and len(first) == 8
+    assert all(0 < len(c) <= cfg.max_completion_length for c in first)
+    assert all(c[-1] in trainer.eos_token_ids for c in first if len(c) < cfg.max_completion_length)
+    assert len({tuple(c) for c in first[:4]}) > 1  # a prompt's samples follow their own seeds
+    from pivotrl.train import trainer as trainer_module
+
+    drawn = []
+    monkeypatch.setattr(trainer_module, "shared_prefill_rollouts",
+                        lambda t, ids: drawn.append(len(ids)) or shared_prefill_rollouts(t, ids))
+    trainer.args.max_steps = 1
+    trainer.train()  # a step whose rollouts come from the shared-prefill loop
+    assert trainer.state.global_step == 1 and drawn == [8]
+
+
+def test_rollouts_stay_trls_where_the_loop_would_sample_otherwise():
+    from pivotrl.train.shared_prefix import rollout_fallback_reason
+
+    def trainer(**kw):
+        args = SimpleNamespace(use_vllm=kw.pop("use_vllm", False), generation_kwargs=kw.pop("generation_kwargs", None))
+        return SimpleNamespace(args=args, **{"temperature": 1.0, "top_k": 0, "min_p": None,
+                                             "repetition_penalty": 1.0, **kw})
+
+    assert rollout_fallback_reason(trainer()) is None
+    assert "vLLM" in rollout_fallback_reason(trainer(use_vllm=True))
+    assert "multimodal" in rollout_fallback_reason(trainer(_is_vlm=True))
+    for kw in ({"top_k": 50}, {"min_p": 0.1}, {"repetition_penalty": 1.1}, {"generation_kwargs": {"x": 1}}):
+        assert "sampling options" in rollout_fallback_reason(trainer(**kw)), kw

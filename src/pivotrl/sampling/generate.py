@@ -6,13 +6,17 @@ end-to-end RL baseline all call it, so they share one padding, seeding and stopp
 
 - Padding. Prompts of a batch are left padded; position ids count real tokens only.
 - Shared prefix. The n samples of a prompt share one prefill of that prompt (the prompt is
-  ~400 tokens on the testbed, a completion 12-60). During decoding each sample attends to its
-  prompt's keys/values without copying them n times: for model families whose attention is
-  plain scaled dot-product (`PREFIX_ATTENTION_MODELS`), an attention function splits every
-  query's softmax over (the prompt's cached keys, shared by its group) and (the sample's own
-  generated keys), which is the same softmax over their concatenation. Other models get the
-  prompt's cache copied n times (`DynamicCache.batch_repeat_interleave`) and their own attention.
-  `share_prefix=False` prefills every sample separately (the per-sample path; tests compare).
+  ~400 tokens on the testbed, a completion 12-60). A prompt's per-layer state that has no
+  sequence axis (the recurrent and convolution states of linear-attention, Mamba and short-conv
+  layers: Qwen3.5, Nemotron-H, Granite 4, LFM2, ...) is copied to its n samples;
+  it is small and each sample then updates its own copy. Its attention keys/values are not
+  copied when the model's attention layers are plain scaled dot-product (`PREFIX_ATTENTION_MODELS`,
+  no sliding window): an attention function splits every query's softmax over (the prompt's
+  cached keys, shared by its group) and (the sample's own generated keys), which is the same
+  softmax over their concatenation. Other models (sliding windows, soft-capping, ...) get every
+  layer's cache copied n times (`Cache.reorder_cache`, the beam-search contract every cache layer
+  type implements) and their own attention. `share_prefix=False` prefills every sample
+  separately (the per-sample path; tests compare, per architecture: tests/test_architectures.py).
 - Seeds. Row (prompt i, sample j) draws its uniforms from its own `torch.Generator` seeded with
   `seeds[i][j]`, and the token is the inverse CDF of the (temperature, top-p) distribution at that
   uniform. So a sample is a function of (model, prompt, its seed) alone, whichever other prompts
@@ -33,6 +37,7 @@ outside training.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 from collections.abc import Callable, Sequence
@@ -44,10 +49,13 @@ import torch
 
 from pivotrl.io.seeds import derive_seed
 
-# Families whose attention module is q/k/v projections + RoPE + plain scaled dot-product softmax
-# over all cached keys (no sliding window, soft-capping, ALiBi or attention sinks): for them the
-# split softmax below is exactly their attention. Anything else takes the copied-cache path.
-PREFIX_ATTENTION_MODELS = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+# Families whose attention layers are q/k/v projections (+ RoPE, q/k norms or output gates outside
+# the attention function) + plain scaled dot-product softmax over all cached keys (no sliding
+# window, soft-capping, ALiBi or attention sinks): for them the split softmax below is exactly
+# their attention. Their other layers (MoE MLPs, linear attention, Mamba, short convolutions) do
+# not attend, so they run as they are. Anything else takes the copied-cache path.
+PREFIX_ATTENTION_MODELS = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "qwen3_5_text",
+                                     "nemotron_h", "granitemoehybrid", "lfm2"})
 _ATTENTION_NAME = "pivotrl_shared_prefix"
 
 
@@ -210,15 +218,40 @@ def _prefix_attention_supported(model: Any) -> bool:
     return (getattr(cfg, "model_type", None) in PREFIX_ATTENTION_MODELS
             and not getattr(cfg, "use_sliding_window", False)
             and getattr(cfg, "sliding_window", None) is None
+            and not any("sliding" in str(t) for t in getattr(cfg, "layer_types", None) or ())
             and getattr(cfg, "_attn_implementation", None) in ("sdpa", "eager"))
+
+
+def repeat_cache_rows(cache: Any, index: torch.Tensor, share_attention: bool = False) -> list | None:
+    """Row b of `cache` becomes row `index[b]`'s copy, for every layer type (attention
+    keys/values, sliding windows, linear-attention and Mamba conv/recurrent states: each layer's
+    `reorder_cache`, the beam-search contract). With `share_attention` the full-attention
+    keys/values are not copied: they are taken out (returned per layer, None for layers without
+    them) and the layer is left empty with len(index) rows, ready for the samples' own tokens."""
+    taken: list = []
+    for layer in cache.layers:
+        kv = None
+        if share_attention and _is_attention_layer(layer):
+            kv = (layer.keys, layer.values)
+            layer.keys, layer.values = layer.keys[:, :, :0], layer.values[:, :, :0]
+        layer.reorder_cache(index)
+        if kv is not None:  # reorder_cache leaves an empty layer as it is
+            layer.keys = layer.keys.index_select(0, index)
+            layer.values = layer.values.index_select(0, index)
+        taken.append(kv)
+    return taken if share_attention else None
+
+
+def _is_attention_layer(layer: Any) -> bool:
+    keys = getattr(layer, "keys", None)
+    return (isinstance(keys, torch.Tensor) and keys.dim() == 4 and keys.shape[-2] > 0
+            and not getattr(layer, "is_sliding", False))
 
 
 def _generate_batch(model, prompts: list[list[int]], n: int, seeds: list[int | None],
                     max_new_tokens: int, stops: list[int], temperature: float,
                     top_p: float, observe: Callable[..., None] | None = None) -> list[Generated]:
     """P prompts × n samples (rows prompt-major); the prompts are prefilled once."""
-    from transformers import DynamicCache
-
     device = next(model.parameters()).device
     pad = 0  # any valid id: masked in the prompt, fed to finished rows, never in a result
     ids, mask = _left_pad(prompts, pad, device)
@@ -237,18 +270,20 @@ def _generate_batch(model, prompts: list[list[int]], n: int, seeds: list[int | N
     done = torch.zeros(rows, dtype=torch.bool, device=device)
     tokens = []
     shared = _prefix_attention_supported(model)
+    prefix = None
+    step_kwargs: dict[str, Any] = {}
+    index = torch.arange(len(prompts), device=device).repeat_interleave(n)  # row -> its prompt
     if shared:
+        taken = repeat_cache_rows(cache, index, share_attention=True)
         # Kept in float32 (the attention math runs in float32 whatever the model's dtype: scores
         # rounded to bfloat16 would move the softmax by ~1%), keys transposed once.
-        prefix = _SharedPrefix([(layer.keys.float().transpose(-1, -2).contiguous(),
-                                 layer.values.float()) for layer in cache.layers], mask.bool(), n)
-        cache = DynamicCache()
-        step_kwargs: dict[str, Any] = {"shared_prefix": prefix}
+        prefix = _SharedPrefix([None if kv is None else (kv[0].float().transpose(-1, -2).contiguous(),
+                                                         kv[1].float()) for kv in taken], mask.bool(), n)
     else:
         if n > 1:
-            cache.batch_repeat_interleave(n)
+            repeat_cache_rows(cache, index)
         full_mask = mask.repeat_interleave(n, dim=0)
-    with _attention(model, _ATTENTION_NAME if shared else None):
+    with _attention(model, prefix):
         for t in range(max_new_tokens):
             tok = pick_tokens(logits, uniforms[:, t], temperature, top_p)
             tok = torch.where(done, torch.full_like(tok, pad), tok)
@@ -283,19 +318,26 @@ class _SharedPrefix:
     L, head_dim]) per layer, which positions are real tokens ([P, L]), and how many consecutive
     rows (samples) share each prompt."""
 
-    layers: list[tuple[torch.Tensor, torch.Tensor]]
+    layers: list[tuple[torch.Tensor, torch.Tensor] | None]  # None: a layer without attention
     mask: torch.Tensor
     group: int
 
 
+# The prefix of the batch being decoded. A context variable rather than a forward keyword: hybrid
+# models hand their forward keywords to recurrent kernels that reject unknown ones.
+_ACTIVE_PREFIX: contextvars.ContextVar[_SharedPrefix | None] = contextvars.ContextVar(
+    "pivotrl_shared_prefix", default=None)
+
+
 def _shared_prefix_attention(module, query, key, value, attention_mask, scaling=None,
-                             dropout=0.0, shared_prefix: _SharedPrefix | None = None, **kwargs):
+                             dropout=0.0, **kwargs):
     """Attention of decoding rows over (their prompt's shared cache) ∪ (their own new tokens).
 
     query [R, H, q, d]; key/value [R, Hkv, S, d]: the row's own generated tokens (all before the
     query, and the query itself). R = P·n rows, rows r·n … r·n+n-1 share prompt r. One softmax
     over both parts (scores concatenated, then normalised), so this equals attending to the
     prompt's keys copied into every row, without the copies."""
+    shared_prefix = _ACTIVE_PREFIX.get()
     if shared_prefix is None or query.shape[2] != 1:
         raise RuntimeError("shared-prefix attention is for one-token decoding steps only")
     kp_t, vp = shared_prefix.layers[module.layer_idx]
@@ -324,21 +366,24 @@ def _shared_prefix_attention(module, query, key, value, attention_mask, scaling=
 
 
 @contextmanager
-def _attention(model, name: str | None):
-    """Run the model with the attention function `name` (None: its own), restoring it after."""
-    if name is None:
+def _attention(model, prefix: _SharedPrefix | None):
+    """Run the model with the shared-prefix attention over `prefix` (None: its own attention),
+    restoring it after."""
+    if prefix is None:
         yield
         return
     from transformers import AttentionInterface
 
-    if name not in AttentionInterface._global_mapping:
-        AttentionInterface.register(name, _shared_prefix_attention)
+    if _ATTENTION_NAME not in AttentionInterface._global_mapping:
+        AttentionInterface.register(_ATTENTION_NAME, _shared_prefix_attention)
     config = model.config
     before = config._attn_implementation
-    config._attn_implementation = name
+    config._attn_implementation = _ATTENTION_NAME
+    token = _ACTIVE_PREFIX.set(prefix)
     try:
         yield
     finally:
+        _ACTIVE_PREFIX.reset(token)
         config._attn_implementation = before
 
 

@@ -155,8 +155,13 @@ class GRPORunConfig(_RunCommon):
     shared_prefix_loss: bool = Field(True, description="Encode each pivot's prompt once per group in the "
                                      "GRPO loss forward/backward, every completion attending to its keys/values "
                                      "(ours, Prefix Grouper; same log-probs and gradients as TRL's repeated-prompt "
-                                     "path, train/shared_prefix.py). Models it cannot serve (multimodal, "
-                                     "gradient checkpointing, non-full-attention layers) and False use TRL's path.")
+                                     "path, train/shared_prefix.py). Models it cannot serve (multimodal, unknown "
+                                     "layer kinds) and False use TRL's path.")
+    shared_rollouts: bool = Field(False, description="Draw the GRPO rollouts with pivotrl's generation loop "
+                                  "(each prompt prefilled once for its G samples; temperature and top-p, as "
+                                  "TRL samples) instead of TRL's generate over G prompt copies. Ours: off (TRL's "
+                                  "generation); vLLM, multimodal models, FSDP and other sampling options keep "
+                                  "TRL's (train/shared_prefix.py rollout_fallback_reason).")
     reprofile: ReprofileOptions = Field(default_factory=ReprofileOptions, description="Re-profiling hook.")
     per_device_train_batch_size: int = Field(64, description="Completions per device per micro-step. "
                                              "Default (ours): 4 × num_generations, i.e. 4 pivots per step "

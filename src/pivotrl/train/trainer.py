@@ -11,6 +11,7 @@ from trl import GRPOTrainer
 from pivotrl.formats.chat import prompt_token_ids
 from pivotrl.train.reward import group_stats
 from pivotrl.train.shared_prefix import (enable_shared_prefix_forward, has_shared_prefix_forward,
+                                         rollout_fallback_reason, shared_prefill_rollouts,
                                          shared_prefix_logps, unsupported_reason)
 
 
@@ -47,9 +48,11 @@ class PivotGRPOTrainer(GRPOTrainer):
 
     rollout_turns: int = 0
 
-    def __init__(self, *args, shared_prefix: bool = True, **kwargs):
+    def __init__(self, *args, shared_prefix: bool = True, shared_rollouts: bool = False, **kwargs):
         score_only_completions_on_cpu()
         super().__init__(*args, **kwargs)
+        # Rollouts through pivotrl's generation loop (one prefill per prompt for its G samples).
+        self.shared_rollouts = shared_rollouts and rollout_fallback_reason(self) is None
         # After TRL added its fused LM head to the same (PEFT base) model, and before any wrapping.
         self.shared_prefix = shared_prefix and enable_shared_prefix_forward(self._causal_lm(self.model))
         if self.shared_prefix and self.ref_model is not None:  # beta > 0: the KL reference's log-probs
@@ -66,15 +69,21 @@ class PivotGRPOTrainer(GRPOTrainer):
         """TRL's log-probs, with each distinct prompt encoded once (train/shared_prefix.py) when the
         switch is on and the call is a plain text one on the policy; otherwise TRL's own path."""
         lm = self._causal_lm(model)
-        if (self.shared_prefix and not compute_aux_loss and all(v is None for v in extra.values())
+        if (self.shared_prefix and all(v is None for v in extra.values())
                 and input_ids.size(1) - logits_to_keep >= 2 and has_shared_prefix_forward(lm)
                 and unsupported_reason(lm) is None):
-            logps, entropies = shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep, batch_size,
-                                                   compute_entropy, autocast=self.accelerator.autocast)
-            return logps, entropies, None
+            return shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep, batch_size,
+                                       compute_entropy, autocast=self.accelerator.autocast,
+                                       compute_aux_loss=compute_aux_loss)
         return super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
             compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **extra)
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        if self.shared_rollouts and images is None and not multimodal_fields and not has_tool_images:
+            return shared_prefill_rollouts(self, prompt_ids), None
+        return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                             has_tool_images)
 
     def _tokenize_prompts(self, prompts: list):
         """Text prompts under the one tokenization rule (pivotrl.formats.chat): the template's text is the
