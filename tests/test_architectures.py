@@ -115,7 +115,7 @@ def checkpoints(tiny_model_dir, tmp_path_factory):
 @pytest.mark.parametrize("name", NAMES)
 def test_profile_evaluate_and_episode(checkpoints, data, name):
     """profile (HF backend, shared prefill), evaluate --turns and an E2E episode, one model load."""
-    from pivotrl.evaluate import TurnEvalConfig, score_turns
+    from pivotrl.evaluate.turns import TurnEvalConfig, score_turns
     from pivotrl.experiment.episodes import ModelPolicy, run_episodes
     from pivotrl.profile.loop import ProfileConfig, RunStats, profile_stream
     from pivotrl.sampling.hf import HFSampler

@@ -1,5 +1,5 @@
 """`pivotrl compare`: models paired on the user's own held-out turns, with the paired cluster
-bootstrap (clusters = trajectories) and a verdict (pivotrl.compare)."""
+bootstrap (clusters = trajectories) and a verdict (pivotrl.evaluate.compare)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pivotrl.compare import compare_models, model_result_path, paired_values, turn_values
-from pivotrl.evaluate import TurnEvalConfig
+from pivotrl.evaluate.compare import compare_models, model_result_path, paired_values, turn_values
+from pivotrl.evaluate.turns import TurnEvalConfig
 from test_turn_eval import ScriptedSampler, turn, write_turns
 
 
@@ -68,8 +68,8 @@ def test_a_broken_model_loses_and_identical_models_tie(tmp_path, tokenizer):
 
 
 def test_results_scored_differently_do_not_pair(tmp_path, tokenizer):
-    from pivotrl.compare import compare_results
-    from pivotrl.evaluate import evaluate_turns_file
+    from pivotrl.evaluate.compare import compare_results
+    from pivotrl.evaluate.turns import evaluate_turns_file
     from pivotrl.verifiers import get_verifier
 
     path = write_turns(tmp_path / "eval.jsonl", [turn(t, 0) for t in range(3)])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pivotrl.evaluate import TurnEvalConfig, evaluate_turns_file
+from pivotrl.evaluate.turns import TurnEvalConfig, evaluate_turns_file
 from test_turn_eval import turn, write_turns
 
 

@@ -103,7 +103,7 @@ def test_the_e2e_baseline_drops_eval_tasks_and_tasks_without_a_world(extracted):
 def test_evaluate_scores_only_held_out_turns(extracted, tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from pivotrl.evaluate import TurnEvalConfig, evaluate_turns_file
+    from pivotrl.evaluate.turns import TurnEvalConfig, evaluate_turns_file
     from pivotrl.sampling.base import Completion
     from pivotrl.verifiers import get_verifier
 

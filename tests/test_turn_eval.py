@@ -1,5 +1,5 @@
 """`pivotrl evaluate --turns`: turn accuracy on held-out turns of any data set, with a 95%
-interval clustered by trajectory (pivotrl.evaluate); and shard-first reading of turns files."""
+interval clustered by trajectory (pivotrl.evaluate.turns); and shard-first reading of turns files."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pivotrl.evaluate import (
+from pivotrl.evaluate.turns import (
     TurnEvalConfig,
     clustered_accuracy,
     evaluate_turns_file,

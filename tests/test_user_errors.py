@@ -100,14 +100,14 @@ def test_ctrl_c_in_training_says_how_to_resume(verb, target, pivots, tmp_path, m
 
 
 def test_ctrl_c_in_profile_and_evaluate_says_what_to_rerun(pivots, tiny_model_dir, tmp_path, monkeypatch):
-    import pivotrl.evaluate
+    import pivotrl.evaluate.turns
     import pivotrl.profile.runs
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(pivotrl.profile.runs, "profile_file", interrupted)
-    monkeypatch.setattr(pivotrl.evaluate, "evaluate_turns_file", interrupted)
+    monkeypatch.setattr(pivotrl.evaluate.turns, "evaluate_turns_file", interrupted)
     one_line_error(run("profile", pivots, "--model", tiny_model_dir, "--out", tmp_path / "p.jsonl"),
                    130, "rerun the same command to resume")
     one_line_error(run("evaluate", "--model", tiny_model_dir, "--turns", pivots, "--out", tmp_path / "r.json"),

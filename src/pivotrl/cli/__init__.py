@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from pivotrl.cli.options import config_fields, engine_option, line_progress, load_config, option, run_job
 from pivotrl.cli.tables import print_train_summary, profile_table, select_table
-from pivotrl.evaluate import TurnEvalConfig
+from pivotrl.evaluate.turns import TurnEvalConfig
 from pivotrl.experiment import cli as experiment_cli
 from pivotrl.experiment.e2e_config import E2ERunConfig
 from pivotrl.experiment.evaluate import EvalConfig
@@ -302,8 +302,8 @@ def evaluate(
                                          "its eval trajectories are scored."),
 ) -> None:
     """Episode success and OOD accuracy, 95% intervals; --turns: turn accuracy, clustered interval."""
-    if turns is not None:  # any data set's held-out turns (pivotrl.evaluate)
-        from pivotrl.evaluate import cli_evaluate_turns
+    if turns is not None:  # any data set's held-out turns (pivotrl.evaluate.turns)
+        from pivotrl.evaluate.turns import cli_evaluate_turns
         engine = {"max_model_len": max_model_len} if max_model_len else {}
         raise typer.Exit(cli_evaluate_turns(console, model, turns, out, testbed or bfcl, verifier, verifier_config,
                                             split=split, temperature=temperature, seed=seed, backend=backend,
@@ -361,8 +361,8 @@ def compare(
     """Paired comparison of models on your held-out turns: per-turn success of each (as `evaluate
     --turns`), the difference a − b on the turns both scored, a 95% interval from the paired
     bootstrap over trajectories, and a verdict (met: a better, not met: b better, within noise)."""
-    from pivotrl.compare import compare_models, compare_results, compare_table
-    from pivotrl.evaluate import check_inputs
+    from pivotrl.evaluate.compare import compare_models, compare_results, compare_table
+    from pivotrl.evaluate.turns import check_inputs
     from pivotrl.sampling import SamplerError
 
     model, result = model or [], result or []

@@ -16,7 +16,7 @@ Paired difference (`paired`), on the **eval** split:
   side b's; only pairs present on both sides count. diff = Σ (outcome_a − outcome_b) / n over
   every pair of every seed: the difference of the two sides' mean outcomes on the same items.
 
-95% interval and verdict: the core's paired cluster bootstrap (`pivotrl.compare`, its module doc
+95% interval and verdict: the core's paired cluster bootstrap (`pivotrl.evaluate.compare`, its module doc
   gives the rule), with keys (seed, world, item) and the rows' `cluster` values as clusters, so
   one OOD problem scored under each world's model is one cluster.
 """
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from pivotrl.compare import (
+from pivotrl.evaluate.compare import (
     BOOTSTRAP_REPLICATES,
     bootstrap_weights,
     cell_sums,

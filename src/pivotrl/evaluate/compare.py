@@ -19,7 +19,7 @@ the difference of the two sides' mean outcomes on the same items.
 Verdict (`verdict`): "met" when the interval lies above 0 (a is better), "not met" when it lies
   below 0 (b is better), otherwise "within noise".
 
-`compare_models` scores each model on a Turn file with `pivotrl.evaluate` (each turn's success
+`compare_models` scores each model on a Turn file with `pivotrl.evaluate.turns` (each turn's success
 under the same verifier, settings and per-turn seeds) and pairs every two models on the turns
 both scored; `compare_results` pairs results `pivotrl evaluate --turns` already wrote (one job
 per model, any backend).
@@ -103,7 +103,7 @@ def paired_values(sa: Values, sb: Values, replicates: int = BOOTSTRAP_REPLICATES
 
 
 def turn_values(items: Sequence[dict[str, Any]]) -> Values:
-    """`pivotrl.evaluate` items (one per scored turn) as values: turn id → (trajectory, success)."""
+    """`pivotrl.evaluate.turns` items (one per scored turn) as values: turn id → (trajectory, success)."""
     return {(0, str(it["id"])): (str(it["trajectory_id"]), float(it["success"])) for it in items}
 
 
@@ -136,10 +136,10 @@ def model_result_path(out: str | Path, index: int) -> Path:
 def compare_models(turns_path: str | Path, models: Sequence[str], out: str | Path, verifier, cfg,
                    *, sampler_for: Callable[[str], tuple[Any, Any]] | None = None,
                    replicates: int = BOOTSTRAP_REPLICATES) -> dict[str, Any]:
-    """Score each model on the turns (`cfg`: a pivotrl.evaluate.TurnEvalConfig; `sampler_for(model)`
+    """Score each model on the turns (`cfg`: a pivotrl.evaluate.turns.TurnEvalConfig; `sampler_for(model)`
     → (sampler, tokenizer), default `cfg.build_sampler`), pair them, write OUT (JSON) next to
     each model's own result (`model_result_path`). Returns the comparison dict."""
-    from pivotrl.evaluate import evaluate_turns_file
+    from pivotrl.evaluate.turns import evaluate_turns_file
 
     if len(models) < 2:
         raise ValueError("compare needs at least two --model")
@@ -169,7 +169,7 @@ def compare_results(results: Sequence[str | Path], out: str | Path,
     """Pair models already scored by `pivotrl evaluate --turns` (each RESULT.json with its
     RESULT.items.jsonl), e.g. on separate machines or engines; write OUT (JSON). Results scored
     on another Turn file or with other scoring settings are refused: their turns do not pair."""
-    from pivotrl.evaluate import items_path
+    from pivotrl.evaluate.turns import items_path
 
     if len(results) < 2:
         raise ValueError("compare needs at least two results")
