@@ -127,6 +127,9 @@ def extract_both(tmp: Path, n: int, rounds: int, tool_chars: int) -> tuple[dict,
 
 
 # One data step in a fresh process; argv: step, then its paths. Prints peak RSS (KiB), seconds.
+# A real tokenizer and chat template for the trainer's loading step (the testbed's shipped base).
+SHIPPED_BASE = Path(__file__).resolve().parents[1] / "src/pivotrl/experiment/testbed/shipped_base/base"
+
 STEP = r"""
 import random, resource, sys, time
 step, args = sys.argv[1], sys.argv[2:]
@@ -160,6 +163,21 @@ elif step in ("loader", "eager"):
     else:
         from pivotrl.io.records import Turn, iter_valid
         n = sum(len(t.context) > 0 for t in list(iter_valid(args[0], Turn)))
+elif step == "trainer":
+    # the GRPO trainer's own loading path: lazy pivots, each prompt rendered once into a JSONL
+    # spill, read back as a memory-mapped Arrow dataset, every row touched in shuffled order
+    import tempfile
+    from pathlib import Path
+    from pivotrl.formats.chat import load_tokenizer
+    from pivotrl.train.config import GRPORunConfig
+    from pivotrl.train.grpo import build_prompts, load_pivot_set, spill_path
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = GRPORunConfig(model=args[1], output_dir=tmp, pivots=args[0])
+        prompts = build_prompts(load_pivot_set(cfg), load_tokenizer(cfg.model), spill=spill_path(cfg))
+        data = prompts.dataset(Path(tmp) / ".prompt_cache")
+        order = list(range(len(data)))
+        random.Random(0).shuffle(order)
+        n = sum(len(data[i]["prompt"]) > 0 for i in order)
 elif step == "read_turns":
     from pivotrl.io.turn_files import read_turns
     turns, rejects = read_turns(args[0])
@@ -235,6 +253,7 @@ def sizes_table(sizes: list[int], rounds: int, tool_chars: int, out: Path | None
             c["pivots"] = sum(1 for _ in piv.open())
             c["loader_mib"], c["loader_s"] = run_step("loader", piv)
             c["eager_mib"], c["eager_s"] = run_step("eager", piv)
+            c["trainer_mib"], c["trainer_s"] = run_step("trainer", piv, SHIPPED_BASE)
             for f in (traj, turns, prof, piv):
                 f.unlink()
         huge = d / "huge.jsonl"
@@ -254,7 +273,9 @@ def sizes_table(sizes: list[int], rounds: int, tool_chars: int, out: Path | None
             ("select (streamed), peak MiB", "select_mib", ".0f"), ("  seconds", "select_s", ".1f"),
             ("loader (iter_pivots), peak MiB", "loader_mib", ".0f"),
             ("  seconds (every pivot, shuffled)", "loader_s", ".1f"),
-            ("eager list(iter_valid), peak MiB", "eager_mib", ".0f")]
+            ("eager list(iter_valid), peak MiB", "eager_mib", ".0f"),
+            ("GRPO trainer's loading, peak MiB", "trainer_mib", ".0f"),
+            ("  seconds (render, spill, Arrow)", "trainer_s", ".1f")]
     for label, key, fmt in rows:
         print(f"{label:38s}" + "".join(f"{format(cols[n][key], fmt):>14s}" for n in sizes))
     print(f"\nextract, one trajectory of 10,000 turns ({huge_mib:.1f} MiB): peak {huge_rss:.0f} MiB, "

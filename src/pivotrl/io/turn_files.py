@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -143,13 +143,14 @@ class LazyTurns(Sequence):
     number of rows' contents; a random access re-reads at most the rows of one trajectory's
     compact chain (`RowAccess`). A bad line raises ValueError naming it: a file we wrote."""
 
-    def __init__(self, path: str | Path, model: type[Turn] = Turn):
+    def __init__(self, path: str | Path, model: type[Turn] = Turn, rows: array | None = None):
         self.path, self.model = Path(path), model
         self._index = RowIndex(self.path)
         self._access: RowAccess | None = None
+        self._rows = rows  # the file rows this view holds, ascending (None: every row)
 
     def __len__(self) -> int:
-        return len(self._index)
+        return len(self._index) if self._rows is None else len(self._rows)
 
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
@@ -160,11 +161,24 @@ class LazyTurns(Sequence):
             raise IndexError(i)
         if self._access is None:
             self._access = RowAccess([self.path], [self._index], self.model)
-        return self._access.get(0, i)
+        return self._access.get(0, i if self._rows is None else self._rows[i])
 
     def __iter__(self) -> Iterator[Turn]:
-        for _, rec in read_records(self.path, self.model, strict=True):
-            yield rec
+        records = (rec for _, rec in read_records(self.path, self.model, strict=True))
+        if self._rows is None:
+            yield from records
+            return
+        wanted = iter(self._rows)
+        want = next(wanted, None)
+        for row, rec in enumerate(records):
+            if row == want:
+                yield rec
+                want = next(wanted, None)
+
+    def where(self, keep: Callable[[Turn], bool]) -> "LazyTurns":
+        """A view of the rows `keep` accepts (one streamed pass; it holds their row numbers)."""
+        rows = array("q", (row for row, rec in enumerate(self) if keep(rec)))
+        return LazyTurns(self.path, self.model, rows)
 
     def close(self) -> None:
         if self._access is not None:

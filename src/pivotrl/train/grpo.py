@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
 from pivotrl.io.records import Turn, iter_valid
 from pivotrl.sampling.pipeline import context_length
 from pivotrl.io.split import HeldOut, resolve_split
+from pivotrl.io.turn_files import iter_pivots
 from pivotrl.train.config import GRPORunConfig, trl_common_kwargs
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines
 from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
@@ -49,11 +51,14 @@ def turn_json(turn: Turn) -> str:
     return json.dumps({k: v for k, v in data.items() if k in _TURN_FIELDS}, ensure_ascii=False)
 
 
-def load_pivot_set(cfg: GRPORunConfig, held_out: HeldOut | None = None) -> list[Turn]:
+def load_pivot_set(cfg: GRPORunConfig, held_out: HeldOut | None = None) -> Sequence[Turn]:
     """The training states for the configured ablation arm (pivots | all | random), less the
     turns of `held_out`'s eval trajectories (counted there)."""
     held_out = held_out or HeldOut(None)
-    pivots = [t for t in iter_valid(cfg.pivots, Turn) if held_out.keep(t.trajectory_id)]
+    # Read lazily (row offsets; a pivot is parsed when asked): a run holds no pivot set in memory.
+    pivots = iter_pivots(cfg.pivots)
+    if held_out.split is not None:
+        pivots = pivots.where(lambda t: held_out.keep(t.trajectory_id))
     if cfg.pivot_set == "pivots":
         return pivots
     if cfg.turns is None:
@@ -67,28 +72,71 @@ def load_pivot_set(cfg: GRPORunConfig, held_out: HeldOut | None = None) -> list[
 
 @dataclass
 class PromptSet:
+    """The rendered training rows {"prompt", "turn", "id"}: in memory (`rows`), or written to a
+    JSONL file (`path`) that the trainer reads as a memory-mapped Arrow dataset, so a run holds
+    no prompt set in memory however many pivots it has."""
+
     rows: list[dict[str, str]]
     dropped: list[tuple[str, str]] = field(default_factory=list)  # (turn id, reason)
+    path: Path | None = None
+    written: int = 0
+
+    def __len__(self) -> int:
+        return self.written if self.path is not None else len(self.rows)
+
+    def dataset(self, cache_dir: Path):
+        from datasets import Dataset
+
+        if self.path is None:
+            return Dataset.from_list(self.rows)
+        return Dataset.from_json(str(self.path), cache_dir=str(cache_dir), keep_in_memory=False)
 
 
-def build_prompts(turns: list[Turn], tokenizer: Any, max_prompt_length: int | None = None,
-                  chat_kwargs: dict[str, Any] | None = None) -> PromptSet:
-    """One row per pivot: {"prompt": text, "turn": Turn JSON, "id"}. Over-long prompts are dropped
-    and reported (TRL 1.16 would feed them whole; cutting a chat prompt corrupts it)."""
-    out = PromptSet(rows=[])
-    for turn in turns:
-        try:
-            text = prompt_text(tokenizer, turn.context, turn.tools, chat_kwargs)
-        except Exception as exc:  # noqa: BLE001 - a template error names the turn, never kills the run
-            out.dropped.append((turn.id, f"chat template failed: {type(exc).__name__}: {exc}"))
-            continue
-        if max_prompt_length is not None:
-            n = len(prompt_token_ids(tokenizer, text))
-            if n > max_prompt_length:
-                out.dropped.append((turn.id, f"prompt has {n} tokens > max_prompt_length {max_prompt_length}"))
+def spill_path(cfg: GRPORunConfig) -> Path:
+    """Where this process writes its prompt rows (one file per rank: no two writers share one)."""
+    return Path(cfg.output_dir) / f"prompts.rank{os.environ.get('RANK', '0')}.jsonl"
+
+
+def build_prompts(turns: Iterable[Turn], tokenizer: Any, max_prompt_length: int | None = None,
+                  chat_kwargs: dict[str, Any] | None = None, spill: Path | None = None) -> PromptSet:
+    """One row per pivot: {"prompt": text, "turn": Turn JSON, "id"}, each prompt rendered once;
+    kept in memory, or streamed to `spill`. Over-long prompts are dropped and reported (TRL 1.16
+    would feed them whole; cutting a chat prompt corrupts it)."""
+    out = PromptSet(rows=[], path=spill)
+    sink = None
+    if spill is not None:
+        spill.parent.mkdir(parents=True, exist_ok=True)
+        sink = spill.open("w", encoding="utf-8")
+    try:
+        for turn in turns:
+            row = _prompt_row(turn, tokenizer, max_prompt_length, chat_kwargs, out.dropped)
+            if row is None:
                 continue
-        out.rows.append({"prompt": text, "turn": turn_json(turn), "id": turn.id})
+            if sink is None:
+                out.rows.append(row)
+            else:
+                sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+                out.written += 1
+    finally:
+        if sink is not None:
+            sink.close()
     return out
+
+
+def _prompt_row(turn: Turn, tokenizer: Any, max_prompt_length: int | None, chat_kwargs: dict[str, Any] | None,
+                dropped: list[tuple[str, str]]) -> dict[str, str] | None:
+    """A pivot's training row, or None (and the reason in `dropped`) when it cannot be one."""
+    try:
+        text = prompt_text(tokenizer, turn.context, turn.tools, chat_kwargs)
+    except Exception as exc:  # noqa: BLE001 - a template error names the turn, never kills the run
+        dropped.append((turn.id, f"chat template failed: {type(exc).__name__}: {exc}"))
+        return None
+    if max_prompt_length is not None:
+        n = len(prompt_token_ids(tokenizer, text))
+        if n > max_prompt_length:
+            dropped.append((turn.id, f"prompt has {n} tokens > max_prompt_length {max_prompt_length}"))
+            return None
+    return {"prompt": text, "turn": turn_json(turn), "id": turn.id}
 
 
 def with_token_budget(cfg: GRPORunConfig, tokenizer: Any) -> GRPORunConfig:
@@ -152,20 +200,19 @@ def build_trainer(cfg: GRPORunConfig, turns: list[Turn], *, total_steps: int | N
                   prompts: PromptSet | None = None):
     """A PivotGRPOTrainer over `turns` (`prompts`: their rendered rows, when the caller has them).
     `reward_funcs` replaces the verifier reward (tests)."""
-    from datasets import Dataset
-
     cfg, tokenizer = prepare(cfg, tokenizer)
-    prompts = prompts or build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs)
-    if not prompts.rows:
+    prompts = prompts or build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs,
+                                       spill=spill_path(cfg))
+    if not len(prompts):
         raise ValueError(f"no trainable pivots ({len(turns)} read, {len(prompts.dropped)} dropped: "
                          f"{prompts.dropped[:3]})")
-    steps = total_steps or cfg.total_steps(len(prompts.rows), world_size())
+    steps = total_steps or cfg.total_steps(len(prompts), world_size())
     reward = reward_funcs or [PivotReward(cfg.verifier, cfg.verifier_config, cfg.invalid_action_penalty,
                                           parse=parser_for(tokenizer, cfg.response_format, cfg.chat_template_kwargs),
                                           tokenizer=tokenizer)]
     trainer = PivotGRPOTrainer(
         model=cfg.model, reward_funcs=reward, args=grpo_config(cfg, steps),
-        train_dataset=Dataset.from_list(prompts.rows), processing_class=tokenizer,
+        train_dataset=prompts.dataset(Path(cfg.output_dir) / ".prompt_cache"), processing_class=tokenizer,
         peft_config=cfg.lora.peft_config(), shared_prefix=cfg.shared_prefix_loss,
         shared_rollouts=cfg.shared_rollouts,
     )
@@ -219,8 +266,9 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     held_out = HeldOut(resolve_split(cfg.split, [p for p in (cfg.pivots, cfg.turns) if p is not None]))
     turns = load_pivot_set(cfg, held_out)
     cfg, tokenizer = prepare(cfg)
-    prompts = build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs)
-    n_rows = len(prompts.rows)
+    prompts = build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs,
+                            spill=spill_path(cfg))
+    n_rows = len(prompts)
     total = cfg.total_steps(max(n_rows, 1), world_size())
     hook = None
     if cfg.reprofile.enabled:
@@ -247,7 +295,8 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
             break
         # Re-profile with the current policy, continue from the checkpoint just written.
         turns = hook.run(trainer.model, tokenizer, turns)
-        prompts = build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs)
+        prompts = build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs,
+                                spill=spill_path(cfg))
         reprofiles += 1
         resume = get_last_checkpoint(str(output_dir))
         if not turns:
