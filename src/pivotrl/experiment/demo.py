@@ -178,6 +178,16 @@ def say(msg: str) -> None:
     Console(stderr=True).print(f"[bold cyan]demo[/] {msg}")
 
 
+def logged_to(path: Path, log: Callable[[str], None]) -> Callable[[str], None]:
+    """`log`, each line also appended to `path` with a timestamp (the record a run left behind,
+    kept across resumes: a rerun appends)."""
+    def both(msg: str) -> None:
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}\n")
+        log(msg)
+    return both
+
+
 # ------------------------------------------------------------------ stage 2: the data, the pivots
 
 
@@ -359,6 +369,7 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     start = time.time()
     out.mkdir(parents=True, exist_ok=True)
+    log = logged_to(out / "demo.log", log)
     testbed = testbed or out / "testbed"
     log(f"1/5 testbed in {testbed} (cached after the first build)")
     info = build_testbed(testbed, testbed_config, progress=lambda m: log(f"  build: {m}"))
