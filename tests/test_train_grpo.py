@@ -132,9 +132,13 @@ def completion_logp(model, prompt_ids: list[int], completion_ids: list[int]) -> 
     return lp[len(prompt_ids) - 1:].sum().item()
 
 
-def test_one_grpo_step_moves_rewarded_up_and_unrewarded_down(tmp_path, tiny_model_dir):
-    """A real TRL optimizer step: completions whose first token id is even are rewarded; after
-    the step, their log-probability (on the trained model) rose and the others' fell."""
+@pytest.mark.parametrize("shared_rollouts", [False, True], ids=["trl_rollouts", "shared_rollouts"])
+def test_one_grpo_step_moves_rewarded_up_and_unrewarded_down(tmp_path, tiny_model_dir, shared_rollouts):
+    """A real TRL optimizer step, with TRL's rollouts and with pivotrl's: completions whose first
+    token id is even are rewarded; after the step every rewarded completion's log-probability (on
+    the trained model) rose, and the unrewarded ones fell, most of them and on average. (Each
+    completion's own term moves it with its advantage's sign; tokens it shares with rewarded
+    completions can lift a few unrewarded ones, so "every one fell" depends on the draw.)"""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from pivotrl.train.grpo import build_trainer, load_pivot_set
@@ -147,7 +151,8 @@ def test_one_grpo_step_moves_rewarded_up_and_unrewarded_down(tmp_path, tiny_mode
         return rewards
 
     cfg = small_config(tmp_path, tiny_model_dir, learning_rate=3e-3, max_steps=1, save_steps=100,
-                       num_generations=8, per_device_train_batch_size=16, max_completion_length=8)
+                       num_generations=8, per_device_train_batch_size=16, max_completion_length=8,
+                       shared_rollouts=shared_rollouts)
     trainer = build_trainer(cfg, load_pivot_set(cfg), reward_funcs=[parity])
     trainer.train()
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -158,7 +163,9 @@ def test_one_grpo_step_moves_rewarded_up_and_unrewarded_down(tmp_path, tiny_mode
         p = tok(prompt)["input_ids"]
         deltas[reward].append(completion_logp(after, p, list(ids)) - completion_logp(before, p, list(ids)))
     assert deltas[1.0] and deltas[0.0], "the step needs both rewarded and unrewarded completions"
-    assert all(d > 0 for d in deltas[1.0]) and all(d < 0 for d in deltas[0.0]), deltas
+    fell = sum(d < 0 for d in deltas[0.0])
+    assert all(d > 0 for d in deltas[1.0]), deltas
+    assert sum(deltas[0.0]) < 0 and fell > len(deltas[0.0]) / 2, deltas
     assert trainer.rollout_turns == 16  # 2 pivots × G=8 completions = 16 model turns
 
 

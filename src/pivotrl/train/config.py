@@ -157,11 +157,13 @@ class GRPORunConfig(_RunCommon):
                                      "(ours, Prefix Grouper; same log-probs and gradients as TRL's repeated-prompt "
                                      "path, train/shared_prefix.py). Models it cannot serve (multimodal, unknown "
                                      "layer kinds) and False use TRL's path.")
-    shared_rollouts: bool = Field(False, description="Draw the GRPO rollouts with pivotrl's generation loop "
-                                  "(each prompt prefilled once for its G samples; temperature and top-p, as "
-                                  "TRL samples) instead of TRL's generate over G prompt copies. Ours: off (TRL's "
-                                  "generation); vLLM, multimodal models, FSDP and other sampling options keep "
-                                  "TRL's (train/shared_prefix.py rollout_fallback_reason).")
+    shared_rollouts: bool = Field(True, description="Draw the GRPO rollouts with pivotrl's generation loop "
+                                  "(each prompt prefilled once for its G samples; the distribution TRL samples: "
+                                  "softmax(logits / temperature) within the top-p nucleus) instead of TRL's "
+                                  "generate over G prompt copies: about half of a CPU step's time "
+                                  "(bench/bench_grpo_step.py). Ours: on; vLLM, multimodal models, FSDP and other "
+                                  "sampling options keep TRL's generation (train/shared_prefix.py "
+                                  "rollout_fallback_reason), and False always does.")
     reprofile: ReprofileOptions = Field(default_factory=ReprofileOptions, description="Re-profiling hook.")
     per_device_train_batch_size: int = Field(64, description="Completions per device per micro-step. "
                                              "Default (ours): 4 × num_generations, i.e. 4 pivots per step "
