@@ -33,7 +33,7 @@ def input_problem(path: str | Path) -> str | None:
     """Why `path` cannot be a JSON Lines input (a directory, Parquet, gzip, zip), else None."""
     path = Path(path)
     if path.is_dir():
-        return "is a directory, not a JSON Lines file; pass the .jsonl file inside it"
+        return "is a directory: a folder, not a JSONL file; give the .jsonl file inside it"
     try:
         with path.open("rb") as fh:
             head = fh.read(4)

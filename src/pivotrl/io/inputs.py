@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from pivotrl.io.empty import input_problem
+
 
 class InputError(ValueError):
     """A user's input is wrong; the message says what to do instead."""
@@ -41,15 +43,16 @@ def check_model(model: str | Path, flag: str = "--model") -> None:
 
 
 def check_input_file(path: str | Path | None, flag: str, made_by: str = "") -> None:
-    """An input JSONL must be a file: a missing one or a folder is an error naming what writes it."""
+    """An input JSONL must exist and be JSON Lines (`io.empty.input_problem`: not a folder, Parquet
+    or an archive); otherwise an error naming what writes it."""
     if path is None:
         return
     path = Path(path)
     hint = f" ({made_by} writes it)" if made_by else ""
-    if path.is_dir():
-        raise InputError(f"{flag} {path}: a folder; give a JSONL file{hint}")
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"{flag} {path}: no such file{hint}")
+    if (problem := input_problem(path)) is not None:
+        raise InputError(f"{flag} {path}: {problem}{hint}")
 
 
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
