@@ -178,6 +178,10 @@ elif step == "trainer":
         order = list(range(len(data)))
         random.Random(0).shuffle(order)
         n = sum(len(data[i]["prompt"]) > 0 for i in order)
+        # peak RSS counts the pages of the memory-mapped Arrow file the loop touched (file-backed,
+        # reclaimable); the process's own memory is its anonymous part, read while all is live
+        print("ANON", next(int(line.split()[1]) for line in open("/proc/self/status")
+                           if line.startswith("RssAnon:")))
 elif step == "read_turns":
     from pivotrl.io.turn_files import read_turns
     turns, rejects = read_turns(args[0])
@@ -185,13 +189,17 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, round(time.perf_counte
 """
 
 
-def run_step(step: str, *paths: Path) -> tuple[float, float]:
-    """(peak RSS MiB, seconds) of one step in a fresh Python process."""
+def run_step(step: str, *paths: Path, anon: dict | None = None) -> tuple[float, float]:
+    """(peak RSS MiB, seconds) of one step in a fresh Python process; a step that reports its
+    anonymous memory ("ANON kib") has it put in `anon["mib"]`."""
     out = subprocess.run([sys.executable, "-c", STEP, step, *map(str, paths)],
                          capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{step} failed:\n{out.stderr[-3000:]}")
-    kib, seconds = out.stdout.split()[-2:]
+    words = out.stdout.split()
+    if anon is not None and "ANON" in words:
+        anon["mib"] = int(words[words.index("ANON") + 1]) / 1024
+    kib, seconds = words[-2:]
     return int(kib) / 1024, float(seconds)
 
 
@@ -253,7 +261,9 @@ def sizes_table(sizes: list[int], rounds: int, tool_chars: int, out: Path | None
             c["pivots"] = sum(1 for _ in piv.open())
             c["loader_mib"], c["loader_s"] = run_step("loader", piv)
             c["eager_mib"], c["eager_s"] = run_step("eager", piv)
-            c["trainer_mib"], c["trainer_s"] = run_step("trainer", piv, SHIPPED_BASE)
+            anon: dict = {}
+            c["trainer_mib"], c["trainer_s"] = run_step("trainer", piv, SHIPPED_BASE, anon=anon)
+            c["trainer_anon_mib"] = anon.get("mib", float("nan"))
             for f in (traj, turns, prof, piv):
                 f.unlink()
         huge = d / "huge.jsonl"
@@ -275,6 +285,7 @@ def sizes_table(sizes: list[int], rounds: int, tool_chars: int, out: Path | None
             ("  seconds (every pivot, shuffled)", "loader_s", ".1f"),
             ("eager list(iter_valid), peak MiB", "eager_mib", ".0f"),
             ("GRPO trainer's loading, peak MiB", "trainer_mib", ".0f"),
+            ("  of it the process's own (anonymous), MiB", "trainer_anon_mib", ".0f"),
             ("  seconds (render, spill, Arrow)", "trainer_s", ".1f")]
     for label, key, fmt in rows:
         print(f"{label:38s}" + "".join(f"{format(cols[n][key], fmt):>14s}" for n in sizes))
