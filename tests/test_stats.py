@@ -137,3 +137,16 @@ def test_one_ood_problem_is_one_cluster_across_worlds():
     narrow = paired(split, side("a"), side("b"), measure="ood")
     assert wide["clusters"] == 60 and narrow["clusters"] == 120 and wide["pairs"] == 120
     assert (wide["ci95"][1] - wide["ci95"][0]) > 1.25 * (narrow["ci95"][1] - narrow["ci95"][0])
+
+
+def test_choice_takes_only_steps_every_world_of_a_run_reached():
+    """Under the budget rule one world's run may stop at step 20 while another's goes on to 30; a
+    pooled checkpoint at 30 would stand for one world only (and has no row in the other)."""
+    rows = []
+    for world, steps in (("toolshop", (10, 20)), ("terminal", (10, 20, 30))):
+        for step in steps:
+            outcome = 1.0 if step == 30 else 0.4 if step == 20 else 0.2
+            rows += [{**item("e2e_rl", 0, step, f"{world}-{i}", f"{world}-c{i}", outcome, split="dev"),
+                      "world": world} for i in range(4)]
+    chosen = choose(rows, measure="turn")
+    assert chosen["e2e_rl"]["steps"] == {0: 20}

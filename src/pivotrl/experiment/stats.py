@@ -80,8 +80,19 @@ def choose(items: Sequence[Row], *, measure: str, split: str = "dev") -> dict[st
     """Each method's checkpoints chosen on `split` (module doc): {method: {"method", "lr",
     "steps": {seed: step}, "dev_score"}}."""
     scores = checkpoint_scores(items, split=split, measure=measure)
+    # A checkpoint pools the worlds, so it is a candidate only at a step every world of its run
+    # reached: under the budget rule one world's run can stop before another's.
+    worlds: dict[tuple[str, float, int, int], set[str]] = defaultdict(set)
+    for r in items:
+        if r["split"] == split and r["measure"] == measure:
+            worlds[(r["method"], r["lr"], r["seed"], r["step"])].add(r["world"])
+    every: dict[tuple[str, float, int], set[str]] = defaultdict(set)
+    for (method, lr, seed, _), names in worlds.items():
+        every[(method, lr, seed)] |= names
     runs: dict[tuple[str, float], dict[int, tuple[int, float]]] = defaultdict(dict)
     for (method, lr, seed, step), score in sorted(scores.items()):
+        if worlds[(method, lr, seed, step)] != every[(method, lr, seed)]:
+            continue
         best = runs[(method, lr)].get(seed)
         if best is None or score > best[1] + 1e-12:  # sorted by step: ties keep the earlier step
             runs[(method, lr)][seed] = (step, score)
