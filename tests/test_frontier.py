@@ -147,3 +147,21 @@ def test_report_sections_and_where_each_arm_gains():
     assert mech[("sft", "greedy", "kind", "tool_call")]["gain"] == again["diff"]
     text = "\n".join(joint_markdown({**res, "config": {"steps": 60, "budget": {"patience": 2}}}))
     assert "## The joint claim on the frontier" in text and "| sft | w | 0.0003 | 0 | 10 | plateau |" in text
+
+
+def test_a_point_pools_only_steps_every_world_reached():
+    """The budget rule stops one world's run at step 10 while another's goes on to 20: a pooled
+    point at 20 would stand for one world only, so there is none."""
+    from pivotrl.experiment.frontier import arm_points
+
+    rows = []
+    for world, steps in (("toolshop", (0, 10)), ("terminal", (0, 10, 20))):
+        for step in steps:
+            method = "base" if step == 0 else "pivotrl"
+            for measure in ("turn", "ood"):
+                rows += [{"method": method, "world": world, "seed": 0, "lr": 0.0 if step == 0 else 1e-4,
+                          "step": step, "split": "dev", "measure": measure, "item": f"{world}-{i}",
+                          "cluster": f"{world}-{i}", "outcome": float(i % 2), "decoding": "greedy"}
+                         for i in range(6)]
+    points = arm_points(rows, [], "pivotrl", FrontierConfig(replicates=50))
+    assert [p["step"] for p in points] == [10]

@@ -90,12 +90,20 @@ def arm_points(items: list[Row], rows: list[Row], method: str, cfg: FrontierConf
     mine = [r for r in decoded(items, decoding or cfg.decoding)
             if r["split"] == "dev" and r["method"] in (method, "base")]
     seeds: dict[tuple[float, int], set[int]] = defaultdict(set)
+    worlds: dict[tuple[float, int, int], set[str]] = defaultdict(set)  # (lr, step, seed) -> worlds
     for r in mine:
         if r["method"] == method and r["split"] == "dev" and r["measure"] == cfg.measure:
             seeds[(float(r["lr"]), int(r["step"]))].add(int(r["seed"]))
+            worlds[(float(r["lr"]), int(r["step"]), int(r["seed"]))].add(r["world"])
+    every: dict[tuple[float, int], set[str]] = defaultdict(set)  # (lr, seed) -> worlds of the run
+    for (lr, _, seed), names in worlds.items():
+        every[(lr, seed)] |= names
     base = base_side(mine)
     points = []
     for (lr, step), got in sorted(seeds.items()):
+        # a point pools the worlds: only at a step every world's run reached (stats.choose)
+        if any(worlds[(lr, step, s)] != every[(lr, s)] for s in got):
+            continue
         side = {"method": method, "lr": lr, "steps": {s: step for s in sorted(got)}}
         gain = stats.paired(mine, side, base, measure=cfg.measure, split="dev",
                             replicates=cfg.replicates)
