@@ -28,7 +28,6 @@ demo's Theorem 3.3 check proper is in theory.py.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from pivotrl.io.records import Trajectory, iter_valid, write_text_atomic
+from pivotrl.evaluate.turns import wilson as turn_wilson
 
 DEFAULT_VERIFIERS = {"toolshop": "toolcall", "terminal": "shell"}
 
@@ -102,15 +102,9 @@ def item_means(values: Sequence[float], k: int) -> list[float]:
 # ---------------------------------------------------------------- statistics
 
 
-def wilson(successes: float, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion (well-behaved at 0, 1 and small n)."""
-    if n <= 0:
-        return (0.0, 1.0)
-    p = min(1.0, max(0.0, successes / n))
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+def wilson(successes: float, n: int) -> tuple[float, float]:
+    """95% Wilson score interval of `successes` out of `n` (the core's rule, evaluate.turns.wilson)."""
+    return turn_wilson(min(1.0, max(0.0, successes / n)) if n > 0 else 0.0, n)
 
 
 def _rate(k: float, n: int) -> tuple[float, list[float]]:
