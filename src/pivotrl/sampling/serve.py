@@ -184,8 +184,9 @@ class Engine:
         from pivotrl.formats.families import parser_for
 
         self.parse = parser_for(self.tokenizer)
-        context = getattr(self.sampler.model.config, "max_position_embeddings", None)
-        self.max_model_len = context if isinstance(context, int) and context > 0 else None
+        from pivotrl.sampling.pipeline import context_length
+
+        self.max_model_len = context_length(self.sampler.model.config, self.tokenizer)
         self.max_tokens_limit = max_tokens_limit or self.max_model_len or 32768
         self.max_request_tokens = max_request_tokens
         self.lock = asyncio.Lock()
