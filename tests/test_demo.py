@@ -195,3 +195,17 @@ def test_cached_base_is_repeated_under_every_seed_of_the_run(tmp_path):
     rows, items = base_rows(tmp_path, tmp_path / "no-testbed", cfg)
     assert [(r["seed"], r["step"], r["method"]) for r in rows] == [(s, 0, "base") for s in (0, 1, 2)]
     assert sorted(r["seed"] for r in items) == [0, 1, 2] and all(r["outcome"] == 1 for r in items)
+
+
+def test_ablation_arms_train_on_the_first_ablation_seeds_only():
+    from pivotrl.experiment.demo import plan_jobs
+
+    cfg = DemoConfig(worlds=["toolshop"], methods=list(METHODS), seeds=[0, 1, 2],
+                     learning_rates=[1e-4], ablation_seeds=1)
+    jobs = plan_jobs(cfg, {"toolshop": {"kept": 5}}, log=lambda m: None)
+    seeds = {m: sorted(j.seed for j in jobs if j.method == m) for m in METHODS}
+    assert seeds["pivotrl"] == seeds["sft"] == seeds["e2e_rl"] == [0, 1, 2]
+    assert seeds["pivotrl_no_filter"] == seeds["pivotrl_random"] == seeds["pivotrl_exact"] == [0]
+    every = plan_jobs(cfg.model_copy(update={"ablation_seeds": 0}), {"toolshop": {"kept": 5}},
+                      log=lambda m: None)
+    assert len(every) == len(METHODS) * 3

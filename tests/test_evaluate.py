@@ -72,6 +72,13 @@ def test_build_writes_the_contract_layout_and_is_cached(quick_testbed):
     build = json.loads((out / "build.json").read_text())
     assert build["parameters"] > 0 and build["build_seconds"] > 0 and build["config_hash"]
     _check_shape(build["base"])
+    # the record says where pivots can be: per world and turn position, the per-sample success
+    for world in ("toolshop", "terminal"):
+        turns = list(iter_valid(out / world / "train.jsonl", Trajectory))
+        by_position = build["base"]["by_position"][world]
+        assert sum(p["turns"] for p in by_position.values()) == sum(
+            m.role == "assistant" for t in turns for m in t.messages)
+        assert all(0 <= p["q"] <= 1 and 0 <= p["mixed"] <= 1 for p in by_position.values())
     before = (out / "build.json").stat().st_mtime_ns
     again = build_testbed(out, TestbedConfig().quick())
     assert again["cached"] and (out / "build.json").stat().st_mtime_ns == before

@@ -70,6 +70,25 @@ def test_valid_actions_are_scored_in_one_batch_and_order_is_kept():
     assert verifier.batches == 1
 
 
+def test_a_repeated_action_on_one_turn_is_verified_once():
+    seen = []
+
+    class Counting(Scripted):
+        def score(self, turn, action):
+            seen.append((turn.id, action.content))
+            return super().score(turn, action)
+
+    other = TURN.model_copy(update={"id": "t/1"})
+    verifier = Counting({"a": Score(1.0, True, "same"), "b": Score(0.0, True)})
+    scores = score_completions(verifier, [TURN, TURN, TURN, other, other],
+                               ["a", "b", "a", "a", "a"])
+    assert [s.reward for s in scores] == [1.0, 0.0, 1.0, 1.0, 1.0]
+    assert scores[2] == scores[0] and scores[2].reason == "same"
+    # one verification per distinct (turn, action): the copies on TURN and on `other` are reused,
+    # but the same text on another turn is verified for that turn
+    assert sorted(seen) == [("t/0", "a"), ("t/0", "b"), ("t/1", "a")]
+
+
 def test_score_actions_keeps_the_callers_reasons():
     scores = score_actions(Scripted({}), [TURN], [None], ["line 3: not JSON"])
     assert scores[0].reason == "line 3: not JSON" and not scores[0].valid

@@ -9,7 +9,8 @@ of rules holds everywhere:
 - a reward that is not a finite number becomes 0 (NaN would poison the group's advantage);
 - every reward is clamped to [0, 1] (the range the pivot statistics and GRPO groups assume).
 
-Valid actions reach the verifier in one `score_batch` call, so judges and sandboxed verifiers can
+An action repeated on the same turn object is verified once (a verifier is a function of the
+turn and the action). Valid actions reach the verifier in one `score_batch` call, so judges and sandboxed verifiers can
 overlap their waits; if the batch call fails, actions are scored one by one to isolate the bad one.
 """
 
@@ -63,13 +64,22 @@ def score_actions(verifier: Verifier, turns: Sequence[Turn], actions: Sequence[M
     """Score parsed actions; `None` is an action that could not be parsed (`reasons[i]` says why)."""
     if len(turns) != len(actions):
         raise ValueError(f"{len(turns)} turns but {len(actions)} actions")
-    todo = [i for i, a in enumerate(actions) if a is not None]
+    # A verifier is a function of (turn, action), so an action repeated on the same Turn object
+    # (the K or G samples of one state often repeat, more so as a policy sharpens) is verified
+    # once and its copies get the same Score: in executable worlds each verification runs the
+    # world, often several times.
+    first: dict[tuple[int, str], int] = {}
+    source: dict[int, int] = {}
+    for i, a in enumerate(actions):
+        if a is not None:
+            source[i] = first.setdefault((id(turns[i]), a.model_dump_json()), i)
+    todo = sorted(set(source.values()))
     scored = _verify(verifier, [turns[i] for i in todo], [actions[i] for i in todo]) if todo else []
     by_index = dict(zip(todo, scored))
     out = []
     for i in range(len(actions)):
-        if i in by_index:
-            out.append(normalise(by_index[i]))
+        if i in source:
+            out.append(normalise(by_index[source[i]]))
         else:
             out.append(Score(0.0, False, (reasons[i] if reasons else "") or "unparseable action"))
     return out

@@ -33,7 +33,13 @@ from pivotrl.io.yaml_config import load_model
 from pivotrl.experiment.testbed.pretrain import PretrainConfig
 from pivotrl.experiment.testbed.tiny import TinyModelConfig
 
-BUILD_VERSION = 2  # bump when the build's code changes what it writes
+BUILD_VERSION = 2  # bump when the build's code changes the data or the weights it writes
+# The build record's per-position skill measure: the demo's own profile of its shared data (the
+# first 100 train trajectories per world, K = 8 samples at T = 1, the world's state verifier), so
+# the record says where pivots can exist before any arm trains.
+SKILL_TRAJECTORIES = 100
+SKILL_K = 8
+SKILL_MAX_NEW_TOKENS = 64
 
 
 class TestbedConfig(BaseModel):
@@ -250,11 +256,42 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     }
     say("measuring the base")
     info["base"] = evaluate_model(model, tokenizer, out, cfg.eval, progress=lambda m: say(f"base: {m}"))
+    say("measuring the base: per-sample success by turn position")
+    info["base"]["by_position"] = {
+        w: position_success(model, tokenizer, out / w / "train.jsonl", min(SKILL_TRAJECTORIES, cfg.n_train))
+        for w in cfg.worlds}
     lap("evaluate", t0)
     info["timings"] = timings
     info["build_seconds"] = round(time.time() - start, 1)
     write_text_atomic(out / "build.json", json.dumps(info, indent=2) + "\n")
     return {**info, "cached": False}
+
+
+def position_success(model, tokenizer, trajectories: Path, n: int = SKILL_TRAJECTORIES,
+                     k: int = SKILL_K) -> dict[str, dict[str, float]]:
+    """Per turn position (0-based assistant ordinal) of the first `n` trajectories: `turns`, `q`
+    (mean over the turns of the share of k samples at T = 1 that the state verifier accepts: the
+    base's per-sample success) and `mixed` (share of turns with some but not all samples accepted:
+    where pivots can be)."""
+    from pivotrl.extract import ExtractOptions, extract_turns
+    from pivotrl.io.records import Trajectory, iter_valid
+    from pivotrl.profile.loop import ProfileConfig, profile_stream
+    from pivotrl.sampling import get_sampler
+    from pivotrl.select import outcome, success_rate
+    from pivotrl.verifiers import get_verifier
+
+    turns = [t for i, traj in enumerate(iter_valid(trajectories, Trajectory)) if i < n
+             for t in extract_turns(traj, ExtractOptions())[0]]
+    cfg = ProfileConfig(k=k, verifier="state", seed=0, max_new_tokens=SKILL_MAX_NEW_TOKENS)
+    sampler = get_sampler("hf", model, tokenizer=tokenizer, batch_size=64, device="cpu")
+    by: dict[int, list] = {}
+    for p in profile_stream(turns, sampler, get_verifier("state"), tokenizer, cfg):
+        by.setdefault(p.turn, []).append(p)
+    return {str(pos): {"turns": len(ps),
+                       "q": round(sum(success_rate(p) for p in ps) / len(ps), 4),
+                       "mixed": round(sum(outcome([s.reward for s in p.samples]) == "mixed"
+                                          for p in ps) / len(ps), 4)}
+            for pos, ps in sorted(by.items())}
 
 
 def _answer(text: str):

@@ -180,8 +180,6 @@ class TinyModelConfig(BaseModel):
     max_positions: int = Field(2048, description="Longest sequence (prompt + completion) in tokens; "
                                                   "the testbed's longest episode prompts fit.")
     rope_theta: float = Field(10000.0, description="RoPE base (Llama default).")
-    vocab_size: int = Field(2048, description="BPE vocabulary to train (the testbed's text is "
-                                              "small and repetitive; more mostly grows the embeddings).")
     tie_embeddings: bool = Field(True, description="Share input and output embeddings (fewer "
                                                    "parameters, as small Qwen/Llama models do).")
     seed: int = Field(0, description="Initialisation seed.")
