@@ -34,9 +34,10 @@ from pivotrl.io.records import Message
 class PretrainConfig(BaseModel):
     """Loop settings. Defaults: the build measured in README (≈ 0.25 s/step on 2 cores)."""
 
-    steps: int = Field(4200, description="Optimizer steps (measured on the OOD mix alone: add and "
-                                         "sub pass 0.8 only after ~1800 OOD steps; about half the "
-                                         "build's steps are OOD batches).")
+    steps: int = Field(5400, description="Optimizer steps. Measured with the default mix: at "
+                                         "3600 steps toolshop's turn 4 stayed at per-sample "
+                                         "success 0.09 and turn 5 at 0.03; 5400 lifted them to "
+                                         "0.22 and 0.71 (docs/RESULTS.md).")
     tokens_per_batch: int = Field(4096, description="Token budget of one batch (padded length × "
                                                     "rows); bucketing by length keeps padding small.")
     max_rows: int = Field(128, description="At most this many examples in one batch.")
@@ -50,8 +51,11 @@ class PretrainConfig(BaseModel):
                                               "lengths round up to the same multiple of this.")
     max_len: int = Field(2048, description="Examples longer than this (tokens) are dropped.")
     seed: int = Field(0, description="Shuffling seed.")
-    threads: int = Field(2, description="torch threads: 2 on the 2-core machine ran 1.4× faster "
-                                        "than 1 (0.235 vs 0.335 s/step, measured).")
+    threads: int = Field(1, description="torch threads. 1, so two builds (or a build and other "
+                                        "work) share the 2-core machine: two 1-thread builds side by "
+                                        "side ran 0.22 s/step each; alone, 2 threads ran 1.4× faster "
+                                        "than 1 (measured). The count is part of the weights' recipe "
+                                        "(module doc).")
 
 
 def encode_examples(tokenizer, examples: Sequence[dict[str, Any]], max_len: int) -> list[tuple[list[int], list[int]]]:
