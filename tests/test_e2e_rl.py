@@ -38,6 +38,39 @@ def test_e2e_runs_and_counts_rollout_turns(tmp_path, tiny_model_dir, world):
     assert (tmp_path / "e2e" / "config.json").exists()
 
 
+def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, tiny_model_dir):
+    """Stopped at a checkpoint and resumed, the run ends with the same weights and metrics as one
+    run straight through (nothing lost or doubled), so the demo can stop E2E RL early."""
+    from safetensors.torch import load_file
+
+    from pivotrl.experiment.e2e import train_e2e
+    from pivotrl.experiment.testbed.tasks import make_tasks
+
+    tasks = make_tasks("toolshop", "train", 3)
+
+    def run(out, steps, resume=False):
+        cfg = E2ERunConfig(model=str(tiny_model_dir), output_dir=out, world="toolshop",
+                           tasks=tmp_path / "unused.jsonl", tasks_per_step=2, num_generations=2,
+                           max_turns=2, max_completion_length=12, learning_rate=1e-3,
+                           max_steps=steps, save_steps=2, resume=resume)
+        return train_e2e(cfg, tasks)
+
+    def metrics(out):
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k != "step_time"} for r in rows]
+
+    run(tmp_path / "straight", 4)
+    assert run(tmp_path / "split", 2)["resumed_from"] == 0
+    with (tmp_path / "split" / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 3, "rollout_turns": 999}) + "\n")  # a step lost in a crash
+    assert run(tmp_path / "split", 4, resume=True)["resumed_from"] == 2
+    assert metrics(tmp_path / "split") == metrics(tmp_path / "straight")
+    a = load_file(tmp_path / "straight" / "model.safetensors")
+    b = load_file(tmp_path / "split" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert (tmp_path / "split" / "checkpoint-4" / "config.json").exists()
+
+
 def test_e2e_policy_gradient_step_follows_the_reward(tmp_path, tiny_model_dir):
     """Reward the episodes whose first completion token is even: after one step, the log-prob of
     those first turns rises and that of the others falls (the loss really is the PG loss)."""

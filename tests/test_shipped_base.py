@@ -45,12 +45,15 @@ def test_a_shipped_build_is_reused_bit_for_bit(quick_build, tmp_path, monkeypatc
         raise AssertionError("pretrained although the shipped base matched")
 
     monkeypatch.setattr(build_mod, "pretrain_base", no_pretraining)
+    # the costly per-position profile is the shipped record's (the same weights on the same data)
+    monkeypatch.setattr(build_mod, "position_success", no_pretraining)
     again = build_testbed(tmp_path / "again", TestbedConfig().quick())
     assert again["base_source"].startswith("shipped")
     assert weights_digest(tmp_path / "again" / "base") == weights_digest(built / "base")
     # The same weights measure the same.
     assert again["base"]["in_domain"] == info["base"]["in_domain"]
     assert again["base"]["ood"] == info["base"]["ood"]
+    assert again["base"]["by_position"] == info["base"]["by_position"]
 
 
 def test_a_different_tokenizer_or_config_is_not_served(quick_build, tmp_path):

@@ -19,9 +19,8 @@ RULE = ("Checkpoints come every `eval_every` steps, up to `steps` (the cap). Aft
         "its world) is read. A checkpoint improves when its score exceeds the best earlier score "
         "by more than `min_improvement` (the first checkpoint is compared with the base's score). "
         "The run stops at the first checkpoint that ends `patience` checkpoints in a row without "
-        "an improvement, or at the cap. Checkpoints after the stop are never trained (E2E RL, "
-        "which cannot resume, trains to the cap and its later checkpoints are never scored), so "
-        "no choice can land there. The same rule for every arm.")
+        "an improvement, or at the cap. Checkpoints after the stop are never trained, so no choice "
+        "can land there. The same rule for every arm.")
 
 
 class BudgetRule(BaseModel):

@@ -81,6 +81,15 @@ class RecordingPolicy:
 
 # The LM head on completion positions only (shared with the rest of the package).
 token_logps = completion_logps
+# Beside the weights in every checkpoint-N: what a resumed run needs to continue exactly.
+RESUME_STATE = "e2e_state.pt"
+
+
+def latest_checkpoint(out: Path) -> tuple[int, Path] | None:
+    """(step, dir) of the last checkpoint a run can resume from, None when there is none."""
+    done = [(int(p.name.rsplit("-", 1)[1]), p) for p in out.glob("checkpoint-*")
+            if p.name.rsplit("-", 1)[1].isdigit() and (p / RESUME_STATE).is_file()]
+    return max(done) if done else None
 
 
 def world_of(cfg: E2ERunConfig, task: Trajectory) -> str:
@@ -143,26 +152,39 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
         raise ValueError(f"{cfg.tasks}: no tasks")
     check_model(cfg.model, "model")
     out.mkdir(parents=True, exist_ok=True)
+    resume = latest_checkpoint(out) if cfg.resume else None
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
-    model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(resume[1] if resume else cfg.model, dtype=torch.float32)
     model.to("cuda" if torch.cuda.is_available() else "cpu")
-    progress = ProgressLog("step", cfg.max_steps, every_s=cfg.progress_seconds, log_file=out / "train.log")
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     warmup = max(cfg.warmup_steps, 0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warmup + 1)))
     metrics_path = out / "metrics.jsonl"
-    metrics_path.write_text("")
-    order: list[Trajectory] = []
-    rollout_turns, G = 0, cfg.num_generations
+    order: list[int] = []  # indices into tasks: the rest of the current pass, popped from the end
+    rollout_turns, G, done = 0, cfg.num_generations, 0
+    if resume:
+        done, state = resume[0], torch.load(resume[1] / RESUME_STATE, weights_only=False)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        rng.setstate(state["rng"])
+        torch.set_rng_state(state["torch_rng"])
+        order, rollout_turns = state["order"], state["rollout_turns"]
+        # metrics of steps after the checkpoint were never kept in the model: drop them
+        rows = metrics_path.read_text().splitlines() if metrics_path.exists() else []
+        metrics_path.write_text("".join(r + "\n" for r in rows if json.loads(r)["step"] <= done))
+    else:
+        metrics_path.write_text("")
+    progress = ProgressLog("step", cfg.max_steps, every_s=cfg.progress_seconds, log_file=out / "train.log",
+                           start=done)
 
-    for step in range(1, cfg.max_steps + 1):
+    for step in range(done + 1, cfg.max_steps + 1):
         t0 = time.perf_counter()
         # 1. Tasks for this step: a reshuffled pass over the task list, tasks_per_step at a time.
         batch_tasks = []
         while len(batch_tasks) < cfg.tasks_per_step:
             if not order:
-                order = rng.sample(tasks, len(tasks))
-            batch_tasks.append(order.pop())
+                order = rng.sample(range(len(tasks)), len(tasks))
+            batch_tasks.append(tasks[order.pop()])
 
         # 2. G episodes per task with the current policy (sampling, no gradients).
         model.eval()
@@ -232,11 +254,15 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
             with metrics_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
         progress.update(step, f"reward {rewards.mean().item():.3g}")
-        if step % cfg.save_steps == 0 and step != cfg.max_steps:
-            model.save_pretrained(out / f"checkpoint-{step}")
-            tokenizer.save_pretrained(out / f"checkpoint-{step}")
+        if step % cfg.save_steps == 0:
+            ckpt = out / f"checkpoint-{step}"
+            model.save_pretrained(ckpt)
+            tokenizer.save_pretrained(ckpt)
+            torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                        "rng": rng.getstate(), "torch_rng": torch.get_rng_state(), "order": order,
+                        "rollout_turns": rollout_turns}, ckpt / RESUME_STATE)
 
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    return {"steps": cfg.max_steps, "tasks": len(tasks), **dropped, "rollout_turns": rollout_turns,
+    return {"steps": cfg.max_steps, "resumed_from": done, "tasks": len(tasks), **dropped, "rollout_turns": rollout_turns,
             "output_dir": str(out), "metrics": str(metrics_path)}

@@ -37,7 +37,10 @@ class E2ERunConfig(YamlConfig):
     micro_batch_size: int = Field(16, description="Turns per forward/backward pass (memory only, not "
                                   "the maths: gradients are accumulated over the whole step).")
     max_steps: int = Field(100, description="Optimizer steps (ours).")
-    save_steps: int = Field(50, description="Write checkpoint-N every N steps (ours).")
+    save_steps: int = Field(50, description="Write checkpoint-N every N steps (ours): the weights "
+                            "and what a resumed run needs (optimizer, schedule, RNG, task order).")
+    resume: bool = Field(False, description="Continue from the last checkpoint-N in output_dir "
+                         "(metrics of later steps are dropped): the same run as one uninterrupted.")
     logging_steps: int = Field(1, description="Append to metrics.jsonl every N steps.")
     seed: int = Field(0, description="Seed of task order and sampling.")
     split: Path | None = Field(None, description="Split file of `pivotrl extract --eval-fraction` "

@@ -2,9 +2,9 @@
 rule (`budget.py`) with every checkpoint scored on dev as it lands, and the eval split scored
 at a chosen checkpoint.
 
-A job trains in segments of `eval_every` steps (SFT and PivotRL resume their trainer's
-checkpoint; the E2E loop cannot resume, so it trains to the cap at once and the rule only stops
-its scoring). After each checkpoint is scored on dev the rule decides whether the job goes on.
+A job trains in segments of `eval_every` steps, each resuming the last checkpoint (the trainer's
+for SFT and PivotRL, the E2E loop's own for E2E RL). After each checkpoint is scored on dev the
+rule decides whether the job goes on.
 Each checkpoint's dev scores are cached beside it (dev-step<N>.json), and a finished job writes
 rows.json, so a rerun, or a rerun after a crash, redoes only unfinished work."""
 
@@ -45,17 +45,17 @@ def train_job(job: Job, testbed: Path, out: Path, cfg: Any, until: int | None = 
     """Train one run to step `until` (default: the cap, `cfg.steps`), continuing from its last
     checkpoint when there is one; checkpoints land in job_dir/checkpoint-<step>. Returns
     job_dir. Every arm trains on the same trajectories (data/<world>/trajectories.jsonl) or
-    their turns. The E2E loop has no resume: it always trains to the cap."""
+    their turns."""
     from pivotrl.train.config import GRPORunConfig, SFTRunConfig
 
     job_dir = out / "runs" / job.name
     wdir = out / "data" / job.world
     base = str(testbed / "base")
-    resume = job.method != "e2e_rl" and any(job_dir.glob("checkpoint-*"))
+    resume = any(job_dir.glob("checkpoint-*"))
     common = dict(model=base, output_dir=job_dir, learning_rate=job.lr,
-                  max_steps=cfg.steps if until is None or job.method == "e2e_rl" else until,
-                  save_steps=cfg.eval_every, seed=job.seed, logging_steps=1, warmup_steps=0)
-    trl_only = dict(precision="fp32", lr_scheduler_type="constant_with_warmup", resume=resume)
+                  max_steps=cfg.steps if until is None else until, save_steps=cfg.eval_every,
+                  seed=job.seed, logging_steps=1, warmup_steps=0, resume=resume)
+    trl_only = dict(precision="fp32", lr_scheduler_type="constant_with_warmup")
     if job.method == "sft":
         from pivotrl.train.sft import train_sft
 
@@ -101,12 +101,9 @@ def rollout_turns_at(job: Job, step: int, job_dir: Path, cfg: Any,
     return rollouts + profiling
 
 
-def checkpoint_dir(job: Job, out: Path, cfg: Any, step: int) -> Path | None:
+def checkpoint_dir(job: Job, out: Path, step: int) -> Path | None:
     """The model dir of a job's checkpoint at `step`, None when not trained (yet)."""
-    job_dir = out / "runs" / job.name
-    ckpt = job_dir / f"checkpoint-{step}"
-    if not ckpt.exists() and step == cfg.steps:
-        ckpt = job_dir  # the e2e loop writes its last step as the final model only
+    ckpt = out / "runs" / job.name / f"checkpoint-{step}"
     return ckpt if (ckpt / "config.json").exists() else None
 
 
@@ -141,10 +138,10 @@ def run_job(job: Job, testbed: Path, out: Path, cfg: Any, pivot_stats: dict[str,
             got = json.loads(cache.read_text())
         else:
             t0 = time.time()
-            if checkpoint_dir(job, out, cfg, step) is None:
+            if checkpoint_dir(job, out, step) is None:
                 train_job(job, testbed, out, cfg, until=step)
             t1 = time.time()
-            ckpt = checkpoint_dir(job, out, cfg, step)
+            ckpt = checkpoint_dir(job, out, step)
             if ckpt is None:  # never score the base in a checkpoint's place
                 raise FileNotFoundError(f"{job.name}: training left no checkpoint at step {step}")
             evaluator = evaluator or Evaluator(testbed, cfg)
@@ -176,7 +173,7 @@ def eval_at(job: Job, step: int, testbed: Path, out: Path,
     if cache.exists():
         got = json.loads(cache.read_text())
         return got["row"], got["items"]
-    ckpt = checkpoint_dir(job, out, cfg, step)
+    ckpt = checkpoint_dir(job, out, step)
     if ckpt is None:
         raise FileNotFoundError(f"{job.name}: no checkpoint at step {step}")
     row, scored = Evaluator(testbed, cfg)(ckpt, job.world, ("eval",))

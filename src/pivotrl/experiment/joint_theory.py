@@ -37,7 +37,7 @@ def matched_preferences(out: Path, testbed: Path, cfg: Any, items: list[dict[str
             for k in ("a", "b") if pair else ():
                 p = pair[k]
                 seed = min(p["steps"])
-                ckpt = checkpoint_dir(Job(world, p["method"], p["lr"], seed), out, cfg, p["step"])
+                ckpt = checkpoint_dir(Job(world, p["method"], p["lr"], seed), out, p["step"])
                 if ckpt is not None:
                     models[f"{name}: {p['method']} lr {p['lr']:g} step {p['step']}"] = load_tiny(ckpt)[0]
         states = [s for s, pivot in theory_states(out / "data" / world, per_world) if pivot]
