@@ -119,6 +119,7 @@ def test_demo_yaml_is_the_default_and_typos_are_errors(tmp_path):
     full = DemoConfig().full()
     assert full.methods == list(METHODS) and full.seeds == [0, 1, 2, 3, 4, 5]
     assert (full.steps, full.learning_rates) == (DemoConfig().steps, DemoConfig().learning_rates)
+    assert full.ablation_seeds == 2
 
 
 def test_strict_exact_is_the_raw_text_ablation():

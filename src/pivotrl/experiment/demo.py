@@ -85,25 +85,27 @@ class DemoConfig(BaseModel):
         default_factory=lambda: ["sft", "pivotrl", "e2e_rl"], description="Arms to train (the "
         "base is always scored). The default grid holds the paper's three headline arms; the "
         "ablations (pivotrl_no_filter: every turn; pivotrl_random: random turns, as many as the "
-        "pivots; pivotrl_exact: strict string-match reward) are in --full (12.9 min measured "
-        "with these three arms at 4 pivots/step, 30 steps, greedy scoring only; the 16-pivot "
-        "grid under the budget rule with sampled scoring costs several times more per job).")
+        "pivots; pivotrl_exact: strict string-match reward) are in --full.")
     seeds: list[int] = Field(default_factory=lambda: [0], description="Training seeds (--full: 6).")
     ablation_seeds: int = Field(0, ge=0, description="The ablation arms (pivotrl_no_filter, "
                                 "pivotrl_random, pivotrl_exact) train on the first N seeds only "
                                 "(0: every seed). Their verdicts pair them with PivotRL on those "
                                 "seeds; the headline arms' power is what the seeds are for.")
     learning_rates: list[float] = Field(
-        default_factory=lambda: [1e-4, 3e-4], description="The lr grid, the same for every method. "
-        "docs/DESIGN.md: keep RL at ≤ 3e-4 on these tiny models. Measured on this testbed: "
-        "a constant 1e-3 collapsed one-turn GRPO within 10 steps (OOD 0.96 → 0.28), so the grid "
-        "is 1e-4–3e-4.")
+        default_factory=lambda: [1e-4], description="The lr grid, the same for every method. On "
+        "the shipped base a run of the grid {1e-4, 3e-4} (1 seed, docs/RESULTS.md) chose 1e-4 on "
+        "dev for every arm (3e-4 lowered every arm's dev score), so the default and --full train "
+        "at 1e-4; `learning_rates: [0.0001, 0.0003]` in a --config reruns the grid. "
+        "docs/DESIGN.md: keep RL at ≤ 3e-4 on these tiny models (a constant 1e-3 collapsed "
+        "one-turn GRPO within 10 steps, OOD 0.96 → 0.28).")
     select_on: Literal["turn", "episode"] = Field(
         "turn", description="Dev measure that chooses each run's checkpoint and each method's lr, "
         "stops a run (`budget`) and matches the frontiers (turn accuracy: the finer one).")
     select_decoding: Literal["greedy", "sampled"] = Field(
-        "greedy", description="Decoding of that dev measure (both are scored and judged; one "
-        "must choose, and greedy is the one every earlier run chose with).")
+        "sampled", description="Decoding of that dev measure (both are scored and judged). "
+        "Sampled, at the training temperature: what GRPO optimises (the expected reward) and how "
+        "thinking models are scored. With greedy selection on the shipped base every run stopped "
+        "by step 30 while PivotRL's sampled dev score still rose (docs/RESULTS.md).")
     steps: int = Field(60, description="The cap: most optimizer steps per training run. A dev probe "
                        "(toolshop, 3 seeds): PivotRL (16 pivots/step, lr 3e-4) peaked by step 40, SFT's dev "
                        "accuracy still rose at 30 and matched it near 60.")
@@ -161,7 +163,8 @@ class DemoConfig(BaseModel):
         needs about six: three seeds gave ±0.029), at the default's budget per run, so a
         --full run into a folder that holds the default run trains only what it adds (finished
         jobs are cached)."""
-        return self.model_copy(update={"seeds": list(range(6)), "methods": list(METHODS)})
+        return self.model_copy(update={"seeds": list(range(6)), "methods": list(METHODS),
+                                       "ablation_seeds": 2})
 
     def frontier_config(self) -> FrontierConfig:
         """The frontier rule on this demo's selection measure and decoding."""

@@ -205,7 +205,8 @@ def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds:
               "ood_kl_to_base": {m: v.get("kl_to_base") for m, v in methods.items()},
               "ood_rank_corr": {m: v.get("rank_corr") for m, v in methods.items()}}
     return {"wall_seconds": wall_seconds, "invocations": invocations or [], "seeds": seeds,
-            "select_on": select_on, "config": config, "methods": methods,
+            "select_on": select_on, "select_decoding": frontier.decoding, "config": config,
+            "methods": methods,
             "verdicts": verdicts(items, chosen), "power": power or [],
             "turns_to_match_e2e": rollout_match(rows, decoded(items, frontier.decoding), chosen,
                                                 pivot_stats),

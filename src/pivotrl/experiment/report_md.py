@@ -81,8 +81,10 @@ def power_section(results: dict[str, Any]) -> list[str]:
 def results_section(results: dict[str, Any]) -> list[str]:
     L = ["## Dev-chosen checkpoints, measured on eval", "",
          f"Each run's step and each method's lr were chosen on the dev split by "
-         f"{MEASURE_NAMES.get(results.get('select_on', 'turn'))}; the numbers are on the disjoint "
-         "eval split (means over worlds and seeds; [95% interval over seeds] with ≥ 2 seeds).", "",
+         f"{MEASURE_NAMES.get(results.get('select_on', 'turn'))} "
+         f"({results.get('select_decoding', 'greedy')}, the dev score); the numbers are on the "
+         "disjoint eval split, greedy (means over worlds and seeds; [95% interval over seeds] "
+         "with ≥ 2 seeds; the sampled ones are in the verdicts).", "",
          "| method | lr | step per seed | dev score | turn accuracy | episode success | OOD | "
          "KL to base (OOD) | rollout turns |", "|---|---|---|---|---|---|---|---|---|"]
     for m, v in results["methods"].items():

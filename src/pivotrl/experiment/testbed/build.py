@@ -10,8 +10,8 @@ Writes (docs/DESIGN.md, contract):
 
 The base is made the way the issue asks: a tokenizer trained on the testbed's (train) text, a
 random tiny Llama, then `pretrain` on a mixture of every OOD training task (so OOD accuracy is
-high) and a smaller share of the WEAK expert's trajectories on other train tasks (noisy: wrong
-ids, early stops, malformed calls; habitual forms = its own style), so in-domain skill is partial.
+high) and a weak expert's trajectories on other train tasks (a mistake on some turns: wrong ids,
+early stops, malformed calls; habitual forms = its own style), so in-domain skill is partial.
 Rerunning with the same config and complete outputs does nothing (the config hash in build.json).
 """
 
@@ -67,11 +67,11 @@ class TestbedConfig(BaseModel):
                                           "pretraining mix (200 were memorised: train loss 0.14, "
                                           "toolshop turn accuracy 0.05; 4000 cost the OOD skills: "
                                           "upper 0.42, reverse 0.63, measured).")
-    weak_noise: float = Field(0.1, description="Weak expert's mistake rate per turn (experts.WEAK). "
+    weak_noise: float = Field(0.1, description="Weak expert's mistake rate per turn (experts.ExpertConfig). "
                               "At 0.3 the base could not do toolshop's later turns (per-sample "
                               "success 0.03 at turn 3, 0 after) and solved 7% of its episodes; "
                               "at 0.1 every turn position is ≥ 0.2 (docs/RESULTS.md).")
-    weak_habit: float = Field(0.7, description="Weak expert's habit: its own preferred form (experts.WEAK).")
+    weak_habit: float = Field(0.7, description="Weak expert's habit: its own preferred form (experts.ExpertConfig).")
     weak_seed: int = Field(1, description="Seed of the weak expert.")
     weak_task_start: int = Field(100_000, description="First task index of the weak expert's tasks "
                                                       "(disjoint from the expert's train tasks).")

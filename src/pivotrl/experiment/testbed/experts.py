@@ -38,7 +38,7 @@ MAX_TURNS = 8  # every task needs at most 6 turns; the weak expert may waste two
 
 class ExpertConfig(BaseModel):
     noise: float = Field(0.0, description="Probability of a mistake at each turn (0 = the expert; "
-                         "0.3 gives the tiny base partial skill).")
+                         "the testbed's base learns from 0.1: TestbedConfig.weak_noise).")
     habit: float = Field(0.0, description="Probability of using its habitual (last-listed) form "
                          "instead of a uniformly random one: the base's own style.")
     mistakes: dict[str, float] = Field(
@@ -46,7 +46,7 @@ class ExpertConfig(BaseModel):
         description="Relative weights of the mistake kinds of the weak expert.")
 
 
-WEAK = ExpertConfig(noise=0.3, habit=0.7)
+WEAK = ExpertConfig(noise=0.3, habit=0.7)  # a clearly weaker expert (tests); the base's: TestbedConfig
 
 
 class Chooser:
