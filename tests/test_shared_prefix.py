@@ -429,7 +429,10 @@ def test_ddp_syncs_shared_prefix_gradients(tmp_path):
     # Each rank is a fresh interpreter, not a fork of this one: a fork of a process with threads
     # (torch's pools, pytest plugins) can deadlock, and a rank that hangs is killed at the deadline
     # instead of outliving the test.
-    script = f"from test_shared_prefix import _ddp_worker; _ddp_worker({{}}, 2, {str(tmp_path)!r})"
+    # os._exit after the worker returns: at interpreter teardown gloo's threads sometimes abort
+    # ("terminate called without an active exception", exit -6) after all the work is saved.
+    script = (f"import os, sys; from test_shared_prefix import _ddp_worker; "
+              f"_ddp_worker({{}}, 2, {str(tmp_path)!r}); sys.stdout.flush(); os._exit(0)")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     ranks = [subprocess.Popen([sys.executable, "-c", script.format(rank)], cwd=Path(__file__).parent,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
