@@ -5,6 +5,7 @@ a sharded LoRA model. Writes OUT/rank<R>.json."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -106,3 +107,6 @@ def main(model_dir: str, pivots: str, out: str) -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:4])
+    # gloo's threads sometimes abort at interpreter teardown (exit -6) after the work is saved
+    sys.stdout.flush()
+    os._exit(0)
