@@ -276,3 +276,22 @@ def test_the_terminal_experts_equivalent_commands_score_1():
         got = state_v.score(t, cand)
         assert got.reward == 1.0, ("state", t.expected.tool_calls[0].args(), cand, got.reason)
     assert len(tasks) == 7 and len(shell_cands) >= 25
+
+
+def test_the_contents_probe_moves_every_line_from_its_place(tmp_path):
+    """`head -2` against `printf 'apple\\nbanana\\n'`: if a shuffle left the first lines where they
+    were, the memorised answer would match the expert on that probe (the secret seed changes per
+    process, so such luck showed up as a rare, random pass). No seed may leave an original line
+    at its position, counted from the start or the end."""
+    text = "apple\nbanana\napple pie\ncherry\n"
+    lines = text.splitlines()
+    for seed in range(300):
+        path = tmp_path / "notes.txt"
+        path.write_text(text)
+        assert perturb_workspace(tmp_path, 0, f"s{seed}")
+        got = path.read_text().splitlines()
+        assert all(a != b for a, b in zip(lines, got)), (seed, got[:4])
+        assert all(a != b for a, b in zip(reversed(lines), reversed(got))), (seed, got[-4:])
+    # a file whose lines cannot all move still gets its probe (bounded tries, then any shuffle)
+    (tmp_path / "notes.txt").write_text("\n\n")
+    assert perturb_workspace(tmp_path, 0, "s0") and (tmp_path / "notes.txt").read_text() != "\n\n"

@@ -12,9 +12,10 @@ that depends on the files: `ls` for `echo app.log`, `grep -c ERROR` for `grep -c
 0. contents: in every text file, every line repeated 2 or 3 times (chosen per line), lines
    made of the file's own words changed slightly added (one letter dropped at either end, case
    swapped, one letter replaced), an empty line and a marker line added, and the whole
-   reordered: counts, sizes, heads, tails, cat, sort -u, wc and copies change, a weaker pattern
-   (`grep -c E` for `grep -c ERROR`), another case rule, a prefix match, `grep -c .` for
-   `wc -l` and anything order-dependent (`cat` for `sort`) count or print differently;
+   reordered so that no original line keeps its position from the start or the end: counts,
+   sizes, heads, tails, cat, sort -u, wc and copies change, a weaker pattern (`grep -c E` for
+   `grep -c ERROR`), another case rule, a prefix match, `grep -c .` for `wc -l` and anything
+   order-dependent (`cat` for `sort`) count or print differently;
 1. names: every file and directory whose name the expert's action does not mention gets a
    new name with the same extension (a file name printed from memory no longer exists), and
    every directory gets, for each extension in it, a new file `<marker>.<ext>` holding a
@@ -49,6 +50,9 @@ PROBES = ("contents", "names")
 _SALT = secrets.token_hex(8)  # per process: markers cannot be learnt from past verifications
 _WORD = re.compile(r"[A-Za-z]{2,}")
 MAX_NEAR_MISS_WORDS = 16
+# Reorderings tried until no original line stays at its position (from the start or the end);
+# with every line repeated and near-miss lines added, most shufflings succeed within a few.
+MAX_SHUFFLES = 200
 
 
 def probe_seed(key: str) -> str:
@@ -101,9 +105,22 @@ def _contents(text: str, rng: random.Random, marker: str) -> str:
         out += [w[:-1], w[1:], w.swapcase(), w[:i] + marker[0] + w[i + 1:]]
     out += ["", f"{marker} {marker}"]
     original = list(out)
+    for _ in range(MAX_SHUFFLES):
+        rng.shuffle(out)
+        if out != original and not _keeps_a_line_in_place(lines, out):
+            break
     while out == original:  # at least two distinct lines (the marker, the empty one)
         rng.shuffle(out)
     return _join(out, "\n")
+
+
+def _keeps_a_line_in_place(lines: list[str], out: list[str]) -> bool:
+    """Whether the perturbed file still holds some original line at its original position,
+    counted from the start or from the end: a read of those positions (`head -2`, `tail -1`,
+    `sed -n 2p`) would then see what it saw in the original, and a command printing the
+    memorised answer would match the expert there by luck."""
+    return any(a == b for a, b in zip(lines, out)) or any(
+        a == b for a, b in zip(reversed(lines), reversed(out)))
 
 
 def _ext(name: str) -> str:
