@@ -167,6 +167,21 @@ def test_state_verifier_on_the_terminal_world(expert, cand, want):
     assert got.reward == want, (expert, cand, got.reason)
 
 
+def test_state_verifier_threads_score_what_one_thread_scores():
+    """score_batch in threads, with fewer cached worlds than turns (forks race evictions): the
+    same scores, in order, as one thread."""
+    experts = ["grep -c ERROR app.log", "head -n 3 data.csv > out.txt", "sort -u names.txt", "ls"]
+    cands = ["grep ERROR app.log | wc -l", "echo 2", "head -3 data.csv > out.txt",
+             "head -n 2 data.csv > out.txt", "sort names.txt | uniq", "sort names.txt", "ls -1",
+             "printf 'app.log\\n'"]
+    turns = [world_turn(e) for e in experts for _ in cands]
+    actions = [run(c) for _ in experts for c in cands]
+    one = get_verifier("state", workers=1).score_batch(turns, actions)
+    many = get_verifier("state", workers=4, cached_worlds=2).score_batch(turns, actions)
+    assert [(s.reward, s.reason) for s in many] == [(s.reward, s.reason) for s in one]
+    assert sum(s.reward for s in one) == 4, [s.reason for s in one]
+
+
 # ---------------------------------------------------------------- property: one-token mutations
 
 MUTATIONS = {

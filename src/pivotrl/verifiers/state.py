@@ -39,7 +39,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.io.records import Message, Turn
-from pivotrl.verifiers.base import Score
+from pivotrl.verifiers.base import Score, score_in_threads
 from pivotrl.verifiers.probes import PROBES, probe_seed, writes
 from pivotrl.verifiers.toolcall import ToolcallVerifier
 from pivotrl.verifiers.world import world_at_turn
@@ -65,6 +65,12 @@ class StateConfig(BaseModel):
     cached_worlds: int = Field(
         64, description="Worlds at a turn kept for forking (worlds with fork(): one per turn and "
                         "probe, LRU; each may hold a workspace on disk).")
+    workers: int = Field(
+        4, description="Threads in score_batch. Every sample gets its own world, so threads "
+                       "share nothing but this verifier's locked caches; worlds that run "
+                       "programs (a sandboxed shell) wait on subprocesses, which threads overlap "
+                       "(terminal dev turns: 1.45x faster at 4 than at 1 on 2 cores). Set 1 for a "
+                       "world whose class keeps unlocked global state.")
 
 
 def _numbers_by_value(obj: Any) -> Any:
@@ -159,9 +165,7 @@ class StateVerifier:
         return verdict
 
     def score_batch(self, turns: Sequence[Turn], actions: Sequence[Message | None]) -> list[Score]:
-        if len(turns) != len(actions):
-            raise ValueError(f"{len(turns)} turns but {len(actions)} actions")
-        return [self.score(t, a) for t, a in zip(turns, actions)]
+        return score_in_threads(self, turns, actions, self.config.workers)
 
     # ------------------------------------------------------------ helpers
 
