@@ -50,6 +50,21 @@ def test_random_policy_scores_near_zero():
 
 
 @needs_sandbox
+def test_terminal_episodes_in_threads_are_the_episodes_in_one(monkeypatch):
+    """The terminal world is `concurrent`: its episodes step in threads, with the same outcome,
+    call for call, as one thread (random actions: errors, writes and reads interleave)."""
+    import pivotrl.experiment.episodes as episodes
+
+    assert episodes.concurrent_world("terminal") and not episodes.concurrent_world("toolshop")
+    tasks = make_tasks("terminal", "eval", 6)
+    threaded = run_episodes("terminal", tasks, RandomPolicy(seed=3), max_turns=4)
+    monkeypatch.setattr(episodes, "concurrent_world", lambda name: False)
+    single = run_episodes("terminal", tasks, RandomPolicy(seed=3), max_turns=4)
+    assert [r.trajectory for r in threaded] == [r.trajectory for r in single]
+    assert sum(m.role == "tool" for r in single for m in r.trajectory.messages) >= 6
+
+
+@needs_sandbox
 def test_random_policy_scores_near_zero_on_terminal():
     tasks = make_tasks("terminal", "eval", 8)
     assert success_rate(run_episodes("terminal", tasks, RandomPolicy(seed=0), max_turns=3)) == 0.0

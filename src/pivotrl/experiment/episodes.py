@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,9 +39,10 @@ from pivotrl.formats.actions import parse_completion, render_action
 from pivotrl.formats.chat import completion_text
 from pivotrl.io.records import Message, Trajectory, Turn, message_text
 from pivotrl.scoring import score_completions
-from pivotrl.verifiers.world import make_world
+from pivotrl.verifiers.world import concurrent_world, make_world
 
 MAX_TURNS = 8  # every testbed task needs at most 6 turns (DESIGN: episodes ≤ 8 turns)
+EPISODE_THREADS = 4  # threads stepping the episodes of a `concurrent` world (as the verifiers')
 
 
 class Policy(Protocol):
@@ -330,21 +332,22 @@ def run_episodes(world_name: str, tasks: Sequence[Trajectory], policy: Any,
     messages are delivered as later user turns (their assistant and tool messages are not
     replayed). `max_turns` caps model turns per episode (0 = no cap); `max_steps_per_turn`
     force-quits an episode whose user turn executes more tool steps than that (BFCL's rule)."""
-    episodes = []
-    for task in tasks:
-        world = make_world(world_name)
-        world.reset(task.metadata.get("world_config", {}))
-        head, later = split_user_turns(task.messages)
-        if hasattr(world, "begin_turn"):
-            world.begin_turn()
-        episodes.append(_Episode(task, world, head, _add_tools(list(task.tools), head), later))
-    while True:
-        active = [e for e in episodes if not e.done]
-        if not active:
-            break
-        texts = act_batch(policy, [e.messages for e in active], [e.tools for e in active])
-        for ep, text in zip(active, texts):
-            _step(ep, text, max_turns, max_steps_per_turn)
+    # Each episode owns its world, so worlds that wait on programs are reset and stepped from
+    # threads (the waits overlap); the others in this thread, as before.
+    pool = ThreadPoolExecutor(EPISODE_THREADS) if concurrent_world(world_name) else None
+    each = pool.map if pool else map
+    try:
+        episodes = list(each(lambda task: _start(world_name, task), tasks))
+        while True:
+            active = [e for e in episodes if not e.done]
+            if not active:
+                break
+            texts = act_batch(policy, [e.messages for e in active], [e.tools for e in active])
+            list(each(lambda ep, text: _step(ep, text, max_turns, max_steps_per_turn),
+                      active, texts))
+    finally:
+        if pool:
+            pool.shutdown()
     results = []
     for ep in episodes:
         try:
@@ -366,6 +369,15 @@ def run_episodes(world_name: str, tasks: Sequence[Trajectory], policy: Any,
                           domain=ep.task.domain or world_name, metadata=meta)
         results.append(EpisodeResult(traj, ok, ep.turns, ep.invalid, ep.final))
     return results
+
+
+def _start(world_name: str, task: Trajectory) -> _Episode:
+    world = make_world(world_name)
+    world.reset(task.metadata.get("world_config", {}))
+    head, later = split_user_turns(task.messages)
+    if hasattr(world, "begin_turn"):
+        world.begin_turn()
+    return _Episode(task, world, head, _add_tools(list(task.tools), head), later)
 
 
 def _end_user_turn(ep: _Episode, max_turns: int) -> None:

@@ -54,6 +54,11 @@ class World(Protocol):
     #
     # Optional: `fork(self) -> World`, an independent copy in the same state (cheaper than a
     # reset and a replay of the context, for worlds whose replay runs programs).
+    #
+    # Optional: a class attribute `concurrent = True`, for worlds whose calls wait on programs
+    # (a sandboxed shell) and whose instances share no unlocked state: verifiers and the episode
+    # runner then drive several instances from threads at once, overlapping the waits
+    # (`concurrent_world`). Pure-Python worlds gain nothing from threads and leave it unset.
 
 
 WorldFactory = Callable[[], World]
@@ -132,6 +137,11 @@ def same_answer(turn: Turn, expected: str, candidate: str) -> bool | None:
 
 
 _TYPES: dict[str, Any] = {}
+
+
+def concurrent_world(name: str | None) -> bool:
+    """Whether world `name` declares that its instances may run in threads at once."""
+    return bool(name) and bool(getattr(_world_type(name), "concurrent", False))
 
 
 def _world_type(name: str) -> Any:

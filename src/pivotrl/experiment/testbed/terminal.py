@@ -60,6 +60,7 @@ ANSWERS: dict[str, list[str]] = {
 
 class TerminalWorld:
     name = NAME
+    concurrent = True  # every call waits on a bwrap subprocess; instances share nothing
 
     def __init__(self) -> None:
         self.workdir: Path | None = None
