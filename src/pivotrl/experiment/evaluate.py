@@ -27,6 +27,7 @@ demo's Theorem 3.3 check proper is in theory.py.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Sequence
@@ -176,6 +177,17 @@ def turn_kind(turn: Any) -> str:
     return "tool_call" if getattr(turn.expected, "tool_calls", None) else "message"
 
 
+@functools.cache
+def shared_verifier(name: str) -> Any:
+    """One verifier per name per process: a checkpoint's greedy and sampled scoring, and every
+    later checkpoint's, ask about the same expert turns, so the verifier's caches (the expert's
+    outcome per turn, on every probe) are reused. Safe: a verifier is a function of (turn,
+    action) and caches only what depends on the turn."""
+    from pivotrl.verifiers import get_verifier
+
+    return get_verifier(name)
+
+
 def evaluate_turns(policy, trajectories: Sequence[Trajectory], verifier: str,
                    items: list[dict[str, Any]] | None = None, k: int = 1) -> dict[str, Any]:
     """Turn accuracy on expert states: the policy's action at every assistant turn of
@@ -183,10 +195,9 @@ def evaluate_turns(policy, trajectories: Sequence[Trajectory], verifier: str,
     expert's by the named verifier. Item rows also carry the turn's `position` in its
     trajectory and its `kind` (`turn_kind`), for the report's where-does-it-gain breakdown."""
     from pivotrl.experiment.episodes import expert_turns, turn_accuracy
-    from pivotrl.verifiers import get_verifier
 
     turns = expert_turns(list(trajectories))
-    acc = turn_accuracy(policy, [t for t in turns for _ in range(k)], get_verifier(verifier))
+    acc = turn_accuracy(policy, [t for t in turns for _ in range(k)], shared_verifier(verifier))
     rewards = item_means(acc.rewards, k)
     if items is not None:
         items += [{"measure": "turn", "item": t.id, "cluster": t.trajectory_id, "outcome": r,
