@@ -229,6 +229,20 @@ def test_terminal_observations_are_deterministic():
     assert obs[0] == obs[1]
 
 
+@needs_sandbox
+def test_a_pipelines_errors_read_the_same_every_run():
+    """Four processes of one pipeline fail at once on one stderr pipe: stderr is line-buffered in
+    the sandbox (no message spliced into another) and the world sorts the lines, so the
+    observation does not depend on the scheduler (before: 14 distinct texts in 20 runs)."""
+    w = make_world("terminal")
+    w.reset({"workspace": {"a.txt": "x\n"}})
+    seen = {w.execute("run", {"command": "cat m1.txt | cat m2.txt | cat m3.txt | nosuchcmd"})
+            for _ in range(40)}
+    assert len(seen) == 1, seen
+    lines = seen.pop().splitlines()
+    assert lines[:4] == sorted(lines[:4]) and sum(ln.startswith("cat: m") for ln in lines) == 3
+
+
 def test_weak_expert_is_partly_competent_and_records_are_valid():
     trajs = generate_trajectories("toolshop", "train", 150, seed=0, config=WEAK)
     rate = sum(t.metadata["success"] for t in trajs) / len(trajs)

@@ -16,6 +16,10 @@ read by the dynamic loader whatever the environment says, so `env -i` or `unset 
 do not escape it. Known hole: statically linked programs (none in Debian's coreutils, bash,
 grep, sed, findutils, python) and direct system calls see the real clock.
 
+The shim also makes every program's stderr line-buffered, so concurrent writers (the processes
+of a pipeline) never splice their messages mid-line; callers that need a deterministic picture
+sort the lines (`testbed.terminal.observation`).
+
 Without a C compiler the shim is not built and the clock is real (`clock_status()` says so).
 """
 
@@ -38,6 +42,7 @@ SHIM_SOURCE = r"""
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -104,6 +109,14 @@ int statx(int d, const char *p, int f, unsigned int mask, struct statx *sx) {
     if (rc == 0) { FIX_SX(sx->stx_atime); FIX_SX(sx->stx_btime); FIX_SX(sx->stx_ctime);
                    FIX_SX(sx->stx_mtime); }
     return rc;
+}
+
+/* stderr a line at a time (one write per line, as `stdbuf -eL` sets it): the processes of a
+   pipeline share one stderr pipe, and unbuffered stdio writes a message in pieces ("cat: ",
+   then the rest), so two failing processes would splice their lines mid-line. Whole lines are
+   atomic pipe writes; only their order is left to the scheduler. */
+__attribute__((constructor)) static void line_buffered_stderr(void) {
+    setvbuf(stderr, NULL, _IOLBF, BUFSIZ);
 }
 """
 

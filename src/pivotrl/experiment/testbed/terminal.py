@@ -162,7 +162,13 @@ class TerminalWorld:
 
 
 def observation(res: sandbox.SandboxResult) -> str:
-    text = (res.stdout + res.stderr).rstrip("\n")
+    # The processes of a pipeline write stderr concurrently, in an order the scheduler picks
+    # (`cat a | nosuch` shows either error first), and a world must be deterministic: its
+    # observations are replayed by `world_at_turn` and compared by the verifiers. So stderr's
+    # lines are shown sorted; stdout comes from one process (the pipeline's last) and keeps its
+    # order.
+    errors = res.stderr.splitlines()
+    text = (res.stdout + "".join(line + "\n" for line in sorted(errors))).rstrip("\n")
     if len(text) > MAX_OBSERVATION_CHARS:
         text = text[:MAX_OBSERVATION_CHARS] + "\n[output cut]"
     if res.timed_out:
