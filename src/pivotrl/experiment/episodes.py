@@ -333,7 +333,7 @@ def run_episodes(world_name: str, tasks: Sequence[Trajectory], policy: Any,
     replayed). `max_turns` caps model turns per episode (0 = no cap); `max_steps_per_turn`
     force-quits an episode whose user turn executes more tool steps than that (BFCL's rule)."""
     # Each episode owns its world, so worlds that wait on programs are reset and stepped from
-    # threads (the waits overlap); the others in this thread, as before.
+    # threads (the waits overlap); the others step in this thread.
     pool = ThreadPoolExecutor(EPISODE_THREADS) if concurrent_world(world_name) else None
     each = pool.map if pool else map
     try:
