@@ -9,7 +9,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from pivotrl.cli.options import config_fields, engine_option, line_progress, load_config, option, run_job
+from pivotrl.cli.options import (config_fields, engine_option, leave_process_group, line_progress, load_config,
+                                 option, run_job)
 from pivotrl.cli.tables import print_train_summary, profile_table, select_table
 from pivotrl.evaluate.turns import TurnEvalConfig
 from pivotrl.experiment import cli as experiment_cli
@@ -256,6 +257,7 @@ def train(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML
 
     cfg = load_config(console, GRPORunConfig, config, **overrides)
     print_train_summary(console, "train", _run_training("train", run_grpo, cfg))
+    leave_process_group()
 
 
 def _run_training(verb: str, run, cfg):
@@ -275,6 +277,7 @@ def sft(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML o
 
     cfg = load_config(console, SFTRunConfig, config, **overrides)
     print_train_summary(console, "sft", _run_training("sft", train_sft, cfg))
+    leave_process_group()
 
 
 @guarded_command(app, inputs=["bfcl", "turns", "verifier_config"], outputs=["out"], with_sidecars=False)

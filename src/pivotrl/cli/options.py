@@ -142,3 +142,31 @@ def run_job(console: Console, verb: str, job: Callable[[], Any], stopped: str) -
             raise
         console.print(f"[red]pivotrl {verb}: {escape(str(exc))}[/red]")
         raise typer.Exit(2 if isinstance(exc, (InputError, FileNotFoundError)) else 1) from None
+
+
+def leave_process_group() -> None:
+    """Ends a rank of a multi-process run (`accelerate launch`) once its work is saved: destroys
+    the process group (on every rank, after a barrier), runs the atexit handlers, flushes, and
+    exits without interpreter finalization. At finalization gloo's worker threads can still hold
+    tensors whose release needs the GIL; the process then aborts (SIGABRT, "terminate called
+    without an active exception") after a run that succeeded, and the launcher reports the whole
+    run as failed. Called only after success: destroying the group while another rank is still
+    in a collective can hang (torchtitan destroys it on success only, for the same reason).
+    A no-op in a single process."""
+    import atexit
+    import logging
+    import os
+    import sys
+
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.barrier()
+    dist.destroy_process_group()
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
