@@ -103,6 +103,22 @@ def test_rollout_ratio_and_its_interval():
     assert never is None  # no PivotRL checkpoints at that lr: nothing to compare
 
 
+def test_rollout_ratio_counts_a_stopped_seed_at_its_last_checkpoint():
+    """Seed 1's PivotRL run stopped at step 10 (the budget rule); seed 0 trained on to 20. At
+    step 20 the curve pools seed 0's step 20 with seed 1's step 10, outcomes and turns alike."""
+    rows, turns = [], {}
+    for seed, acc_by_step in ((0, {10: 0.2, 20: 0.8}), (1, {10: 0.6})):
+        for step, acc in acc_by_step.items():
+            turns[("pivotrl", 1e-4, seed, step)] = 100 * step
+            rows += [item("pivotrl", seed, step, i, i, int(i < 50 * acc)) for i in range(50)]
+        turns[("e2e_rl", 1e-4, seed, 20)] = 20000
+        rows += [item("e2e_rl", seed, 20, i, i, int(i < 30)) for i in range(50)]  # 0.6
+    got = rollout_ratio(rows, turns, side("e2e_rl", seeds=(0, 1), step=20),
+                        {"method": "pivotrl", "lr": 1e-4}, measure="turn")
+    # Step 10: (0.2 + 0.6) / 2 = 0.4 < 0.6. Step 20: (0.8 + 0.6) / 2 = 0.7, at (2000 + 1000) / 2 turns.
+    assert got["target"] == pytest.approx(0.6) and got["pivotrl"] == 1500 and got["ratio"] == 20000 / 1500
+
+
 def test_halfwidth_of_independent_arms_matches_the_binomial_formula():
     rng = random.Random(2)
     rows = [item("base", 0, 0, i, i, int(rng.random() < 0.5), lr=0.0) for i in range(400)]

@@ -160,15 +160,24 @@ def rollout_ratio(items: Sequence[Row], turns: dict[tuple, float], e2e: dict[str
     the rollout turns at those checkpoints (mean over seeds). PivotRL (at its dev-chosen lr,
     `pivotrl["lr"]`) reaches the target at its earliest step whose mean outcome over seeds is ≥
     the target; its cost is that step's rollout turns (mean over seeds; profiling included, as
-    `turns` counts it). ratio = E2E's turns / PivotRL's (0 when PivotRL never reaches it). The
+    `turns` counts it). A seed's run that the budget rule stopped before step t counts at t as
+    its last checkpoint, outcome and turns: a stopped run spends no more rollouts and its model
+    stays where it stopped. ratio = E2E's turns / PivotRL's (0 when PivotRL never reaches it). The
     interval redraws target and curve together under the same bootstrap as `paired`;
     "met" when its lower end is ≥ `claimed`, "not met" when its upper end is below."""
     e2e_vals = side_outcomes(items, e2e["method"], e2e["lr"], e2e["steps"], split=split,
                              measure=measure)
-    steps = sorted({k[3] for k in turns if k[0] == pivotrl["method"] and math.isclose(k[1], pivotrl["lr"])})
     seeds = sorted(e2e["steps"])
-    curve = {t: side_outcomes(items, pivotrl["method"], pivotrl["lr"], {s: t for s in seeds},
-                              split=split, measure=measure) for t in steps}
+    run_steps = {s: sorted(k[3] for k in turns if k[0] == pivotrl["method"] and k[2] == s
+                           and math.isclose(k[1], pivotrl["lr"])) for s in seeds}
+    at: dict[int, dict[int, int]] = {}  # step t -> {seed: the checkpoint that seed has at t}
+    for t in sorted({t for steps in run_steps.values() for t in steps}):
+        reached = {s: max(x for x in steps if x <= t) for s, steps in run_steps.items()
+                   if steps and steps[0] <= t}
+        if len(reached) == len(seeds):
+            at[t] = reached
+    curve = {t: side_outcomes(items, pivotrl["method"], pivotrl["lr"], by_seed, split=split,
+                              measure=measure) for t, by_seed in at.items()}
     curve = {t: v for t, v in curve.items() if v}
     if not e2e_vals or not curve:
         return None
@@ -176,8 +185,8 @@ def rollout_ratio(items: Sequence[Row], turns: dict[tuple, float], e2e: dict[str
     e2e_cells = cell_sums(e2e_vals, seeds, clusters)
     curve_cells = {t: cell_sums(v, seeds, clusters) for t, v in curve.items()}
     e2e_turns = sum(turns[(e2e["method"], e2e["lr"], s, st)] for s, st in e2e["steps"].items()) / len(seeds)
-    pivot_turns = {t: sum(turns[(pivotrl["method"], pivotrl["lr"], s, t)] for s in seeds) / len(seeds)
-                   for t in curve}
+    pivot_turns = {t: sum(turns[(pivotrl["method"], pivotrl["lr"], s, st)] for s, st in at[t].items())
+                   / len(seeds) for t in curve}
 
     def reach(ws: np.ndarray, wc: np.ndarray) -> tuple[float, float | None]:
         target = weighted_mean(*e2e_cells, ws, wc)
