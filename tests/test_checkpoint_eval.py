@@ -64,3 +64,50 @@ def test_dev_everywhere_then_eval_only_at_the_reports_choice():
     assert with_eval == [("a", 1e-4, 20)]
     with pytest.raises(KeyError):
         merge_eval(rows, dict(method="sft", world="a", seed=0, lr=1e-4), 20, {"in_domain": {}, "ood": {}})
+
+
+@pytest.mark.parametrize("dev_greedy", [False, True])
+def test_dev_is_scored_greedy_only_when_asked_and_eval_always_both_ways(monkeypatch, dev_greedy):
+    """With sampled selection, the dev split is scored sampled (what the budget rule, the choices
+    and the frontier read) and greedy only with `dev_greedy`; the eval split, which the verdicts
+    read, is scored both ways either way."""
+    import pivotrl.experiment.evaluate as ev
+    from pivotrl.experiment.checkpoint_eval import Evaluator
+    from pivotrl.experiment.demo import DemoConfig
+
+    scored: list[tuple[str, str, str]] = []  # (split, measure, decoding)
+
+    def fake_world(model, tok, world, trajs, cfg, items, sampled=None):
+        scored.append((trajs, "world", "sampled" if sampled else "greedy"))
+        items.append({"measure": "turn", "item": 0, "cluster": 0, "outcome": 1.0})
+        return {"turn_accuracy": 1.0}
+
+    def fake_ood(model, tok, tasks, batch_size, items, sampled=None):
+        scored.append((tasks, "ood", "sampled" if sampled else "greedy"))
+        return {"next": {"accuracy": 1.0, "ci95": [0, 1], "n": 1}}
+
+    monkeypatch.setattr(ev, "evaluate_world", fake_world)
+    monkeypatch.setattr(ev, "evaluate_ood", fake_ood)
+    monkeypatch.setattr(ev, "ood_logprob_stats", lambda *a, **k: {"kl": 0.1, "rank_corr": 0.9})
+    evaluator = Evaluator.__new__(Evaluator)
+    evaluator.cfg = DemoConfig(dev_greedy=dev_greedy)
+    evaluator.dev_greedy = Evaluator.wants_dev_greedy(evaluator.cfg)
+    evaluator.base, evaluator.tokenizer, evaluator.kl_texts = object(), object(), []
+    evaluator.trajs = {"toolshop": {"dev": "dev", "eval": "eval"}}
+    evaluator.ood = {"dev": "dev", "eval": "eval"}
+    row, items = evaluator(None, "toolshop")
+    expected = {("eval", m, d) for m in ("world", "ood") for d in ("greedy", "sampled")}
+    expected |= {("dev", m, "sampled") for m in ("world", "ood")}
+    expected |= {("dev", m, "greedy") for m in ("world", "ood")} if dev_greedy else set()
+    assert set(scored) == expected and len(scored) == len(expected)
+    assert {(r["split"], r["decoding"]) for r in items} == {(s, d) for s, _, d in expected}
+    assert set(row["dev"]) == ({"in_domain", "ood", "sampled"} if dev_greedy else {"sampled"})
+    assert {"in_domain", "ood", "sampled"} <= set(row)
+
+
+def test_greedy_selection_always_scores_dev_greedy():
+    from pivotrl.experiment.checkpoint_eval import Evaluator
+    from pivotrl.experiment.demo import DemoConfig
+
+    cfg = DemoConfig(dev_greedy=False, select_decoding="greedy")
+    assert Evaluator.wants_dev_greedy(cfg) and not Evaluator.wants_dev_greedy(DemoConfig())

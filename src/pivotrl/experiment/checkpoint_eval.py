@@ -40,6 +40,7 @@ class Evaluator:
         from pivotrl.experiment.testbed.tiny import load_tiny
 
         self.cfg, self.testbed = cfg, testbed
+        self.dev_greedy = self.wants_dev_greedy(cfg)
         self.base, self.tokenizer = load_tiny(testbed / "base")
         by_family: dict[str, list[Any]] = {}
         for t in load_ood_eval(testbed, 0):
@@ -55,6 +56,14 @@ class Evaluator:
         self.trajs = {w: split_tasks(load_trajectories(testbed / w / "eval.jsonl"), cfg.dev_tasks,
                                      n_eval, f"{w}/eval.jsonl") for w in cfg.worlds}
 
+    @staticmethod
+    def wants_dev_greedy(cfg: Any) -> bool:
+        """Greedy scoring of the dev split, beside the sampled one (DemoConfig.dev_greedy); always
+        when there is no sampled scoring, or when greedy is what the dev split decides by."""
+        sampled = getattr(cfg, "sampled", None)
+        return (getattr(cfg, "dev_greedy", True) or sampled is None or sampled.k == 0
+                or getattr(cfg, "select_decoding", "greedy") == "greedy")
+
     def __call__(self, model_dir: Path | None, world: str, splits: tuple[str, ...] = SPLITS
                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """(checkpoint row, per-item rows). The row holds the eval split's rates in evaluate's
@@ -68,11 +77,13 @@ class Evaluator:
         row: dict[str, Any] = {}
         items: list[dict[str, Any]] = []
         for split in splits:
-            got: list[dict[str, Any]] = []
-            ind = evaluate_world(model, tok, world, self.trajs[world][split], self.cfg.eval, got)
-            ood = evaluate_ood(model, tok, self.ood[split], self.cfg.eval.batch_size, got)
-            items += [{"split": split, "decoding": "greedy", **r} for r in got]
-            rates: dict[str, Any] = {"in_domain": ind, "ood": ood}
+            rates: dict[str, Any] = {}
+            if split == "eval" or self.dev_greedy:
+                got: list[dict[str, Any]] = []
+                ind = evaluate_world(model, tok, world, self.trajs[world][split], self.cfg.eval, got)
+                ood = evaluate_ood(model, tok, self.ood[split], self.cfg.eval.batch_size, got)
+                items += [{"split": split, "decoding": "greedy", **r} for r in got]
+                rates = {"in_domain": ind, "ood": ood}
             if sampled is not None and sampled.k > 0:
                 got = []
                 s_ind = (evaluate_world(model, tok, world, self.trajs[world][split], self.cfg.eval,

@@ -53,6 +53,7 @@ def plot_all(results: dict[str, Any], out: Path) -> list[str]:
 
     curves = {m: v["checkpoints"] for m, v in results["methods"].items()}
     keys = [k for k in MEASURES if all(p.get(k) is not None for c in curves.values() for p in c)]
+    decoding = next((p.get("decoding", "greedy") for c in curves.values() for p in c), "greedy")
     files: list[str] = []
 
     def save(fig, name: str) -> None:
@@ -73,8 +74,8 @@ def plot_all(results: dict[str, Any], out: Path) -> list[str]:
             ax.errorbar([p[key] for p in front], [p["ood"] for p in front],
                         xerr=_errors(front, key), yerr=_errors(front, "ood"), fmt="none",
                         ecolor=line.get_color(), alpha=0.6, capsize=3)
-        ax.set_xlabel(f"dev {MEASURES[key]} (mean over worlds)")
-        ax.set_ylabel("dev OOD accuracy (mean over families)")
+        ax.set_xlabel(f"dev {MEASURES[key]}, {decoding} (mean over worlds)")
+        ax.set_ylabel(f"dev OOD accuracy, {decoding} (mean over families)")
         seeds = max((p.get("seeds", 1) for c in curves.values() for p in c), default=1)
         bars = ("bars: 95% interval over seeds" if seeds > 1
                 else "one seed: no interval over seeds to draw")
@@ -91,7 +92,7 @@ def plot_all(results: dict[str, Any], out: Path) -> list[str]:
                 ax.plot([p["rollout_turns"] for p in pts], [p[key] for p in pts],
                         marker="o", label=f"{m} lr={lr:g}")
         ax.set_xlabel("rollout turns spent (model turns generated, profiling included)")
-        ax.set_ylabel(f"dev {MEASURES[key]}")
+        ax.set_ylabel(f"dev {MEASURES[key]}, {decoding}")
         ax.set_title(f"{MEASURES[key]} per checkpoint, dev split", fontsize=9)
         _turn_ticks(ax, [p["rollout_turns"] for m in ("pivotrl", "e2e_rl")
                          for p in curves.get(m, [])])

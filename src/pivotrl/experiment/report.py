@@ -60,11 +60,12 @@ def row_ood(row: dict[str, Any]) -> float:
     return mean(v["accuracy"] for v in row["ood"].values())
 
 
-def checkpoint_curve(rows: list[dict[str, Any]], method: str) -> list[dict[str, Any]]:
-    """Per (lr, step), dev split (the one scored at every checkpoint, `checkpoint_eval`):
-    in-domain = mean success over worlds, OOD = mean over families, each averaged over seeds
-    (docs/DESIGN.md's `checkpoints` shape), with intervals over seeds. Descriptive: plots only,
-    never a verdict."""
+def checkpoint_curve(rows: list[dict[str, Any]], method: str, decoding: str = "greedy"
+                     ) -> list[dict[str, Any]]:
+    """Per (lr, step), dev split (the one scored at every checkpoint, `checkpoint_eval`) in
+    `decoding`: in-domain = mean episode success over worlds (None where episodes were not scored
+    that way), OOD = mean over families, each averaged over seeds (docs/DESIGN.md's `checkpoints`
+    shape), with intervals over seeds. Descriptive: plots only, never a verdict."""
     by_seed: dict[tuple, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r["method"] == method:
@@ -73,19 +74,26 @@ def checkpoint_curve(rows: list[dict[str, Any]], method: str) -> list[dict[str, 
     for (lr, step), seeds in sorted(by_seed.items()):
         ind, tacc, ood, kl, rank, turns = [], [], [], [], [], []
         for seed_rows in seeds.values():  # one row per world
-            dev = [r["dev"] for r in seed_rows]
-            ind.append(mean(d["in_domain"]["success"] for d in dev))
-            if all("turn_accuracy" in d["in_domain"] for d in dev):
+            dev = [r["dev"] if decoding == "greedy" else r["dev"].get(decoding, {}) for r in seed_rows]
+            if all("success" in d.get("in_domain", {}) for d in dev):
+                ind.append(mean(d["in_domain"]["success"] for d in dev))
+            if all("turn_accuracy" in d.get("in_domain", {}) for d in dev):
                 tacc.append(mean(d["in_domain"]["turn_accuracy"] for d in dev))
-            ood.append(mean(row_ood(d) for d in dev))
+            if all(d.get("ood") for d in dev):
+                ood.append(mean(row_ood(d) for d in dev))
             kl.append(mean(r.get("kl_to_base", 0.0) for r in seed_rows))
             rank.append(mean(r.get("rank_corr", 1.0) for r in seed_rows))
             turns.append(sum(r.get("rollout_turns", 0) for r in seed_rows))
-        out.append({"step": step, "lr": lr, "rollout_turns": int(mean(turns)),
-                    "in_domain": mean(ind), "ood": mean(ood), "kl_to_base": mean(kl),
-                    "rank_corr": mean(rank), "in_domain_ci95": ci95(ind), "ood_ci95": ci95(ood),
-                    "turn_accuracy": mean(tacc) if len(tacc) == len(ind) else None,
-                    "turn_accuracy_ci95": ci95(tacc), "seeds": len(ind)})
+        n = len(seeds)
+
+        def every_seed(vals: list[float]) -> float | None:  # None unless each seed has it
+            return mean(vals) if len(vals) == n else None
+
+        out.append({"step": step, "lr": lr, "decoding": decoding, "rollout_turns": int(mean(turns)),
+                    "in_domain": every_seed(ind), "ood": every_seed(ood), "kl_to_base": mean(kl),
+                    "rank_corr": mean(rank), "in_domain_ci95": ci95(ind) if len(ind) == n else None,
+                    "ood_ci95": ci95(ood), "turn_accuracy": every_seed(tacc),
+                    "turn_accuracy_ci95": ci95(tacc), "seeds": n})
     return out
 
 
@@ -200,7 +208,7 @@ def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds:
     for m in METHODS:
         if m in chosen and any(r["method"] == m for r in rows):
             methods[m] = {**headline(rows, chosen[m]), "chosen": chosen[m],
-                          "checkpoints": checkpoint_curve(rows, m)}
+                          "checkpoints": checkpoint_curve(rows, m, frontier.decoding)}
     theory = {**theory,
               "ood_kl_to_base": {m: v.get("kl_to_base") for m, v in methods.items()},
               "ood_rank_corr": {m: v.get("rank_corr") for m, v in methods.items()}}
