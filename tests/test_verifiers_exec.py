@@ -186,6 +186,25 @@ def test_shell_options(tmp_path):
     v.close()
 
 
+@needs_bwrap
+def test_shell_stderr_is_compared_as_its_messages_not_their_order():
+    """With compare_stderr, a pipeline whose processes fail at once is its own equal every time
+    (their messages reach stderr in the scheduler's order), and a command whose messages
+    differ, with stdout, exit code and files the same, still scores 0."""
+    v = get_verifier("shell", compare_stderr=True, timeout_s=5.0, workers=1)
+    try:
+        racy = "cat m1.txt | cat m2.txt | cat m3.txt | nosuchcmd"
+        # A fresh turn id each time: the expert's command runs again too, not from the cache.
+        assert all(v.score(shell_turn(racy, tid=f"r/{i}"), run(racy)).reward == 1 for i in range(8))
+        turn = shell_turn(racy)
+        other = v.score(turn, run("cat m1.txt | cat m2.txt | cat m4.txt | nosuchcmd"))
+        assert other.reward == 0 and "stderr differs" in other.reason
+        fewer = v.score(turn, run("cat m1.txt | cat m2.txt | nosuchcmd"))
+        assert fewer.reward == 0 and "stderr differs" in fewer.reason
+    finally:
+        v.close()
+
+
 # ---------------------------------------------------------------- state
 
 

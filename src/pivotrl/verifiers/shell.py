@@ -17,7 +17,11 @@ trees (`snapshot_dir`) are equal.
   with `collapse_whitespace` (default) runs of spaces/tabs inside a line count as one space
   (`wc -l` pads differently on some systems, column layouts differ); with
   `order_insensitive_lines` lines are compared as a sorted list. stderr is not compared
-  (messages differ between tools that fail the same way) unless `compare_stderr`.
+  (messages differ between tools that fail the same way) unless `compare_stderr`, and then as a
+  sorted list of lines: the processes of a pipeline write their errors in the order the
+  scheduler runs them, so the same command prints them in either order (the sandbox
+  line-buffers stderr, so no message is spliced into another). Safe: the messages themselves
+  must still be equal, and stdout, exit codes, effects and files are compared in order.
 - A candidate that times out or passes the output cap scores 0; so does every candidate of a
   turn whose expert command does (the turn cannot be verified: reason says so).
 - Reads and writes, not only output: a candidate that matches is run again on every perturbed
@@ -333,7 +337,7 @@ class ShellVerifier:
             steps.append((res.exit_code,
                           normalize_output(res.stdout, cfg.collapse_whitespace,
                                            cfg.order_insensitive_lines),
-                          normalize_output(res.stderr, cfg.collapse_whitespace, False),
+                          normalize_output(res.stderr, cfg.collapse_whitespace, True),
                           json.dumps(res.effects, sort_keys=True)))
         return Outcome(steps, snapshot_dir(wd) if cfg.compare_files else {})
 
