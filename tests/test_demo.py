@@ -197,7 +197,8 @@ def test_cached_base_is_repeated_under_every_seed_of_the_run(tmp_path):
     (tmp_path / "runs" / "base" / "toolshop.json").write_text(
         json.dumps({"row": {"kl_to_base": 0.0}, "items": [item]}))
     cfg = DemoConfig(worlds=["toolshop"], seeds=[0, 1, 2])
-    rows, items = base_rows(tmp_path, tmp_path / "no-testbed", cfg)
+    rows, items, seconds = base_rows(tmp_path, tmp_path / "no-testbed", cfg)
+    assert seconds == {"toolshop": 0.0}  # a cache written without its time: no cost known
     assert [(r["seed"], r["step"], r["method"]) for r in rows] == [(s, 0, "base") for s in (0, 1, 2)]
     assert sorted(r["seed"] for r in items) == [0, 1, 2] and all(r["outcome"] == 1 for r in items)
 
@@ -214,3 +215,16 @@ def test_ablation_arms_train_on_the_first_ablation_seeds_only():
     every = plan_jobs(cfg.model_copy(update={"ablation_seeds": 0}), {"toolshop": {"kept": 5}},
                       log=lambda m: None)
     assert len(every) == len(METHODS) * 3
+
+
+def test_jobs_start_longest_first_the_costlier_world_first_within_a_method():
+    from pivotrl.experiment.demo import plan_jobs
+
+    cfg = DemoConfig(worlds=["toolshop", "terminal"], seeds=[0, 1])
+    kept = {"toolshop": {"kept": 5}, "terminal": {"kept": 5}}
+    jobs = plan_jobs(cfg, kept, lambda m: None, {"toolshop": 40.0, "terminal": 70.0})
+    assert [(j.method, j.world, j.seed) for j in jobs] == [
+        (m, w, s) for m in ("e2e_rl", "pivotrl", "sft") for w in ("terminal", "toolshop") for s in (0, 1)]
+    # Without a measured cost the config's world order stands.
+    plain = plan_jobs(cfg, kept, lambda m: None)
+    assert [(j.method, j.world) for j in plain][:2] == [("e2e_rl", "toolshop"), ("e2e_rl", "terminal")]

@@ -307,28 +307,39 @@ def prepare_all(testbed: Path, out: Path, cfg: DemoConfig, log: Callable[[str], 
     return pivot_stats
 
 
-def base_rows(out: Path, testbed: Path, cfg: DemoConfig) -> tuple[list[dict], list[dict]]:
+def base_rows(out: Path, testbed: Path, cfg: DemoConfig
+              ) -> tuple[list[dict], list[dict], dict[str, float]]:
     """The base scored once per world on both splits (cached per world, whatever the seeds) and
-    repeated under every seed of `cfg`: it is every seed's step 0."""
+    repeated under every seed of `cfg`: it is every seed's step 0. Also {world: seconds its
+    scoring took} (0 when a cache written without it was reused): `plan_jobs`'s cost of a world."""
     evaluator = None
-    rows, items = [], []
+    rows, items, seconds = [], [], {}
     for world in cfg.worlds:
         cache = out / "runs" / "base" / f"{world}.json"
         if cache.exists():
             scored = json.loads(cache.read_text())
         else:
             evaluator = evaluator or Evaluator(testbed, cfg)
+            t0 = time.time()
             row, got = evaluator(None, world)
-            scored = {"row": row, "items": got}
+            scored = {"row": row, "items": got, "seconds": round(time.time() - t0, 1)}
             write_text_atomic(cache, json.dumps(scored))
+        seconds[world] = scored.get("seconds", 0.0)
         for seed in cfg.seeds:
             key = dict(method="base", world=world, seed=seed, lr=0.0, step=0)
             rows.append({**key, "rollout_turns": 0, **scored["row"]})
             items += item_rows(scored["items"], **key)
-    return rows, items
+    return rows, items, seconds
 
 
-def plan_jobs(cfg: DemoConfig, pivot_stats: dict[str, Any], log: Callable[[str], None]) -> list[Job]:
+def plan_jobs(cfg: DemoConfig, pivot_stats: dict[str, Any], log: Callable[[str], None],
+              world_cost: dict[str, float] | None = None) -> list[Job]:
+    """Every training run, longest first as far as it can be told beforehand: E2E RL (whole
+    episodes), then one-turn GRPO, then SFT, and within each the costlier world first
+    (`world_cost`: the seconds the base's scoring took there, a measure of what a step and a
+    checkpoint cost in that world). A long job started last leaves a core idle at the end: the
+    terminal world's PivotRL run, started last, ran alone for its last 3.6 of the default's 21
+    minutes. The order never changes what a job computes."""
     ablation_seeds = set(cfg.seeds[:cfg.ablation_seeds or None])
     jobs = [Job(w, m, lr, s) for s in cfg.seeds for lr in cfg.learning_rates for w in cfg.worlds
             for m in cfg.methods if m in HEADLINE_ARMS or s in ablation_seeds]
@@ -338,9 +349,8 @@ def plan_jobs(cfg: DemoConfig, pivot_stats: dict[str, Any], log: Callable[[str],
             log(f"  {world}: no pivots, so the pivot-set arms (pivotrl, pivotrl_exact, "
                 "pivotrl_random) are not trained there")
             jobs = [j for j in jobs if not (j.world == world and j.method in PIVOT_SET_ARMS)]
-    # Longest first (E2E episodes, then one-turn GRPO, then SFT), so no long job starts last and
-    # leaves a core idle at the end; the order never changes what a job computes.
-    jobs.sort(key=lambda j: {"e2e_rl": 0, "sft": 2}.get(j.method, 1))
+    cost = world_cost or {}
+    jobs.sort(key=lambda j: ({"e2e_rl": 0, "sft": 2}.get(j.method, 1), -cost.get(j.world, 0.0)))
     return jobs
 
 
@@ -376,13 +386,27 @@ def log_power(power: list[dict[str, Any]], log: Callable[[str], None]) -> None:
             f"with {p['seeds']} seed(s)")
 
 
+def theory_checks(out: Path, testbed: Path, cfg: DemoConfig, dev_items: list[dict],
+                  rows: list[dict]) -> dict[str, Any]:
+    """The theory checks (`theory.run_theory`) and Theorem 3.3 at the frontier's matched
+    checkpoints. Both read only the dev split's choices, so they run beside the eval split's
+    scoring, in a process of their own."""
+    import torch
+
+    from pivotrl.experiment.joint_theory import matched_preferences
+    from pivotrl.experiment.theory import run_theory
+
+    torch.set_num_threads(1)
+    theory = run_theory(out, testbed, cfg, decoded(dev_items, cfg.select_decoding))
+    theory["matched_preferences"] = matched_preferences(out, testbed, cfg, dev_items, rows)
+    return theory
+
+
 def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
              testbed_config=None, log: Callable[[str], None] = say) -> dict[str, Any]:
     from pivotrl.experiment.report import write_report
     from pivotrl.experiment.stats import paired_halfwidth
     from pivotrl.experiment.testbed.build import build_testbed
-    from pivotrl.experiment.joint_theory import matched_preferences
-    from pivotrl.experiment.theory import run_theory
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     start = time.time()
@@ -395,22 +419,26 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
     pivot_stats = prepare_all(testbed, out, cfg, log)
 
     log(f"3/5 the base on dev ({cfg.dev_tasks} tasks/world) and eval; planning half-widths")
-    rows, items = base_rows(out, testbed, cfg)
+    rows, items, world_cost = base_rows(out, testbed, cfg)
     power = [p for m in ("turn", "episode", "ood")
              if (p := paired_halfwidth(decoded(items, cfg.select_decoding), measure=m,
                                        seeds=len(cfg.seeds)))]
     log_power(power, log)
 
-    jobs = plan_jobs(cfg, pivot_stats, log)
+    jobs = plan_jobs(cfg, pivot_stats, log, world_cost)
     trained = sum(not (out / "runs" / j.name / "rows.json").exists() for j in jobs)
     job_rows, job_items = run_jobs(jobs, testbed, out, cfg, pivot_stats, log, items)
     rows, items = rows + job_rows, items + job_items
 
     log("5/5 checkpoints chosen on dev; the eval split there; theory checks; paired verdicts; report")
-    items += score_chosen(jobs, rows, items, testbed, out, cfg, log)
-    write_jsonl(out / "items.jsonl", items)
-    theory = run_theory(out, testbed, cfg, decoded(items, cfg.select_decoding))
-    theory["matched_preferences"] = matched_preferences(out, testbed, cfg, items, rows)
+    # A process of its own beside the eval split's workers (a pool starts its processes as tasks
+    # arrive: one task, one process); in this process when the demo runs one job at a time.
+    with workers_pool(2 if cfg.workers > 1 else 1) as side:
+        dev_items = [r for r in items if r["split"] == "dev"]
+        theory_future = side.submit(theory_checks, out, testbed, cfg, dev_items, rows)
+        items += score_chosen(jobs, rows, items, testbed, out, cfg, log)
+        write_jsonl(out / "items.jsonl", items)
+        theory = theory_future.result()
     invocations = record_invocation(out, time.time() - start, trained=trained, jobs=len(jobs))
     results = write_report(rows, items, out, seeds=cfg.seeds, select_on=cfg.select_on,
                            wall_seconds=time.time() - start, theory=theory, power=power,

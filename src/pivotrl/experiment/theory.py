@@ -290,14 +290,18 @@ def run_theory(out: Path, testbed: Path, cfg: Any, items: Sequence[dict[str, Any
     from pivotrl.experiment.testbed.tiny import load_tiny
     from pivotrl.verifiers import get_verifier
 
+    chosen = choose(items, measure=cfg.select_on)
+    # The checks load each method's dev-chosen checkpoint of its first seed: that is the cache key.
+    checkpoints = {m: {"lr": side["lr"], "seed": min(side["steps"]),
+                       "step": side["steps"][min(side["steps"])]}
+                   for m, side in chosen.items() if m in ("pivotrl", "sft")}
     path = out / "theory.json"
-    if path.exists():
+    if path.exists():  # reused only for the same checks on the same checkpoints
         cached = json.loads(path.read_text())
-        if cached.get("version") == THEORY_VERSION:
+        if cached.get("version") == THEORY_VERSION and cached.get("checkpoints") == checkpoints:
             return cached
     base, tok = load_tiny(testbed / "base")
     verifier = get_verifier(cfg.verifier)
-    chosen = choose(items, measure=cfg.select_on)
     per_world = max(1, cfg.theory_turns // len(cfg.worlds))
     states, grad_points, prefs = [], [], {}
     for world in cfg.worlds:
@@ -307,10 +311,9 @@ def run_theory(out: Path, testbed: Path, cfg: Any, items: Sequence[dict[str, Any
                                       max_new_tokens=cfg.max_completion_length)["points"]
         models = {}
         for method in ("pivotrl", "sft"):
-            side = chosen.get(method)
+            side = checkpoints.get(method)
             if side:
-                seed = min(side["steps"])
-                step = side["steps"][seed]
+                seed, step = side["seed"], side["step"]
                 run = out / "runs" / f"{world}/{method}/lr{side['lr']:g}-seed{seed}"
                 ckpt = run / f"checkpoint-{step}"
                 ckpt = ckpt if (ckpt / "config.json").exists() else run
@@ -322,6 +325,6 @@ def run_theory(out: Path, testbed: Path, cfg: Any, items: Sequence[dict[str, Any
             prefs[world] = preference_check(base, models, tok, [p for p, pivot in got if pivot], verifier,
                                             samples=cfg.theory_samples, max_new_tokens=cfg.max_completion_length)
     result = {"version": THEORY_VERSION, **summarise_gradient(grad_points), "preferences": prefs,
-              "checkpoints": {m: chosen[m] for m in ("pivotrl", "sft") if m in chosen}}
+              "checkpoints": checkpoints}
     path.write_text(json.dumps(result))
     return result
