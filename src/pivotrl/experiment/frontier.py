@@ -169,7 +169,8 @@ def joint(items: list[Row], rows: list[Row], cfg: FrontierConfig) -> dict[str, A
     present = [d for d in DECODINGS if decoded(items, d)]
     curves = {d: m["points"] if d == cfg.decoding else
               {arm: arm_points(items, rows, arm, cfg, d) for arm in cfg.arms} for d in present}
-    curves = {d: by_arm for d, by_arm in curves.items() if any(by_arm.values())}  # dev scored so
+    # A decoding the dev split was not scored in (only eval) has no points to draw.
+    curves = {d: by_arm for d, by_arm in curves.items() if any(by_arm.values())}
     verdicts: dict[str, Any] = {}
     for name, (on, judged, claim) in MATCHES.items():
         pair = m["pairs"][name]
