@@ -135,3 +135,48 @@ def test_token_logps_match_a_full_forward(tiny_model_dir):
         want = full[len(prompt) - 1:].gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
         assert lp.shape == (len(completion),)
         assert torch.allclose(lp.detach(), want, atol=1e-5)
+
+
+def test_pack_turns_joins_only_turns_whose_prompt_replays_the_episode_exactly():
+    from pivotrl.experiment.e2e import pack_turns
+
+    turns = [([1, 2, 3], [4, 5]),
+             ([1, 2, 3, 4, 5, 6, 7], [8]),  # earlier turn + tool output: one more span
+             ([1, 2, 3, 4, 9, 6, 7, 8, 6], [2]),  # history re-rendered (one token differs): new row
+             ([1, 2, 3, 4, 9, 6, 7, 8, 6, 2, 5], []),  # no completion: not in the loss
+             ([1, 2, 3, 4, 9, 6, 7, 8, 6, 2, 5], [7])]
+    assert pack_turns(turns) == [
+        ([1, 2, 3, 4, 5, 6, 7, 8], [(3, 2), (7, 1)]),
+        ([1, 2, 3, 4, 9, 6, 7, 8, 6, 2, 5, 7], [(9, 1), (11, 1)])]
+    assert pack_turns([([1, 2], [3]), ([1], [2])]) == [([1, 2, 3], [(2, 1)]), ([1, 2], [(1, 1)])]
+
+
+def test_a_packed_episode_scores_each_turn_as_its_own_forward_does(tiny_model_dir):
+    """One pass over the episode's last sequence gives every turn's log-probs and gradients as
+    one pass per turn (prompt + completion) does: the packing changes the cost, not the loss."""
+    from transformers import AutoModelForCausalLM
+
+    from pivotrl.experiment.e2e import pack_turns
+    from pivotrl.sampling.generate import completion_logps, span_logps
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    episode = [([5, 9, 13], [7, 8, 2]), ([5, 9, 13, 7, 8, 2, 4, 6], [11, 2]),
+               ([5, 9, 13, 7, 8, 2, 4, 6, 11, 2, 3, 3], [9, 10, 12])]
+    other = [([4, 6], [11, 1])]
+    packed = pack_turns(episode) + pack_turns(other)
+    assert len(packed) == 2
+    grads = []
+    for run in ("per turn", "packed"):
+        model.zero_grad()
+        lps = (completion_logps(model, episode + other, 0.7) if run == "per turn"
+               else span_logps(model, packed, 0.7))
+        torch.stack([lp.sum() for lp in lps]).sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+        if run == "per turn":
+            want = [lp.detach() for lp in lps]
+    assert [lp.shape for lp in lps] == [w.shape for w in want]
+    for got, ref in zip(lps, want):
+        assert torch.allclose(got.detach(), ref, atol=1e-5)
+    assert torch.allclose(grads[0], grads[1], atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="span outside"):
+        span_logps(model, [([1, 2, 3], [(2, 5)])])

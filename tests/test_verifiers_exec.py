@@ -268,12 +268,52 @@ def test_state_replays_context_and_isolates_samples():
     ctx = [calls(call("set", key="z", value=9)), tool('{"ok":true}', "c_set")]
     turn = kv_turn(calls(call("get", key="z")), ctx, tid="kv/3")
     assert v.score(turn, calls(call("get", key="z"))).reward == 1
-    # a sample that deletes z must not leak into the next sample's world
+    # a sample that deletes z must not leak into the next sample's world (another call id: a
+    # new action to the verdict cache, so the world runs again)
     assert v.score(turn, calls(call("delete", key="z"))).reward == 0
-    assert v.score(turn, calls(call("get", key="z"))).reward == 1
+    again = call("get", key="z").model_copy(update={"id": "c_again"})
+    assert v.score(turn, calls(again)).reward == 1
     delete = kv_turn(calls(call("delete", key="a")), tid="kv/4")
     assert [s.reward for s in v.score_batch([delete] * 3, [calls(call("delete", key="a"))] * 3)] \
         == [1.0, 1.0, 1.0]
+
+
+class CountingKVWorld(KVWorld):
+    """KVWorld that counts the calls it executes (class-wide: the verifier builds a world per sample)."""
+    name = "kv_counting"
+    executed = 0
+
+    def execute(self, name: str, arguments: dict[str, Any]) -> str:
+        CountingKVWorld.executed += 1
+        return super().execute(name, arguments)
+
+
+register_world("kv_counting", CountingKVWorld)
+
+
+def test_state_verdict_cache_runs_an_action_once_and_never_pays_another():
+    """The same action on the same turn, in later batches: the cached verdict, no execution.
+    Attacks on the key: one changed argument, the same action on another turn (another context)
+    and the expert's action with a changed config each run and get their own verdict."""
+    v = get_verifier("state")
+    turn = kv_turn(calls(call("set", key="c", value=3)), world="kv_counting", tid="kv/c1")
+    right, wrong = calls(call("set", key="c", value=3)), calls(call("set", key="c", value=4))
+    assert [s.reward for s in v.score_batch([turn, turn], [right, wrong])] == [1.0, 0.0]
+    runs = CountingKVWorld.executed
+    assert [s.reward for s in v.score_batch([turn] * 3, [right, wrong, right])] == [1.0, 0.0, 1.0]
+    assert CountingKVWorld.executed == runs  # every verdict came from the cache
+    off_by_one = calls(call("set", key="c", value=30))
+    assert v.score(turn, off_by_one).reward == 0 and CountingKVWorld.executed > runs
+    other = kv_turn(calls(call("set", key="c", value=4)), world="kv_counting", tid="kv/c1")
+    assert v.score(other, right).reward == 0 and v.score(other, wrong).reward == 1
+    moved = turn.model_copy(update={"metadata": {**turn.metadata,
+                                                 "world_config": {"data": {"c": 3}}}})
+    assert v.score(moved, right).reward == 1 and v.score(moved, calls(call("delete", key="c"))).reward == 0
+    uncached = get_verifier("state", cache_verdicts=0)
+    uncached.score(turn, right)  # the expert's run is cached even so
+    runs = CountingKVWorld.executed
+    uncached.score(turn, right), uncached.score(turn, right)
+    assert CountingKVWorld.executed == runs + 2  # the action ran again each time
 
 
 def test_state_failures_and_messages():

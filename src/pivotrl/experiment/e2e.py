@@ -14,8 +14,9 @@ grad clip, clip ε 0.2/0.28, group-normalised advantages, token-level "dapo" nor
 KL), one process, CleanRL style.
 
 The loss covers every token the model generated in the episode (all its turns); prompts, and so
-tool results, are never in the loss. Every model turn generated is counted (`rollout_turns`), the
-unit in which PivotRL's one-turn rollouts are counted too.
+tool results, are never in the loss. An episode's turns are scored in one pass over its last
+sequence when the template replays them exactly (`pack_turns`). Every model turn generated is
+counted (`rollout_turns`), the unit in which PivotRL's one-turn rollouts are counted too.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import torch
 
 from pivotrl.formats.chat import completion_text, prompt_text
 from pivotrl.experiment.episodes import EpisodeResult, run_episodes
-from pivotrl.sampling.generate import completion_logps, generate_each, stop_ids
+from pivotrl.sampling.generate import completion_logps, generate_each, span_logps, stop_ids
 from pivotrl.io.inputs import check_input_file, check_model
 from pivotrl.io.progress import ProgressLog
 from pivotrl.io.records import Message, Trajectory, iter_valid
@@ -81,6 +82,24 @@ class RecordingPolicy:
 
 # The LM head on completion positions only (shared with the rest of the package).
 token_logps = completion_logps
+
+
+def pack_turns(turns: list[tuple[list[int], list[int]]]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """An episode's (prompt, completion) turns as few sequences as possible: a turn whose prompt
+    starts with the previous sequence token for token (the chat template re-renders the earlier
+    turns exactly as sampled) is appended to it as one more (start, length) span. A causal model
+    reads the span there as in its own pass, so the loss is the same for a fraction of the tokens
+    (the later prompts repeat every earlier turn). Templates that rewrite history (dropped
+    reasoning, re-tokenised text) start a new sequence. Empty completions are not in the loss."""
+    packed: list[tuple[list[int], list[tuple[int, int]]]] = []
+    for prompt, completion in turns:
+        if not completion:
+            continue
+        if packed and len(prompt) >= len(packed[-1][0]) and prompt[:len(packed[-1][0])] == packed[-1][0]:
+            packed[-1] = (prompt + completion, packed[-1][1] + [(len(prompt), len(completion))])
+        else:
+            packed.append((prompt + completion, [(len(prompt), len(completion))]))
+    return packed
 # Beside the weights in every checkpoint-N: what a resumed run needs to continue exactly.
 RESUME_STATE = "e2e_state.pt"
 
@@ -213,28 +232,32 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
         advantages = ((rewards - rewards.mean(dim=1, keepdim=True)) / (std + 1e-4)).view(-1)
 
         # 4. Token-level clipped policy gradient over every generated token of every episode.
-        samples = [(p, c, advantages[i].item()) for i, turns in enumerate(episode_turns) for p, c in turns if c]
-        total_tokens = max(1, sum(len(c) for _, c, _ in samples))  # "dapo": all tokens of the batch
+        samples = [(ids, spans, advantages[i].item())
+                   for i, turns in enumerate(episode_turns) for ids, spans in pack_turns(turns)]
+        total_tokens = max(1, sum(n for _, spans, _ in samples for _, n in spans))  # "dapo": all tokens
         learn = [s for s in samples if s[2] != 0.0]  # zero advantage: zero gradient, skip the forward
         model.train()
         old: list[torch.Tensor] = []
         if cfg.num_iterations > 1:
             with torch.no_grad():
                 for k in range(0, len(learn), cfg.micro_batch_size):
-                    old += token_logps(model, [(p, c) for p, c, _ in learn[k:k + cfg.micro_batch_size]],
-                                       cfg.temperature)
+                    old += span_logps(model, [(ids, spans) for ids, spans, _ in learn[k:k + cfg.micro_batch_size]],
+                                      cfg.temperature)
         loss_sum, clipped, grad_norm = 0.0, 0, 0.0
         for _ in range(cfg.num_iterations):
             optimizer.zero_grad(set_to_none=True)
+            done_spans = 0
             for k in range(0, len(learn), cfg.micro_batch_size):
                 micro = learn[k:k + cfg.micro_batch_size]
-                new = token_logps(model, [(p, c) for p, c, _ in micro], cfg.temperature)
+                new = span_logps(model, [(ids, spans) for ids, spans, _ in micro], cfg.temperature)
+                span_advantages = [adv for _, spans, adv in micro for _ in spans]
                 loss = torch.zeros((), device=model.device)
-                for j, (lp, (_, _, adv)) in enumerate(zip(new, micro)):
-                    ratio = torch.exp(lp - (old[k + j] if old else lp.detach()))
+                for j, (lp, adv) in enumerate(zip(new, span_advantages)):
+                    ratio = torch.exp(lp - (old[done_spans + j] if old else lp.detach()))
                     clipped_ratio = torch.clamp(ratio, 1 - cfg.epsilon, 1 + cfg.epsilon_high)
                     loss = loss - torch.min(ratio * adv, clipped_ratio * adv).sum()
                     clipped += int((ratio != clipped_ratio).sum())
+                done_spans += len(new)
                 (loss / total_tokens).backward()
                 loss_sum += loss.item() / total_tokens
             if learn:

@@ -34,8 +34,10 @@ class E2ERunConfig(YamlConfig):
     epsilon: float = Field(0.2, description="Lower clip ε (as GRPORunConfig).")
     epsilon_high: float = Field(0.28, description="Upper clip ε_high (as GRPORunConfig).")
     num_iterations: int = Field(1, description="Optimizer passes per batch of episodes (TRL μ: 1).")
-    micro_batch_size: int = Field(16, description="Turns per forward/backward pass (memory only, not "
-                                  "the maths: gradients are accumulated over the whole step).")
+    micro_batch_size: int = Field(16, description="Sequences per forward/backward pass (memory only, "
+                                  "not the maths: gradients are accumulated over the whole step). An "
+                                  "episode whose prompts extend each other token for token is one "
+                                  "sequence, no longer than its last turn; otherwise each turn is one.")
     max_steps: int = Field(100, description="Optimizer steps (ours).")
     save_steps: int = Field(50, description="Write checkpoint-N every N steps (ours): the weights "
                             "and what a resumed run needs (optimizer, schedule, RNG, task order).")

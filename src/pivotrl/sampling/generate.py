@@ -31,8 +31,8 @@ Observing the loop. `on_step`, when given, is called after every decoding step w
 token each row drew and the logits it was drawn from. `pivotrl serve` streams and reports logprobs
 through it, so the tokens it sees are the ones this loop samples (there is no second loop).
 
-`completion_logps` is the one "LM head on completion positions only" log-prob helper for code
-outside training.
+`completion_logps` (and `span_logps`, for several turns in one sequence) is the one "LM head on
+completion positions only" log-prob helper for code outside training.
 """
 
 from __future__ import annotations
@@ -390,19 +390,34 @@ def _attention(model, prefix: _SharedPrefix | None):
 def completion_logps(model: Any, batch: Sequence[tuple[Sequence[int], Sequence[int]]],
                      temperature: float = 1.0) -> list[torch.Tensor]:
     """Log-probabilities of each completion token given its prompt (logits / temperature, as TRL
-    samples). The output layer runs on the completion positions only: prompts are most of the
+    samples). Gradients flow when called with them enabled."""
+    return span_logps(model, [(list(p) + list(c), [(len(p), len(c))]) for p, c in batch], temperature)
+
+
+def span_logps(model: Any, batch: Sequence[tuple[Sequence[int], Sequence[tuple[int, int]]]],
+               temperature: float = 1.0) -> list[torch.Tensor]:
+    """Log-probabilities of the tokens in each (start, length) span of each sequence, given
+    everything before them: one tensor per span, in order. Several spans of one sequence are the
+    turns of an episode whose later prompts extend the earlier turns token for token; a causal
+    model reads each span exactly as it would at the end of its own prompt, so one forward pass
+    replaces one per turn. The output layer runs on span positions only: prompts are most of the
     sequence, so projecting every position would be mostly wasted work. Right padding (causal:
-    padding after a sequence cannot change it). Gradients flow when called with them enabled."""
+    padding after a sequence cannot change it)."""
     pad = 0
-    batch = [(list(p), list(c)) for p, c in batch]
+    batch = [(list(ids), [(int(a), int(n)) for a, n in spans]) for ids, spans in batch]
+    for ids, spans in batch:
+        if any(a < 1 or n < 0 or a + n > len(ids) for a, n in spans):
+            raise ValueError(f"span outside its sequence of {len(ids)} tokens (or at 0: the first "
+                             f"token has no context): {spans}")
     device = next(model.parameters()).device
-    width = max(len(p) + len(c) for p, c in batch)
-    ids = torch.tensor([p + c + [pad] * (width - len(p) - len(c)) for p, c in batch], device=device)
-    mask = torch.tensor([[1] * (len(p) + len(c)) + [0] * (width - len(p) - len(c)) for p, c in batch],
-                        device=device)
+    width = max(len(ids) for ids, _ in batch)
+    ids = torch.tensor([s + [pad] * (width - len(s)) for s, _ in batch], device=device)
+    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s, _ in batch], device=device)
     hidden = model.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state
-    rows = torch.tensor([i for i, (_, c) in enumerate(batch) for _ in c], dtype=torch.long)
-    cols = torch.tensor([len(p) - 1 + j for p, c in batch for j in range(len(c))], dtype=torch.long)
+    rows = torch.tensor([i for i, (_, spans) in enumerate(batch) for _, n in spans for _ in range(n)],
+                        dtype=torch.long)
+    cols = torch.tensor([a - 1 + j for _, spans in batch for a, n in spans for j in range(n)],
+                        dtype=torch.long)
     logits = model.get_output_embeddings()(hidden[rows, cols]).float() / temperature
     logps = torch.log_softmax(logits, dim=-1).gather(-1, ids[rows, cols + 1][:, None]).squeeze(-1)
-    return list(torch.split(logps, [len(c) for _, c in batch]))
+    return list(torch.split(logps, [n for _, spans in batch for _, n in spans]))

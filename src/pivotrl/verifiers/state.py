@@ -24,7 +24,12 @@ agent the same observations as executing the expert's calls:
 - call vs message: 0; message vs message: the `toolcall` verifier's message rule.
 - an unknown world, or a world that fails while being rebuilt: Score(0, valid=False, reason);
   a world that raises on the candidate's call (the protocol says it should not): 0, with reason.
-- the expert's outcome is cached per turn (id + content hash), K samples cost one expert run.
+- the expert's outcome is cached per turn (id + content hash), K samples cost one expert run;
+  a call action's verdict is cached per (turn, exact action): safe because the verdict is a
+  function of the two (every sample runs on a fresh world rebuilt from the turn; the probes are
+  seeded per turn), and GRPO meets the same action on the same pivot step after step (a quarter
+  of a terminal run's first ten steps were repeats, more as the policy sharpens). A command
+  whose effect is random is paid by luck either way; the cache only stops it drawing twice.
 """
 
 from __future__ import annotations
@@ -62,6 +67,9 @@ class StateConfig(BaseModel):
     max_calls: int = Field(
         16, description="A candidate with more calls than this scores 0 (runaway output).")
     cache_turns: int = Field(4096, description="Turns whose expert outcome is kept (LRU).")
+    cache_verdicts: int = Field(
+        65536, description="(turn, call action) verdicts kept (LRU; 0: none): an action sampled "
+                           "again on the same turn is not executed again.")
     cached_worlds: int = Field(
         64, description="Worlds at a turn kept for forking (worlds with fork(): one per turn and "
                         "probe, LRU; each may hold a workspace on disk).")
@@ -111,6 +119,7 @@ class StateVerifier:
     def __init__(self, **config):
         self.config = StateConfig(**config)
         self._cache: OrderedDict[str, tuple[str, list[str]] | str] = OrderedDict()
+        self._verdicts: OrderedDict[tuple[str, str], Score] = OrderedDict()
         self._probe_cache: OrderedDict[tuple[str, int], Any] = OrderedDict()
         self._bases: OrderedDict[tuple[str, int | None], Any] = OrderedDict()
         self._lock = threading.Lock()
@@ -128,8 +137,25 @@ class StateVerifier:
             return self._toolcall().score(turn, action)
         if len(cand_calls) > self.config.max_calls:
             return Score(0.0, True, f"{len(cand_calls)} calls (max {self.config.max_calls})")
+        if not self.config.cache_verdicts:
+            return self._score_calls(turn, action)
+        key = (_turn_key(turn), action.model_dump_json())
+        with self._lock:
+            hit = self._verdicts.get(key)
+            if hit is not None:
+                self._verdicts.move_to_end(key)
+                return hit
+        verdict = self._score_calls(turn, action)
+        with self._lock:
+            self._verdicts[key] = verdict
+            while len(self._verdicts) > self.config.cache_verdicts:
+                self._verdicts.popitem(last=False)
+        return verdict
+
+    def _score_calls(self, turn: Turn, action: Message) -> Score:
+        """The verdict on a call action (the expert called tools too): execution, then probes."""
         try:
-            cand_args = [(c.function.name, c.args()) for c in cand_calls]
+            cand_args = [(c.function.name, c.args()) for c in action.tool_calls]
         except (ValueError, TypeError) as exc:
             return Score(0.0, False, f"candidate arguments are not a JSON object: {exc}")
         expert = self._expert(turn)
