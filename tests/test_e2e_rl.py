@@ -38,6 +38,38 @@ def test_e2e_runs_and_counts_rollout_turns(tmp_path, tiny_model_dir, world):
     assert (tmp_path / "e2e" / "config.json").exists()
 
 
+def test_two_passes_per_batch_compare_each_span_with_its_own_old_log_probs(tmp_path, tiny_model_dir,
+                                                                         monkeypatch):
+    """μ = 2: the old log-probs are taken once per packed sequence and each span's ratio reads
+    its own (the first pass, on unchanged weights, gives exactly the old values)."""
+    from pivotrl.experiment import e2e
+    from pivotrl.experiment.testbed.tasks import make_tasks
+
+    calls = []
+
+    def spy(model, batch, temperature=1.0):
+        out = span_logps(model, batch, temperature)
+        calls.append(([n for _, spans in batch for _, n in spans], [t.detach().clone() for t in out]))
+        return out
+
+    span_logps = e2e.span_logps
+    monkeypatch.setattr(e2e, "span_logps", spy)
+    cfg = E2ERunConfig(model=str(tiny_model_dir), output_dir=tmp_path / "mu2", world="toolshop",
+                       tasks=tmp_path / "unused.jsonl", tasks_per_step=2, num_generations=2,
+                       max_turns=2, max_completion_length=12, learning_rate=1e-3, max_steps=1,
+                       num_iterations=2, micro_batch_size=1)
+    order = iter(range(1000))  # rewards 0, 1, 0, 1, …: every group of G = 2 has a spread
+    e2e.train_e2e(cfg, make_tasks("toolshop", "train", 2), reward_fn=lambda r: float(next(order) % 2))
+    row = json.loads((tmp_path / "mu2" / "metrics.jsonl").read_text().splitlines()[0])
+    assert all(map(lambda v: v == v, (row["loss"], row["clip_ratio"])))  # finite, no NaN
+    assert calls and len(calls) % 3 == 0
+    third = len(calls) // 3  # old (no grad), pass 1, pass 2: one call per micro-batch each
+    old, first = calls[:third], calls[third:2 * third]
+    assert [n for n, _ in old] == [n for n, _ in first]
+    for (_, a), (_, b) in zip(old, first):
+        assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(a, b))
+
+
 def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, tiny_model_dir):
     """Stopped at a checkpoint and resumed, the run ends with the same weights and metrics as one
     run straight through (nothing lost or doubled), so the demo can stop E2E RL early."""

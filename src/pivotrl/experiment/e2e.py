@@ -100,6 +100,8 @@ def pack_turns(turns: list[tuple[list[int], list[int]]]) -> list[tuple[list[int]
         else:
             packed.append((prompt + completion, [(len(prompt), len(completion))]))
     return packed
+
+
 # Beside the weights in every checkpoint-N: what a resumed run needs to continue exactly.
 RESUME_STATE = "e2e_state.pt"
 
@@ -237,27 +239,24 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
         total_tokens = max(1, sum(n for _, spans, _ in samples for _, n in spans))  # "dapo": all tokens
         learn = [s for s in samples if s[2] != 0.0]  # zero advantage: zero gradient, skip the forward
         model.train()
-        old: list[torch.Tensor] = []
+        chunks = [learn[k:k + cfg.micro_batch_size] for k in range(0, len(learn), cfg.micro_batch_size)]
+        micro_batches = [[(ids, spans) for ids, spans, _ in chunk] for chunk in chunks]
+        micro_advantages = [[adv for _, spans, adv in chunk for _ in spans] for chunk in chunks]
+        old: list[list[torch.Tensor]] = []  # per micro-batch, per span: the sampling policy's
         if cfg.num_iterations > 1:
             with torch.no_grad():
-                for k in range(0, len(learn), cfg.micro_batch_size):
-                    old += span_logps(model, [(ids, spans) for ids, spans, _ in learn[k:k + cfg.micro_batch_size]],
-                                      cfg.temperature)
+                old = [span_logps(model, micro, cfg.temperature) for micro in micro_batches]
         loss_sum, clipped, grad_norm = 0.0, 0, 0.0
         for _ in range(cfg.num_iterations):
             optimizer.zero_grad(set_to_none=True)
-            done_spans = 0
-            for k in range(0, len(learn), cfg.micro_batch_size):
-                micro = learn[k:k + cfg.micro_batch_size]
-                new = span_logps(model, [(ids, spans) for ids, spans, _ in micro], cfg.temperature)
-                span_advantages = [adv for _, spans, adv in micro for _ in spans]
+            for m, (micro, span_advantages) in enumerate(zip(micro_batches, micro_advantages)):
+                new = span_logps(model, micro, cfg.temperature)
                 loss = torch.zeros((), device=model.device)
                 for j, (lp, adv) in enumerate(zip(new, span_advantages)):
-                    ratio = torch.exp(lp - (old[done_spans + j] if old else lp.detach()))
+                    ratio = torch.exp(lp - (old[m][j] if old else lp.detach()))
                     clipped_ratio = torch.clamp(ratio, 1 - cfg.epsilon, 1 + cfg.epsilon_high)
                     loss = loss - torch.min(ratio * adv, clipped_ratio * adv).sum()
                     clipped += int((ratio != clipped_ratio).sum())
-                done_spans += len(new)
                 (loss / total_tokens).backward()
                 loss_sum += loss.item() / total_tokens
             if learn:
