@@ -316,6 +316,33 @@ def test_state_verdict_cache_runs_an_action_once_and_never_pays_another():
     assert CountingKVWorld.executed == runs + 2  # the action ran again each time
 
 
+class FlakyKVWorld(KVWorld):
+    """KVWorld whose second build fails (a transient failure: the sandbox out of processes)."""
+    name = "kv_flaky"
+    builds = 0
+
+    def reset(self, config: dict[str, Any]) -> None:
+        FlakyKVWorld.builds += 1
+        if FlakyKVWorld.builds == 2:
+            raise OSError("resource temporarily unavailable")
+        super().reset(config)
+
+
+register_world("kv_flaky", FlakyKVWorld)
+
+
+def test_state_caches_do_not_keep_a_world_that_failed_to_build():
+    v = get_verifier("state")
+    turn = kv_turn(calls(call("set", key="c", value=3)), world="kv_flaky", tid="kv/f1")
+    right = calls(call("set", key="c", value=3))
+    FlakyKVWorld.builds = 1  # the next build fails, the ones after it succeed
+    first = v.score(turn, right)
+    assert (first.reward, first.valid) == (0.0, False) and "rebuilt" in first.reason
+    assert v.score(turn, right).reward == 1.0  # tried again, not a kept failure
+    runs = FlakyKVWorld.builds
+    assert v.score(turn, right).reward == 1.0 and FlakyKVWorld.builds == runs  # kept once valid
+
+
 def test_state_failures_and_messages():
     v = get_verifier("state")
     unknown = kv_turn(calls(call("get", key="a")), world="no_such_world", tid="kv/5")

@@ -30,6 +30,7 @@ agent the same observations as executing the expert's calls:
   seeded per turn), and GRPO meets the same action on the same pivot step after step (a quarter
   of a terminal run's first ten steps were repeats, more as the policy sharpens). A command
   whose effect is random is paid by luck either way; the cache only stops it drawing twice.
+  A world that failed to rebuild is kept in neither cache: it need not fail again.
 """
 
 from __future__ import annotations
@@ -146,6 +147,8 @@ class StateVerifier:
                 self._verdicts.move_to_end(key)
                 return hit
         verdict = self._score_calls(turn, action)
+        if not verdict.valid:
+            return verdict  # no verdict (e.g. the world failed to rebuild): may not recur
         with self._lock:
             self._verdicts[key] = verdict
             while len(self._verdicts) > self.config.cache_verdicts:
@@ -281,7 +284,8 @@ class StateVerifier:
         try:
             world = self._world(turn, None)
         except Exception as exc:  # noqa: BLE001  (unknown world, bad config, failed replay)
-            outcome = f"world could not be rebuilt: {type(exc).__name__}: {exc}"
+            # not kept: a build can fail for a passing reason (a sandbox out of processes)
+            return f"world could not be rebuilt: {type(exc).__name__}: {exc}"
         else:
             try:
                 calls = [(c.function.name, c.args()) for c in turn.expected.tool_calls or []]
