@@ -3,7 +3,7 @@
     python3 bench/bench_e2e_loss.py [--testbed runs/testbed] [--world toolshop] [--tasks 4] [--repeats 3]
 
 Episodes are real: the testbed's base plays `--tasks` train tasks × G episodes in `--world` with
-E2E RL's own recording policy (the demo's settings: G = 8, 96 tokens per turn, 8 turns), so the
+E2E RL's own recording policy (the demo's settings: G = 8, 64 tokens per turn, 8 turns), so the
 turns and their prompts are what a training step sees. Both arms then compute the clipped policy
 loss of every generated token (advantage 1) and its gradient on the same weights, alternating
 inside one process so a shared CPU slows them alike: (a) one sequence per turn (prompt +
@@ -50,7 +50,7 @@ def main() -> None:
     base = args.testbed / "base"
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    policy = RecordingPolicy(model, tokenizer, max_new_tokens=96, temperature=1.0, seed=0)
+    policy = RecordingPolicy(model, tokenizer, max_new_tokens=64, temperature=1.0, seed=0)
     tasks = make_tasks(args.world, "train", args.tasks)
     with torch.no_grad():
         run_episodes(args.world, [t for t in tasks for _ in range(args.generations)], policy, 8)
