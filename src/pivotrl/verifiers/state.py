@@ -150,9 +150,7 @@ class StateVerifier:
         if not verdict.valid:
             return verdict  # no verdict (e.g. the world failed to rebuild): may not recur
         with self._lock:
-            self._verdicts[key] = verdict
-            while len(self._verdicts) > self.config.cache_verdicts:
-                self._verdicts.popitem(last=False)
+            _keep(self._verdicts, key, verdict, self.config.cache_verdicts)
         return verdict
 
     def _score_calls(self, turn: Turn, action: Message) -> Score:
@@ -245,9 +243,8 @@ class StateVerifier:
                 return base
             key = key or (_turn_key(turn), probe)
             with self._lock:
-                self._bases[key] = base
-                while len(self._bases) > self.config.cached_worlds:
-                    self._bases.popitem(last=False)  # a world frees its resources when dropped
+                # a world frees its resources when dropped
+                _keep(self._bases, key, base, self.config.cached_worlds)
         return base.fork()
 
     def _probe_diff(self, turn: Turn, cand_calls) -> str:
@@ -261,9 +258,7 @@ class StateVerifier:
                 hit = self._effects(turn, i, exp_calls)
                 hit = "end" if hit is None else hit
                 with self._lock:
-                    self._probe_cache[(key, i)] = hit
-                    while len(self._probe_cache) > 8 * max(1, self.config.cache_turns):
-                        self._probe_cache.popitem(last=False)
+                    _keep(self._probe_cache, (key, i), hit, 8 * max(1, self.config.cache_turns))
             if hit == "end":
                 return ""
             got = self._effects(turn, i, cand_calls)
@@ -293,9 +288,7 @@ class StateVerifier:
             except Exception as exc:  # noqa: BLE001
                 outcome = f"world failed on the expert's action: {type(exc).__name__}: {exc}"
         with self._lock:
-            self._cache[key] = outcome
-            while len(self._cache) > max(1, self.config.cache_turns):
-                self._cache.popitem(last=False)
+            _keep(self._cache, key, outcome, max(1, self.config.cache_turns))
         return outcome
 
     def _toolcall(self):
@@ -305,6 +298,13 @@ class StateVerifier:
 
 
 _UNSET = object()
+
+
+def _keep(cache: OrderedDict, key: Any, value: Any, limit: int) -> None:
+    """Store in an LRU dict and drop the oldest entries past `limit` (the caller holds the lock)."""
+    cache[key] = value
+    while len(cache) > limit:
+        cache.popitem(last=False)
 
 
 def _action_text(turn: Turn) -> str:
