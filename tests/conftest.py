@@ -44,6 +44,16 @@ def tiny_model_dir(tmp_path_factory):
     return save_tiny(model, tokenizer, tmp_path_factory.mktemp("tiny_model"))
 
 
+@pytest.fixture(scope="session")
+def quick_testbed(tmp_path_factory):
+    """(folder, build record) of one quick testbed build whose base this build pretrained (the
+    quick config is not the shipped one's); shared because each build costs seconds. Read-only."""
+    from pivotrl.experiment.testbed.build import TestbedConfig, build_testbed
+
+    out = tmp_path_factory.mktemp("quick_testbed")
+    return out, build_testbed(out, TestbedConfig().quick(), use_shipped_base=False)
+
+
 def pytest_collection_modifyitems(config, items):
     """`gpu`-marked tests need CUDA: skipped, with the reason, on machines without it."""
     if torch.cuda.is_available():

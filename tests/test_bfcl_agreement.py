@@ -79,13 +79,17 @@ def test_toolcall_beats_exact(results):
     assert tc["recall"] > ex["recall"] + 0.15
 
 
-def test_judge_backed_toolcall_with_an_oracle_judge(rows, results):
+def test_judge_backed_toolcall_with_an_oracle_judge(rows):
     """`unproven_rule: judge` with BFCL's own verdict as the judge: what a perfect judge adds
-    when it is asked only about unproven differences (measured 0.978 / 0.996 / 0.944)."""
+    when it is asked only about unproven differences (all cases: 0.978 / 0.996 / 0.944). Every
+    4th case (6,173; 0.982 / 0.997 / 0.954): each judge request is an HTTP round trip, and
+    all 24,692 cases cost 16 s of the suite."""
+    rows = rows[::4]
     judged = bfcl_support.judged_agreement(rows, bfcl_support.oracle_rule(rows))
+    alone = bfcl_support.agreement(get_verifier("toolcall", numeric_strings=False), rows)
     print({k: v for k, v in judged.items() if k not in ("disagreements", "by_label")})
     assert judged["precision"] >= 0.99 and judged["accuracy"] >= 0.97
-    assert judged["recall"] >= results["toolcall"]["recall"] + 0.2
+    assert judged["recall"] >= alone["recall"] + 0.2
     assert 0 < judged["judge_requests"] < 0.3 * len(rows) * 2  # most actions need no judge
 
 

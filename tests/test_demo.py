@@ -121,7 +121,7 @@ def test_demo_yaml_is_the_default_and_typos_are_errors(tmp_path):
         DemoConfig.from_yaml(bad)
     # --full adds the ablation arms and seeds on top of the same per-run budget (cache reuse)
     full = DemoConfig().full()
-    assert full.methods == list(METHODS) and full.seeds == list(range(8))
+    assert full.methods == list(METHODS) and full.seeds == list(range(6))
     assert (full.steps, full.learning_rates) == (DemoConfig().steps, DemoConfig().learning_rates)
     assert full.ablation_seeds == 1
 

@@ -35,15 +35,6 @@ def test_spearman_rows():
     assert _spearman_rows(a, b).tolist() == pytest.approx([1.0, -1.0])
 
 
-@pytest.fixture(scope="module")
-def quick_testbed(tmp_path_factory):
-    from pivotrl.experiment.testbed.build import TestbedConfig, build_testbed
-
-    out = tmp_path_factory.mktemp("testbed")
-    info = build_testbed(out, TestbedConfig().quick())
-    return out, info
-
-
 def _check_shape(result):
     assert set(result["in_domain"]) == {"toolshop", "terminal"}
     for v in result["in_domain"].values():

@@ -432,22 +432,29 @@ def test_a_client_that_leaves_frees_the_model(tiny_model_dir):
 
     engine = serve.Engine(str(tiny_model_dir), 64, None, 1 << 20)
     steps = []  # forward passes that ran (ours, registered after serve's, sees only those)
-    engine.sampler.model.register_forward_pre_hook(lambda module, args: steps.append(1))
+
+    def count_and_slow_down(module, args):
+        # 1 ms a pass: 1900 tokens take ≥ 1.9 s, far longer than serve's 0.1-s disconnect poll,
+        # so the cancel is not a race with a tiny model that decodes faster than the poll.
+        steps.append(1)
+        time.sleep(0.001)
+
+    engine.sampler.model.register_forward_pre_hook(count_and_slow_down)
 
     class Client:
-        def __init__(self, leave_after: float):
-            self.t0, self.leave_after = time.time(), leave_after
+        def __init__(self, leave_after: int):
+            self.leave_after = leave_after  # forward passes; < 0 = gone before it starts
 
         async def is_disconnected(self) -> bool:
-            return time.time() - self.t0 > self.leave_after
+            return self.leave_after < 0 or len(steps) >= self.leave_after > 0
 
     req = serve.CompletionRequest(prompt="x", n=4, max_tokens=1900, seed=5)
     with pytest.raises(serve.APIError) as info:
-        asyncio.run(engine.generate(Client(0.5), ["x"], req, 1900))
+        asyncio.run(engine.generate(Client(5), ["x"], req, 1900))
     assert info.value.status == 499
     assert 0 < len(steps) < 1900  # stopped at the cancel, not at max_tokens
     assert not engine.lock.locked()
-    done = asyncio.run(engine.generate(Client(60), ["x"], serve.CompletionRequest(prompt="x"), 3))
+    done = asyncio.run(engine.generate(Client(0), ["x"], serve.CompletionRequest(prompt="x"), 3))
     assert len(done) == 1 and done[0][0].completion_tokens <= 3
     # a request whose client left while it waited never starts
     before = len(steps)
@@ -456,7 +463,7 @@ def test_a_client_that_leaves_frees_the_model(tiny_model_dir):
     assert len(steps) == before
     engine.shutdown.set()
     with pytest.raises(serve.APIError) as info:
-        asyncio.run(engine.generate(Client(60), ["x"], req, 1900))
+        asyncio.run(engine.generate(Client(0), ["x"], req, 1900))
     assert info.value.status == 503 and len(steps) == before
 
 

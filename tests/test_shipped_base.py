@@ -26,15 +26,8 @@ def test_the_shipped_base_is_the_default_configs():
     assert (shipped.SHIPPED / "base" / "model.safetensors").is_file()
 
 
-@pytest.fixture(scope="module")
-def quick_build(tmp_path_factory):
-    out = tmp_path_factory.mktemp("pretrained")
-    info = build_testbed(out, TestbedConfig().quick(), use_shipped_base=False)
-    return out, info
-
-
-def test_a_shipped_build_is_reused_bit_for_bit(quick_build, tmp_path, monkeypatch):
-    built, info = quick_build
+def test_a_shipped_build_is_reused_bit_for_bit(quick_testbed, tmp_path, monkeypatch):
+    built, info = quick_testbed
     root = tmp_path / "shipped_base"
     shipped.ship(built, root)
     monkeypatch.setattr(shipped, "SHIPPED", root)
@@ -56,8 +49,8 @@ def test_a_shipped_build_is_reused_bit_for_bit(quick_build, tmp_path, monkeypatc
     assert again["base"]["by_position"] == info["base"]["by_position"]
 
 
-def test_a_different_tokenizer_or_config_is_not_served(quick_build, tmp_path):
-    built, info = quick_build
+def test_a_different_tokenizer_or_config_is_not_served(quick_testbed, tmp_path):
+    built, info = quick_testbed
     root = tmp_path / "shipped_base"
     shipped.ship(built, root)
     assert shipped.usable(info["config_hash"], built / "base", root) is not None
@@ -70,8 +63,8 @@ def test_a_different_tokenizer_or_config_is_not_served(quick_build, tmp_path):
     assert shipped.usable(info["config_hash"], other, root) is None
 
 
-def test_a_shipped_base_is_never_reshipped(tmp_path, quick_build):
-    built, _ = quick_build
+def test_a_shipped_base_is_never_reshipped(tmp_path, quick_testbed):
+    built, _ = quick_testbed
     copy = tmp_path / "copy"
     (copy / "base").mkdir(parents=True)
     info = json.loads((built / "build.json").read_text())
