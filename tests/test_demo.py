@@ -30,7 +30,9 @@ def ensure_pivots(original):
 
 
 @pytest.mark.slow
-def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch):
+def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testbed):
+    testbed, _ = quick_testbed  # the demo only reads its testbed (checked below)
+    before = sorted((str(p), p.stat().st_mtime_ns) for p in testbed.rglob("*"))
     monkeypatch.setattr(demo, "prepare_world", ensure_pivots(demo.prepare_world))
     cfg = DemoConfig(worlds=["toolshop"], methods=list(METHODS), seeds=[0], learning_rates=[1e-3],
                      steps=2, eval_every=1, k=2, profile_trajectories=2, num_generations=2,
@@ -41,7 +43,9 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch):
                      kl_prompts=4, theory_turns=4, theory_samples=2, workers=1,
                      sampled=SampledConfig(k=2))
     out = tmp_path / "demo"
-    results = run_demo(out, cfg, testbed_config=TestbedConfig().quick(), log=lambda m: None)
+    results = run_demo(out, cfg, testbed=testbed, testbed_config=TestbedConfig().quick(),
+                       log=lambda m: None)
+    assert sorted((str(p), p.stat().st_mtime_ns) for p in testbed.rglob("*")) == before
     saved = json.loads((out / "results.json").read_text())
     logged = (out / "demo.log").read_text()  # progress is on file too, every stage and job with its ETA
     assert all(f"{k}/5 " in logged for k in range(1, 6)) and f"[{len(METHODS) - 1}/" in logged and "ETA" in logged
@@ -99,7 +103,8 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch):
     assert (out / "joint_frontier.png").exists() and "## The joint claim on the frontier" in report
 
     t0 = time.time()
-    again = run_demo(out, cfg, testbed_config=TestbedConfig().quick(), log=lambda m: None)
+    again = run_demo(out, cfg, testbed=testbed, testbed_config=TestbedConfig().quick(),
+                     log=lambda m: None)
     assert again["methods"]["pivotrl"]["checkpoints"] == results["methods"]["pivotrl"]["checkpoints"]
     assert time.time() - t0 < 60  # nothing retrained: every job's rows.json is reused
 
