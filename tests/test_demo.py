@@ -49,6 +49,7 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testb
     saved = json.loads((out / "results.json").read_text())
     logged = (out / "demo.log").read_text()  # progress is on file too, every stage and job with its ETA
     assert all(f"{k}/5 " in logged for k in range(1, 6)) and f"[{len(METHODS) - 1}/" in logged and "ETA" in logged
+    assert "] eval split: " in logged  # the eval split's checkpoints report progress too
     assert set(saved["methods"]) == {"base", *METHODS}
     for name, m in saved["methods"].items():
         assert set(m["in_domain"]) == {"toolshop"}

@@ -271,14 +271,18 @@ def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: 
     targets = eval_targets(chosen, jobs, matched_sides(items, rows, cfg.frontier_config()))
     log(f"  the eval split at the {len(targets)} dev-chosen and frontier-matched checkpoints")
     got: list[dict[str, Any]] = []
+    t0 = time.time()
     with workers_pool(cfg.workers) as pool:
         futures = {pool.submit(eval_at, job, step, testbed, out, cfg): (job, step) for job, step in targets}
-        for fut in as_completed(futures):
+        for i, fut in enumerate(as_completed(futures), start=1):
             job, step = futures[fut]
             row, scored = fut.result()
             merge_eval(rows, dict(method=job.method, world=job.world, seed=job.seed, lr=job.lr),
                        step, row)
             got += scored
+            per_target = (time.time() - t0) / i
+            log(f"  [{i}/{len(targets)}] eval split: {job.name} step {step}; "
+                f"ETA {per_target * (len(targets) - i) / 60:.1f} min")
     return got
 
 
