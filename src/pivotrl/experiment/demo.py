@@ -157,7 +157,8 @@ class DemoConfig(BaseModel):
         "world and turn accuracy on the expert states of the same 100 tasks, 60 OOD tasks per "
         "family: with the 40 dev tasks, the testbed's whole eval file (140 per world, 100 OOD). "
         "Every seed is scored on the same items, so their clusters set the headline interval: "
-        "at 60 tasks per world it stayed ±0.0215 from 5 to 8 seeds (docs/RESULTS.md).")
+        "at 60 tasks per world it stayed ±0.0215 from 5 to 8 seeds; at 100 it is ±0.016 at 6 "
+        "(docs/RESULTS.md).")
     kl_prompts: int = Field(40, description="OOD texts for KL / rank correlation to the base.")
     theory_turns: int = Field(32, description="Profiled states (half pivots, half not) in "
                               "the theory checks.")
