@@ -175,8 +175,9 @@ class DemoConfig(BaseModel):
         jobs are cached). The seeds buy little power on the headline turn accuracy: every seed
         is scored on the same eval items, whose clusters set the interval (measured on 60 eval
         tasks per world: ±0.0235 at two seeds, ±0.0216 at six, ±0.0215 at eight; on 100:
-        ±0.0177 at one, ±0.0159 at six); they make the verdicts hold across training noise. The ablations train on seed 0 only: a second
-        ablation seed cost about 18 of the 2-h budget's minutes."""
+        ±0.0177 at one, ±0.0159 at six); they make the verdicts hold across training noise.
+        The ablations train on seed 0 only: a second ablation seed cost about 18 of the 2-h
+        budget's minutes."""
         return self.model_copy(update={"seeds": list(range(6)), "methods": list(METHODS),
                                        "ablation_seeds": 1})
 
