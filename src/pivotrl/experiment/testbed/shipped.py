@@ -5,9 +5,9 @@ same thread count), so the weights are a function of the config and of the CPU's
 the default config pretrained on an AVX-512 AMD EPYC machine gave other weights than the shipped
 ones from the same data and tokenizer (byte-identical), and on that machine 30 pretraining steps
 under ATEN_CPU_CAPABILITY=avx2 and =avx512 differ (each twice the same). So the shipped copy is
-also what gives every machine the same base. The package carries the weights one default build made
-(`shipped_base/`: model, tokenizer and that build's `build.json`) and uses them only when they
-are what the build would make from this config and data:
+also what gives every machine the same base. The package carries the weights one default build
+made (`shipped_base/`: model, tokenizer and that build's `build.json`) and uses them only when
+they are what the build would make from this config and data:
 
 - the config's hash (which includes the build's code version) equals the shipped build's, and
 - the tokenizer this build just trained on its freshly written data is byte-identical to the
