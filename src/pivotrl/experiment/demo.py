@@ -45,6 +45,7 @@ from pivotrl.experiment.checkpoint_eval import (
 from pivotrl.experiment.evaluate import EvalConfig, SampledConfig
 from pivotrl.experiment.frontier import FrontierConfig
 from pivotrl.experiment.jobs import Job, eval_at, run_job, train_job  # noqa: F401 - scripts import them here
+from pivotrl.io.progress import duration
 from pivotrl.io.records import write_text_atomic
 from pivotrl.io.yaml_config import load_model
 
@@ -262,6 +263,12 @@ def prepare_world_1thread(testbed: Path, out: Path, world: str, cfg: DemoConfig)
     return prepare_world(testbed, out, world, cfg)
 
 
+def done_line(done: int, total: int, t0: float, what: str) -> str:
+    """`  [3/42] toolshop/sft/lr0.0001-seed1 done; ETA 12m05s`: a stage's progress in the log."""
+    eta = (time.time() - t0) / done * (total - done)
+    return f"  [{done}/{total}] {what}; ETA {duration(eta)}"
+
+
 def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: Path, out: Path,
                  cfg: DemoConfig, log: Callable[[str], None]) -> list[dict[str, Any]]:
     """Choose on dev (the report's rule), then score the eval split at exactly those
@@ -282,9 +289,7 @@ def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: 
             merge_eval(rows, dict(method=job.method, world=job.world, seed=job.seed, lr=job.lr),
                        step, row)
             got += scored
-            per_target = (time.time() - t0) / i
-            log(f"  [{i}/{len(targets)}] eval split: {job.name} step {step}; "
-                f"ETA {per_target * (len(targets) - i) / 60:.1f} min")
+            log(done_line(i, len(targets), t0, f"eval split: {job.name} step {step}"))
     return got
 
 
@@ -383,8 +388,7 @@ def run_jobs(jobs: list[Job], testbed: Path, out: Path, cfg: DemoConfig, pivot_s
             job = futures[fut]
             job_rows, job_items = fut.result()
             rows, items = rows + job_rows, items + job_items
-            per_job = (time.time() - t_jobs) / i
-            log(f"  [{i}/{len(jobs)}] {job.name} done; ETA {per_job * (len(jobs) - i) / 60:.1f} min")
+            log(done_line(i, len(jobs), t_jobs, f"{job.name} done"))
     return rows, items
 
 

@@ -48,7 +48,7 @@ from pivotrl.io.records import Message, Turn
 from pivotrl.verifiers.base import Score, score_in_threads
 from pivotrl.verifiers.probes import PROBES, probe_seed, writes
 from pivotrl.verifiers.toolcall import ToolcallVerifier
-from pivotrl.verifiers.world import concurrent_world, world_at_turn
+from pivotrl.verifiers.world import concurrent_world, keep_lru, world_at_turn
 
 
 class StateConfig(BaseModel):
@@ -150,7 +150,7 @@ class StateVerifier:
         if not verdict.valid:
             return verdict  # no verdict (e.g. the world failed to rebuild): may not recur
         with self._lock:
-            _keep(self._verdicts, key, verdict, self.config.cache_verdicts)
+            keep_lru(self._verdicts, key, verdict, self.config.cache_verdicts)
         return verdict
 
     def _score_calls(self, turn: Turn, action: Message) -> Score:
@@ -244,7 +244,7 @@ class StateVerifier:
             key = key or (_turn_key(turn), probe)
             with self._lock:
                 # a world frees its resources when dropped
-                _keep(self._bases, key, base, self.config.cached_worlds)
+                keep_lru(self._bases, key, base, self.config.cached_worlds)
         return base.fork()
 
     def _probe_diff(self, turn: Turn, cand_calls) -> str:
@@ -258,7 +258,7 @@ class StateVerifier:
                 hit = self._effects(turn, i, exp_calls)
                 hit = "end" if hit is None else hit
                 with self._lock:
-                    _keep(self._probe_cache, (key, i), hit, 8 * max(1, self.config.cache_turns))
+                    keep_lru(self._probe_cache, (key, i), hit, 8 * max(1, self.config.cache_turns))
             if hit == "end":
                 return ""
             got = self._effects(turn, i, cand_calls)
@@ -288,7 +288,7 @@ class StateVerifier:
             except Exception as exc:  # noqa: BLE001
                 outcome = f"world failed on the expert's action: {type(exc).__name__}: {exc}"
         with self._lock:
-            _keep(self._cache, key, outcome, max(1, self.config.cache_turns))
+            keep_lru(self._cache, key, outcome, max(1, self.config.cache_turns))
         return outcome
 
     def _toolcall(self):
@@ -298,13 +298,6 @@ class StateVerifier:
 
 
 _UNSET = object()
-
-
-def _keep(cache: OrderedDict, key: Any, value: Any, limit: int) -> None:
-    """Store in an LRU dict and drop the oldest entries past `limit` (the caller holds the lock)."""
-    cache[key] = value
-    while len(cache) > limit:
-        cache.popitem(last=False)
 
 
 def _action_text(turn: Turn) -> str:

@@ -111,6 +111,13 @@ def action_rule(name: str | None) -> ActionRule | None:
     return _RULES[name]
 
 
+def keep_lru(cache: OrderedDict, key: Any, value: Any, limit: int) -> None:
+    """Store in an LRU dict and drop the oldest entries past `limit` (the caller holds the lock)."""
+    cache[key] = value
+    while len(cache) > limit:
+        cache.popitem(last=False)
+
+
 _ANSWER_WORLDS: OrderedDict[str, Any] = OrderedDict()  # turn key -> world at the turn (or None)
 _ANSWER_LOCK = threading.Lock()
 _ANSWER_CACHE = 64  # worlds at a turn kept for answers (a terminal world holds a workspace)
@@ -171,9 +178,7 @@ def _answer_world(turn: Turn) -> Any:
     except Exception:  # noqa: BLE001  (a broken config or replay: no ruling)
         world = None
     with _ANSWER_LOCK:
-        _ANSWER_WORLDS[key] = world
-        while len(_ANSWER_WORLDS) > _ANSWER_CACHE:
-            _ANSWER_WORLDS.popitem(last=False)
+        keep_lru(_ANSWER_WORLDS, key, world, _ANSWER_CACHE)
     return world
 
 
