@@ -37,10 +37,10 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pivotrl.experiment.e2e import RecordingPolicy, pack_turns
-    from pivotrl.experiment.episodes import run_episodes
-    from pivotrl.experiment.testbed.build import build_testbed, is_built, load_config
-    from pivotrl.experiment.testbed.tasks import make_tasks
+    from pivotrl_testbed.e2e import RecordingPolicy, pack_turns
+    from pivotrl_testbed.episodes import run_episodes
+    from pivotrl_testbed.testbed.build import build_testbed, is_built, load_config
+    from pivotrl_testbed.testbed.tasks import make_tasks
     from pivotrl.sampling.generate import completion_logps, span_logps
 
     torch.set_num_threads(1)

@@ -42,7 +42,7 @@ TESTBED_BASE = Path("runs/testbed/base")
 
 
 def make_pivots(path: Path, n: int, seed: int = 0) -> None:
-    from pivotrl.experiment.testbed.toolshop import SYSTEM_PROMPT, TOOLS
+    from pivotrl_testbed.testbed.toolshop import SYSTEM_PROMPT, TOOLS
 
     rng = random.Random(seed)
     asks = ["Please cancel my pending order.", "Where is my last order? It has been a week.",
@@ -111,7 +111,7 @@ def main() -> int:
     ap.add_argument("--model", type=Path, default=None, help="a trained base (default: runs/testbed/base "
                                                              "if it exists, else random init)")
     ap.add_argument("--arch", default="", help="comma-separated tiny architectures to time as well "
-                    "(pivotrl.experiment.testbed.architectures, e.g. qwen3_5,nemotron_h), random init at "
+                    "(pivotrl_testbed.testbed.architectures, e.g. qwen3_5,nemotron_h), random init at "
                     "the testbed's width (128), the same tokenizer and pivots")
     ap.add_argument("--checkpointing", choices=("off", "on", "both"), default="both",
                     help="gradient checkpointing in every measurement: off, on, or each model both ways")
@@ -121,8 +121,8 @@ def main() -> int:
     from transformers import AutoTokenizer, PrinterCallback
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    from pivotrl.experiment.testbed.architectures import save_tiny_arch
-    from pivotrl.experiment.testbed.tiny import build_model, build_tokenizer, save_tiny
+    from pivotrl_testbed.testbed.architectures import save_tiny_arch
+    from pivotrl_testbed.testbed.tiny import build_model, build_tokenizer, save_tiny
     from pivotrl.formats.chat import prompt_text
     from pivotrl.io.records import Turn, iter_valid
     from pivotrl.train.config import GRPORunConfig

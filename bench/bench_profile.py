@@ -30,8 +30,8 @@ DEFAULT_BASE = Path(__file__).resolve().parent.parent / "runs" / "testbed" / "ba
 
 def testbed_model(tmp: Path) -> Path:
     """A random Llama of the testbed base's shape, its tokenizer trained on toolshop text."""
-    from pivotrl.experiment.testbed.experts import generate_trajectories
-    from pivotrl.experiment.testbed.tiny import build_model, build_tokenizer, save_tiny
+    from pivotrl_testbed.testbed.experts import generate_trajectories
+    from pivotrl_testbed.testbed.tiny import build_model, build_tokenizer, save_tiny
     from pivotrl.formats.chat import template_messages
 
     seed_tok = build_tokenizer([], vocab_size=300)  # renders texts only, as the testbed build does
@@ -43,7 +43,7 @@ def testbed_model(tmp: Path) -> Path:
 
 
 def write_turns(path: Path, n: int) -> None:
-    from pivotrl.experiment.testbed.experts import generate_trajectories
+    from pivotrl_testbed.testbed.experts import generate_trajectories
     from pivotrl.extract import ExtractOptions, extract_turns
     from pivotrl.io.records import write_atomic
 

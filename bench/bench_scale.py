@@ -128,7 +128,7 @@ def extract_both(tmp: Path, n: int, rounds: int, tool_chars: int) -> tuple[dict,
 
 # One data step in a fresh process; argv: step, then its paths. Prints peak RSS (KiB), seconds.
 # A real tokenizer and chat template for the trainer's loading step (the testbed's shipped base).
-SHIPPED_BASE = Path(__file__).resolve().parents[1] / "src/pivotrl/experiment/testbed/shipped_base/base"
+SHIPPED_BASE = Path(__file__).resolve().parents[1] / "src/pivotrl_testbed/testbed/shipped_base/base"
 
 STEP = r"""
 import random, resource, sys, time

@@ -198,7 +198,7 @@ def check_environment(ctx: Context) -> dict[str, Any]:
 
 
 def check_tiny_model(ctx: Context) -> dict[str, Any]:
-    from pivotrl.experiment.testbed.tiny import (
+    from pivotrl_testbed.testbed.tiny import (
         TinyModelConfig,
         build_model,
         build_tokenizer,
@@ -386,7 +386,7 @@ def check_hybrid(ctx: Context) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pivotrl.experiment.testbed.architectures import save_tiny_arch
+    from pivotrl_testbed.testbed.architectures import save_tiny_arch
     from pivotrl.sampling.generate import generate, sample_seeds
 
     if shared_prefix_switch() is None:

@@ -13,10 +13,10 @@ import time
 
 import torch
 
-from pivotrl.experiment.evaluate import ood_answers
-from pivotrl.experiment.testbed import ood
-from pivotrl.experiment.testbed.pretrain import PretrainConfig, pretrain
-from pivotrl.experiment.testbed.tiny import TinyModelConfig, build_model, load_tiny
+from pivotrl_testbed.evaluate import ood_answers
+from pivotrl_testbed.testbed import ood
+from pivotrl_testbed.testbed.pretrain import PretrainConfig, pretrain
+from pivotrl_testbed.testbed.tiny import TinyModelConfig, build_model, load_tiny
 
 
 def main() -> None:

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
-from pivotrl.experiment.demo import DemoConfig, Job, prepare_world, train_job
-from pivotrl.experiment.episodes import ModelPolicy, turn_accuracy
-from pivotrl.experiment.evaluate import evaluate_turns, load_trajectories
+from pivotrl_testbed.demo import DemoConfig, Job, prepare_world, train_job
+from pivotrl_testbed.episodes import ModelPolicy, turn_accuracy
+from pivotrl_testbed.evaluate import evaluate_turns, load_trajectories
 from pivotrl.io.records import Turn, iter_valid
-from pivotrl.experiment.testbed.tiny import load_tiny
+from pivotrl_testbed.testbed.tiny import load_tiny
 from pivotrl.verifiers import get_verifier
 
 

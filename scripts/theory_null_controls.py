@@ -1,5 +1,5 @@
 """Do the demo's Theorem 3.2 statistics tell structure from noise? A random untrained tiny model,
-two reward rules, each statistic beside its shuffled-reward null (pivotrl.experiment.theory).
+two reward rules, each statistic beside its shuffled-reward null (pivotrl_testbed.theory).
 
 - random rewards: 0/1 at random, unrelated to the action. Nothing to learn: a statistic that
   still "confirms" the theorem here is the construction, not evidence.
@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from pivotrl.experiment.testbed.tiny import TinyModelConfig, build_model, build_tokenizer
-from pivotrl.experiment.theory import sample_actions, state_signal, summarise_gradient
+from pivotrl_testbed.testbed.tiny import TinyModelConfig, build_model, build_tokenizer
+from pivotrl_testbed.theory import sample_actions, state_signal, summarise_gradient
 from pivotrl.io.records import Profile
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # fake_judge, run as a script too
 
-from pivotrl.experiment.bfcl import install_model_config_stub, to_openai_tool  # noqa: F401
+from pivotrl_testbed.bfcl import install_model_config_stub, to_openai_tool  # noqa: F401
 from pivotrl.io.records import Message, Turn
 
 # Python-language categories with possible answers (Java/JS pass every value as a string).

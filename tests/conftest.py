@@ -37,7 +37,7 @@ def sample_texts(n: int = 200, seed: int = 0) -> list[str]:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A tokenizer (trained on `sample_texts`) + a random tiny Llama, saved in HF format."""
-    from pivotrl.experiment.testbed.tiny import TinyModelConfig, build_model, build_tokenizer, save_tiny
+    from pivotrl_testbed.testbed.tiny import TinyModelConfig, build_model, build_tokenizer, save_tiny
 
     tokenizer = build_tokenizer(sample_texts(), vocab_size=512)
     model = build_model(tokenizer, TinyModelConfig(max_positions=2048))
@@ -48,7 +48,7 @@ def tiny_model_dir(tmp_path_factory):
 def quick_testbed(tmp_path_factory):
     """(folder, build record) of one quick testbed build whose base this build pretrained (the
     quick config is not the shipped one's); shared because each build costs seconds. Read-only."""
-    from pivotrl.experiment.testbed.build import TestbedConfig, build_testbed
+    from pivotrl_testbed.testbed.build import TestbedConfig, build_testbed
 
     out = tmp_path_factory.mktemp("quick_testbed")
     return out, build_testbed(out, TestbedConfig().quick(), use_shipped_base=False)

@@ -1,5 +1,5 @@
 """The architectures people fine-tune for tool use, through every path: tiny random models of each
-(pivotrl.experiment.testbed.architectures: dense, MoE, linear-attention hybrid, Mamba-2 hybrids,
+(pivotrl_testbed.testbed.architectures: dense, MoE, linear-attention hybrid, Mamba-2 hybrids,
 sliding window, short-conv hybrid), built from transformers' own config classes.
 
 Generation: the shared prefill (one prefill per prompt; recurrent/conv states copied per sample,
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import pivotrl.sampling.generate as gen
-from pivotrl.experiment.testbed.architectures import ARCHITECTURES, build_tiny
+from pivotrl_testbed.testbed.architectures import ARCHITECTURES, build_tiny
 from pivotrl.sampling.generate import generate, sample_seeds
 
 VOCAB = 300
@@ -91,9 +91,9 @@ def test_recurrent_state_is_copied_per_sample_not_shared(models):
 @pytest.fixture(scope="module")
 def data():
     """Two toolshop tasks, their expert trajectories and assistant turns (testbed, no model)."""
-    from pivotrl.experiment.episodes import expert_turns
-    from pivotrl.experiment.testbed.experts import generate_trajectories
-    from pivotrl.experiment.testbed.tasks import make_tasks
+    from pivotrl_testbed.episodes import expert_turns
+    from pivotrl_testbed.testbed.experts import generate_trajectories
+    from pivotrl_testbed.testbed.tasks import make_tasks
 
     trajectories = generate_trajectories("toolshop", "eval", 2, seed=0)
     return {"tasks": make_tasks("toolshop", "eval", 2), "trajectories": trajectories,
@@ -105,7 +105,7 @@ def checkpoints(tiny_model_dir, tmp_path_factory):
     """Each architecture saved with the testbed tokenizer (Qwen/Hermes chat template, tool calls)."""
     from transformers import AutoTokenizer
 
-    from pivotrl.experiment.testbed.architectures import save_tiny_arch
+    from pivotrl_testbed.testbed.architectures import save_tiny_arch
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     root = tmp_path_factory.mktemp("architectures")
@@ -116,7 +116,7 @@ def checkpoints(tiny_model_dir, tmp_path_factory):
 def test_profile_evaluate_and_episode(checkpoints, data, name):
     """profile (HF backend, shared prefill), evaluate --turns and an E2E episode, one model load."""
     from pivotrl.evaluate.turns import TurnEvalConfig, score_turns
-    from pivotrl.experiment.episodes import ModelPolicy, run_episodes
+    from pivotrl_testbed.episodes import ModelPolicy, run_episodes
     from pivotrl.profile.loop import ProfileConfig, RunStats, profile_stream
     from pivotrl.sampling.hf import HFSampler
     from pivotrl.verifiers import get_verifier

@@ -16,10 +16,10 @@ pytest.importorskip("bfcl_eval")
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (  # noqa: E402
     multi_turn_checker, multi_turn_irrelevance_checker)
 
-from pivotrl.experiment.bfcl import (ADDITIONAL_FUNCTION_PROMPT, CATEGORIES, decode_turns,  # noqa: E402
+from pivotrl_testbed.bfcl import (ADDITIONAL_FUNCTION_PROMPT, CATEGORIES, decode_turns,  # noqa: E402
                                forget_instances, fresh_model_name, install_model_config_stub,
                                load_category, parse_call, to_openai_tool, write_bfcl)
-from pivotrl.experiment.bfcl_world import BfclWorld  # noqa: E402
+from pivotrl_testbed.bfcl_world import BfclWorld  # noqa: E402
 from pivotrl.io.records import Trajectory, iter_valid, read_records  # noqa: E402
 from pivotrl.verifiers.world import make_world, world_at_turn  # noqa: E402
 
@@ -122,7 +122,7 @@ def test_miss_func_holds_the_function_back_until_bfcl_adds_it(bfcl):
 
 def test_tool_schemas_are_json_schema():
     import bfcl_eval  # noqa: F401
-    from pivotrl.experiment.bfcl import func_docs
+    from pivotrl_testbed.bfcl import func_docs
 
     bad = {"dict", "float", "tuple", "any"}
 

@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("bfcl_eval")
 
-from pivotrl.experiment.bfcl import CATEGORIES, decode_turns, write_bfcl  # noqa: E402
-from pivotrl.experiment.episodes import (ModelPolicy, RandomPolicy, ScriptedPolicy, run_episodes,  # noqa: E402
+from pivotrl_testbed.bfcl import CATEGORIES, decode_turns, write_bfcl  # noqa: E402
+from pivotrl_testbed.episodes import (ModelPolicy, RandomPolicy, ScriptedPolicy, run_episodes,  # noqa: E402
                               split_user_turns, success_rate)
-from pivotrl.experiment.evaluate import BFCL_STEP_LIMIT, EvalConfig, evaluate_model  # noqa: E402
+from pivotrl_testbed.evaluate import BFCL_STEP_LIMIT, EvalConfig, evaluate_model  # noqa: E402
 from pivotrl.io.records import Message, Trajectory, check_trajectory, iter_valid  # noqa: E402
 
 
@@ -166,7 +166,7 @@ def test_random_policy_scores_near_zero(bfcl):
 def test_tiny_model_runs_bfcl_episodes(bfcl, tiny_model_dir):
     """BFCL's tool docs alone exceed the tiny model's window: each such turn is a counted
     invalid action; with a trimmed tool list the model really generates in BFCL's backends."""
-    from pivotrl.experiment.testbed.tiny import load_tiny
+    from pivotrl_testbed.testbed.tiny import load_tiny
 
     model, tok = load_tiny(tiny_model_dir)
     tasks = _sample(by_cat := bfcl[1], 1)
@@ -189,7 +189,7 @@ def test_evaluate_with_bfcl_file(bfcl, tiny_model_dir, tmp_path):
     from typer.testing import CliRunner
 
     from pivotrl.cli import app
-    from pivotrl.experiment.testbed.tiny import load_tiny
+    from pivotrl_testbed.testbed.tiny import load_tiny
 
     path, _ = bfcl
     model, tok = load_tiny(tiny_model_dir)
@@ -199,11 +199,11 @@ def test_evaluate_with_bfcl_file(bfcl, tiny_model_dir, tmp_path):
         assert v["episodes"] == 1 and v["success"] == 0.0 and 0 <= v["ci95"][0] <= v["ci95"][1] <= 1
         assert v["model_turns"] == v["user_turns"] >= 1
     out = tmp_path / "RESULT.json"
-    cli = CliRunner().invoke(app, ["evaluate", "--model", str(tiny_model_dir), "--bfcl", str(path),
+    cli = CliRunner().invoke(app, ["testbed", "evaluate", "--model", str(tiny_model_dir), "--bfcl", str(path),
                                    "--episodes", "1", "--out", str(out)])
     assert cli.exit_code == 0, cli.output
     written = json.loads(out.read_text())
     assert set(written["in_domain"]) == set(result["in_domain"]) and written["ood"] == {}
     assert "bfcl_miss_func" in out.with_suffix(".md").read_text()
-    missing = CliRunner().invoke(app, ["evaluate", "--model", str(tiny_model_dir), "--out", str(out)])
+    missing = CliRunner().invoke(app, ["testbed", "evaluate", "--model", str(tiny_model_dir), "--out", str(out)])
     assert missing.exit_code == 2

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pivotrl.experiment.checkpoint_eval import eval_targets, merge_eval, score_dev
-from pivotrl.experiment.report import chosen_sides
+from pivotrl_testbed.checkpoint_eval import eval_targets, merge_eval, score_dev
+from pivotrl_testbed.report import chosen_sides
 
 
 class FakeEvaluator:
@@ -71,9 +71,9 @@ def test_dev_is_scored_greedy_only_when_asked_and_eval_always_both_ways(monkeypa
     """With sampled selection, the dev split is scored sampled (what the budget rule, the choices
     and the frontier read) and greedy only with `dev_greedy`; the eval split, which the verdicts
     read, is scored both ways either way."""
-    import pivotrl.experiment.evaluate as ev
-    from pivotrl.experiment.checkpoint_eval import Evaluator
-    from pivotrl.experiment.demo import DemoConfig
+    import pivotrl_testbed.evaluate as ev
+    from pivotrl_testbed.checkpoint_eval import Evaluator
+    from pivotrl_testbed.demo import DemoConfig
 
     scored: list[tuple[str, str, str]] = []  # (split, measure, decoding)
 
@@ -106,8 +106,8 @@ def test_dev_is_scored_greedy_only_when_asked_and_eval_always_both_ways(monkeypa
 
 
 def test_greedy_selection_always_scores_dev_greedy():
-    from pivotrl.experiment.checkpoint_eval import Evaluator
-    from pivotrl.experiment.demo import DemoConfig
+    from pivotrl_testbed.checkpoint_eval import Evaluator
+    from pivotrl_testbed.demo import DemoConfig
 
     cfg = DemoConfig(dev_greedy=False, select_decoding="greedy")
     assert Evaluator.wants_dev_greedy(cfg) and not Evaluator.wants_dev_greedy(DemoConfig())

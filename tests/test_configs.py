@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pivotrl.experiment.e2e_config import E2ERunConfig
+from pivotrl_testbed.e2e_config import E2ERunConfig
 from pivotrl.profile.loop import ProfileConfig
 from pivotrl.train.config import GRPORunConfig, SFTRunConfig
 

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-import pivotrl.experiment.demo as demo
-from pivotrl.experiment.demo import METHODS, DemoConfig, run_demo
-from pivotrl.experiment.evaluate import EvalConfig, SampledConfig
-from pivotrl.experiment.testbed.build import TestbedConfig
+import pivotrl_testbed.demo as demo
+from pivotrl_testbed.demo import METHODS, DemoConfig, run_demo
+from pivotrl_testbed.evaluate import EvalConfig, SampledConfig
+from pivotrl_testbed.testbed.build import TestbedConfig
 
 
 def ensure_pivots(original):
@@ -175,8 +175,8 @@ def test_base_pretraining_is_reproducible(tiny_model_dir):
     import torch
 
     from conftest import sample_texts
-    from pivotrl.experiment.testbed.pretrain import PretrainConfig, pretrain
-    from pivotrl.experiment.testbed.tiny import TinyModelConfig, build_model, load_tiny
+    from pivotrl_testbed.testbed.pretrain import PretrainConfig, pretrain
+    from pivotrl_testbed.testbed.tiny import TinyModelConfig, build_model, load_tiny
 
     _, tok = load_tiny(tiny_model_dir)
     examples = [{"messages": [{"role": "user", "content": t[:60]}, {"role": "assistant", "content": t[60:120]}],
@@ -196,7 +196,7 @@ def test_base_pretraining_is_reproducible(tiny_model_dir):
 def test_cached_base_is_repeated_under_every_seed_of_the_run(tmp_path):
     """The base is scored once per world; a rerun with more seeds repeats it under each of them
     (a cache written for one seed must not leave the other seeds without their step 0)."""
-    from pivotrl.experiment.demo import base_rows
+    from pivotrl_testbed.demo import base_rows
 
     item = {"split": "eval", "measure": "turn", "item": 0, "cluster": "t0", "outcome": 1}
     (tmp_path / "runs" / "base").mkdir(parents=True)
@@ -210,7 +210,7 @@ def test_cached_base_is_repeated_under_every_seed_of_the_run(tmp_path):
 
 
 def test_ablation_arms_train_on_the_first_ablation_seeds_only():
-    from pivotrl.experiment.demo import plan_jobs
+    from pivotrl_testbed.demo import plan_jobs
 
     cfg = DemoConfig(worlds=["toolshop"], methods=list(METHODS), seeds=[0, 1, 2],
                      learning_rates=[1e-4], ablation_seeds=1)
@@ -224,7 +224,7 @@ def test_ablation_arms_train_on_the_first_ablation_seeds_only():
 
 
 def test_jobs_start_longest_first_the_costlier_world_first_within_a_method():
-    from pivotrl.experiment.demo import plan_jobs
+    from pivotrl_testbed.demo import plan_jobs
 
     cfg = DemoConfig(worlds=["toolshop", "terminal"], seeds=[0, 1])
     kept = {"toolshop": {"kept": 5}, "terminal": {"kept": 5}}

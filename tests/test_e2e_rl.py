@@ -7,14 +7,14 @@ import json
 import pytest
 import torch
 
-from pivotrl.experiment.e2e import E2ERunConfig
+from pivotrl_testbed.e2e import E2ERunConfig
 
 
 @pytest.mark.parametrize("world", ["toolshop", "mixed"])
 def test_e2e_runs_and_counts_rollout_turns(tmp_path, tiny_model_dir, world):
     """`mixed`: one toolshop and one terminal task in each step (world from task metadata)."""
-    from pivotrl.experiment.testbed.tasks import make_tasks
-    from pivotrl.experiment.e2e import train_e2e
+    from pivotrl_testbed.testbed.tasks import make_tasks
+    from pivotrl_testbed.e2e import train_e2e
 
     if world == "mixed":
         from pivotrl.sandbox import bwrap as sandbox
@@ -42,8 +42,8 @@ def test_two_passes_per_batch_compare_each_span_with_its_own_old_log_probs(tmp_p
                                                                          monkeypatch):
     """μ = 2: the old log-probs are taken once per packed sequence and each span's ratio reads
     its own (the first pass, on unchanged weights, gives exactly the old values)."""
-    from pivotrl.experiment import e2e
-    from pivotrl.experiment.testbed.tasks import make_tasks
+    from pivotrl_testbed import e2e
+    from pivotrl_testbed.testbed.tasks import make_tasks
 
     calls = []
 
@@ -75,8 +75,8 @@ def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, tiny_model_dir):
     run straight through (nothing lost or doubled), so the demo can stop E2E RL early."""
     from safetensors.torch import load_file
 
-    from pivotrl.experiment.e2e import train_e2e
-    from pivotrl.experiment.testbed.tasks import make_tasks
+    from pivotrl_testbed.e2e import train_e2e
+    from pivotrl_testbed.testbed.tasks import make_tasks
 
     tasks = make_tasks("toolshop", "train", 3)
 
@@ -108,8 +108,8 @@ def test_e2e_policy_gradient_step_follows_the_reward(tmp_path, tiny_model_dir):
     those first turns rises and that of the others falls (the loss really is the PG loss)."""
     from transformers import AutoModelForCausalLM
 
-    from pivotrl.experiment.testbed.tasks import make_tasks
-    from pivotrl.experiment import e2e
+    from pivotrl_testbed.testbed.tasks import make_tasks
+    from pivotrl_testbed import e2e
 
     recorded = []
     original = e2e.RecordingPolicy
@@ -155,7 +155,7 @@ def test_token_logps_match_a_full_forward(tiny_model_dir):
     completion, with prompts and completions of different lengths (padding) in one batch."""
     from transformers import AutoModelForCausalLM
 
-    from pivotrl.experiment import e2e
+    from pivotrl_testbed import e2e
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     batch = [([5, 9, 13, 2], [7, 8, 3]), ([4, 6], [11]), ([3, 3, 3, 3, 3, 3], [9, 10, 12, 14, 2])]
@@ -170,7 +170,7 @@ def test_token_logps_match_a_full_forward(tiny_model_dir):
 
 
 def test_pack_turns_joins_only_turns_whose_prompt_replays_the_episode_exactly():
-    from pivotrl.experiment.e2e import pack_turns
+    from pivotrl_testbed.e2e import pack_turns
 
     turns = [([1, 2, 3], [4, 5]),
              ([1, 2, 3, 4, 5, 6, 7], [8]),  # earlier turn + tool output: one more span
@@ -188,7 +188,7 @@ def test_a_packed_episode_scores_each_turn_as_its_own_forward_does(tiny_model_di
     one pass per turn (prompt + completion) does: the packing changes the cost, not the loss."""
     from transformers import AutoModelForCausalLM
 
-    from pivotrl.experiment.e2e import pack_turns
+    from pivotrl_testbed.e2e import pack_turns
     from pivotrl.sampling.generate import completion_logps, span_logps
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from pivotrl.sandbox import bwrap as sandbox
-from pivotrl.experiment.episodes import (ModelPolicy, RandomPolicy, ScriptedPolicy, expert_turns,
+from pivotrl_testbed.episodes import (ModelPolicy, RandomPolicy, ScriptedPolicy, expert_turns,
                               run_episodes, success_rate, turn_accuracy)
 from pivotrl.io.records import check_trajectory
-from pivotrl.experiment.testbed.experts import generate_trajectories
-from pivotrl.experiment.testbed.tasks import make_tasks
+from pivotrl_testbed.testbed.experts import generate_trajectories
+from pivotrl_testbed.testbed.tasks import make_tasks
 from pivotrl.verifiers import get_verifier
 
 needs_sandbox = pytest.mark.skipif(not sandbox.sandbox_available(), reason="bubblewrap unavailable")
@@ -53,7 +53,7 @@ def test_random_policy_scores_near_zero():
 def test_terminal_episodes_in_threads_are_the_episodes_in_one(monkeypatch):
     """The terminal world is `concurrent`: its episodes step in threads, with the same outcome,
     call for call, as one thread (random actions: errors, writes and reads interleave)."""
-    import pivotrl.experiment.episodes as episodes
+    import pivotrl_testbed.episodes as episodes
 
     assert episodes.concurrent_world("terminal") and not episodes.concurrent_world("toolshop")
     tasks = make_tasks("terminal", "eval", 6)
@@ -136,7 +136,7 @@ def test_turn_accuracy_functional_vs_exact():
 
 
 def test_model_policy_runs_batched_episodes(tiny_model_dir):
-    from pivotrl.experiment.testbed.tiny import load_tiny
+    from pivotrl_testbed.testbed.tiny import load_tiny
 
     model, tok = load_tiny(tiny_model_dir)
     tasks = make_tasks("toolshop", "eval", 3)

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pivotrl.experiment.evaluate import _spearman_rows, markdown, wilson
+from pivotrl_testbed.evaluate import _spearman_rows, markdown, wilson
 
 
 @pytest.mark.parametrize("k,n,lo,hi", [
@@ -49,7 +49,7 @@ def _check_shape(result):
 
 def test_build_writes_the_contract_layout_and_is_cached(quick_testbed):
     from pivotrl.io.records import Trajectory, iter_valid
-    from pivotrl.experiment.testbed.build import TestbedConfig, build_testbed
+    from pivotrl_testbed.testbed.build import TestbedConfig, build_testbed
 
     out, info = quick_testbed
     assert not info["cached"]
@@ -75,7 +75,7 @@ def test_build_writes_the_contract_layout_and_is_cached(quick_testbed):
     assert again["cached"] and (out / "build.json").stat().st_mtime_ns == before
     # another config is not a cache hit
     other = TestbedConfig().quick().model_copy(update={"n_eval": 9})
-    from pivotrl.experiment.testbed.build import is_built
+    from pivotrl_testbed.testbed.build import is_built
     assert not is_built(out, other)
 
 
@@ -86,7 +86,7 @@ def test_evaluate_cli_writes_contract_json_and_markdown(quick_testbed, tmp_path)
 
     out, _ = quick_testbed
     result_path = tmp_path / "res" / "RESULT.json"
-    run = CliRunner().invoke(app, ["evaluate", "--model", str(out / "base"), "--testbed", str(out),
+    run = CliRunner().invoke(app, ["testbed", "evaluate", "--model", str(out / "base"), "--testbed", str(out),
                                    "--out", str(result_path), "--episodes", "3",
                                    "--turn-trajectories", "1", "--ood", "4"])
     assert run.exit_code == 0, run.output
@@ -104,7 +104,7 @@ def test_evaluate_cli_rejects_missing_dirs(tmp_path):
 
     from pivotrl.cli import app
 
-    run = CliRunner().invoke(app, ["evaluate", "--model", str(tmp_path / "nope"), "--testbed",
+    run = CliRunner().invoke(app, ["testbed", "evaluate", "--model", str(tmp_path / "nope"), "--testbed",
                                    str(tmp_path), "--out", str(tmp_path / "r.json")])
     assert run.exit_code == 2 and "not a directory" in run.output
 
@@ -112,8 +112,8 @@ def test_evaluate_cli_rejects_missing_dirs(tmp_path):
 def test_ood_logprob_stats(tiny_model_dir):
     import torch
 
-    from pivotrl.experiment.evaluate import ood_logprob_stats
-    from pivotrl.experiment.testbed.tiny import load_tiny
+    from pivotrl_testbed.evaluate import ood_logprob_stats
+    from pivotrl_testbed.testbed.tiny import load_tiny
 
     model, tok = load_tiny(tiny_model_dir)
     texts = ["<|im_start|>user\nWhat is 3 + 4?<|im_end|>\n<|im_start|>assistant\n7<|im_end|>\n",

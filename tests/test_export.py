@@ -110,7 +110,7 @@ def test_round_trip_turns_nemo_gym_turns(tmp_path):
 
 def test_round_trip_bfcl_turns(tmp_path):
     pytest.importorskip("bfcl_eval")
-    from pivotrl.experiment.bfcl import build_trajectory, load_category
+    from pivotrl_testbed.bfcl import build_trajectory, load_category
     from pivotrl.extract import ExtractOptions, extract_turns
 
     turns = []

@@ -4,11 +4,11 @@ decoding recomputable from items.jsonl's rows, and the eval split scored at matc
 
 import pytest
 
-from pivotrl.experiment import stats
-from pivotrl.experiment.budget import BudgetRule, stop_step
-from pivotrl.experiment.checkpoint_eval import decoded, eval_targets
-from pivotrl.experiment.frontier import FrontierConfig, joint, match, matched_sides, pareto
-from pivotrl.experiment.joint_report import joint_markdown, joint_results
+from pivotrl_testbed import stats
+from pivotrl_testbed.budget import BudgetRule, stop_step
+from pivotrl_testbed.checkpoint_eval import decoded, eval_targets
+from pivotrl_testbed.frontier import FrontierConfig, joint, match, matched_sides, pareto
+from pivotrl_testbed.joint_report import joint_markdown, joint_results
 from test_checkpoint_eval import Run
 
 N = 40  # items per (split, measure); rates are multiples of 1/40, so every difference is exact
@@ -152,7 +152,7 @@ def test_report_sections_and_where_each_arm_gains():
 def test_a_point_pools_only_steps_every_world_reached():
     """The budget rule stops one world's run at step 10 while another's goes on to 20: a pooled
     point at 20 would stand for one world only, so there is none."""
-    from pivotrl.experiment.frontier import arm_points
+    from pivotrl_testbed.frontier import arm_points
 
     rows = []
     for world, steps in (("toolshop", (0, 10)), ("terminal", (0, 10, 20))):

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from pivotrl.experiment.testbed import ood
+from pivotrl_testbed.testbed import ood
 
 
 @pytest.mark.parametrize("family", ood.FAMILIES)

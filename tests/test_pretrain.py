@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
-from pivotrl.experiment.testbed.pretrain import PretrainConfig, _assistant_loss, _batches, pretrain
-from pivotrl.experiment.testbed.tiny import TinyModelConfig, build_model, load_tiny
+from pivotrl_testbed.testbed.pretrain import PretrainConfig, _assistant_loss, _batches, pretrain
+from pivotrl_testbed.testbed.tiny import TinyModelConfig, build_model, load_tiny
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from pivotrl.experiment.plots import frontier
-from pivotrl.experiment.report import ci95, write_report
+from pivotrl_testbed.plots import frontier
+from pivotrl_testbed.report import ci95, write_report
 
 N = 40  # items per (split, measure, world)
 

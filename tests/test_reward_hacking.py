@@ -169,7 +169,7 @@ def test_partial_credit_never_pays_an_extra_destructive_call():
 def test_forms_the_schema_and_the_world_treat_as_the_same_action_score_1():
     """The opposite error: `qty` "2" for 2, an enum in another case, a city in another case in
     a write call, all executed identically by the toolshop world."""
-    from pivotrl.experiment.testbed import toolshop
+    from pivotrl_testbed.testbed import toolshop
 
     verifier = get_verifier("toolcall")
     pairs = [(call("place_order", customer_id="c1", product_id="p2", qty=2),

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pivotrl.experiment.evaluate import SampledConfig, evaluate_ood, item_means
+from pivotrl_testbed.evaluate import SampledConfig, evaluate_ood, item_means
 
 
 def test_item_means_average_each_items_k_values():
@@ -14,8 +14,8 @@ def test_item_means_average_each_items_k_values():
 
 
 def test_sampled_ood_is_seeded_per_item_and_differs_from_greedy(tiny_model_dir, monkeypatch):
-    from pivotrl.experiment.testbed import ood
-    from pivotrl.experiment.testbed.tiny import load_tiny
+    from pivotrl_testbed.testbed import ood
+    from pivotrl_testbed.testbed.tiny import load_tiny
 
     answers: list[str] = []
 

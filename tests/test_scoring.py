@@ -102,7 +102,7 @@ def test_every_stage_scores_through_this_path():
 
     from pivotrl.profile import loop as profiling
     from pivotrl.verifiers import cases as verify
-    from pivotrl.experiment import episodes
+    from pivotrl_testbed import episodes
     from pivotrl.train import reward as rewards
 
     assert "score_completions" in inspect.getsource(profiling.score_samples)

@@ -208,7 +208,7 @@ ARCHITECTURES = ["qwen3_moe", "qwen3_5", "nemotron_h", "gemma3", "granite4", "lf
 def tiny_arch(name: str, seed: int = 1):
     """A tiny random model of `name` (testbed.architectures), weights scaled up from the default
     init so that a wrong state changes log-probs by far more than the tolerance."""
-    from pivotrl.experiment.testbed.architectures import build_tiny
+    from pivotrl_testbed.testbed.architectures import build_tiny
 
     return build_tiny(name, 96, seed=seed, initializer_range=0.2, pad_token_id=PAD).train()
 

@@ -248,7 +248,7 @@ def test_one_token_mutations_score_0_under_state_on_the_terminal_world(differing
 # ---------------------------------------------------------------- property: what the world declares equal
 
 def _command_forms(task: dict, context: list[Message]) -> list[str]:
-    from pivotrl.experiment.testbed.experts import STEPS, FixedChooser, observations
+    from pivotrl_testbed.testbed.experts import STEPS, FixedChooser, observations
 
     out = []
     for i in range(6):
@@ -261,9 +261,9 @@ def _command_forms(task: dict, context: list[Message]) -> list[str]:
 def test_the_terminal_experts_equivalent_commands_score_1():
     """Every form the terminal expert may choose at a step does the same thing: each scores 1
     against the first form under shell (with every probe), and one per task under state."""
-    from pivotrl.experiment.episodes import expert_turns
-    from pivotrl.experiment.testbed.experts import run_expert
-    from pivotrl.experiment.testbed.tasks import make_tasks
+    from pivotrl_testbed.episodes import expert_turns
+    from pivotrl_testbed.testbed.experts import run_expert
+    from pivotrl_testbed.testbed.tasks import make_tasks
 
     tasks = {}
     for task in make_tasks("terminal", "train", 40):

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from pivotrl.experiment.testbed import build as build_mod
-from pivotrl.experiment.testbed import shipped
-from pivotrl.experiment.testbed.build import TestbedConfig, build_testbed
+from pivotrl_testbed.testbed import build as build_mod
+from pivotrl_testbed.testbed import shipped
+from pivotrl_testbed.testbed.build import TestbedConfig, build_testbed
 
 
 def weights_digest(base_dir) -> str:

@@ -88,7 +88,7 @@ def test_pivotrl_drops_pivots_of_eval_trajectories_found_beside_the_file(extract
 
 
 def test_the_e2e_baseline_drops_eval_tasks_and_tasks_without_a_world(extracted):
-    from pivotrl.experiment.e2e import E2ERunConfig, load_tasks
+    from pivotrl_testbed.e2e import E2ERunConfig, load_tasks
 
     turns, _, _ = extracted
     split = read_split(split_path(turns))

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from pivotrl.experiment.stats import choose, paired, paired_halfwidth, rollout_ratio, verdict
+from pivotrl_testbed.stats import choose, paired, paired_halfwidth, rollout_ratio, verdict
 
 
 def item(method, seed, step, item_id, cluster, outcome, *, lr=1e-4, split="eval", measure="turn",

@@ -6,14 +6,14 @@ import math
 import pytest
 import torch
 
-from pivotrl.experiment.theory import (perturbed_like, policy_gradient, preference_check,
+from pivotrl_testbed.theory import (perturbed_like, policy_gradient, preference_check,
                                        sample_actions, sequence_logps, state_signal, summarise_gradient)
 from pivotrl.io.records import Profile
 
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir):
-    from pivotrl.experiment.testbed.tiny import load_tiny
+    from pivotrl_testbed.testbed.tiny import load_tiny
 
     return load_tiny(tiny_model_dir)
 

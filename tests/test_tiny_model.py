@@ -10,7 +10,7 @@ import torch
 from pivotrl.formats.actions import parse_completion, render_action
 from pivotrl.formats.chat import prompt_text, template_messages
 from pivotrl.io.records import Message, parse_arguments
-from pivotrl.experiment.testbed.tiny import IM_END, CHAT_TEMPLATE, load_tiny
+from pivotrl_testbed.testbed.tiny import IM_END, CHAT_TEMPLATE, load_tiny
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_order", "description": "Look up an order.",
@@ -123,7 +123,7 @@ def test_generation_mask_covers_exactly_the_assistant_text(tiny):
 
 def test_model_save_load_round_trip_gives_identical_logits(tiny, tmp_path):
     model, tok = tiny
-    from pivotrl.experiment.testbed.tiny import save_tiny
+    from pivotrl_testbed.testbed.tiny import save_tiny
 
     save_tiny(model, tok, tmp_path)
     again, tok2 = load_tiny(tmp_path)

@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from pivotrl.experiment.episodes import expert_turns
-from pivotrl.experiment.testbed import terminal, toolshop
-from pivotrl.experiment.testbed.experts import answer_forms, generate_trajectories
+from pivotrl_testbed.episodes import expert_turns
+from pivotrl_testbed.testbed import terminal, toolshop
+from pivotrl_testbed.testbed.experts import answer_forms, generate_trajectories
 from pivotrl.io.records import Message, Turn
 from pivotrl.sandbox.bwrap import sandbox_available
 from pivotrl.verifiers import get_verifier

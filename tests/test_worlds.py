@@ -9,11 +9,11 @@ import pytest
 
 from pivotrl.sandbox import bwrap as sandbox
 from pivotrl.io.records import check_trajectory
-from pivotrl.experiment.testbed import experts, terminal, toolshop
-from pivotrl.experiment.testbed.experts import WEAK, Chooser, expert_message, generate_trajectories
-from pivotrl.experiment.testbed.tasks import describe_testbed, make_task, make_tasks, split_of, task_ids
+from pivotrl_testbed.testbed import experts, terminal, toolshop
+from pivotrl_testbed.testbed.experts import WEAK, Chooser, expert_message, generate_trajectories
+from pivotrl_testbed.testbed.tasks import describe_testbed, make_task, make_tasks, split_of, task_ids
 from pivotrl.verifiers.world import make_world, world_at_turn
-from pivotrl.experiment.episodes import expert_turns
+from pivotrl_testbed.episodes import expert_turns
 
 needs_sandbox = pytest.mark.skipif(not sandbox.sandbox_available(), reason="bubblewrap unavailable")
 

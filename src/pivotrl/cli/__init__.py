@@ -13,9 +13,6 @@ from pivotrl.cli.options import (config_fields, engine_option, leave_process_gro
                                  option, run_job)
 from pivotrl.cli.tables import print_train_summary, profile_table, select_table
 from pivotrl.evaluate.turns import TurnEvalConfig
-from pivotrl.experiment import cli as experiment_cli
-from pivotrl.experiment.e2e_config import E2ERunConfig
-from pivotrl.experiment.evaluate import EvalConfig
 from pivotrl.extract import ExtractOptions
 from pivotrl.io.inputs import InputError, check_chat_template, check_input_file, check_model
 from pivotrl.io.outputs import guarded_command
@@ -30,12 +27,16 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="PivotRL: RL on the pivot turns of existing agent trajectories.")
 import_app = typer.Typer(no_args_is_help=True, help="Read other engines' formats back to Turns.")
 app.add_typer(import_app, name="import")
-# The experiment's verbs (demo, e2e, testbed, data) are defined beside it; only this module wires
-# both layers together.
-app.command()(experiment_cli.demo)
-app.command("e2e")(config_fields(E2ERunConfig)(experiment_cli.e2e))
-app.add_typer(experiment_cli.testbed_app, name="testbed")
-app.add_typer(experiment_cli.data_app, name="data")
+
+
+def _mount_plugins(app: typer.Typer) -> None:
+    """Verbs of other installed packages (the testbed's `demo`, `e2e`, `testbed`, `data`): each
+    entry point in the `pivotrl.commands` group is a function that mounts its verbs on `app`, so the
+    library's command line names no package above it."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="pivotrl.commands"):
+        ep.load()(app)
 
 console = Console(stderr=True, soft_wrap=True)  # messages name paths: never wrap them
 
@@ -280,70 +281,32 @@ def sft(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML o
     leave_process_group()
 
 
-@guarded_command(app, inputs=["bfcl", "turns", "verifier_config"], outputs=["out"], with_sidecars=False)
+@guarded_command(app, inputs=["turns", "verifier_config"], outputs=["out"], with_sidecars=False)
 def evaluate(
     model: Path = typer.Option(..., "--model", help="Checkpoint dir (HF format: model + tokenizer)."),
-    testbed: Optional[Path] = typer.Option(None, "--testbed", help="Dir written by `pivotrl testbed build`."),
-    out: Path = typer.Option(..., "--out", help="RESULT.json (a RESULT.md table is written next to it)."),
-    bfcl: Optional[Path] = typer.Option(None, "--bfcl", help="BFCL trajectories (`pivotrl data bfcl --out F`): "
-                                        "adds in_domain.bfcl_<category>, judged by BFCL's multi_turn_checker."),
-    episodes: int = option(EvalConfig, "episodes", "--episodes"),
-    turn_trajectories: int = option(EvalConfig, "turn_trajectories", "--turn-trajectories"),
-    ood_per_family: int = option(EvalConfig, "ood_per_family", "--ood"),
-    temperature: float = option(EvalConfig, "temperature"),
-    seed: int = option(EvalConfig, "seed"),
-    turns: Optional[Path] = typer.Option(None, help="Instead: held-out Turn JSONL of any data set."),
-    verifier: str = typer.Option("toolcall", help="With --turns: the verifier."),
-    verifier_config: Optional[Path] = typer.Option(None, help="With --turns: the verifier's YAML options."),
+    turns: Path = typer.Option(..., "--turns", help="Held-out Turn JSONL of any data set."),
+    out: Path = typer.Option(..., "--out", help="RESULT.json (per-turn results go to RESULT.items.jsonl)."),
+    verifier: str = typer.Option("toolcall", help="The verifier."),
+    verifier_config: Optional[Path] = typer.Option(None, help="The verifier's YAML options."),
+    temperature: float = option(TurnEvalConfig, "temperature"),
+    seed: int = option(TurnEvalConfig, "seed"),
     backend: str = option(EngineConfig, "backend"),
     base_url: str = option(EngineConfig, "base_url"),
     served_model_name: Optional[str] = option(EngineConfig, "served_model_name"),
     batch_size: int = option(EngineConfig, "batch_size"),
     max_model_len: Optional[int] = engine_option(VLLMOptions, "max_model_len"),
-    split: Optional[Path] = typer.Option(None, help="With --turns: the split file of `pivotrl extract "
-                                         "--eval-fraction` (default: the one beside TURNS); only turns of "
-                                         "its eval trajectories are scored."),
+    split: Optional[Path] = typer.Option(None, help="The split file of `pivotrl extract --eval-fraction` "
+                                         "(default: the one beside TURNS); only turns of its eval "
+                                         "trajectories are scored."),
 ) -> None:
-    """Episode success and OOD accuracy, 95% intervals; --turns: turn accuracy, clustered interval."""
-    if turns is not None:  # any data set's held-out turns (pivotrl.evaluate.turns)
-        from pivotrl.evaluate.turns import cli_evaluate_turns
-        engine = {"max_model_len": max_model_len} if max_model_len else {}
-        raise typer.Exit(cli_evaluate_turns(console, model, turns, out, testbed or bfcl, verifier, verifier_config,
-                                            split=split, temperature=temperature, seed=seed, backend=backend,
-                                            base_url=base_url, served_model_name=served_model_name,
-                                            batch_size=batch_size, engine=engine))
-    from rich.table import Table
+    """Turn accuracy of a model on held-out turns, with an interval clustered by trajectory."""
+    from pivotrl.evaluate.turns import cli_evaluate_turns
 
-    from pivotrl.experiment.evaluate import evaluate_checkpoint, write_result
-
-    if testbed is None and bfcl is None:
-        console.print("[red]give --testbed DIR, --bfcl FILE, or both[/red]")
-        raise typer.Exit(2)
-    for path, what in ((model, "--model"), (testbed, "--testbed")):
-        if path is not None and not path.is_dir():
-            console.print(f"[red]{what} {path}: not a directory[/red]")
-            raise typer.Exit(2)
-    if bfcl is not None and not bfcl.is_file():
-        console.print(f"[red]--bfcl {bfcl}: not a file (write one with `pivotrl data bfcl --out F`)[/red]")
-        raise typer.Exit(2)
-    cfg = EvalConfig(episodes=episodes, turn_trajectories=turn_trajectories,
-                     ood_per_family=ood_per_family, temperature=temperature, seed=seed)
-    with console.status("evaluating") as status:
-        result = evaluate_checkpoint(model, testbed, cfg, progress=lambda m: status.update(m),
-                                     bfcl=bfcl)
-    json_path, md_path = write_result(result, out)
-    table = Table(title=f"{model}")
-    for col in ("task", "score %", "95% CI", "n", "turn acc %"):
-        table.add_column(col)
-    for world, v in result["in_domain"].items():
-        ta = f"{100 * v['turn_accuracy']:.1f}" if "turn_accuracy" in v else "–"
-        table.add_row(world, f"{100 * v['success']:.1f}",
-                      f"{100 * v['ci95'][0]:.1f}–{100 * v['ci95'][1]:.1f}", str(v["episodes"]), ta)
-    for family, v in result["ood"].items():
-        table.add_row(f"ood/{family}", f"{100 * v['accuracy']:.1f}",
-                      f"{100 * v['ci95'][0]:.1f}–{100 * v['ci95'][1]:.1f}", str(v["n"]), "")
-    Console().print(table)
-    console.print(f"wrote {json_path} and {md_path} ({result['seconds']} s)")
+    engine = {"max_model_len": max_model_len} if max_model_len else {}
+    raise typer.Exit(cli_evaluate_turns(console, model, turns, out, None, verifier, verifier_config,
+                                        split=split, temperature=temperature, seed=seed, backend=backend,
+                                        base_url=base_url, served_model_name=served_model_name,
+                                        batch_size=batch_size, engine=engine))
 
 
 @guarded_command(app, inputs=["turns", "verifier_config", "result"], outputs=["out"], with_sidecars=False)
@@ -451,6 +414,8 @@ def serve(
     run_server(model, host=host, port=port, batch_size=batch_size, served_name=served_model_name,
                max_tokens_limit=max_tokens_limit, max_request_tokens=max_request_tokens)
 
+
+_mount_plugins(app)
 
 if __name__ == "__main__":
     app()

@@ -1,5 +1,5 @@
 """Paired comparison of models on the same items (`pivotrl compare`), and the one bootstrap rule
-every paired verdict uses (the demo's report too: pivotrl.experiment.stats).
+every paired verdict uses (the demo's report too: pivotrl_testbed.stats).
 
 Values. One side's outcomes are `{key: (cluster, outcome)}`, where a key is `(seed, *item)`: the
 seed the side was trained with (0 when there is one model per side) and the item it was scored

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pivotrl.experiment.budget import stop_step
-from pivotrl.experiment.checkpoint_eval import (
+from pivotrl_testbed.budget import stop_step
+from pivotrl_testbed.checkpoint_eval import (
     EVAL_KEYS,
     Evaluator,
     decoded,
@@ -25,7 +25,7 @@ from pivotrl.experiment.checkpoint_eval import (
     score_dev,
     write_jsonl,
 )
-from pivotrl.experiment.stats import checkpoint_scores
+from pivotrl_testbed.stats import checkpoint_scores
 from pivotrl.io.records import read_jsonl, write_text_atomic
 
 
@@ -62,7 +62,7 @@ def train_job(job: Job, testbed: Path, out: Path, cfg: Any, until: int | None = 
         train_sft(SFTRunConfig(data=wdir / "trajectories.jsonl",
                                per_device_train_batch_size=cfg.sft_batch_size, **common, **trl_only))
     elif job.method == "e2e_rl":
-        from pivotrl.experiment.e2e import E2ERunConfig, train_e2e
+        from pivotrl_testbed.e2e import E2ERunConfig, train_e2e
 
         train_e2e(E2ERunConfig(world=job.world, tasks=wdir / "trajectories.jsonl",
                                num_generations=cfg.num_generations,

@@ -16,10 +16,10 @@ import importlib
 import random
 from typing import Any
 
-from pivotrl.experiment.testbed.common import EVAL_PERCENT, compact, stable_int  # noqa: F401
+from pivotrl_testbed.testbed.common import EVAL_PERCENT, compact, stable_int  # noqa: F401
 from pivotrl.io.records import Message, Trajectory
 
-WORLD_MODULES = {"toolshop": "pivotrl.experiment.testbed.toolshop", "terminal": "pivotrl.experiment.testbed.terminal"}
+WORLD_MODULES = {"toolshop": "pivotrl_testbed.testbed.toolshop", "terminal": "pivotrl_testbed.testbed.terminal"}
 
 
 def world_module(name: str):
@@ -66,7 +66,7 @@ def make_tasks(world: str, split: str, n: int, start: int = 0) -> list[Trajector
 
 def describe_testbed(n_sample: int = 200) -> dict[str, Any]:
     """Counts and tools of the built-in testbed (for the README and `testbed build`'s summary)."""
-    from pivotrl.experiment.testbed import ood
+    from pivotrl_testbed.testbed import ood
 
     worlds = {}
     for name in WORLD_MODULES:
@@ -88,4 +88,4 @@ def describe_testbed(n_sample: int = 200) -> dict[str, Any]:
 
 
 # Importing the world modules registers them (after the helpers above exist: they import them).
-from pivotrl.experiment.testbed import terminal, toolshop  # noqa: E402,F401
+from pivotrl_testbed.testbed import terminal, toolshop  # noqa: E402,F401

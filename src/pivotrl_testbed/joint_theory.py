@@ -11,15 +11,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pivotrl.experiment.frontier import matched
-from pivotrl.experiment.jobs import Job, checkpoint_dir
+from pivotrl_testbed.frontier import matched
+from pivotrl_testbed.jobs import Job, checkpoint_dir
 
 
 def matched_preferences(out: Path, testbed: Path, cfg: Any, items: list[dict[str, Any]],
                         rows: list[dict[str, Any]]) -> dict[str, Any]:
     """{world: preference_check's result} over the matched checkpoints, named "<rule>: <side>"."""
-    from pivotrl.experiment.testbed.tiny import load_tiny
-    from pivotrl.experiment.theory import preference_check, theory_states
+    from pivotrl_testbed.testbed.tiny import load_tiny
+    from pivotrl_testbed.theory import preference_check, theory_states
     from pivotrl.verifiers import get_verifier
 
     pairs = matched(items, rows, cfg.frontier_config())["pairs"]

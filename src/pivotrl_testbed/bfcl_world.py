@@ -29,7 +29,7 @@ import keyword
 import re
 from typing import Any
 
-from pivotrl.experiment.bfcl import (backend_class, call_string, forget_instances, fresh_model_name,
+from pivotrl_testbed.bfcl import (backend_class, call_string, forget_instances, fresh_model_name,
                                is_long_context, parse_call)
 from pivotrl.verifiers.world import register_world
 

@@ -31,14 +31,14 @@ from typing import Any
 import torch
 
 from pivotrl.formats.chat import completion_text, prompt_text
-from pivotrl.experiment.episodes import EpisodeResult, run_episodes
+from pivotrl_testbed.episodes import EpisodeResult, run_episodes
 from pivotrl.sampling.generate import completion_logps, generate_each, span_logps, stop_ids
 from pivotrl.io.inputs import check_input_file, check_model
 from pivotrl.io.progress import ProgressLog
 from pivotrl.io.records import Message, Trajectory, iter_valid
 from pivotrl.io.seeds import derive_seed
 from pivotrl.io.split import HeldOut, resolve_split
-from pivotrl.experiment.e2e_config import E2ERunConfig
+from pivotrl_testbed.e2e_config import E2ERunConfig
 
 
 class RecordingPolicy:

@@ -33,8 +33,8 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pivotrl.experiment.budget import BudgetRule
-from pivotrl.experiment.checkpoint_eval import (
+from pivotrl_testbed.budget import BudgetRule
+from pivotrl_testbed.checkpoint_eval import (
     Evaluator,
     decoded,
     eval_targets,
@@ -42,9 +42,9 @@ from pivotrl.experiment.checkpoint_eval import (
     merge_eval,
     write_jsonl,
 )
-from pivotrl.experiment.evaluate import EvalConfig, SampledConfig
-from pivotrl.experiment.frontier import FrontierConfig
-from pivotrl.experiment.jobs import Job, eval_at, run_job, train_job  # noqa: F401 - scripts import them here
+from pivotrl_testbed.evaluate import EvalConfig, SampledConfig
+from pivotrl_testbed.frontier import FrontierConfig
+from pivotrl_testbed.jobs import Job, eval_at, run_job, train_job  # noqa: F401 - scripts import them here
 from pivotrl.io.progress import duration
 from pivotrl.io.records import write_text_atomic
 from pivotrl.io.yaml_config import load_model
@@ -273,8 +273,8 @@ def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: 
                  cfg: DemoConfig, log: Callable[[str], None]) -> list[dict[str, Any]]:
     """Choose on dev (the report's rule), then score the eval split at exactly those
     checkpoints; their rates go into `rows` in place. Returns the eval item rows."""
-    from pivotrl.experiment.frontier import matched_sides
-    from pivotrl.experiment.report import chosen_sides
+    from pivotrl_testbed.frontier import matched_sides
+    from pivotrl_testbed.report import chosen_sides
 
     chosen = chosen_sides(items, cfg.select_on, cfg.seeds, cfg.select_decoding)
     targets = eval_targets(chosen, jobs, matched_sides(items, rows, cfg.frontier_config()))
@@ -372,7 +372,7 @@ def plan_jobs(cfg: DemoConfig, pivot_stats: dict[str, Any], log: Callable[[str],
 def run_jobs(jobs: list[Job], testbed: Path, out: Path, cfg: DemoConfig, pivot_stats: dict[str, Any],
              log: Callable[[str], None], base_items: list[dict] = ()) -> tuple[list[dict], list[dict]]:
     """Every job, each from its world's base dev score (the budget rule's first bar)."""
-    from pivotrl.experiment.jobs import dev_score
+    from pivotrl_testbed.jobs import dev_score
 
     log(f"4/5 {len(jobs)} training runs, a checkpoint every {cfg.eval_every} steps until dev "
         f"stops improving ({cfg.budget.patience} checkpoints without a gain) or step {cfg.steps}; "
@@ -407,8 +407,8 @@ def theory_checks(out: Path, testbed: Path, cfg: DemoConfig, dev_items: list[dic
     scoring, in a process of their own."""
     import torch
 
-    from pivotrl.experiment.joint_theory import matched_preferences
-    from pivotrl.experiment.theory import run_theory
+    from pivotrl_testbed.joint_theory import matched_preferences
+    from pivotrl_testbed.theory import run_theory
 
     torch.set_num_threads(1)
     theory = run_theory(out, testbed, cfg, decoded(dev_items, cfg.select_decoding))
@@ -418,9 +418,9 @@ def theory_checks(out: Path, testbed: Path, cfg: DemoConfig, dev_items: list[dic
 
 def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
              testbed_config=None, log: Callable[[str], None] = say) -> dict[str, Any]:
-    from pivotrl.experiment.report import write_report
-    from pivotrl.experiment.stats import paired_halfwidth
-    from pivotrl.experiment.testbed.build import build_testbed
+    from pivotrl_testbed.report import write_report
+    from pivotrl_testbed.stats import paired_halfwidth
+    from pivotrl_testbed.testbed.build import build_testbed
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     start = time.time()

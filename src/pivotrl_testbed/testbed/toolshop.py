@@ -19,7 +19,7 @@ import random
 import re
 from typing import Any
 
-from pivotrl.experiment.testbed.common import compact, read_answer
+from pivotrl_testbed.testbed.common import compact, read_answer
 from pivotrl.verifiers.world import register_world
 
 NAME = "toolshop"

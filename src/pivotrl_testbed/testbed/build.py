@@ -27,11 +27,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from pivotrl.experiment.evaluate import EvalConfig
+from pivotrl_testbed.evaluate import EvalConfig
 from pivotrl.io.records import write_atomic, write_text_atomic
 from pivotrl.io.yaml_config import load_model
-from pivotrl.experiment.testbed.pretrain import PretrainConfig
-from pivotrl.experiment.testbed.tiny import TinyModelConfig
+from pivotrl_testbed.testbed.pretrain import PretrainConfig
+from pivotrl_testbed.testbed.tiny import TinyModelConfig
 
 BUILD_VERSION = 2  # bump when the build's code changes the data or the weights it writes
 # The build record's per-position skill measure: the demo's own profile of its shared data (the
@@ -48,7 +48,7 @@ class TestbedConfig(BaseModel):
     __test__ = False  # not a pytest test class, despite the name
 
     worlds: list[str] = Field(default_factory=lambda: ["toolshop", "terminal"],
-                              description="Agentic worlds to include (pivotrl.experiment.testbed.tasks).")
+                              description="Agentic worlds to include (pivotrl_testbed.testbed.tasks).")
     expert_seed: int = Field(0, description="Seed of the expert's random choice among equivalent forms.")
     n_train: int = Field(400, description="Expert trajectories per world on train tasks (SFT / pivots).")
     n_eval: int = Field(140, description="Expert trajectories per world on eval tasks: the demo's "
@@ -125,8 +125,8 @@ def is_built(out: str | Path, cfg: TestbedConfig) -> bool:
 
 def _trajectories(world: str, split: str, n: int, seed: int, expert_cfg=None, start: int = 0,
                   workers: int = 4):
-    from pivotrl.experiment.testbed.experts import run_expert
-    from pivotrl.experiment.testbed.tasks import make_tasks
+    from pivotrl_testbed.testbed.experts import run_expert
+    from pivotrl_testbed.testbed.tasks import make_tasks
 
     tasks = make_tasks(world, split, n, start)
     with ThreadPoolExecutor(max(1, workers)) as pool:
@@ -147,8 +147,8 @@ def pretrain_examples(weak: dict[str, list], ood_tasks: list, ood_repeat: int = 
 def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tuple[dict, dict, dict, list]:
     """Expert (train/eval) and weak trajectories per world, and the OOD tasks, written under
     `out`; returns (expert by (world, split), weak by world, OOD counts, OOD train tasks)."""
-    from pivotrl.experiment.testbed import ood
-    from pivotrl.experiment.testbed.experts import ExpertConfig
+    from pivotrl_testbed.testbed import ood
+    from pivotrl_testbed.testbed.experts import ExpertConfig
 
     say("expert trajectories")
     expert, weak = {}, {}
@@ -170,7 +170,7 @@ def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tup
 def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: list):
     """The testbed tokenizer, trained on the rendered train text (expert, weak and OOD)."""
     from pivotrl.formats.chat import template_messages
-    from pivotrl.experiment.testbed.tiny import build_tokenizer
+    from pivotrl_testbed.testbed.tiny import build_tokenizer
 
     seed_tok = build_tokenizer([], vocab_size=300)  # only to render texts with the template
 
@@ -190,8 +190,8 @@ def pretrain_base(cfg: TestbedConfig, tokenizer, weak: dict, ood_train: list,
     """A fresh tiny model (seeded init) pretrained on the mixture; returns (model, stats)."""
     import torch
 
-    from pivotrl.experiment.testbed.pretrain import pretrain
-    from pivotrl.experiment.testbed.tiny import build_model
+    from pivotrl_testbed.testbed.pretrain import pretrain
+    from pivotrl_testbed.testbed.tiny import build_model
 
     say("pretraining the base")
     torch.set_num_threads(cfg.pretrain.threads)
@@ -214,9 +214,9 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     """Build everything under `out_dir` (see module doc); returns build.json's content. The base
     comes from the package's shipped weights when they are exactly what pretraining would make
     here (`testbed.shipped`); `use_shipped_base=False` always pretrains."""
-    from pivotrl.experiment.evaluate import evaluate_model
-    from pivotrl.experiment.testbed import shipped
-    from pivotrl.experiment.testbed.tiny import load_tiny, parameter_count, save_tiny
+    from pivotrl_testbed.evaluate import evaluate_model
+    from pivotrl_testbed.testbed import shipped
+    from pivotrl_testbed.testbed.tiny import load_tiny, parameter_count, save_tiny
 
     cfg = cfg or TestbedConfig()
     out = Path(out_dir)

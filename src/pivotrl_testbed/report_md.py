@@ -20,7 +20,7 @@ RULE = ("Each verdict compares two methods' dev-chosen checkpoints on the SAME e
         "trajectory of a turn; one OOD problem is one cluster across worlds) with replacement. "
         "**met** / **not met** only when the interval excludes 0, otherwise **within noise**; "
         "**not measurable** when an arm is missing. "
-        "items.jsonl holds every outcome (pivotrl.experiment.stats has the rule as code).")
+        "items.jsonl holds every outcome (pivotrl_testbed.stats has the rule as code).")
 
 
 def _f(x: float | None, digits: int = 3) -> str:

@@ -44,8 +44,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pivotrl.experiment import stats
-from pivotrl.experiment.checkpoint_eval import DECODINGS, decoded
+from pivotrl_testbed import stats
+from pivotrl_testbed.checkpoint_eval import DECODINGS, decoded
 
 Row = dict[str, Any]
 MATCHES = {  # name: (matching coordinate, eval measure judged, claim)
@@ -118,7 +118,7 @@ def arm_points(items: list[Row], rows: list[Row], method: str, cfg: FrontierConf
 
 def pareto(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The frontier of gain and retention, sorted by gain (plots.frontier's rule)."""
-    from pivotrl.experiment.plots import frontier
+    from pivotrl_testbed.plots import frontier
 
     return [p["point"] for p in frontier([{"gain": p["gain"], "ood": p["retention"], "point": p}
                                           for p in points], key="gain")]

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pivotrl.io.records import Message, write_atomic
-from pivotrl.experiment.testbed.common import EVAL_PERCENT, stable_int
+from pivotrl_testbed.testbed.common import EVAL_PERCENT, stable_int
 
 FAMILIES = ["add", "sub", "next", "reverse", "upper", "recall"]
 LETTERS = "abcdefghijklmnoprstu"

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pivotrl.experiment import stats
-from pivotrl.experiment.budget import RULE
-from pivotrl.experiment.checkpoint_eval import DECODINGS, decoded
-from pivotrl.experiment.frontier import MATCHES, FrontierConfig, joint, side_of
+from pivotrl_testbed import stats
+from pivotrl_testbed.budget import RULE
+from pivotrl_testbed.checkpoint_eval import DECODINGS, decoded
+from pivotrl_testbed.frontier import MATCHES, FrontierConfig, joint, side_of
 
 MECHANISM_REPLICATES = 500
 

@@ -16,11 +16,11 @@ from pathlib import Path
 from statistics import mean, stdev
 from typing import Any
 
-from pivotrl.experiment import stats
-from pivotrl.experiment.checkpoint_eval import DECODINGS, decoded
-from pivotrl.experiment.frontier import FrontierConfig
-from pivotrl.experiment.joint_report import joint_markdown, joint_results
-from pivotrl.experiment.report_md import PAPER, render_markdown
+from pivotrl_testbed import stats
+from pivotrl_testbed.checkpoint_eval import DECODINGS, decoded
+from pivotrl_testbed.frontier import FrontierConfig
+from pivotrl_testbed.joint_report import joint_markdown, joint_results
+from pivotrl_testbed.report_md import PAPER, render_markdown
 
 METHODS = ("base", "sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact",
            "e2e_rl")
@@ -223,8 +223,8 @@ def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds:
 
 def write_report(rows: list[dict[str, Any]], items: list[dict[str, Any]], out: Path,
                  **kw: Any) -> dict[str, Any]:
-    from pivotrl.experiment.frontier import plot_frontiers
-    from pivotrl.experiment.plots import plot_all
+    from pivotrl_testbed.frontier import plot_frontiers
+    from pivotrl_testbed.plots import plot_all
 
     out.mkdir(parents=True, exist_ok=True)
     results = aggregate(rows, items, **kw)

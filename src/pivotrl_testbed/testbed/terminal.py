@@ -17,7 +17,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from pivotrl.experiment.testbed.common import read_answer
+from pivotrl_testbed.testbed.common import read_answer
 from pivotrl.sandbox import bwrap as sandbox
 from pivotrl.verifiers.probes import perturb_workspace
 from pivotrl.verifiers.world import register_world
@@ -154,7 +154,7 @@ class TerminalWorld:
         return (kind, *sorted(slots.items()))
 
     def success(self, goal: dict[str, Any], final_message: str | None) -> bool:
-        from pivotrl.experiment.testbed.toolshop import mentions
+        from pivotrl_testbed.testbed.toolshop import mentions
 
         if final_message is None or self.files() != goal["files"]:
             return False

@@ -286,8 +286,8 @@ def theory_states(data_dir: Path, n: int) -> list[tuple[Profile, bool]]:
 
 def run_theory(out: Path, testbed: Path, cfg: Any, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Both checks on every world (cached in OUT/theory.json)."""
-    from pivotrl.experiment.stats import choose
-    from pivotrl.experiment.testbed.tiny import load_tiny
+    from pivotrl_testbed.stats import choose
+    from pivotrl_testbed.testbed.tiny import load_tiny
     from pivotrl.verifiers import get_verifier
 
     chosen = choose(items, measure=cfg.select_on)

@@ -1,6 +1,6 @@
 """The experiment's command-line verbs: `pivotrl demo`, `pivotrl e2e`, `pivotrl testbed build`,
-`pivotrl data bfcl`. `pivotrl.cli` mounts them on the main command (and gives `e2e` one flag per
-E2ERunConfig field there, where the command-line helpers live)."""
+`pivotrl data bfcl`. `register` mounts them on the main command; the project publishes it as an
+entry point in the `pivotrl.commands` group, so the library's command line never names this package."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def demo(out: Path = typer.Option(Path("pivotrl_demo"), help="Output folder (cac
          config: Optional[Path] = typer.Option(None, help="DemoConfig YAML (default: the built-in "
                                                "grid, as in configs/demo.yaml); --full applies on top.")) -> None:
     """The whole method and its baselines on the built-in testbed, with a report."""
-    from pivotrl.experiment.demo import DemoConfig, run_demo
+    from pivotrl_testbed.demo import DemoConfig, run_demo
 
     try:
         cfg = DemoConfig.from_yaml(config) if config else DemoConfig()
@@ -44,8 +44,8 @@ def e2e(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML o
     world's success. Give a run YAML, or the required fields as flags:
     `pivotrl e2e --tasks T --model M --output-dir D`."""
     from pivotrl.cli.options import load_config, run_job
-    from pivotrl.experiment.e2e import train_e2e
-    from pivotrl.experiment.e2e_config import E2ERunConfig
+    from pivotrl_testbed.e2e import train_e2e
+    from pivotrl_testbed.e2e_config import E2ERunConfig
 
     cfg = load_config(console, E2ERunConfig, config, **(overrides or {}))
     summary = run_job(console, "e2e", lambda: train_e2e(cfg),
@@ -64,7 +64,7 @@ def data_bfcl(out: Path = typer.Option(..., "--out", help="Trajectory JSONL to w
     """BFCL multi-turn ground truth as Trajectory records (expert calls + real backend outputs)."""
     from rich.progress import Progress
 
-    from pivotrl.experiment.bfcl import CATEGORIES, load_category, write_bfcl
+    from pivotrl_testbed.bfcl import CATEGORIES, load_category, write_bfcl
 
     chosen = [c for item in (categories or list(CATEGORIES)) for c in item.split(",") if c]
     unknown = [c for c in chosen if c not in CATEGORIES]
@@ -90,7 +90,7 @@ def testbed_build(
                                       "built base when it is exactly what pretraining would make here."),
 ) -> None:
     """Build the testbed: worlds' data, OOD tasks and the tiny base model (cached)."""
-    from pivotrl.experiment.testbed.build import build_testbed, load_config
+    from pivotrl_testbed.testbed.build import build_testbed, load_config
 
     try:
         cfg = load_config(config)
@@ -114,3 +114,69 @@ def testbed_build(
     for family, v in base["ood"].items():
         console.print(f"base ood/{family}: accuracy {v['accuracy']:.2f} over {v['n']}")
     console.print(f"{info['parameters']:,} parameters; build {info['build_seconds']} s -> {out}")
+
+
+@testbed_app.command("evaluate")
+def testbed_evaluate(
+    model: Path = typer.Option(..., "--model", help="Checkpoint dir (HF format: model + tokenizer)."),
+    testbed: Optional[Path] = typer.Option(None, "--testbed", help="Dir written by `pivotrl testbed build`."),
+    out: Path = typer.Option(..., "--out", help="RESULT.json (a RESULT.md table is written next to it)."),
+    bfcl: Optional[Path] = typer.Option(None, "--bfcl", help="BFCL trajectories (`pivotrl data bfcl --out F`): "
+                                        "adds in_domain.bfcl_<category>, judged by BFCL's multi_turn_checker."),
+    episodes: Optional[int] = typer.Option(None, "--episodes", help="Episodes per world (EvalConfig)."),
+    turn_trajectories: Optional[int] = typer.Option(None, "--turn-trajectories",
+                                                    help="Expert trajectories per world scored turn by turn."),
+    ood_per_family: Optional[int] = typer.Option(None, "--ood", help="OOD tasks per family."),
+    temperature: Optional[float] = typer.Option(None, help="0 = greedy."),
+    seed: Optional[int] = typer.Option(None, help="Base seed of the episodes and samples."),
+) -> None:
+    """Episode success, turn accuracy and OOD accuracy of a checkpoint on the testbed (and BFCL)."""
+    from rich.table import Table
+
+    from pivotrl.io.outputs import OutputPathError, check_outputs
+    from pivotrl_testbed.evaluate import EvalConfig, evaluate_checkpoint, write_result
+
+    if testbed is None and bfcl is None:
+        console.print("[red]give --testbed DIR, --bfcl FILE, or both[/red]")
+        raise typer.Exit(2)
+    for path, what in ((model, "--model"), (testbed, "--testbed")):
+        if path is not None and not path.is_dir():
+            console.print(f"[red]{what} {path}: not a directory[/red]")
+            raise typer.Exit(2)
+    if bfcl is not None and not bfcl.is_file():
+        console.print(f"[red]--bfcl {bfcl}: not a file (write one with `pivotrl data bfcl --out F`)[/red]")
+        raise typer.Exit(2)
+    try:
+        check_outputs([bfcl], [out])
+    except OutputPathError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2)
+    given = {"episodes": episodes, "turn_trajectories": turn_trajectories, "ood_per_family": ood_per_family,
+             "temperature": temperature, "seed": seed}
+    cfg = EvalConfig(**{k: v for k, v in given.items() if v is not None})
+    with console.status("evaluating") as status:
+        result = evaluate_checkpoint(model, testbed, cfg, progress=lambda m: status.update(m), bfcl=bfcl)
+    json_path, md_path = write_result(result, out)
+    table = Table(title=f"{model}")
+    for col in ("task", "score %", "95% CI", "n", "turn acc %"):
+        table.add_column(col)
+    for world, v in result["in_domain"].items():
+        ta = f"{100 * v['turn_accuracy']:.1f}" if "turn_accuracy" in v else "–"
+        table.add_row(world, f"{100 * v['success']:.1f}",
+                      f"{100 * v['ci95'][0]:.1f}–{100 * v['ci95'][1]:.1f}", str(v["episodes"]), ta)
+    for family, v in result["ood"].items():
+        table.add_row(f"ood/{family}", f"{100 * v['accuracy']:.1f}",
+                      f"{100 * v['ci95'][0]:.1f}–{100 * v['ci95'][1]:.1f}", str(v["n"]), "")
+    Console().print(table)
+    console.print(f"wrote {json_path} and {md_path} ({result['seconds']} s)")
+
+
+def register(app: typer.Typer) -> None:
+    """Mount the testbed's verbs on `pivotrl` (entry point `pivotrl.commands: testbed`)."""
+    from pivotrl.cli.options import config_fields
+    from pivotrl_testbed.e2e_config import E2ERunConfig
+
+    app.command()(demo)
+    app.command("e2e")(config_fields(E2ERunConfig)(e2e))
+    app.add_typer(testbed_app, name="testbed")
+    app.add_typer(data_app, name="data")

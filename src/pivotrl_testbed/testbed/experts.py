@@ -27,10 +27,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from pivotrl.io.records import FunctionCall, Message, ToolCall, Trajectory
-from pivotrl.experiment.testbed.common import stable_int
-from pivotrl.experiment.testbed.tasks import make_tasks
-from pivotrl.experiment.testbed.terminal import ANSWERS as TM_ANSWERS
-from pivotrl.experiment.testbed.toolshop import ANSWERS as TS_ANSWERS
+from pivotrl_testbed.testbed.common import stable_int
+from pivotrl_testbed.testbed.tasks import make_tasks
+from pivotrl_testbed.testbed.terminal import ANSWERS as TM_ANSWERS
+from pivotrl_testbed.testbed.toolshop import ANSWERS as TS_ANSWERS
 from pivotrl.verifiers.world import make_world
 
 MAX_TURNS = 8  # every task needs at most 6 turns; the weak expert may waste two
@@ -356,7 +356,7 @@ def _wrong_id(world: str, msg: Message, rng: random.Random, index: int) -> Messa
     args = dict(call.args())
     before = dict(args)
     if world == "terminal":
-        from pivotrl.experiment.testbed.terminal import BASES
+        from pivotrl_testbed.testbed.terminal import BASES
 
         words = args["command"].split()
         for i, w in enumerate(words):

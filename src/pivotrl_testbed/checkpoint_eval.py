@@ -2,7 +2,7 @@
 split only at the checkpoints the dev split chooses.
 
 Why eval is scored so rarely: every verdict compares dev-chosen checkpoints on eval
-(`pivotrl.experiment.stats`), and the learning curves and the rollout-ratio curve are drawn on
+(`pivotrl_testbed.stats`), and the learning curves and the rollout-ratio curve are drawn on
 dev, so eval outcomes of other checkpoints would never be read; scoring them cost 60% of each
 checkpoint's evaluation (60 eval vs 40 dev tasks per world and OOD family). The choice is the
 report's own (`report.chosen_sides`: each method's lr, and a step per seed, by the best dev score
@@ -36,8 +36,8 @@ class Evaluator:
     config (dev_tasks, dev_ood_per_family, kl_prompts, worlds, eval)."""
 
     def __init__(self, testbed: Path, cfg: Any):
-        from pivotrl.experiment.evaluate import load_ood_eval, load_trajectories, ood_texts
-        from pivotrl.experiment.testbed.tiny import load_tiny
+        from pivotrl_testbed.evaluate import load_ood_eval, load_trajectories, ood_texts
+        from pivotrl_testbed.testbed.tiny import load_tiny
 
         self.cfg, self.testbed = cfg, testbed
         self.dev_greedy = self.wants_dev_greedy(cfg)
@@ -69,8 +69,8 @@ class Evaluator:
         """(checkpoint row, per-item rows). The row holds the eval split's rates in evaluate's
         shape (`in_domain`, `ood`) when eval is scored, the dev split's under `dev`, and the KL to
         the base on OOD text (None = the base itself)."""
-        from pivotrl.experiment.evaluate import evaluate_ood, evaluate_world, ood_logprob_stats
-        from pivotrl.experiment.testbed.tiny import load_tiny
+        from pivotrl_testbed.evaluate import evaluate_ood, evaluate_world, ood_logprob_stats
+        from pivotrl_testbed.testbed.tiny import load_tiny
 
         model, tok = (self.base, self.tokenizer) if model_dir is None else load_tiny(model_dir)
         sampled = getattr(self.cfg, "sampled", None)

@@ -85,7 +85,7 @@ class ScriptedPolicy:
         self.seed, self.habit = seed, habit
 
     def act(self, context: list[Message], tools: list[dict[str, Any]]) -> str:
-        from pivotrl.experiment.testbed.experts import expert_message
+        from pivotrl_testbed.testbed.experts import expert_message
 
         key = _user_text(context)
         if key in self.recorded and key not in self.by_text:

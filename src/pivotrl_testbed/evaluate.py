@@ -54,7 +54,7 @@ BFCL_STEP_LIMIT = _bfcl_step_limit()
 
 
 class EvalConfig(BaseModel):
-    """What `pivotrl evaluate` measures. Defaults keep a CPU evaluation of the tiny model to
+    """What `pivotrl testbed evaluate` measures. Defaults keep a CPU evaluation of the tiny model to
     about a minute."""
 
     episodes: int = Field(100, description="Eval tasks (episodes) per world; 0 = all in eval.jsonl.")
@@ -144,7 +144,7 @@ def evaluate_world(model, tokenizer, world: str, trajectories: Sequence[Trajecto
     cluster being the task (episodes) or the trajectory (turns) the item belongs to. Greedy (or
     `cfg.temperature`), or with `sampled` each item's mean success over its k samples, for the
     measures `sampled.measures` names (the others are left out)."""
-    from pivotrl.experiment.episodes import ModelPolicy, run_episodes
+    from pivotrl_testbed.episodes import ModelPolicy, run_episodes
 
     k = sampled.k if sampled else 1
     temperature, seed = (sampled.temperature, sampled.seed) if sampled else (cfg.temperature, cfg.seed)
@@ -194,7 +194,7 @@ def evaluate_turns(policy, trajectories: Sequence[Trajectory], verifier: str,
     `trajectories` (k actions each, side by side, averaged per turn), scored against the
     expert's by the named verifier. Item rows also carry the turn's `position` in its
     trajectory and its `kind` (`turn_kind`), for the report's where-does-it-gain breakdown."""
-    from pivotrl.experiment.episodes import expert_turns, turn_accuracy
+    from pivotrl_testbed.episodes import expert_turns, turn_accuracy
 
     turns = expert_turns(list(trajectories))
     acc = turn_accuracy(policy, [t for t in turns for _ in range(k)], shared_verifier(verifier))
@@ -233,8 +233,8 @@ def evaluate_bfcl(model, tokenizer, path: str | Path, cfg: EvalConfig,
     """`{"bfcl_<category>": {"success", "ci95", "episodes", ...}}` on a BFCL trajectories file
     (`cfg.episodes` tasks per category, 0 = all). Whole trajectories are given to the runner,
     which delivers their later user turns itself."""
-    import pivotrl.experiment.bfcl_world  # noqa: F401 - registers the "bfcl" world
-    from pivotrl.experiment.episodes import ModelPolicy, run_episodes
+    import pivotrl_testbed.bfcl_world  # noqa: F401 - registers the "bfcl" world
+    from pivotrl_testbed.episodes import ModelPolicy, run_episodes
 
     out: dict[str, dict[str, Any]] = {}
     for category, tasks in bfcl_sample(load_trajectories(Path(path)), cfg.episodes).items():
@@ -263,7 +263,7 @@ def ood_answers(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 
                 batch_size: int = 64, temperature: float = 0.0, seed: int = 0) -> list[str]:
     """Answers to single-turn user prompts (no tools), with the model's chat template: greedy, or
     sampled at `temperature` (the i-th prompt with seed derive_seed(seed, 0, i), ModelPolicy's)."""
-    from pivotrl.experiment.episodes import ModelPolicy
+    from pivotrl_testbed.episodes import ModelPolicy
     from pivotrl.io.records import Message
 
     policy = ModelPolicy(model, tokenizer, max_new_tokens=max_new_tokens, batch_size=batch_size,
@@ -278,7 +278,7 @@ def evaluate_ood(model, tokenizer, tasks: Sequence[Any], batch_size: int = 64,
     """Accuracy per OOD family; with `items`, one row per task is appended (each task is its own
     cluster: OOD problems are independent draws). Greedy, or with `sampled` the mean success of
     its k samples per task (`SampledConfig`)."""
-    from pivotrl.experiment.testbed import ood
+    from pivotrl_testbed.testbed import ood
 
     k = sampled.k if sampled else 1
     max_new = max(8, max(len(tokenizer(t.answer)["input_ids"]) for t in tasks) + 4) if tasks else 8
@@ -301,7 +301,7 @@ def evaluate_ood(model, tokenizer, tasks: Sequence[Any], batch_size: int = 64,
 
 
 def load_ood_eval(testbed: Path, per_family: int = 0) -> list[Any]:
-    from pivotrl.experiment.testbed.ood import load_ood
+    from pivotrl_testbed.testbed.ood import load_ood
 
     tasks, counts = [], {}
     for t in load_ood(testbed / "ood" / "eval.jsonl"):
@@ -349,7 +349,7 @@ def evaluate_checkpoint(model_dir: str | Path, testbed: str | Path | None = None
                         cfg: EvalConfig | None = None, progress=None,
                         bfcl: str | Path | None = None) -> dict[str, Any]:
     """Load any HF checkpoint dir (on the GPU when there is one) and evaluate it."""
-    from pivotrl.experiment.testbed.tiny import load_tiny
+    from pivotrl_testbed.testbed.tiny import load_tiny
 
     model, tokenizer = load_tiny(model_dir)
     try:

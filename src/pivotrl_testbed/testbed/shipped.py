@@ -18,7 +18,7 @@ they are what the build would make from this config and data:
 Otherwise the build pretrains as usual. `--no-shipped-base` forces pretraining; CI checks that the
 shipped hash is the default config's (tests/test_shipped_base.py). To refresh the weights after a
 change, rebuild and copy: `pivotrl testbed build --out runs/testbed --no-shipped-base`, then
-`python -m pivotrl.experiment.testbed.shipped runs/testbed`.
+`python -m pivotrl_testbed.testbed.shipped runs/testbed`.
 """
 
 from __future__ import annotations
