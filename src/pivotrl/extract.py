@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, Field
-from rich.table import Table
 
 from pivotrl.io.compact_rows import MAX_CONTEXT_MESSAGES
 from pivotrl.io.empty import ALLOW_EMPTY, check_input, require_some
@@ -112,23 +111,6 @@ class ExtractSummary:
     per_domain: Counter = field(default_factory=Counter)
     rejects_file: str = ""
     split_file: str = ""  # TURNS.split.json when trajectories were held out
-
-    def table(self) -> Table:
-        t = Table(title="pivotrl extract", show_header=False)
-        t.add_row("lines read", f"{self.read} = {self.trajectories} processed + "
-                  f"{sum(self.rejects.values())} rejected + {self.blank} blank (skipped)")
-        t.add_row("trajectories", f"{self.trajectories} ({self.trajectories_eval} held out for eval)")
-        t.add_row("turns written", f"{self.turns_train} train, {self.turns_eval} eval")
-        for domain, n in sorted(self.per_domain.items()):
-            t.add_row(f"  turns in {domain}", str(n))
-        for reason, n in self.skipped.most_common():
-            t.add_row(f"  skipped: {reason}", str(n))
-        if self.split_file:
-            t.add_row("split (train/eval ids)", self.split_file)
-        t.add_row("rejected lines", f"{sum(self.rejects.values())} → {self.rejects_file}")
-        for reason, n in self.rejects.most_common(10):
-            t.add_row(f"  {reason[:70]}", str(n))
-        return t
 
 
 def reject_kind(reason: str) -> str:
