@@ -83,3 +83,25 @@ def test_cli_missing_input_is_a_clear_error(tmp_path):
                                       str(tmp_path / "o.jsonl")])
     text = " ".join(result.output.split())  # rich wraps long lines
     assert result.exit_code == 2 and "no such file" in text and "nope.jsonl" in text
+
+
+def test_rejects_over_the_limit_fail_after_writing_and_the_first_lines_are_shown(tmp_path):
+    import pytest
+    from rich.console import Console
+
+    from pivotrl.io.empty import TooManyRejectsError
+
+    src = tmp_path / "in.jsonl"
+    good = json.loads(open(EXAMPLE).readline())
+    lines = [json.dumps({**good, "id": f"g{i}"}) for i in range(3)] + ["{oops", '{"id": "x"}']
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "turns.jsonl"
+    assert extract_file(src, out, ExtractOptions(max_rejects=2)).turns_train == 6
+    with pytest.raises(TooManyRejectsError) as info:
+        extract_file(src, out, ExtractOptions(max_rejects=1))
+    assert "2 of 5 lines rejected" in str(info.value) and "in.jsonl:4" in str(info.value)
+    assert len(out.read_text().splitlines()) == 6 and len((tmp_path / "turns.rejects.jsonl").read_text().splitlines()) == 2
+    console = Console(record=True, width=200)
+    console.print(info.value.result.table())
+    shown = console.export_text()
+    assert "in.jsonl:4: not JSON" in shown and "in.jsonl:5 [messages]: missing field 'messages'" in shown

@@ -18,14 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, Field
+from rich.markup import escape
 from rich.table import Table
 
 from pivotrl.io.compact_rows import MAX_CONTEXT_MESSAGES
-from pivotrl.io.empty import ALLOW_EMPTY, check_input, require_some
+from pivotrl.io.empty import ALLOW_EMPTY, TooManyRejectsError, check_input, require_some
 from pivotrl.io.outputs import check_outputs
 from pivotrl.io.records import (AtomicWriter, RecordError, Reject, Trajectory, Turn, dump,
                              message_text, read_records, rejects_path)
 from pivotrl.io.split import Split, split_path, write_split
+
+
+SHOWN_REJECTS = 3  # rejected lines the summary shows in full
 
 
 class ExtractOptions(BaseModel):
@@ -51,6 +55,9 @@ class ExtractOptions(BaseModel):
         True, description="Write compact rows that continue the previous row's context "
         "(pivotrl.io.compact_rows; every pivotrl reader expands them). False: every row carries its "
         "whole context, for tools that read turn rows without pivotrl.")
+    max_rejects: int | None = Field(
+        None, ge=0, description="Rejected lines allowed: with more, extract fails (exit 1) after writing "
+        "its outputs and the rejects file. None: any number.")
 
 
 def is_eval(trajectory_id: str, fraction: float, seed: int) -> bool:
@@ -111,6 +118,7 @@ class ExtractSummary:
     skipped: Counter = field(default_factory=Counter)
     per_domain: Counter = field(default_factory=Counter)
     rejects_file: str = ""
+    first_rejects: list[str] = field(default_factory=list)  # "file:line [field]: reason", the first few
     split_file: str = ""  # TURNS.split.json when trajectories were held out
 
     def table(self) -> Table:
@@ -128,6 +136,8 @@ class ExtractSummary:
         t.add_row("rejected lines", f"{sum(self.rejects.values())} → {self.rejects_file}")
         for reason, n in self.rejects.most_common(10):
             t.add_row(f"  {reason[:70]}", str(n))
+        for i, line in enumerate(self.first_rejects):
+            t.add_row("first rejected lines" if i == 0 else "", escape(line[:300]))
         return t
 
 
@@ -171,6 +181,8 @@ def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None 
                     raise RecordError(rec)
             if isinstance(rec, Reject):
                 summary.rejects[reject_kind(rec.reason)] += 1
+                if len(summary.first_rejects) < SHOWN_REJECTS:
+                    summary.first_rejects.append(str(rec))
                 reject_w.write(rec.to_json())
                 continue
             first_line[rec.id] = lineno
@@ -194,7 +206,20 @@ def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None 
     summary.blank = counts.get("blank", 0)
     summary.read += summary.blank
     check_extracted(path, summary, allow_empty)
+    check_rejects(path, summary, opts.max_rejects)
     return summary
+
+
+def check_rejects(path: str | Path, summary: ExtractSummary, max_rejects: int | None) -> None:
+    """The exit policy for bad lines: more rejected than `max_rejects` is an error (raised after
+    every output was written, so the rejects file can be read)."""
+    rejected = sum(summary.rejects.values())
+    if max_rejects is None or rejected <= max_rejects:
+        return
+    raise TooManyRejectsError(path, f"{rejected} of {summary.read} lines rejected, more than --max-rejects "
+                              f"{max_rejects}; first: {summary.first_rejects[0]} (all in "
+                              f"{summary.rejects_file}); fix them or pass --max-rejects N to accept up to N",
+                              result=summary)
 
 
 def check_extracted(path: str | Path, summary: ExtractSummary, allow_empty: bool) -> None:
