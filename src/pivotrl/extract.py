@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, Field
-from rich.markup import escape
-from rich.table import Table
 
 from pivotrl.io.compact_rows import MAX_CONTEXT_MESSAGES
 from pivotrl.io.empty import ALLOW_EMPTY, TooManyRejectsError, check_input, require_some
@@ -55,9 +53,9 @@ class ExtractOptions(BaseModel):
         True, description="Write compact rows that continue the previous row's context "
         "(pivotrl.io.compact_rows; every pivotrl reader expands them). False: every row carries its "
         "whole context, for tools that read turn rows without pivotrl.")
-    max_rejects: int | None = Field(
-        None, ge=0, description="Rejected lines allowed: with more, extract fails (exit 1) after writing "
-        "its outputs and the rejects file. None: any number.")
+    max_rejects: int = Field(
+        0, ge=-1, description="Rejected lines allowed (-1: any number): with more, extract fails "
+        "(exit 1) after writing its outputs and the rejects file.")
 
 
 def is_eval(trajectory_id: str, fraction: float, seed: int) -> bool:
@@ -120,25 +118,6 @@ class ExtractSummary:
     rejects_file: str = ""
     first_rejects: list[str] = field(default_factory=list)  # "file:line [field]: reason", the first few
     split_file: str = ""  # TURNS.split.json when trajectories were held out
-
-    def table(self) -> Table:
-        t = Table(title="pivotrl extract", show_header=False)
-        t.add_row("lines read", f"{self.read} = {self.trajectories} processed + "
-                  f"{sum(self.rejects.values())} rejected + {self.blank} blank (skipped)")
-        t.add_row("trajectories", f"{self.trajectories} ({self.trajectories_eval} held out for eval)")
-        t.add_row("turns written", f"{self.turns_train} train, {self.turns_eval} eval")
-        for domain, n in sorted(self.per_domain.items()):
-            t.add_row(f"  turns in {domain}", str(n))
-        for reason, n in self.skipped.most_common():
-            t.add_row(f"  skipped: {reason}", str(n))
-        if self.split_file:
-            t.add_row("split (train/eval ids)", self.split_file)
-        t.add_row("rejected lines", f"{sum(self.rejects.values())} → {self.rejects_file}")
-        for reason, n in self.rejects.most_common(10):
-            t.add_row(f"  {reason[:70]}", str(n))
-        for i, line in enumerate(self.first_rejects):
-            t.add_row("first rejected lines" if i == 0 else "", escape(line[:300]))
-        return t
 
 
 def reject_kind(reason: str) -> str:
@@ -210,11 +189,11 @@ def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None 
     return summary
 
 
-def check_rejects(path: str | Path, summary: ExtractSummary, max_rejects: int | None) -> None:
+def check_rejects(path: str | Path, summary: ExtractSummary, max_rejects: int) -> None:
     """The exit policy for bad lines: more rejected than `max_rejects` is an error (raised after
     every output was written, so the rejects file can be read)."""
     rejected = sum(summary.rejects.values())
-    if max_rejects is None or rejected <= max_rejects:
+    if max_rejects < 0 or rejected <= max_rejects:
         return
     raise TooManyRejectsError(path, f"{rejected} of {summary.read} lines rejected, more than --max-rejects "
                               f"{max_rejects}; first: {summary.first_rejects[0]} (all in "
