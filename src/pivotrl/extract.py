@@ -54,8 +54,8 @@ class ExtractOptions(BaseModel):
         "(pivotrl.io.compact_rows; every pivotrl reader expands them). False: every row carries its "
         "whole context, for tools that read turn rows without pivotrl.")
     max_rejects: int = Field(
-        0, ge=-1, description="Rejected lines allowed (-1: any number): with more, extract fails "
-        "(exit 1) after writing its outputs and the rejects file.")
+        -1, ge=-1, description="Rejected lines allowed (-1: any number): with more, extract raises "
+        "TooManyRejectsError after writing its outputs and the rejects file (`pivotrl extract`: 0).")
 
 
 def is_eval(trajectory_id: str, fraction: float, seed: int) -> bool:

@@ -46,7 +46,8 @@ def extract(
     skip_content_regex: Optional[str] = option(ExtractOptions, "skip_content_regex"),
     only_tool_calls: bool = option(ExtractOptions, "only_tool_calls"),
     compact: bool = option(ExtractOptions, "compact"),
-    max_rejects: int = option(ExtractOptions, "max_rejects"),
+    max_rejects: int = typer.Option(0, help="Rejected lines allowed (-1: any number): with more, extract "
+                                    "exits 1 after writing its outputs and the rejects file."),
     strict: bool = typer.Option(False, help="Stop at the first bad line instead of rejecting it."),
     allow_empty: bool = typer.Option(False, help="Accept trajectories whose every turn the skip rules drop "
                                      "(0 turns); without it that is an error."),
