@@ -372,7 +372,7 @@ def write_cases(path: Path) -> list:
 
 
 def test_verify_file_one_line_per_input_line(tmp_path):
-    from pivotrl.verifiers.cases import verify_file
+    from pivotrl.evaluate.cases import verify_file
 
     cases = tmp_path / "cases.jsonl"
     lines = write_cases(cases)

@@ -71,7 +71,8 @@ class ProgressLog:
         self.last = now
         text = self.line(done, extra)
         if self.echo:
-            print(text, file=self.stream, flush=True)
+            self.stream.write(text + "\n")
+            self.stream.flush()
         if self.log_file is not None:
             self.log_file.parent.mkdir(parents=True, exist_ok=True)
             with self.log_file.open("a") as f:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from transformers.trainer_utils import get_last_checkpoint
+from trl import SFTTrainer
 
 from pivotrl.formats.chat import apply_template, load_tokenizer, template_messages
 from pivotrl.formats.families import training_chat_template
@@ -29,10 +30,15 @@ from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.train.config import SFTRunConfig, trl_common_kwargs
 from pivotrl.train.grpo import save_final, world_size
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines
+from pivotrl.train.resume import CPUResumable
 
 SFT_METRIC_KEYS = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm",
                    "mean_token_accuracy": "mean_token_accuracy", "entropy": "entropy",
                    "num_tokens": "num_tokens"}
+
+
+class PivotSFTTrainer(CPUResumable, SFTTrainer):
+    """TRL's SFTTrainer, resumable under multi-process CPU (train/resume.py)."""
 
 
 @dataclass
@@ -143,9 +149,8 @@ def sft_config(cfg: SFTRunConfig, total_steps: int):
 
 def build_sft_trainer(cfg: SFTRunConfig, rows: list[dict[str, Any]], tokenizer, total_steps: int):
     from datasets import Dataset
-    from trl import SFTTrainer
 
-    trainer = SFTTrainer(model=cfg.model, args=sft_config(cfg, total_steps),
+    trainer = PivotSFTTrainer(model=cfg.model, args=sft_config(cfg, total_steps),
                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                          peft_config=cfg.lora.peft_config())
     trainer.add_callback(MetricsJSONL(Path(cfg.output_dir) / "metrics.jsonl", keys=SFT_METRIC_KEYS))
