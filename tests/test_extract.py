@@ -68,7 +68,7 @@ def test_cli_extract_writes_rejects_next_to_output_with_line_numbers(tmp_path):
     other = json.dumps({**json.loads(good), "id": "another-id"})
     src.write_text("\n".join([good, "{oops", good.replace('"tool"', '"robot"'), other]) + "\n")
     out = tmp_path / "turns.jsonl"
-    result = CliRunner().invoke(app, ["extract", str(src), "--out", str(out)])
+    result = CliRunner().invoke(app, ["extract", str(src), "--out", str(out), "--max-rejects", "2"])
     assert result.exit_code == 0, result.output
     rejects = [json.loads(l) for l in (tmp_path / "turns.rejects.jsonl").read_text().splitlines()]
     assert [r["line"] for r in rejects] == [2, 3]
@@ -83,3 +83,21 @@ def test_cli_missing_input_is_a_clear_error(tmp_path):
                                       str(tmp_path / "o.jsonl")])
     text = " ".join(result.output.split())  # rich wraps long lines
     assert result.exit_code == 2 and "no such file" in text and "nope.jsonl" in text
+
+
+def test_rejects_over_the_limit_fail_after_writing_and_the_first_lines_are_shown(tmp_path):
+    """Bad lines make extract exit 1 unless --max-rejects allows them; the outputs and the rejects
+    file are written either way, and the summary shows the first rejected lines in full."""
+    src = tmp_path / "in.jsonl"
+    good = json.loads(open(EXAMPLE).readline())
+    lines = [json.dumps({**good, "id": f"g{i}"}) for i in range(3)] + ["{oops", '{"id": "x"}']
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "turns.jsonl"
+    res = CliRunner().invoke(app, ["extract", str(src), "--out", str(out)], env={"COLUMNS": "400"})
+    assert res.exit_code == 1 and "2 of 5 lines rejected, more than --max-rejects 0" in res.output
+    table = res.output.split("first rejected lines")[1]
+    assert "in.jsonl:4: not JSON" in table and "in.jsonl:5 [messages]: missing field 'messages'" in table
+    assert len(out.read_text().splitlines()) == 6
+    assert len((tmp_path / "turns.rejects.jsonl").read_text().splitlines()) == 2
+    assert CliRunner().invoke(app, ["extract", str(src), "--out", str(out), "--max-rejects", "2"]).exit_code == 0
+    assert extract_file(src, out, ExtractOptions(max_rejects=-1)).turns_train == 6

@@ -20,11 +20,14 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from pivotrl.io.compact_rows import MAX_CONTEXT_MESSAGES
-from pivotrl.io.empty import ALLOW_EMPTY, check_input, require_some
+from pivotrl.io.empty import ALLOW_EMPTY, TooManyRejectsError, check_input, require_some
 from pivotrl.io.outputs import check_outputs
 from pivotrl.io.records import (AtomicWriter, RecordError, Reject, Trajectory, Turn, dump,
                              message_text, read_records, rejects_path)
 from pivotrl.io.split import Split, split_path, write_split
+
+
+SHOWN_REJECTS = 3  # rejected lines the summary shows in full
 
 
 class ExtractOptions(BaseModel):
@@ -50,6 +53,9 @@ class ExtractOptions(BaseModel):
         True, description="Write compact rows that continue the previous row's context "
         "(pivotrl.io.compact_rows; every pivotrl reader expands them). False: every row carries its "
         "whole context, for tools that read turn rows without pivotrl.")
+    max_rejects: int = Field(
+        -1, ge=-1, description="Rejected lines allowed (-1: any number): with more, extract raises "
+        "TooManyRejectsError after writing its outputs and the rejects file (`pivotrl extract`: 0).")
 
 
 def is_eval(trajectory_id: str, fraction: float, seed: int) -> bool:
@@ -110,6 +116,7 @@ class ExtractSummary:
     skipped: Counter = field(default_factory=Counter)
     per_domain: Counter = field(default_factory=Counter)
     rejects_file: str = ""
+    first_rejects: list[str] = field(default_factory=list)  # "file:line [field]: reason", the first few
     split_file: str = ""  # TURNS.split.json when trajectories were held out
 
 
@@ -153,6 +160,8 @@ def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None 
                     raise RecordError(rec)
             if isinstance(rec, Reject):
                 summary.rejects[reject_kind(rec.reason)] += 1
+                if len(summary.first_rejects) < SHOWN_REJECTS:
+                    summary.first_rejects.append(str(rec))
                 reject_w.write(rec.to_json())
                 continue
             first_line[rec.id] = lineno
@@ -176,7 +185,20 @@ def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None 
     summary.blank = counts.get("blank", 0)
     summary.read += summary.blank
     check_extracted(path, summary, allow_empty)
+    check_rejects(path, summary, opts.max_rejects)
     return summary
+
+
+def check_rejects(path: str | Path, summary: ExtractSummary, max_rejects: int) -> None:
+    """The exit policy for bad lines: more rejected than `max_rejects` is an error (raised after
+    every output was written, so the rejects file can be read)."""
+    rejected = sum(summary.rejects.values())
+    if max_rejects < 0 or rejected <= max_rejects:
+        return
+    raise TooManyRejectsError(path, f"{rejected} of {summary.read} lines rejected, more than --max-rejects "
+                              f"{max_rejects}; first: {summary.first_rejects[0]} (all in "
+                              f"{summary.rejects_file}); fix them or pass --max-rejects N to accept up to N",
+                              result=summary)
 
 
 def check_extracted(path: str | Path, summary: ExtractSummary, allow_empty: bool) -> None:

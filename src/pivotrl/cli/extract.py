@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from pivotrl.cli.console import console, fail
@@ -29,6 +30,8 @@ def extract_table(s: ExtractSummary) -> Table:
     t.add_row("rejected lines", f"{sum(s.rejects.values())} → {s.rejects_file}")
     for reason, n in s.rejects.most_common(10):
         t.add_row(f"  {reason[:70]}", str(n))
+    for i, line in enumerate(s.first_rejects):
+        t.add_row("first rejected lines" if i == 0 else "", escape(line[:300]))
     return t
 
 
@@ -43,6 +46,8 @@ def extract(
     skip_content_regex: Optional[str] = option(ExtractOptions, "skip_content_regex"),
     only_tool_calls: bool = option(ExtractOptions, "only_tool_calls"),
     compact: bool = option(ExtractOptions, "compact"),
+    max_rejects: int = typer.Option(0, help="Rejected lines allowed (-1: any number): with more, extract "
+                                    "exits 1 after writing its outputs and the rejects file."),
     strict: bool = typer.Option(False, help="Stop at the first bad line instead of rejecting it."),
     allow_empty: bool = typer.Option(False, help="Accept trajectories whose every turn the skip rules drop "
                                      "(0 turns); without it that is an error."),
@@ -55,7 +60,7 @@ def extract(
 
     opts = ExtractOptions(keep_reasoning=keep_reasoning, skip_content_regex=skip_content_regex,
                           only_tool_calls=only_tool_calls, eval_fraction=eval_fraction, seed=seed,
-                          compact=compact)
+                          compact=compact, max_rejects=max_rejects)
     try:
         check_input_file(trajectories, "TRAJECTORIES", "your data pipeline: one JSON conversation a line")
     except InputError as exc:
