@@ -58,6 +58,8 @@ class ProfileConfig(TurnSampling):
                    "with K samples of π0; 8 gives outcome rates in steps of 1/8).")
     shard: str | None = Field(None, description="'I/N': profile only turns with "
                               "hash(id) mod N == I (0-based).")
+    progress_seconds: float = Field(30.0, gt=0, description="Seconds between progress lines (stderr off "
+                                    "a terminal, and PROFILE.log), also while one chunk is sampled.")
 
 
 def turn_seed(seed: int, turn_id: str) -> int:

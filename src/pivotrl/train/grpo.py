@@ -287,7 +287,10 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
         trainer = build_trainer(cfg, turns, total_steps=total, reward_funcs=reward_funcs,
                                 callbacks=[progress] + ([callback] if callback else []),
                                 tokenizer=tokenizer, prompts=prompts)
-        trainer.train(resume_from_checkpoint=resume)
+        try:
+            trainer.train(resume_from_checkpoint=resume)
+        finally:
+            progress.stop()
         if not (callback and callback.triggered):
             break
         # Re-profile with the current policy, continue from the checkpoint just written.
