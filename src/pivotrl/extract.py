@@ -10,6 +10,7 @@ file grows like the trajectories, not like turns × context.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -43,7 +44,8 @@ class ExtractOptions(BaseModel):
         1, description="Skip turns with fewer context messages (1: a turn needs at least a prompt).")
     eval_fraction: float = Field(
         0.0, ge=0.0, lt=1.0, description="Fraction of trajectories held out for evaluation, split "
-        "by trajectory id (never by row: turns of one trajectory share context, docs/DESIGN.md).")
+        "by trajectory id (never by row: turns of one trajectory share context, docs/DESIGN.md): "
+        "round(F × trajectories) of them, at least 1 when F > 0; a warning below 10.")
     seed: int = Field(0, description="Seed of the train/eval split.")
     max_context_messages: int = Field(
         MAX_CONTEXT_MESSAGES, ge=1, description="Skip (and count) turns with more context "
@@ -58,12 +60,34 @@ class ExtractOptions(BaseModel):
         "TooManyRejectsError after writing its outputs and the rejects file (`pivotrl extract`: 0).")
 
 
-def is_eval(trajectory_id: str, fraction: float, seed: int) -> bool:
-    """Stable, seeded split by id: the same id lands on the same side on every machine."""
-    if fraction <= 0:
-        return False
-    digest = hashlib.sha256(f"{seed}:{trajectory_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+SMALL_EVAL = 10  # fewer held-out trajectories than this: the summary warns (a wide interval)
+
+
+def split_rank(trajectory_id: str, seed: int) -> int:
+    """A trajectory's stable, seeded place in the split order: the same on every machine."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{trajectory_id}".encode()).digest()[:8], "big")
+
+
+def eval_split(ids: list[str], fraction: float, seed: int) -> tuple[frozenset[str], str | None]:
+    """The held-out ids: round(fraction × len(ids)) of them, never 0 when fraction > 0 and never
+    all (at least one trajectory of 2+ stays for training), the first in `split_rank` order; and a
+    warning when that is fewer than SMALL_EVAL trajectories (None otherwise)."""
+    n_total = len(ids)
+    n = math.floor(fraction * n_total + 0.5) if fraction > 0 else 0
+    n = min(max(n, 1), n_total - 1) if fraction > 0 and n_total >= 2 else 0
+    held = frozenset(sorted(ids, key=lambda i: split_rank(i, seed))[:n])
+    warning = None
+    if fraction > 0 and n < SMALL_EVAL:
+        warning = (f"--eval-fraction {fraction:g} of {n_total} trajectories holds out {n}: "
+                   + ("too few to hold any out" if n == 0 else
+                      f"fewer than {SMALL_EVAL} held-out trajectories give a wide interval on turn accuracy"))
+    return held, warning
+
+
+def valid_trajectory_ids(path: str | Path) -> list[str]:
+    """Ids of the trajectories extract will process (valid lines, first copy of an id), in order."""
+    ids = (rec.id for _, rec in read_records(path, Trajectory) if not isinstance(rec, Reject))
+    return list(dict.fromkeys(ids))
 
 
 def iter_turns(traj: Trajectory, opts: ExtractOptions, skipped: Counter | None = None
@@ -118,6 +142,7 @@ class ExtractSummary:
     rejects_file: str = ""
     first_rejects: list[str] = field(default_factory=list)  # "file:line [field]: reason", the first few
     split_file: str = ""  # TURNS.split.json when trajectories were held out
+    warnings: list[str] = field(default_factory=list)  # what the caller should show the user
 
 
 def reject_kind(reason: str) -> str:
@@ -144,6 +169,10 @@ def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None 
     check_outputs([path], [out, eval_out, rejects_path(out), split_path(out) if eval_out else None])
     summary = ExtractSummary(rejects_file=str(rejects_path(out)))
     split = Split(fraction=opts.eval_fraction, seed=opts.seed, source=str(path)) if eval_out else None
+    held: frozenset[str] = frozenset()
+    if split is not None and opts.eval_fraction > 0:  # exact: the count of trajectories is known before the split is drawn
+        held, warning = eval_split(valid_trajectory_ids(path), opts.eval_fraction, opts.seed)
+        summary.warnings += [warning] if warning else []
     counts: dict[str, int] = {}
     first_line: dict[str, int] = {}  # trajectory id -> line it was first read on
     with ExitStack() as stack:  # every writer is committed, or removed on an exception
@@ -166,7 +195,7 @@ def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None 
                 continue
             first_line[rec.id] = lineno
             summary.trajectories += 1
-            held_out = eval_w is not None and is_eval(rec.id, opts.eval_fraction, opts.seed)
+            held_out = rec.id in held
             summary.trajectories_eval += held_out
             if split is not None:
                 (split.eval if held_out else split.train).append(rec.id)

@@ -48,7 +48,8 @@ from pivotrl_testbed.frontier import FrontierConfig
 from pivotrl_testbed.jobs import Job, eval_at, grid_at, run_job, train_job  # noqa: F401 - scripts import them here
 from pivotrl.io.progress import duration
 from pivotrl.io.records import write_text_atomic
-from pivotrl.io.yaml_config import load_model
+from pivotrl.io.yaml_config import field_like, load_model
+from pivotrl.verifiers.options import VerifierOptions
 
 
 class _InThisProcess(Executor):
@@ -144,8 +145,8 @@ class DemoConfig(BaseModel):
                            "the eval split the verdicts are measured on.")
     dev_ood_per_family: int = Field(40, description="OOD dev tasks per family (the first N); the "
                                     "next `eval.ood_per_family` are the eval split.")
-    verifier: str = Field("state", description="Functional verifier: execution-based equivalence "
-                          "in the world (the testbed worlds are executable).")
+    verifier: str = field_like(VerifierOptions, "verifier", default="state", note="Here execution-based "
+                               "equivalence in the world (the testbed worlds are executable).")
     num_generations: int = Field(8, description="G rollouts per pivot (paper: 16; 8 on 2 cores).")
     pivots_per_step: int = Field(16, description="Pivots per optimizer step (batch = G × this). "
                                  "A dev probe (toolshop, 3 seeds): 4 pivots at lr ≤ 3e-4 left PivotRL flat "

@@ -37,6 +37,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from pivotrl.io.records import Trajectory, iter_valid, write_text_atomic
+from pivotrl.io.yaml_config import field_like
+from pivotrl.sampling.options import SamplingOptions
 from pivotrl.evaluate.turns import wilson as turn_wilson
 from pivotrl_testbed.health import episode_failure, reason_failure
 
@@ -65,8 +67,8 @@ class EvalConfig(BaseModel):
     max_turns: int = Field(8, description="Episode turn limit (testbed tasks need at most 6).")
     max_new_tokens: int = Field(96, description="Completion cap per turn (a testbed action is "
                                                 "< 60 tokens with the testbed tokenizer).")
-    temperature: float = Field(0.0, description="0 = greedy (the default: deterministic); > 0 "
-                                                "samples with `seed` fixed.")
+    temperature: float = field_like(SamplingOptions, "temperature", default=0.0,
+                                    note="Ours: 0 (deterministic); > 0 samples with `seed` fixed.")
     seed: int = Field(0, description="Sampling seed (used only when temperature > 0).")
     batch_size: int = Field(32, description="Prompts per generate() call.")
     verifiers: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_VERIFIERS),
@@ -88,8 +90,8 @@ class SampledConfig(BaseModel):
     derive_seed(seed, 0, i), so the same items give the same draws in every run."""
 
     k: int = Field(4, ge=0, description="Samples per item; 0 = greedy scoring only.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature: the training "
-                               "rollouts' (GRPORunConfig.temperature, TRL's 1.0).")
+    temperature: float = field_like(SamplingOptions, "temperature", gt=0,
+                                    note="Here the training rollouts' (GRPORunConfig.temperature).")
     seed: int = Field(0, description="Base seed of the per-prompt sampling seeds.")
     measures: list[Literal["turn", "ood", "episode"]] = Field(
         default_factory=lambda: ["turn", "ood"], description="Measures scored sampled too. "

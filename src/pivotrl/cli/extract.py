@@ -76,3 +76,5 @@ def extract(
             console.print(extract_table(exc.result))
         raise fail(f"pivotrl extract: {exc}", 1) from None
     console.print(extract_table(summary))
+    for warning in summary.warnings:
+        console.print(f"[yellow]warning: {escape(warning)}[/yellow]")

@@ -123,12 +123,14 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
         return doc
 
     log = ProgressLog("profile", len(lines), unit="turn", log_file=sidecar_path(out_path, ".log"),
+                      every_s=cfg.progress_seconds,
                       start=len(lines) - n_todo, echo=progress and on_progress is None)
     save(final=False)
     if on_progress is not None:
         on_progress(len(lines) - n_todo, len(lines), "")
     try:
-        with AppendWriter(out_path) as writer:
+        # Profiles arrive a chunk at a time: lines come from the clock (`running`), not per turn.
+        with AppendWriter(out_path) as writer, log.running():
             for i, rec in enumerate(profile_stream(todo, sampler, verifier, tokenizer, cfg, stats)):
                 writer.write(rec)
                 if (i + 1) % cfg.chunk_turns == 0:
@@ -137,7 +139,9 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
                 finished = len(lines) - n_todo + i + 1
                 if on_progress is not None:
                     on_progress(finished, len(lines), rate)
-                log.update(finished, rate)
+                log.note(finished, rate)
+        if n_todo:
+            log.update(log.done, log.extra)  # the last line
     finally:
         doc = save(final=True)
     if stats.too_long:  # nothing lost: what the engine cannot take is listed with the reason

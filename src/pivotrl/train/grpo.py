@@ -23,7 +23,6 @@ from typing import Any
 from transformers.trainer_utils import get_last_checkpoint
 
 from pivotrl.formats.chat import load_tokenizer, prompt_text, prompt_token_ids
-from pivotrl.formats.families import parser_for, token_budget
 from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
 from pivotrl.io.records import Turn, iter_valid
 from pivotrl.sampling.pipeline import context_length
@@ -143,8 +142,7 @@ def with_token_budget(cfg: GRPORunConfig, tokenizer: Any) -> GRPORunConfig:
     """`cfg` with max_completion_length filled in for this model when unset (formats.token_budget)."""
     if cfg.max_completion_length is not None:
         return cfg
-    budget = token_budget(tokenizer, cfg.chat_template_kwargs, cfg.response_format)
-    return cfg.model_copy(update={"max_completion_length": budget})
+    return cfg.model_copy(update={"max_completion_length": cfg.token_budget(tokenizer)})
 
 
 def with_prompt_cap(cfg: GRPORunConfig, tokenizer: Any, model_config: Any = None) -> GRPORunConfig:
@@ -208,7 +206,7 @@ def build_trainer(cfg: GRPORunConfig, turns: list[Turn], *, total_steps: int | N
                          f"{prompts.dropped[:3]})")
     steps = total_steps or cfg.total_steps(len(prompts), world_size())
     reward = reward_funcs or [PivotReward(cfg.verifier, cfg.verifier_config, cfg.invalid_action_penalty,
-                                          parse=parser_for(tokenizer, cfg.response_format, cfg.chat_template_kwargs),
+                                          parse=cfg.parser(tokenizer),
                                           tokenizer=tokenizer)]
     trainer = PivotGRPOTrainer(
         model=cfg.model, reward_funcs=reward, args=grpo_config(cfg, steps),
@@ -274,9 +272,8 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     if cfg.reprofile.enabled:
         # Same verifier and sampling as the rollouts unless the options say otherwise; each pivot
         # is profiled once over all processes and all continue on the same pivots (train.reprofile).
-        options = dict(verifier=cfg.verifier, verifier_config=cfg.verifier_config, seed=cfg.seed,
-                       max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature,
-                       chat_template_kwargs=cfg.chat_template_kwargs, response_format=cfg.response_format)
+        options = dict(**cfg.verifier_options(), **cfg.format_options(), seed=cfg.seed,
+                       max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature, top_p=cfg.top_p)
         options.update(cfg.reprofile.options)
         hook = ReprofileHook(threshold=cfg.reprofile.threshold, every_n_steps=cfg.reprofile.every_n_steps,
                              **options)
@@ -290,7 +287,10 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
         trainer = build_trainer(cfg, turns, total_steps=total, reward_funcs=reward_funcs,
                                 callbacks=[progress] + ([callback] if callback else []),
                                 tokenizer=tokenizer, prompts=prompts)
-        trainer.train(resume_from_checkpoint=resume)
+        try:
+            trainer.train(resume_from_checkpoint=resume)
+        finally:
+            progress.stop()
         if not (callback and callback.triggered):
             break
         # Re-profile with the current policy, continue from the checkpoint just written.

@@ -182,8 +182,12 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     if cfg.resume and resume is None:
         raise FileNotFoundError(f"--resume: no checkpoint-* folder in {output_dir}")
     trainer = build_sft_trainer(cfg, data.rows, tokenizer, total)
-    trainer.add_callback(ProgressLines(output_dir / "train.log", cfg.progress_seconds, "loss"))
-    result = trainer.train(resume_from_checkpoint=resume)
+    progress = ProgressLines(output_dir / "train.log", cfg.progress_seconds, "loss")
+    trainer.add_callback(progress)
+    try:
+        result = trainer.train(resume_from_checkpoint=resume)
+    finally:
+        progress.stop()
     save_final(trainer, tokenizer, output_dir)
     return {"steps": trainer.state.global_step, "trajectories": len(data.rows),
             "held_out": held_out.summary(), "dropped": data.dropped, "train_loss": round(result.training_loss, 4),
