@@ -33,7 +33,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pivotrl_testbed.budget import BudgetRule
+from pivotrl_testbed.budget import BudgetRule, largest_rollout_ratio
 from pivotrl_testbed.decoding import DecodingRule
 from pivotrl_testbed.checkpoint_eval import (
     Evaluator,
@@ -412,6 +412,17 @@ def run_jobs(jobs: list[Job], testbed: Path, out: Path, cfg: DemoConfig, pivot_s
     return rows, items
 
 
+def schedule_bound(cfg: DemoConfig, pivot_stats: dict[str, Any],
+                   base: list[dict[str, Any]]) -> dict[str, float] | None:
+    """budget.largest_rollout_ratio, E2E RL's episodes as long as the base's greedy eval
+    episodes (model turns per episode, per world): the schedule's bound, known before training."""
+    per_episode = {r["world"]: r["in_domain"]["model_turns"] / r["in_domain"]["episodes"]
+                   for r in base if r.get("in_domain", {}).get("episodes")}
+    if "e2e_rl" not in cfg.methods or "pivotrl" not in cfg.methods:
+        return None
+    return largest_rollout_ratio(cfg, pivot_stats, per_episode)
+
+
 def log_power(power: list[dict[str, Any]], log: Callable[[str], None]) -> None:
     for p in power:
         log(f"  {p['measure']}: {p['items']} eval items in {p['clusters']} clusters, base rate "
@@ -459,6 +470,12 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
              if (p := paired_halfwidth(decoded(items, cfg.select_decoding), measure=m,
                                        seeds=len(cfg.seeds)))]
     log_power(power, log)
+    bound = schedule_bound(cfg, pivot_stats, rows)
+    if bound:
+        log(f"  the largest rollout ratio this schedule can show (PivotRL at its first checkpoint, "
+            f"E2E RL at its cap of {cfg.steps} steps, episodes as long as the base's): "
+            f"{bound['with_profiling']:.2f}× with profiling, {bound['without_profiling']:.2f}× "
+            f"without (the paper claims 4×)")
 
     jobs = plan_jobs(cfg, pivot_stats, log, world_cost)
     trained = sum(not (out / "runs" / j.name / "rows.json").exists() for j in jobs)
@@ -483,6 +500,6 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
                            pivot_stats=pivot_stats, config=cfg.model_dump(mode="json"),
                            invocations=invocations, frontier=cfg.frontier_config(),
                            decoding=cfg.decoding, train_temperature=cfg.sampled.temperature,
-                           health=flagged)
+                           health=flagged, schedule_bound=bound)
     log(f"done in {(time.time() - start) / 60:.1f} min: {out / 'report.md'}")
     return results
