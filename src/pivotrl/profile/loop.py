@@ -48,6 +48,10 @@ class ProfileConfig(EngineConfig):
                                         "detected from the chat template (pivotrl.formats.families).")
     temperature: float = Field(1.0, ge=0.0, description="1.0: sample π0 itself (SamplingParams).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass (1.0 = off).")
+    resume: bool = Field(False, description="Continue an --out that holds profiles (a stopped run: same "
+                         "settings, no turn lost or doubled).")
+    overwrite: bool = Field(False, description="Delete an --out that holds profiles (and its stats, log and "
+                            "rejects) first; without it or --resume such an --out is an error.")
     progress_seconds: float = Field(30.0, gt=0, description="Seconds between progress lines (stderr off "
                                     "a terminal, and PROFILE.log), also while one chunk is sampled.")
     chunk_turns: int = Field(64, ge=1, description="Turns per sampler call; the sampler sorts them "

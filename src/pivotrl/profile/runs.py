@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pivotrl.io.empty import check_input, require_some
-from pivotrl.io.outputs import output_lock
+from pivotrl.io.outputs import claim_output, output_lock
 from pivotrl.io.progress import ProgressLog
 from pivotrl.io.records import (AppendWriter, Profile, Reject, Turn, done_ids, is_blank, iter_lines,
                                 read_records, rejects_path, sidecar_path, stats_path, write_atomic,
@@ -78,6 +78,8 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
     t0 = time.perf_counter()
     shard = parse_shard(cfg.shard)
     out_path, spath = Path(out_path), stats_path(out_path)
+    claim_output(out_path, resume=cfg.resume, overwrite=cfg.overwrite,
+                 companions=[spath, sidecar_path(out_path, ".log"), rejects_path(out_path)])
     identity = _identity(cfg, model_name, getattr(sampler, "name", "?"))
     previous = json.loads(spath.read_text()) if spath.exists() else None
     if previous and Path(out_path).exists():
