@@ -142,7 +142,8 @@ def test_two_verdicts_or_none_make_a_reply_invalid(reply):
 
 def test_parse_verdict_never_crashes_on_hostile_text():
     for reply in ["\x00" * 100, "VERDICT:" * 5000, "\ud800", "</think>" * 3, "<think>" * 3,
-                  "V" + "\u200b" * 10000 + "ERDICT: YES", "\u0301" * 1000 + "VERDICT: YES"]:
+                  "V" + "\u200b" * 10000 + "ERDICT: YES", "\u0301" * 1000 + "VERDICT: YES",
+                  "VERDICT: YES" + " " * 50000 + "x", "<think>" * 5000]:
         assert parse_verdict(reply) in (None, True, False)
 
 

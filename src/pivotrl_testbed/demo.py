@@ -438,6 +438,7 @@ def theory_checks(out: Path, testbed: Path, cfg: DemoConfig, dev_items: list[dic
 
 def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
              testbed_config=None, log: Callable[[str], None] = say) -> dict[str, Any]:
+    from pivotrl_testbed.health import flags as health_flags
     from pivotrl_testbed.report import write_report
     from pivotrl_testbed.stats import paired_halfwidth
     from pivotrl_testbed.testbed.build import build_testbed
@@ -473,11 +474,15 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
         items += score_chosen(jobs, rows, items, testbed, out, cfg, log)
         write_jsonl(out / "items.jsonl", items)
         theory = theory_future.result()
+    flagged = health_flags(items, info)
+    for f in flagged:
+        log(f"  WARNING ({f['kind']}): {f['why']}")
     invocations = record_invocation(out, time.time() - start, trained=trained, jobs=len(jobs))
     results = write_report(rows, items, out, seeds=cfg.seeds, select_on=cfg.select_on,
                            wall_seconds=time.time() - start, theory=theory, power=power,
                            pivot_stats=pivot_stats, config=cfg.model_dump(mode="json"),
                            invocations=invocations, frontier=cfg.frontier_config(),
-                           decoding=cfg.decoding, train_temperature=cfg.sampled.temperature)
+                           decoding=cfg.decoding, train_temperature=cfg.sampled.temperature,
+                           health=flagged)
     log(f"done in {(time.time() - start) / 60:.1f} min: {out / 'report.md'}")
     return results

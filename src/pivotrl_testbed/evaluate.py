@@ -40,6 +40,7 @@ from pivotrl.io.records import Trajectory, iter_valid, write_text_atomic
 from pivotrl.io.yaml_config import field_like
 from pivotrl.sampling.options import SamplingOptions
 from pivotrl.evaluate.turns import wilson as turn_wilson
+from pivotrl_testbed.health import episode_failure, reason_failure
 
 DEFAULT_VERIFIERS = {"toolshop": "toolcall", "terminal": "shell"}
 
@@ -162,8 +163,11 @@ def evaluate_world(model, tokenizer, world: str, trajectories: Sequence[Trajecto
                                max_turns=cfg.max_turns)
         wins = item_means([float(r.success) for r in results], k)
         if items is not None:
-            items += [{"measure": "episode", "item": t.id, "cluster": t.id, "outcome": w}
-                      for t, w in zip(tasks, wins, strict=True)]
+            failed = [episode_failure(r.trajectory.messages, r.trajectory.metadata.get("notes", []))
+                      for r in results]
+            items += [{"measure": "episode", "item": t.id, "cluster": t.id, "outcome": w,
+                       **_failure(failed[i * k:(i + 1) * k])}
+                      for i, (t, w) in enumerate(zip(tasks, wins, strict=True))]
         success, ci = _rate(sum(wins), len(wins))
         out.update({"success": success, "ci95": ci, "episodes": len(wins),
                     "model_turns": sum(r.model_turns for r in results),
@@ -172,6 +176,12 @@ def evaluate_world(model, tokenizer, world: str, trajectories: Sequence[Trajecto
         out.update(evaluate_turns(policy(), trajectories[:cfg.turn_trajectories],
                                   cfg.verifiers.get(world, "toolcall"), items, k))
     return out
+
+
+def _failure(causes: Sequence[str | None]) -> dict[str, str]:
+    """{"failure": the first world failure among an item's samples} or {} (`health`)."""
+    cause = next((c for c in causes if c), None)
+    return {"failure": cause} if cause else {}
 
 
 def turn_kind(turn: Any) -> str:
@@ -202,9 +212,10 @@ def evaluate_turns(policy, trajectories: Sequence[Trajectory], verifier: str,
     acc = turn_accuracy(policy, [t for t in turns for _ in range(k)], shared_verifier(verifier))
     rewards = item_means(acc.rewards, k)
     if items is not None:
+        failed = [reason_failure(r) for r in acc.reasons]
         items += [{"measure": "turn", "item": t.id, "cluster": t.trajectory_id, "outcome": r,
-                   "position": t.turn, "kind": turn_kind(t)}
-                  for t, r in zip(turns, rewards, strict=True)]
+                   "position": t.turn, "kind": turn_kind(t), **_failure(failed[i * k:(i + 1) * k])}
+                  for i, (t, r) in enumerate(zip(turns, rewards, strict=True))]
     return {"turn_accuracy": sum(rewards) / len(rewards) if rewards else 0.0,
             "turn_ci95": list(wilson(sum(rewards), len(rewards))),
             "turns": len(rewards), "turn_invalid": acc.invalid}
