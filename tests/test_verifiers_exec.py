@@ -428,7 +428,7 @@ def test_judge_down_is_a_clear_error():
     ("VERDICT: YES", True), ("verdict: no", False), ("<think>yes? no...</think>\nVERDICT: NO", False),
     ("A and B both cancel o12.\n  VERDICT:YES  ", True),
     ("YES", None), ("They are equivalent.", None), ("They are NOT functionally equivalent.", None),
-    ("Equivalent? No.", None), ("VERDICT: YES, they are", None), ("**Verdict:** yes", None),
+    ("Equivalent? No.", None), ("VERDICT: YES, they are", None), ("**Verdict:** yes", True),
     ("VERDICT: NO\nVERDICT: YES", None), ("VERDICT: YES\nThey differ.", None),
     ("", None), ("maybe", None), ("<think>unfinished\nVERDICT: YES", None),
 ])

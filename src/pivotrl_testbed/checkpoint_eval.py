@@ -107,6 +107,7 @@ class Evaluator:
         from pivotrl_testbed.decoding import PASS, label
         from pivotrl_testbed.episodes import ModelPolicy, expert_turns, turn_accuracy
         from pivotrl_testbed.evaluate import SampledConfig, evaluate_ood, evaluate_turns, shared_verifier
+        from pivotrl_testbed.health import reason_failure
         from pivotrl_testbed.testbed.tiny import load_tiny
         from pivotrl.select import SUCCESS_THRESHOLD
 
@@ -144,9 +145,11 @@ class Evaluator:
                                 shared_verifier(verifier))
             for i, t in enumerate(turns):
                 c = sum(r >= SUCCESS_THRESHOLD for r in acc.rewards[i * n:(i + 1) * n])
+                failed = next(filter(None, map(reason_failure, acc.reasons[i * n:(i + 1) * n])), None)
                 items.append({"split": "eval", "decoding": PASS, "measure": "turn", "item": t.id,
                               "cluster": t.trajectory_id, "outcome": c / n, "samples": n,
-                              "successes": c, "position": t.turn})
+                              "successes": c, "position": t.turn,
+                              **({"failure": failed} if failed else {})})
         return items
 
 
@@ -163,7 +166,7 @@ def item_rows(items: list[dict[str, Any]], *, method: str, world: str, seed: int
              "split": r["split"], "measure": r["measure"], "item": r["item"],
              "cluster": r["cluster"], "outcome": r["outcome"],
              "decoding": r.get("decoding", "greedy"),
-             **{k: r[k] for k in ("position", "kind", "samples", "successes") if k in r}}
+             **{k: r[k] for k in ("position", "kind", "samples", "successes", "failure") if k in r}}
             for r in items]
 
 

@@ -48,7 +48,8 @@ from pivotrl_testbed.frontier import FrontierConfig
 from pivotrl_testbed.jobs import Job, eval_at, grid_at, run_job, train_job  # noqa: F401 - scripts import them here
 from pivotrl.io.progress import duration
 from pivotrl.io.records import write_text_atomic
-from pivotrl.io.yaml_config import load_model
+from pivotrl.io.yaml_config import field_like, load_model
+from pivotrl.verifiers.options import VerifierOptions
 
 
 class _InThisProcess(Executor):
@@ -144,8 +145,8 @@ class DemoConfig(BaseModel):
                            "the eval split the verdicts are measured on.")
     dev_ood_per_family: int = Field(40, description="OOD dev tasks per family (the first N); the "
                                     "next `eval.ood_per_family` are the eval split.")
-    verifier: str = Field("state", description="Functional verifier: execution-based equivalence "
-                          "in the world (the testbed worlds are executable).")
+    verifier: str = field_like(VerifierOptions, "verifier", default="state", note="Here execution-based "
+                               "equivalence in the world (the testbed worlds are executable).")
     num_generations: int = Field(8, description="G rollouts per pivot (paper: 16; 8 on 2 cores).")
     pivots_per_step: int = Field(16, description="Pivots per optimizer step (batch = G × this). "
                                  "A dev probe (toolshop, 3 seeds): 4 pivots at lr ≤ 3e-4 left PivotRL flat "
@@ -437,6 +438,7 @@ def theory_checks(out: Path, testbed: Path, cfg: DemoConfig, dev_items: list[dic
 
 def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
              testbed_config=None, log: Callable[[str], None] = say) -> dict[str, Any]:
+    from pivotrl_testbed.health import flags as health_flags
     from pivotrl_testbed.report import write_report
     from pivotrl_testbed.stats import paired_halfwidth
     from pivotrl_testbed.testbed.build import build_testbed
@@ -472,11 +474,15 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
         items += score_chosen(jobs, rows, items, testbed, out, cfg, log)
         write_jsonl(out / "items.jsonl", items)
         theory = theory_future.result()
+    flagged = health_flags(items, info)
+    for f in flagged:
+        log(f"  WARNING ({f['kind']}): {f['why']}")
     invocations = record_invocation(out, time.time() - start, trained=trained, jobs=len(jobs))
     results = write_report(rows, items, out, seeds=cfg.seeds, select_on=cfg.select_on,
                            wall_seconds=time.time() - start, theory=theory, power=power,
                            pivot_stats=pivot_stats, config=cfg.model_dump(mode="json"),
                            invocations=invocations, frontier=cfg.frontier_config(),
-                           decoding=cfg.decoding, train_temperature=cfg.sampled.temperature)
+                           decoding=cfg.decoding, train_temperature=cfg.sampled.temperature,
+                           health=flagged)
     log(f"done in {(time.time() - start) / 60:.1f} min: {out / 'report.md'}")
     return results

@@ -212,7 +212,8 @@ def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds:
               config: dict[str, Any], power: list[dict[str, Any]] | None = None,
               invocations: list[dict[str, Any]] | None = None,
               frontier: FrontierConfig | None = None, decoding: DecodingRule | None = None,
-              train_temperature: float = 1.0) -> dict[str, Any]:
+              train_temperature: float = 1.0,
+              health: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     frontier = frontier or FrontierConfig(measure=select_on)
     chosen = chosen_sides(items, select_on, seeds, frontier.decoding)
     dec = decoding_results(items, chosen, decoding or DecodingRule(), train_temperature)
@@ -227,7 +228,7 @@ def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds:
     return {"wall_seconds": wall_seconds, "invocations": invocations or [], "seeds": seeds,
             "select_on": select_on, "select_decoding": frontier.decoding, "config": config,
             "methods": methods,
-            "decoding": dec,
+            "decoding": dec, "health": health or [],
             "verdicts": verdicts(items, chosen, dec["best"], train_temperature),
             "power": power or [],
             "turns_to_match_e2e": rollout_match(rows, decoded(items, frontier.decoding), chosen,

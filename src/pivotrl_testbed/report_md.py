@@ -111,6 +111,17 @@ def results_section(results: dict[str, Any]) -> list[str]:
     return L + [""]
 
 
+def health_section(results: dict[str, Any]) -> list[str]:
+    """Every collapsed measure and world failure (`pivotrl_testbed.health`), before any number."""
+    flagged = results.get("health") or []
+    if not flagged:
+        return ["No measure collapsed and no world failed (pivotrl_testbed/health.py).", ""]
+    return (["## Warnings: measures to distrust", "",
+             f"{len(flagged)} measure(s) collapsed or met a failing world; their numbers below "
+             "are kept, not repaired:", ""]
+            + [f"- **{f['kind']}**: {f['why']}" for f in flagged] + [""])
+
+
 def decoding_section(results: dict[str, Any]) -> list[str]:
     """Each arm's dev turn accuracy over the temperature grid, the temperature it is judged at,
     and pass@k / pass^k on eval at the training temperature."""
@@ -212,6 +223,7 @@ def render_markdown(results: dict[str, Any], plots: list[str]) -> str:
          f"{wall_time_line(results)} Seeds {results['seeds']}; every number below was measured by the "
          "runs that built this folder. Checkpoints and learning rates are chosen on the dev split; "
          "results and verdicts are on the disjoint eval split.", ""]
+    L += health_section(results)
     L += data_section(results) + power_section(results) + results_section(results)
     L += decoding_section(results) + verdict_section(results)
     L += ["## Every checkpoint (descriptive)", "", "Dev split, every lr and step (the eval split is "

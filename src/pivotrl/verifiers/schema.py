@@ -211,6 +211,21 @@ def schema_index(tools: list) -> _LazyIndex:
     return index
 
 
+def not_offered(index: _LazyIndex, name: str, args: Any) -> str:
+    """Why a call is not one the turn's tools offer ("" when it is): a tool not in the list, or
+    an argument its schema does not name (unless `additionalProperties` allows more). A
+    verifier asks only when the turn offers tools: such a call is a wrong action, whatever the
+    expert did (the environment rejects it, or runs what it never offered)."""
+    fn = index.get(name)
+    if fn is None:
+        return f"tool {name!r} is not offered at this turn"
+    if not fn.open and isinstance(args, dict):
+        unknown = next((k for k in args if k not in fn.props), None)
+        if unknown is not None:
+            return f"unknown argument {unknown!r} (not in the schema of {name!r})"
+    return ""
+
+
 def string_class(name: str, value: str) -> str | None:
     """'exact' for a string that has no class from its schema but is an identifier by its
     parameter's name or its own shape (user_42, a/b.txt, #W123, 2024-01-02), else None."""

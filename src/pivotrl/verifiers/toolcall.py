@@ -46,7 +46,7 @@ from pivotrl.verifiers.arguments import ArgumentComparer, is_unproven
 from pivotrl.verifiers.base import Score
 from pivotrl.verifiers.judge import JudgeVerifier
 from pivotrl.verifiers.messages import compare_messages
-from pivotrl.verifiers.schema import build_index, schema_index  # noqa: F401
+from pivotrl.verifiers.schema import build_index, not_offered, schema_index  # noqa: F401
 from pivotrl.verifiers.world import action_rule, same_answer
 
 
@@ -218,28 +218,21 @@ class ToolcallVerifier:
         return self._judge.score(turn, action)
 
     def _not_offered(self, index, name: str, args: dict) -> str:
-        """Why a call is not one the turn offers ("" when it is): a tool not in the turn's tools,
-        or an argument its schema does not name (unless `additionalProperties` allows more)."""
-        fn = index.get(name)
-        if fn is None and self._cmp.bfcl and "_" in name:
-            fn = self._dotted(index, name)
-        if fn is None:
-            return f"tool {name!r} is not offered at this turn"
-        if not fn.open:
-            unknown = next((k for k in args if k not in fn.props), None)
-            if unknown is not None:
-                return f"unknown argument {unknown!r} (not in the schema of {name!r})"
-        return ""
+        if self._cmp.bfcl and index.get(name) is None and "_" in name:
+            dotted = self._dotted(index, name)
+            if dotted is not None:
+                name = dotted
+        return not_offered(index, name, args)
 
     @staticmethod
-    def _dotted(index, name: str):
+    def _dotted(index, name: str) -> str | None:
         """Under `normalize: [bfcl]`, "a_b" names the offered tool "a.b" when no tool is "a_b":
         BFCL's harness renames dotted tools for APIs that forbid dots in names."""
         for tool in index.tools or []:
             fn = tool.get("function", tool) if isinstance(tool, dict) else None
             other = fn.get("name") if isinstance(fn, dict) else None
             if isinstance(other, str) and "." in other and other.replace(".", "_") == name:
-                return index.get(other)
+                return other
         return None
 
     def _pair(self, index, rule, en: str, ea: dict, cn: str, ca: dict) -> str:
