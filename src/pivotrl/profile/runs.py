@@ -135,13 +135,13 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
         with AppendWriter(out_path) as writer, log.running():
             for i, rec in enumerate(profile_stream(todo, sampler, verifier, tokenizer, cfg, stats)):
                 writer.write(rec)
-                if (i + 1) % cfg.chunk_turns == 0:
-                    save(final=False)
                 rate = f"{stats.rollout_turns / max(time.perf_counter() - t0, 1e-9):,.1f} samples/s"
                 finished = len(lines) - n_todo + i + 1
+                log.note(finished, rate)  # before the slower work below: a chunk is noted as a whole
                 if on_progress is not None:
                     on_progress(finished, len(lines), rate)
-                log.note(finished, rate)
+                if (i + 1) % cfg.chunk_turns == 0:
+                    save(final=False)
         if n_todo:
             log.update(log.done, log.extra)  # the last line
     finally:
