@@ -1,25 +1,35 @@
 """Verifications per second on one core, parsing included: `toolcall` vs `exact`.
 
-    python3 bench/bench_verifiers.py [--cases 4000] [--repeat 3]
+    python3 bench/bench_verifiers.py [--cases 4000] [--repeat 5] [--against REV]
 
 Each verification = `parse_completion(text)` + `verifier.score(turn, message)`, as profiling and
 training do it. Cases: realistic tool schemas (8 functions, 3–9 parameters, enums, defaults,
 nested objects, arrays), K=8 completions per turn (the schema index is built once per turn, as
 in profiling), a mix of exact copies, equivalent rewrites (key order, 5 vs 5.0, explicit
 defaults), wrong values, parallel calls, messages and malformed text. A second mix
-(`toolcall msgs`) adds final-message turns scored by the message rule (the same text up to
-whitespace, or two refusals that claim nothing) and calls with schema-granted forms (enum case)
-and forms no schema grants (a numeric string). Target: ≥ 20,000/s for toolcall; NVIDIA's
+(`toolcall msgs`) adds final-message turns scored by the message rule and calls with
+schema-granted forms (enum case), forms no schema grants (a numeric string), padded strings and
+tools or arguments the turn does not offer. Target: ≥ 20,000/s for toolcall; NVIDIA's
 comparator does about 8,700/s on pre-parsed actions.
+
+`--against REV` measures the code of git revision REV too (its `src/`, from `git archive`, in a
+subprocess on the same cases right before this code's run) and prints both tables: the side by
+side figure for a change to the verifiers.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import random
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -133,7 +143,11 @@ def build_messages(n_cases: int, seed: int = 1) -> list[tuple[Turn, str]]:
             "name": form[0][0], "arguments": json.dumps(form[0][1])}}])
         turn = Turn(id=f"f/{len(cases)}", trajectory_id="f", turn=len(cases), tools=TOOLS,
                     context=[Message(role="user", content="help")], expected=expected)
-        cases.extend((turn, v) for v in [hermes(granted), hermes(form)] + variants(form, rng)[2:])
+        padded = [("search_flights", {**form[0][1], "origin": "SFO "})]
+        offered = [("search_flights", {**form[0][1], "seat": "aisle"}), ("sh", {"cmd": "ls"})]
+        cases.extend((turn, v) for v in [hermes(granted), hermes(form), hermes(padded),
+                                         hermes(offered[:1]), hermes(offered[1:])]
+                     + variants(form, rng)[2:])
     return cases[:n_cases]
 
 
@@ -166,12 +180,9 @@ def rates(fns: dict, cases, repeat: int) -> dict[str, tuple[float, float]]:
     return {name: (len(cases) / cpu, len(cases) / wall) for name, (cpu, wall) in best.items()}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, default=4000)
-    ap.add_argument("--repeat", type=int, default=5)
-    args = ap.parse_args()
-    cases = build(args.cases)
+def measure(n_cases: int, repeat: int) -> dict[str, tuple[float, float, float | None]]:
+    """name -> (verifications per CPU second, per wall second, mean reward)."""
+    cases = build(n_cases)
     verifiers = {name: get_verifier(name) for name in ("toolcall", "exact")}
 
     def parse_only(turn, text):
@@ -183,27 +194,65 @@ def main() -> None:
             return v.score(turn, parsed.message) if parsed.valid else None
         return run
 
-    rewards = {}
+    rewards: dict[str, float | None] = {"parse only": None}
     for name, v in verifiers.items():
         scores = [scorer(v)(t, x) for t, x in cases]
         rewards[name] = sum(s.reward for s in scores if s is not None) / len(cases)
     measured = rates({"parse only": parse_only, **{n: scorer(v) for n, v in verifiers.items()}},
-                     cases, args.repeat)
-    mixed = build_messages(args.cases)
+                     cases, repeat)
+    mixed = build_messages(n_cases)
     scores = [scorer(verifiers["toolcall"])(t, x) for t, x in mixed]
     rewards["toolcall msgs"] = sum(s.reward for s in scores if s is not None) / len(mixed)
-    measured.update(rates({"toolcall msgs": scorer(verifiers["toolcall"])}, mixed, args.repeat))
-    print(f"{len(cases)} completions, {len(EXPERT_CALLS)} expert actions x K=8 variants, one core "
-          f"(best of {args.repeat})")
-    print(f"{'':12s}{'per CPU-s':>12s}{'per wall-s':>12s}{'mean reward':>14s}")
-    cpu, wall = measured["parse only"]
-    print(f"{'parse only':12s}{cpu:12,.0f}{wall:12,.0f}")
-    for name in [*verifiers, "toolcall msgs"]:
-        cpu, wall = measured[name]
-        print(f"{name:12s}{cpu:12,.0f}{wall:12,.0f}{rewards[name]:14.3f}")
+    measured.update(rates({"toolcall msgs": scorer(verifiers["toolcall"])}, mixed, repeat))
+    return {name: (*measured[name], rewards[name]) for name in measured}
+
+
+def measure_revision(rev: str, n_cases: int, repeat: int) -> dict:
+    """`measure` on the `src/` of git revision `rev`, in a subprocess running this file."""
+    root = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "archive", "--format=tar", rev, "src"], cwd=root,
+                             capture_output=True, check=True).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tmp, filter="data")
+        env = {**os.environ, "PYTHONPATH": str(Path(tmp) / "src")}
+        out = subprocess.run([sys.executable, __file__, "--cases", str(n_cases), "--repeat",
+                              str(repeat), "--json"], env=env, capture_output=True, text=True,
+                             check=True).stdout
+    return {k: tuple(v) for k, v in json.loads(out.splitlines()[-1]).items()}
+
+
+def table(title: str, measured: dict) -> None:
+    print(title)
+    print(f"  {'':14s}{'per CPU-s':>12s}{'per wall-s':>12s}{'mean reward':>14s}")
+    for name, (cpu, wall, reward) in measured.items():
+        shown = "" if reward is None else f"{reward:14.3f}"
+        print(f"  {name:14s}{cpu:12,.0f}{wall:12,.0f}{shown}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=int, default=4000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--against", metavar="REV", help="also measure git revision REV's code")
+    ap.add_argument("--json", action="store_true", help="print the figures as one JSON line")
+    args = ap.parse_args()
+    before = measure_revision(args.against, args.cases, args.repeat) if args.against else None
+    measured = measure(args.cases, args.repeat)
+    if args.json:
+        print(json.dumps(measured))
+        return
+    print(f"{args.cases} completions per mix, {len(EXPERT_CALLS)} expert actions x K=8 variants, "
+          f"one core (best of {args.repeat})")
+    if before is not None:
+        table(f"{args.against}:", before)
+    table("this code:" if before is not None else "", measured)
     tc = measured["toolcall"][0]
     print(f"toolcall / exact = {tc / measured['exact'][0]:.2f}; toolcall vs target 20,000/s: "
           f"{tc / 20000:.2f}x; vs NVIDIA's comparator (~8,700/s, pre-parsed): {tc / 8700:.2f}x")
+    if before is not None:
+        print(f"toolcall: {tc / before['toolcall'][0]:.2f}x {args.against}'s; toolcall msgs: "
+              f"{measured['toolcall msgs'][0] / before['toolcall msgs'][0]:.2f}x")
 
 
 if __name__ == "__main__":

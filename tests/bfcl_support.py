@@ -251,7 +251,7 @@ def oracle_rule(rows):
     """A judge stand-in that answers with BFCL's own verdict for (expert, candidate): the upper
     bound of what any judge adds to `unproven_rule: judge` (it is asked only about actions whose
     every difference is unproven). A pair seen with both verdicts gets NO."""
-    from pivotrl.verifiers.judge import render
+    from pivotrl.verifiers.judge import action_json as render
 
     truth: dict[tuple[str, str], bool] = {}
     for _, _, turn, cand, verdict in rows:

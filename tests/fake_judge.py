@@ -1,5 +1,6 @@
 """A real OpenAI-compatible judge endpoint on 127.0.0.1 for the judge verifier's tests: it reads
-the two actions out of the judge prompt and answers by a rule on (A, B).
+the two actions (their JSON, as `judge.action_json` writes them) out of the blocks of the judge
+prompt that carry the request's tag, and answers by a rule on (A, B).
 
 A rule answering "YES" or "NO" stands for a judge that follows the prompt: the endpoint sends
 `VERDICT: YES` / `VERDICT: NO`. Any other answer, or any answer with `raw=True`, is sent as it
@@ -19,6 +20,7 @@ class FakeJudge:
     def __init__(self, rule, raw: bool = False):
         outer = self
         self.requests = 0
+        self.prompts: list[str] = []
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
@@ -29,8 +31,10 @@ class FakeJudge:
                     self.end_headers()
                     return
                 prompt = body["messages"][-1]["content"]
-                a = re.search(r"Action A:\n(.*?)\n\nAction B:", prompt, re.S).group(1)
-                b = re.search(r"Action B:\n(.*?)\n\nAre actions", prompt, re.S).group(1)
+                outer.prompts.append(prompt)
+                tag = re.match(r"The tag of this question is (\w+)\.", prompt).group(1)
+                a, b = (re.search(f"^<<<{tag} ACTION {x}>>>\n(.*?)\n<<<{tag} END>>>$", prompt,
+                                  re.S | re.M).group(1) for x in "AB")
                 answer = rule(a, b)
                 if answer in ("YES", "NO") and not raw:
                     answer = f"VERDICT: {answer}"

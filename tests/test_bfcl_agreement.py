@@ -19,7 +19,9 @@ Where `toolcall` disagrees with BFCL on purpose (it pays only what a rule proves
 - BFCL lower-cases every string and drops spaces and ",./-_*^": "SAN FRANCISCO" and
   "San Francisco CA" pass there. Case and punctuation can carry meaning ("mg"/"Mg", "-f"/"-F"),
   so they are not proven the same: 0 by default, the judge's question with `unproven_rule:
-  judge` (upper_case, respace: most of the false negatives).
+  judge` (upper_case, respace: most of the false negatives). `normalize: [bfcl]` declares BFCL's
+  checker as the environment and applies its rule (measured 2026-12-02: accuracy 0.972 /
+  precision 0.996 / recall 0.927 on the same 24,692 cases).
 - An optional argument given on one side only is equal only to the schema's own `default`;
   BFCL's answer lists say per case whether it may be omitted, which no schema states
   (drop_optional false negatives). Where the schema has a `default` key and BFCL's answer list
@@ -105,6 +107,15 @@ def test_a_yes_man_judge_never_pays_a_proven_difference():
     assert yes["by_label"]["wrong_string"][0] < base["wrong_string"][0]  # text: the judge's call
 
 
+def test_the_bfcl_option_agrees_with_bfcls_normalising_checker(rows, results):
+    bfcl = bfcl_support.agreement(get_verifier("toolcall", normalize=["bfcl"]), rows)
+    print({k: v for k, v in bfcl.items() if k not in ("disagreements", "by_label")})
+    assert bfcl["accuracy"] >= 0.96 and bfcl["precision"] >= 0.99
+    assert bfcl["accuracy"] > results["toolcall"]["accuracy"] + 0.05
+    for label in ("respace", "upper_case"):
+        assert bfcl["by_label"][label][0] >= 0.99, label
+
+
 @pytest.mark.parametrize("label", ["identity", "reordered_keys", "drop_required", "extra_arg",
                                    "wrong_function", "duplicated_call", "dropped_call",
                                    "stringify_number", "float_to_int", "int_to_float"])
@@ -122,26 +133,40 @@ def test_mutations_with_documented_disagreement(results, label, floor):
     assert acc >= floor, (label, acc, n)
 
 
-def test_irrelevance_calls_score_zero_refusals_one():
+def test_irrelevance_calls_score_zero_and_refusals_are_the_judges():
     """BFCL irrelevance: no function fits, so the expert declines. Any call scores 0 (BFCL agrees);
-    a refusal scores 1 (BFCL agrees). A non-refusal message scores 0 under our rule where BFCL
-    accepts any non-call: a message is never a free pass (NeMo-Gym's pitfall)."""
+    the expert's own refusal scores 1; a refusal in other words is not proven the same decision
+    (no phrase list decides: one can also claim an action), so it is 0 by default and the
+    judge's question with `message_rule: judge`. A message is never a free pass (NeMo-Gym's
+    pitfall), where BFCL accepts any non-call."""
+    from fake_judge import FakeJudge
+
     verifier = get_verifier("toolcall")
+    expert = "I cannot do this with the functions I have."
     refusals = ["I'm sorry, but none of the available functions can help with this request.",
-                "I cannot answer this with the provided tools.",
-                "Unfortunately, the functions available don't support that."]
+                "I cannot answer this with the provided tools."]
     import bfcl_eval
 
     path = os.path.join(os.path.dirname(bfcl_eval.__file__), "data", "BFCL_v4_irrelevance.json")
     with open(path) as fh:
-        entries = [json.loads(line) for _, line in zip(range(60), fh)]
-    for entry in entries:
-        fn = entry["function"][0]
-        turn = Turn(id=entry["id"], trajectory_id=entry["id"], turn=0,
-                    tools=[bfcl_support.to_openai_tool(f) for f in entry["function"]], context=[],
-                    expected=Message(role="assistant", content="I cannot do this with the functions I have."))
-        call = bfcl_support.as_message([(fn["name"], {})])
-        assert verifier.score(turn, call).reward == 0.0
-        for text in refusals:
-            assert verifier.score(turn, Message(role="assistant", content=text)).reward == 1.0
-        assert verifier.score(turn, Message(role="assistant", content="The answer is 42.")).reward == 0.0
+        entries = [json.loads(line) for _, line in zip(range(20), fh)]
+    srv = FakeJudge(lambda a, b: "NO" if "42" in a + b else "YES")
+    try:
+        judged = get_verifier("toolcall", message_rule="judge", judge={"base_url": srv.url})
+        for entry in entries:
+            fn = entry["function"][0]
+            turn = Turn(id=entry["id"], trajectory_id=entry["id"], turn=0,
+                        tools=[bfcl_support.to_openai_tool(f) for f in entry["function"]],
+                        context=[], expected=Message(role="assistant", content=expert))
+            call = bfcl_support.as_message([(fn["name"], {})])
+            assert verifier.score(turn, call).reward == 0.0
+            assert verifier.score(turn, Message(role="assistant", content=expert)).reward == 1
+            for text in refusals:
+                msg = Message(role="assistant", content=text)
+                assert verifier.score(turn, msg).reward == 0.0
+                assert judged.score(turn, msg).reward == 1.0
+            answer = Message(role="assistant", content="The answer is 42.")
+            assert verifier.score(turn, answer).reward == 0.0
+            assert judged.score(turn, answer).reward == 0.0
+    finally:
+        srv.close()

@@ -98,3 +98,61 @@ def test_flags_override_yaml_through_the_command_line(tmp_path, monkeypatch):
     assert result.exit_code == 2 and "Traceback" not in result.output
     result = CliRunner().invoke(app, ["train", "--config", str(run), "--pivot-set", "everything"])
     assert result.exit_code == 2 and "pivot_set" in result.output and "Traceback" not in result.output
+
+
+def config_models():
+    """Every config model of the library and the testbed: the pydantic models of their modules that
+    a user writes (not the API bodies of `pivotrl serve`, nor the sampler's SamplingParams)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    from pydantic import BaseModel
+
+    import pivotrl
+    import pivotrl_testbed
+
+    skip = ("pivotrl.cli", "pivotrl_testbed.cli", "pivotrl.sampling.vllm", "pivotrl.sampling.serve",
+            "pivotrl.sampling.base")
+    found = set()
+    for pkg in (pivotrl, pivotrl_testbed):
+        for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+            if info.name.startswith(skip) or ".testbed." in info.name:
+                continue
+            try:
+                module = importlib.import_module(info.name)
+            except ImportError:
+                continue
+            found |= {c for _, c in inspect.getmembers(module, inspect.isclass)
+                      if issubclass(c, BaseModel) and c.__module__ == info.name}
+    return found
+
+
+def test_each_options_block_is_declared_once():
+    """Sampling, verifier and format options: one declaration each, embedded in every config that
+    takes them; no config declares a field of a block on its own (help and bounds would drift)."""
+    from pivotrl.evaluate.turns import TurnEvalConfig
+    from pivotrl.formats.options import FormatOptions
+    from pivotrl.sampling.options import SamplingOptions
+    from pivotrl.verifiers.options import VerifierOptions
+
+    embeds = {SamplingOptions: {ProfileConfig, TurnEvalConfig, GRPORunConfig, E2ERunConfig},
+              VerifierOptions: {ProfileConfig, TurnEvalConfig, GRPORunConfig},
+              FormatOptions: {ProfileConfig, TurnEvalConfig, GRPORunConfig}}
+    models = config_models()
+    assert {ProfileConfig, TurnEvalConfig, GRPORunConfig, SFTRunConfig, E2ERunConfig} <= models
+    for block, configs in embeds.items():
+        assert all(issubclass(c, block) for c in configs), block
+        for model in models - {block}:
+            for name, info in block.model_fields.items():
+                if name in model.model_fields:
+                    # re-defaulted only through io.yaml_config.field_like: the block's help, a note added
+                    assert model.model_fields[name].description.startswith(info.description), (model, name)
+
+
+def test_grpo_batch_follows_the_group_size_and_has_no_shadowed_default():
+    base = dict(model="m", output_dir="o", pivots="p")
+    assert GRPORunConfig.model_fields["per_device_train_batch_size"].default is None
+    assert GRPORunConfig(**base).per_device_train_batch_size == 64
+    assert GRPORunConfig(**base, num_generations=4).per_device_train_batch_size == 16
+    assert GRPORunConfig(**base, num_generations=4, per_device_train_batch_size=8).per_device_train_batch_size == 8

@@ -9,6 +9,7 @@ import pytest
 
 import pivotrl_testbed.demo as demo
 from pivotrl_testbed.demo import METHODS, DemoConfig, run_demo
+from pivotrl_testbed.decoding import DecodingRule
 from pivotrl_testbed.evaluate import EvalConfig, SampledConfig
 from pivotrl_testbed.testbed.build import TestbedConfig
 
@@ -41,7 +42,8 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testb
                      eval=EvalConfig(episodes=2, turn_trajectories=1, ood_per_family=2,
                                      max_new_tokens=24, batch_size=8),
                      kl_prompts=4, theory_turns=4, theory_samples=2, workers=1,
-                     sampled=SampledConfig(k=2))
+                     sampled=SampledConfig(k=2),
+                     decoding=DecodingRule(k=2, pass_samples=4, pass_k=[2, 4]))
     out = tmp_path / "demo"
     results = run_demo(out, cfg, testbed=testbed, testbed_config=TestbedConfig().quick(),
                        log=lambda m: None)
@@ -78,17 +80,26 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testb
     keys = {"method", "world", "seed", "lr", "step", "split", "measure", "item", "cluster", "outcome",
             "decoding"}
     assert all(set(r) == keys | ({"position", "kind"} if r["measure"] == "turn" else set())
-               for r in items)
-    # Dev is scored in the selection's decoding (sampled) only, eval both ways (dev_greedy off).
+               for r in items if r["decoding"] != "pass")
+    assert all(set(r) == keys | {"position", "samples", "successes"} and r["samples"] == 4
+               and r["outcome"] == r["successes"] / 4 for r in items if r["decoding"] == "pass")
+    # Dev is scored in the selection's decoding (sampled) at every checkpoint, eval both ways
+    # (dev_greedy off); at the chosen checkpoints, the decoding grid's other temperatures on
+    # both splits and pass@k's samples on eval.
     assert {(r["method"], r["split"], r["decoding"]) for r in items} == {
         (m, s, d) for m in ("base", *METHODS) for s, d in
-        (("dev", "sampled"), ("eval", "greedy"), ("eval", "sampled"))}
+        (("dev", "sampled"), ("eval", "greedy"), ("eval", "sampled"), ("dev", "greedy"),
+         ("dev", "T0.5"), ("eval", "T0.5"), ("eval", "pass"))}
+    assert {r["measure"] for r in items if r["decoding"] in ("T0.5", "pass")} == {"turn"}
+    assert set(saved["decoding"]["best"]) == {"base", *METHODS}
+    assert set(saved["decoding"]["pass"]["pivotrl"]) >= {"pass@2", "pass^4"}
     assert {r["measure"] for r in items} == {"episode", "turn", "ood"}
     # Sampled: turn accuracy and OOD only (episodes off by default), each a mean over k=2 samples.
     sampled = [r for r in items if r["decoding"] == "sampled"]
     assert {r["measure"] for r in sampled} == {"turn", "ood"}
     assert all(r["outcome"] in (0.0, 0.5, 1.0) for r in sampled)
-    assert {v["decoding"] for v in saved["verdicts"]} == {"greedy", "sampled"}
+    assert {v["decoding"] for v in saved["verdicts"]} == {"dev-best", "greedy", "sampled"}
+    assert saved["verdicts"][0]["decoding"] == "dev-best"  # the headline
     # The budget rule ran every job and says where it stopped; the frontier verdicts are there.
     assert {(s["method"], s["stop_step"]) for s in saved["budget"]} <= {(m, st) for m in METHODS
                                                                        for st in (1, 2)}
@@ -100,6 +111,7 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testb
     assert saved["wall_seconds"] > 0 and {"pivotrl", "e2e_rl"} <= set(saved["turns_to_match_e2e"])
     report = (out / "report.md").read_text()
     assert "## The paper's claims against ours" in report
+    assert "## Decoding: each arm at its dev-best temperature" in report
     assert (out / "frontier.png").exists() and (out / "compute.png").exists()
     assert (out / "joint_frontier.png").exists() and "## The joint claim on the frontier" in report
 

@@ -1,9 +1,10 @@
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from pivotrl.cli import app
-from pivotrl.extract import ExtractOptions, extract_file, extract_turns, is_eval
+from pivotrl.extract import ExtractOptions, eval_split, extract_file, extract_turns
 from pivotrl.io.records import Trajectory, Turn, iter_valid
 
 EXAMPLE = "examples/trajectories.jsonl"
@@ -56,10 +57,34 @@ def test_split_is_by_trajectory_seeded_and_complete(tmp_path):
     eval_ids = {t.trajectory_id for t in iter_valid(ev, Turn)}
     assert not train_ids & eval_ids
     assert len(train_ids | eval_ids) == 200
-    assert 30 <= len(eval_ids) <= 70
+    assert len(eval_ids) == 50 and not s.warnings
     assert s.turns_train + s.turns_eval == 400
-    assert eval_ids == {f"t{i}" for i in range(200) if is_eval(f"t{i}", 0.25, 3)}
-    assert eval_ids != {f"t{i}" for i in range(200) if is_eval(f"t{i}", 0.25, 4)}
+    ids = [f"t{i}" for i in range(200)]
+    assert eval_ids == eval_split(ids, 0.25, 3)[0]
+    assert eval_ids != eval_split(ids, 0.25, 4)[0]
+
+
+@pytest.mark.parametrize("n,fraction,held,warned", [(8, 0.25, 2, True), (40, 0.2, 8, True), (8, 0.01, 1, True),
+                                                    (100, 0.1, 10, False), (101, 0.1, 10, False),
+                                                    (1, 0.5, 0, True), (3, 0.9, 2, True), (10, 0.0, 0, False)])
+def test_the_eval_split_is_exact_never_empty_and_warned_when_small(n, fraction, held, warned):
+    """round(F × N) trajectories, at least one (and one left to train on), whatever the seed."""
+    ids = [f"traj-{i}" for i in range(n)]
+    for seed in range(5):
+        chosen, warning = eval_split(ids, fraction, seed)
+        assert len(chosen) == held and chosen <= set(ids)
+        assert (warning is not None) is warned
+
+
+def test_cli_extract_warns_about_a_tiny_eval_split(tmp_path):
+    src = tmp_path / "in.jsonl"
+    good = json.loads(open(EXAMPLE).readline())
+    src.write_text("".join(json.dumps({**good, "id": f"g{i}"}) + "\n" for i in range(8)))
+    res = CliRunner().invoke(app, ["extract", str(src), "--out", str(tmp_path / "t.jsonl"), "--eval-fraction",
+                                   "0.25"], env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert "holds out 2: fewer than 10 held-out trajectories" in res.output
+    assert len(json.loads((tmp_path / "t.split.json").read_text())["eval"]) == 2
 
 
 def test_cli_extract_writes_rejects_next_to_output_with_line_numbers(tmp_path):
@@ -68,7 +93,7 @@ def test_cli_extract_writes_rejects_next_to_output_with_line_numbers(tmp_path):
     other = json.dumps({**json.loads(good), "id": "another-id"})
     src.write_text("\n".join([good, "{oops", good.replace('"tool"', '"robot"'), other]) + "\n")
     out = tmp_path / "turns.jsonl"
-    result = CliRunner().invoke(app, ["extract", str(src), "--out", str(out)])
+    result = CliRunner().invoke(app, ["extract", str(src), "--out", str(out), "--max-rejects", "2"])
     assert result.exit_code == 0, result.output
     rejects = [json.loads(l) for l in (tmp_path / "turns.rejects.jsonl").read_text().splitlines()]
     assert [r["line"] for r in rejects] == [2, 3]
@@ -83,3 +108,21 @@ def test_cli_missing_input_is_a_clear_error(tmp_path):
                                       str(tmp_path / "o.jsonl")])
     text = " ".join(result.output.split())  # rich wraps long lines
     assert result.exit_code == 2 and "no such file" in text and "nope.jsonl" in text
+
+
+def test_rejects_over_the_limit_fail_after_writing_and_the_first_lines_are_shown(tmp_path):
+    """Bad lines make extract exit 1 unless --max-rejects allows them; the outputs and the rejects
+    file are written either way, and the summary shows the first rejected lines in full."""
+    src = tmp_path / "in.jsonl"
+    good = json.loads(open(EXAMPLE).readline())
+    lines = [json.dumps({**good, "id": f"g{i}"}) for i in range(3)] + ["{oops", '{"id": "x"}']
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "turns.jsonl"
+    res = CliRunner().invoke(app, ["extract", str(src), "--out", str(out)], env={"COLUMNS": "400"})
+    assert res.exit_code == 1 and "2 of 5 lines rejected, more than --max-rejects 0" in res.output
+    table = res.output.split("first rejected lines")[1]
+    assert "in.jsonl:4: not JSON" in table and "in.jsonl:5 [messages]: missing field 'messages'" in table
+    assert len(out.read_text().splitlines()) == 6
+    assert len((tmp_path / "turns.rejects.jsonl").read_text().splitlines()) == 2
+    assert CliRunner().invoke(app, ["extract", str(src), "--out", str(out), "--max-rejects", "2"]).exit_code == 0
+    assert extract_file(src, out, ExtractOptions(max_rejects=-1)).turns_train == 6

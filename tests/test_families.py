@@ -236,7 +236,7 @@ def test_unknown_template_is_an_error_that_names_the_fix():
     tok.chat_template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
     with pytest.raises(UnknownFormatError, match="response_format"):
         parser_for(tok)
-    assert parser_for(tok, "hermes").name == "hermes"
+    assert parser_for(tok, response_format="hermes").name == "hermes"
 
 
 def test_verify_with_an_unknown_family_stops_with_the_fix(tmp_path):
@@ -276,7 +276,7 @@ def test_thinking_kwargs_reach_the_prompt_and_set_the_token_budget():
     from pivotrl.train.grpo import with_token_budget
 
     qwen3, off = make_tokenizer("qwen3"), {"enable_thinking": False}
-    assert token_budget(qwen3) == 4096 and token_budget(qwen3, off) == 256
+    assert token_budget(qwen3) == 4096 and token_budget(qwen3, chat_kwargs=off) == 256
     assert token_budget(make_tokenizer("qwen2_5")) == 256 and token_budget(make_tokenizer("gptoss")) == 4096
     assert prompt_text(qwen3, CONTEXT, TOOLS, off).endswith("<think>\n\n</think>\n\n")
     assert not prompt_text(qwen3, CONTEXT, TOOLS).endswith("</think>\n\n")

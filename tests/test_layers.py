@@ -156,3 +156,29 @@ def test_no_import_runs_up_a_floor():
     assert upward_imports(import_graph()) == []
     # the check can fail: an io module importing a step is caught
     assert upward_imports({"pivotrl.io.records": {"pivotrl.select"}}) == ["pivotrl.io.records -> pivotrl.select"]
+
+
+def cli_code_outside_the_cli(files: dict[str, Path]) -> list[str]:
+    """Library modules (everything under pivotrl/ but pivotrl/cli/) that import typer or rich or
+    call print(): the library returns results and logs; only the verbs draw tables or parse flags."""
+    found = []
+    for mod, path in sorted(files.items()):
+        if is_experiment(mod) or mod == "pivotrl.cli" or mod.startswith("pivotrl.cli."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{mod} imports {n}" for n in names if n.split(".")[0] in ("typer", "rich")]
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                found.append(f"{mod} calls print() at line {node.lineno}")
+    return found
+
+
+def test_no_command_line_code_in_the_library(tmp_path):
+    assert cli_code_outside_the_cli(module_files()) == []
+    # the check can fail: a library module drawing a table, or printing
+    (tmp_path / "a.py").write_text("from rich.table import Table\n")
+    (tmp_path / "b.py").write_text("def f():\n    import typer\n    print('x')\n")
+    assert cli_code_outside_the_cli({"pivotrl.io.a": tmp_path / "a.py", "pivotrl.cli.b": tmp_path / "b.py",
+                                     "pivotrl.select": tmp_path / "b.py"}) == [
+        "pivotrl.io.a imports rich.table", "pivotrl.select imports typer", "pivotrl.select calls print() at line 3"]

@@ -64,3 +64,36 @@ def test_pretraining_learns_a_copy_task(tiny):
     stats = pretrain(model, tokenizer, examples, PretrainConfig(steps=150, lr=3e-3, warmup=10,
                                                                  threads=1))
     assert stats["final_loss"] < 0.3
+
+
+def test_a_killed_pretraining_resumes_to_the_same_weights(tiny, tmp_path):
+    # A build that outlives a session must not be lost: kill the loop mid-way, rerun it, and the
+    # weights equal those of an unbroken run; a checkpoint of another recipe is not resumed.
+    _, tokenizer = tiny
+    shape = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    examples = [{"messages": [{"role": "user", "content": f"Say {w}"},
+                              {"role": "assistant", "content": w}]} for w in ("abc", "de", "fgh")]
+    cfg = PretrainConfig(steps=6, lr=3e-3, warmup=2, threads=1, tokens_per_batch=64)
+    unbroken = build_model(tokenizer, shape)
+    pretrain(unbroken, tokenizer, examples, cfg)
+
+    class Killed(Exception):
+        pass
+
+    def kill_at_4(step, loss):
+        if step == 4:
+            raise Killed
+
+    ckpt = tmp_path / "state.pt"
+    with pytest.raises(Killed):
+        pretrain(build_model(tokenizer, shape), tokenizer, examples, cfg, kill_at_4,
+                 checkpoint=ckpt, checkpoint_every=3, checkpoint_key="r1")
+    resumed = build_model(tokenizer, shape)
+    stats = pretrain(resumed, tokenizer, examples, cfg, checkpoint=ckpt, checkpoint_every=3,
+                     checkpoint_key="r1")
+    assert stats["resumed_from"] == 3
+    for a, b in zip(unbroken.state_dict().values(), resumed.state_dict().values()):
+        assert torch.equal(a, b)
+    other = pretrain(build_model(tokenizer, shape), tokenizer, examples, cfg, checkpoint=ckpt,
+                     checkpoint_key="r2")
+    assert other["resumed_from"] == 0

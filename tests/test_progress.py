@@ -88,3 +88,69 @@ def test_profile_off_a_terminal_prints_lines_and_keeps_a_log(tmp_path, tiny_mode
     assert final and ("turns/s" in final[0] or "s/turn" in final[0]) and "ETA 0s" in final[0]
     log = (tmp_path / "profile.log").read_text().splitlines()
     assert log and log[-1].endswith(final[0])
+
+
+def test_lines_come_while_one_long_unit_of_work_runs(tmp_path):
+    """Inside `running()`, a line every period even when no work finished: no rate, no ETA yet."""
+    import time
+
+    out = io.StringIO()
+    log = ProgressLog("profile", 10, unit="turn", every_s=0.05, stream=out)
+    with log.running(poll_s=0.01):
+        time.sleep(0.3)
+        log.note(5)
+        time.sleep(0.15)
+    lines = out.getvalue().splitlines()
+    waiting = [line for line in lines if line.startswith("profile 0/10")]
+    assert len(waiting) >= 2 and all("ETA" not in line and "– s/turn" in line for line in waiting)
+    assert lines[-1].startswith("profile 5/10") and "ETA" in lines[-1]
+
+
+def test_profile_lines_come_inside_a_chunk_and_the_first_eta_counts_the_whole_chunk(tmp_path, tiny_model_dir):
+    """A chunk's profiles arrive together after its sampling: a line written at its first profile
+    rated the chunk's time as one turn's (an ETA of the whole chunk time per remaining turn)."""
+    import time
+
+    from pivotrl.profile.loop import ProfileConfig
+    from pivotrl.profile.runs import profile_file
+    from pivotrl.sampling.hf import HFSampler
+    from test_profile_pipeline import ScriptedSampler, write_turns
+
+    class SlowSampler(ScriptedSampler):
+        def sample(self, prompts, n, params, seeds=None):
+            time.sleep(0.5)
+            return super().sample(prompts, n, params, seeds)
+
+    class Pass:
+        name = "pass"
+
+        def score(self, turn, action):
+            from pivotrl.verifiers.base import Score
+            return Score(1.0, True)
+
+    tokenizer = HFSampler(str(tiny_model_dir)).tokenizer
+    turns = write_turns(tmp_path / "turns.jsonl", 12)
+    cfg = ProfileConfig(k=1, chunk_turns=6, max_new_tokens=2, progress_seconds=0.1)
+    profile_file(turns, tmp_path / "p.jsonl", SlowSampler(tokenizer), Pass(), tokenizer, cfg,
+                 progress=False)
+    lines = [line.split(" ", 2)[2] for line in (tmp_path / "p.log").read_text().splitlines()]
+    assert lines[0].startswith("profile 0/12") and "ETA" not in lines[0]  # a line before any chunk ended
+    first_eta = next(line for line in lines if "ETA" in line)
+    assert first_eta.split()[1] in ("6/12", "12/12"), lines
+    assert lines[-1].startswith("profile 12/12")
+
+
+def test_the_trainer_callback_writes_lines_during_a_long_step_and_stops(tmp_path):
+    import threading
+    import time
+
+    from pivotrl.train.metrics import ProgressLines
+
+    cb = ProgressLines(tmp_path / "train.log", every_s=0.05)
+    state = SimpleNamespace(is_world_process_zero=True, max_steps=3, global_step=0)
+    cb.on_train_begin(None, state, None)
+    time.sleep(0.3)  # step 1 runs long (a slow generation)
+    cb.stop()  # what train() does when training raised
+    lines = (tmp_path / "train.log").read_text().splitlines()
+    assert len(lines) >= 2 and all(" step 0/3 · " in line for line in lines)
+    assert not any(t.name == "progress-step" for t in threading.enumerate())

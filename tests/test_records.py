@@ -162,3 +162,79 @@ def test_atomic_writer_leaves_the_old_file_when_interrupted(tmp_path):
     assert out.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
     write_atomic(out, [{"a": 1}])
     assert out.read_text() == '{"a": 1}\n' and oct(out.stat().st_mode & 0o777) != "0o600"
+
+
+def _call(name, id=None):
+    return {**({"id": id} if id else {}), "type": "function", "function": {"name": name, "arguments": {}}}
+
+
+def _traj(*messages):
+    return {"id": "p", "messages": [{"role": "user", "content": "q"}, *messages]}
+
+
+def _read_one(tmp_path, rec):
+    path = write_lines(tmp_path / "in.jsonl", [rec])
+    [(_, result)] = list(read_records(path, Trajectory))
+    return result
+
+
+def test_id_less_calls_and_results_are_paired_by_order(tmp_path):
+    """The common id-less layout: an assistant's calls, then its results in the same order."""
+    rec = _traj({"role": "assistant", "tool_calls": [_call("f"), _call("g")]},
+                {"role": "tool", "content": "F"}, {"role": "tool", "name": "g", "content": "G"},
+                {"role": "assistant", "tool_calls": [_call("f")]}, {"role": "tool", "content": "F2"},
+                {"role": "assistant", "content": "done"})
+    traj = _read_one(tmp_path, rec)
+    assert isinstance(traj, Trajectory), traj
+    m = traj.messages
+    calls = [c.id for c in m[1].tool_calls] + [m[4].tool_calls[0].id]
+    assert len(set(calls)) == 3 and None not in calls
+    assert [m[2].tool_call_id, m[3].tool_call_id, m[5].tool_call_id] == calls
+
+
+def test_a_call_without_id_takes_its_results_id(tmp_path):
+    rec = _traj({"role": "assistant", "tool_calls": [_call("f")]},
+                {"role": "tool", "tool_call_id": "r1", "content": "F"}, {"role": "assistant", "content": "ok"})
+    traj = _read_one(tmp_path, rec)
+    assert isinstance(traj, Trajectory), traj
+    assert traj.messages[1].tool_calls[0].id == "r1"
+
+
+def test_ids_win_over_order(tmp_path):
+    """Results that name their calls may come in any order; only the rest is paired by order."""
+    rec = _traj({"role": "assistant", "tool_calls": [_call("f", "a"), _call("g", "b"), _call("h")]},
+                {"role": "tool", "tool_call_id": "b", "content": "G"}, {"role": "tool", "content": "H"},
+                {"role": "tool", "tool_call_id": "a", "content": "F"})
+    rec["messages"].append({"role": "assistant", "content": "ok"})
+    traj = _read_one(tmp_path, rec)
+    assert isinstance(traj, Trajectory), traj
+    assert traj.messages[3].tool_call_id == traj.messages[1].tool_calls[2].id is not None
+
+
+AMBIGUOUS = [
+    # two calls, one result, no ids: which call does it answer?
+    ((_call("f"), _call("g")), [{"role": "tool", "content": "F"}],
+     "messages[2].tool_call_id", "pairing by order is ambiguous"),
+    # the call lacks the id its result names, and a second call makes the order ambiguous
+    ((_call("f"), _call("g")), [{"role": "tool", "tool_call_id": "x", "content": "F"}],
+     "messages[1].tool_calls[0].id", "tool call without id"),
+    # both have ids, and they differ: a real mismatch, the result is at fault
+    ((_call("f", "a"),), [{"role": "tool", "tool_call_id": "x", "content": "F"}],
+     "messages[2].tool_call_id", "matches no earlier tool call"),
+    # the result names another tool than the call it would be paired with
+    ((_call("f"),), [{"role": "tool", "name": "g", "content": "G"}], "messages[2].name", "pairing by order"),
+]
+
+
+@pytest.mark.parametrize("calls,results,field,reason", AMBIGUOUS)
+def test_ambiguous_pairing_is_rejected_naming_the_field_at_fault(tmp_path, calls, results, field, reason):
+    rec = _traj({"role": "assistant", "tool_calls": list(calls)}, *results, {"role": "assistant", "content": "ok"})
+    rej = _read_one(tmp_path, rec)
+    assert isinstance(rej, Reject)
+    assert rej.field == field and reason in rej.reason, rej
+
+
+def test_a_result_without_a_call_before_it_is_rejected(tmp_path):
+    rej = _read_one(tmp_path, _traj({"role": "tool", "content": "?"}, {"role": "assistant", "content": "ok"}))
+    assert isinstance(rej, Reject) and rej.field == "messages[1].tool_call_id"
+    assert "no tool call right before it" in rej.reason

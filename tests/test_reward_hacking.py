@@ -103,12 +103,14 @@ def test_final_message_with_other_facts_scores_0(expert, cand):
     assert shell.score(turn(say(expert), workspace={"a.txt": "x\n"}), say(cand)).reward == 0.0
 
 
-def test_final_message_rewording_is_the_judges_and_refusals_still_score_1():
+def test_final_message_rewording_is_the_judges_refusals_included():
     """A rewording is not proven the same answer: 0 by default, the judge's call under
-    `message_rule: judge`. Two refusals that claim nothing are the same decision."""
+    `message_rule: judge`; two refusals in other words too (no phrase list decides)."""
     verifier = get_verifier("toolcall")
     same = [("Your order o12 is cancelled.", "Done: order o12 has been cancelled."),
-            ("You have 2 shipped orders.", "You have two shipped orders!")]
+            ("You have 2 shipped orders.", "You have two shipped orders!"),
+            ("I'm sorry, none of the available functions can order a pizza.",
+             "I cannot help with that: no suitable tool.")]
     srv = FakeJudge(lambda a, b: "YES")
     try:
         judged = get_verifier("toolcall", message_rule="judge", judge={"base_url": srv.url})
@@ -117,8 +119,6 @@ def test_final_message_rewording_is_the_judges_and_refusals_still_score_1():
             assert judged.score(turn(say(expert)), say(cand)).reward == 1.0, cand
     finally:
         srv.close()
-    refusal = turn(say("I'm sorry, none of the available functions can order a pizza."))
-    assert verifier.score(refusal, say("I cannot help with that: no suitable tool.")).reward == 1
 
 
 # ---------------------------------------------------------------- toolcall strings and numbers

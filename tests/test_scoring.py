@@ -101,7 +101,7 @@ def test_every_stage_scores_through_this_path():
     import inspect
 
     from pivotrl.profile import loop as profiling
-    from pivotrl.verifiers import cases as verify
+    from pivotrl.evaluate import cases as verify
     from pivotrl_testbed import episodes
     from pivotrl.train import reward as rewards
 

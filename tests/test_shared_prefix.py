@@ -324,29 +324,15 @@ def test_moe_routing_is_unchanged():
     assert len(set(e[real].flatten().tolist())) > 1  # the tokens do go to different experts
 
 
-@pytest.mark.parametrize("switch,checkpointing", [(True, False), (False, False), (True, True)])
-def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_path, monkeypatch, switch,
-                                                          checkpointing):
-    """PivotGRPOTrainer's GRPO loss on one micro-batch: shared-prefix path == TRL's path (with
-    gradient checkpointing too); with the switch off the trainer never takes the shared-prefix path."""
-    from transformers import AutoTokenizer
-
+def _trainer_loss_both_ways(trainer, vocab: int, monkeypatch, switch: bool):
+    """compute_loss + gradients on one micro-batch of 9 rows (3 prompts x 3), on TRL's path and
+    then with the trainer's switch: ((loss, grads) on TRL's, (loss, grads) on the switch's, calls
+    into the shared-prefix path)."""
     from pivotrl.train import shared_prefix
     from pivotrl.train import trainer as trainer_module
-    from pivotrl.train.grpo import build_trainer, load_pivot_set
-    from tests.test_train_grpo import small_config
 
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    cfg = small_config(tmp_path, tiny_model_dir, shared_prefix_loss=switch, num_generations=3,
-                       per_device_train_batch_size=9, gradient_checkpointing=checkpointing)
-    trainer = build_trainer(cfg, load_pivot_set(cfg), reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
-                            tokenizer=tok)
-    assert trainer.shared_prefix is switch
-    if checkpointing:  # as Trainer.train() turns it on, with the run's arguments
-        trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs)
-    assert trainer._causal_lm(trainer.model).is_gradient_checkpointing is checkpointing
     ids, mask, n_completion = grpo_batch(prompt_lengths=(30, 41, 25))
-    ids = ids % len(tok)
+    ids = ids % vocab
     n_prompt = ids.size(1) - n_completion
     inputs = {"prompt_ids": ids[:, :n_prompt], "prompt_mask": mask[:, :n_prompt],
               "completion_ids": ids[:, n_prompt:], "completion_mask": mask[:, n_prompt:],
@@ -366,14 +352,66 @@ def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_pa
         model.zero_grad(set_to_none=True)
         return loss.detach(), grads
 
-    ref_loss, ref_grads = losses_and_grads(False)
+    reference = losses_and_grads(False)
     assert not calls
-    loss, grads = losses_and_grads(True)
-    assert bool(calls) is switch
+    return reference, losses_and_grads(True), calls
+
+
+def _assert_same_loss(reference, shared):
+    (ref_loss, ref_grads), (loss, grads) = reference, shared
     assert ref_loss != 0 and abs(loss - ref_loss) <= 1e-5 * abs(ref_loss)
     assert grads.keys() == ref_grads.keys() and grads
     for name, ref in ref_grads.items():
         assert (grads[name] - ref).abs().max() <= 1e-4 * ref.abs().max(), name
+
+
+@pytest.mark.parametrize("switch,checkpointing", [(True, False), (False, False), (True, True)])
+def test_trainer_loss_and_gradients_match_with_the_switch(tiny_model_dir, tmp_path, monkeypatch, switch,
+                                                          checkpointing):
+    """PivotGRPOTrainer's GRPO loss on one micro-batch: shared-prefix path == TRL's path (with
+    gradient checkpointing too); with the switch off the trainer never takes the shared-prefix path."""
+    from transformers import AutoTokenizer
+
+    from pivotrl.train.grpo import build_trainer, load_pivot_set
+    from tests.test_train_grpo import small_config
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    cfg = small_config(tmp_path, tiny_model_dir, shared_prefix_loss=switch, num_generations=3,
+                       per_device_train_batch_size=9, gradient_checkpointing=checkpointing)
+    trainer = build_trainer(cfg, load_pivot_set(cfg), reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+                            tokenizer=tok)
+    assert trainer.shared_prefix is switch
+    if checkpointing:  # as Trainer.train() turns it on, with the run's arguments
+        trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs)
+    assert trainer._causal_lm(trainer.model).is_gradient_checkpointing is checkpointing
+    reference, shared, calls = _trainer_loss_both_ways(trainer, len(tok), monkeypatch, switch)
+    assert bool(calls) is switch
+    _assert_same_loss(reference, shared)
+
+
+def test_moe_checkpoint_with_router_logits_on_trains_through_the_shared_prefix(tiny_model_dir, tmp_path,
+                                                                               monkeypatch):
+    """A Qwen3-MoE saved with `output_router_logits: true` (as real checkpoints ship): the trainer's
+    GRPO loss, router aux loss included, is TRL's own path's, value and gradients."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from pivotrl.train.grpo import build_trainer, load_pivot_set
+    from pivotrl_testbed.testbed.architectures import save_tiny_arch
+    from tests.test_train_grpo import small_config
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    path = save_tiny_arch("qwen3_moe", tok, tmp_path / "moe")
+    config = AutoConfig.from_pretrained(path)
+    config.output_router_logits, config.router_aux_loss_coef = True, 0.5  # a coefficient the check can see
+    config.save_pretrained(path)
+    cfg = small_config(tmp_path, path, num_generations=3, per_device_train_batch_size=9)
+    trainer = build_trainer(cfg, load_pivot_set(cfg), reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+                            tokenizer=tok)
+    assert trainer.shared_prefix and trainer.aux_loss_enabled
+    reference, shared, calls = _trainer_loss_both_ways(trainer, len(tok), monkeypatch, True)
+    assert calls
+    assert trainer._metrics["train"]["aux_loss"][-1] > 0
+    _assert_same_loss(reference, shared)
 
 
 def test_kl_reference_logprobs_take_the_shared_prefix_too(tiny_model_dir, tmp_path):

@@ -19,21 +19,24 @@ CONFIGS = ROOT / "configs" / "accelerate"
 
 
 @pytest.mark.slow
-def test_train_under_accelerate_two_processes(tmp_path, tiny_model_dir):
+def test_train_and_resume_under_accelerate_two_processes(tmp_path, tiny_model_dir):
+    """One step under two processes, then `--resume` to step 2: the optimizer state loads on
+    every rank (accelerate names a CPU process's device `cpu:<rank>`, which torch.load refused)."""
     run_yaml = tmp_path / "run.yaml"
     run_yaml.write_text(yaml.safe_dump({
         "model": str(tiny_model_dir), "pivots": str(write_pivots(tmp_path / "pivots.jsonl", 8)),
         "output_dir": str(tmp_path / "run"), "num_generations": 4, "per_device_train_batch_size": 4,
-        "max_completion_length": 8, "learning_rate": 1e-4, "max_steps": 2, "save_steps": 2}))
+        "max_completion_length": 8, "learning_rate": 1e-4, "max_steps": 1, "save_steps": 1}))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(CONFIGS / "cpu_2proc.yaml"), "--main_process_port", "29517",
            "-m", "pivotrl.cli", "train", "--config", str(run_yaml)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    # Exit 0 from the launcher: every rank left cleanly after saving (cli.leave_process_group), and
-    # the summary, printed just before a rank leaves without finalization, was flushed.
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "rollout_turns" in proc.stdout + proc.stderr
+    for flags in ([], ["--resume", "--max-steps", "2"]):
+        proc = subprocess.run(cmd + flags, env=env, capture_output=True, text=True, timeout=600)
+        # Exit 0 from the launcher: every rank left cleanly after saving (cli.leave_process_group),
+        # and the summary, printed just before a rank leaves without finalization, was flushed.
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "rollout_turns" in proc.stdout + proc.stderr
     out = tmp_path / "run"
     state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
     assert state["global_step"] == 2

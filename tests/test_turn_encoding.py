@@ -318,7 +318,7 @@ def extracted_both_ways(tmp_path):
 
 
 def test_verify_cases_made_from_a_compact_file_score_like_full_ones(tmp_path):
-    from pivotrl.verifiers.cases import verify_file
+    from pivotrl.evaluate.cases import verify_file
 
     answers = []
     for name, turns in extracted_both_ways(tmp_path):

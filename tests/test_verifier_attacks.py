@@ -89,23 +89,29 @@ def test_unicode_look_alikes_score_0(expert, cand):
         assert reward(act("lookup", {key: expert}), act("lookup", {key: cand}), tools) == 0
 
 
-def test_canonically_equivalent_unicode_is_the_same_text_but_not_the_same_file_name():
+def test_canonically_equivalent_unicode_is_another_string_unless_the_user_normalises():
     composed, decomposed = "Café de Flore", unicodedata.normalize("NFD", "Café de Flore")
     assert composed != decomposed
     tools = tool("save", {"city": TEXT, "path": TEXT})
-    assert reward(act("save", {"city": composed}), act("save", {"city": decomposed}), tools) == 1
-    # A file system does not normalise: two byte strings are two files.
-    assert reward(act("save", {"path": composed}), act("save", {"path": decomposed}), tools) == 0
+    assert reward(act("save", {"city": composed}), act("save", {"city": decomposed}), tools) == 0
+    nfc = get_verifier("toolcall", normalize=["unicode"])
+    assert reward(act("save", {"city": composed}), act("save", {"city": decomposed}), tools,
+                  nfc) == 1
+    # A file system does not normalise: two byte strings are two files, whatever the option.
+    assert reward(act("save", {"path": composed}), act("save", {"path": decomposed}), tools,
+                  nfc) == 0
 
 
-def test_whitespace_is_free_on_one_line_only():
+def test_whitespace_is_data_unless_the_user_normalises_and_then_on_one_line_only():
     tools = tool("write_file", {"name": TEXT, "content": TEXT})
     one_line = act("write_file", {"name": "x", "content": "Dear  team, all good."})
-    assert reward(one_line, act("write_file", {"name": "x", "content": " Dear team,\tall good. "}),
-                  tools) == 1
+    spaced = act("write_file", {"name": "x", "content": " Dear team,\tall good. "})
+    assert reward(one_line, spaced, tools) == 0
+    loose = get_verifier("toolcall", normalize=["whitespace"])
+    assert reward(one_line, spaced, tools, loose) == 1
     code = act("write_file", {"name": "x", "content": "if a:\n    b()\n    c()\n"})
     for other in ("if a:\n    b()\nc()\n", "if a: b() c()", "if a:\n    b()\n    c()"):
-        assert reward(code, act("write_file", {"name": "x", "content": other}), tools) == 0
+        assert reward(code, act("write_file", {"name": "x", "content": other}), tools, loose) == 0
 
 
 def test_explicit_null_is_a_value_not_an_omission():
@@ -214,13 +220,13 @@ def test_messages_that_are_not_proven_the_same_score_0(expert, cand):
     assert reward(say(expert), say(cand)) == 0
 
 
-def test_messages_equal_up_to_whitespace_and_nfc_score_1():
-    assert reward(say("Your order  o12\nis cancelled."), say(" Your order o12 is cancelled. ")) == 1
+def test_messages_pay_when_the_same_text_with_the_ends_trimmed():
+    assert reward(say("Your order o12 is cancelled.\n"), say(" Your order o12 is cancelled. ")) == 1
+    assert reward(say("Your order  o12\nis cancelled."), say("Your order o12 is cancelled.")) == 0
     cafe = "Meet me at Café de Flore."
-    assert reward(say(cafe), say(unicodedata.normalize("NFD", cafe))) == 1
+    assert reward(say(cafe), say(unicodedata.normalize("NFD", cafe))) == 0
     assert reward(say("Done."), say("   ")) == 0
-    assert reward(say("Go to Paris now."), say("Go to Paris\u3000now.")) == 1  # ideographic space
-    assert reward(say("Go to Paris now."), say("Go to Paris\x1cnow.")) == 0
+    assert reward(say("Go to Paris now."), say("Go to Paris\u3000now.")) == 0
 
 
 REFUSAL = "I'm sorry, none of the available functions can order a pizza."
@@ -246,10 +252,15 @@ def test_a_refusal_that_claims_anything_is_not_a_refusal(cand):
     "I cannot help with that: no suitable tool.",
     "Unfortunately, the functions available don't support that.",
     "I'm sorry, but none of the provided tools can help with this request.",
-    "I can't do this with the functions I have.",
 ])
-def test_refusals_that_claim_nothing_score_1(cand):
-    assert reward(say(REFUSAL), say(cand)) == 1
+def test_refusals_in_other_words_are_the_judges_question(cand):
+    assert reward(say(REFUSAL), say(cand)) == 0
+    srv = FakeJudge(lambda a, b: "YES")
+    try:
+        judged = get_verifier("toolcall", message_rule="judge", judge={"base_url": srv.url})
+        assert reward(say(REFUSAL), say(cand), verifier=judged) == 1 and srv.requests == 2
+    finally:
+        srv.close()
 
 
 # ---------------------------------------------------------------- judge replies

@@ -4,8 +4,9 @@ Generated pairs that change one token that carries meaning (a digit, a letter, a
 values, a case change, an operator, a negation, an array's order, a number) must score 0, in
 arguments and in final messages; generated pairs that the schema declares equal (an enum in
 another case, a `uniqueItems` array in another order, an omitted key with a schema `default`,
-key order, whitespace in the JSON, an int for a same-valued float of a `number`, whitespace in a
-one-line text) must score 1. `max_examples` is modest so that the file runs in seconds.
+key order, whitespace in the JSON, an int for a same-valued float of a `number`; whitespace in a
+one-line text only under `normalize: [whitespace]`) must score 1. `max_examples` is modest so
+that the file runs in seconds.
 """
 
 from __future__ import annotations
@@ -168,7 +169,14 @@ def test_int_for_the_same_valued_number_scores_1(n):
 
 @FAST
 @given(SENTENCE, st.data())
-def test_whitespace_in_a_one_line_text_scores_1(words, data):
+def test_whitespace_in_a_one_line_text_scores_1_only_when_normalised(words, data):
     gaps = [data.draw(st.text(alphabet=" \t", min_size=1, max_size=3)) for _ in words]
     spaced = "".join(g + w for g, w in zip(gaps, words)) + data.draw(st.sampled_from(["", " "]))
-    assert both_ways(" ".join(words), spaced) == (1, 1)
+    text = " ".join(words)
+    # strings are data; a message is its own text, ends trimmed
+    assert both_ways(text, spaced) == (spaced == text, spaced.strip() == text)
+    loose = get_verifier("toolcall", normalize=["whitespace"])
+    t = Turn(id="p/1", trajectory_id="p", turn=1, context=[], expected=call({"note": text}),
+             tools=[{"type": "function", "function": {"name": "do", "parameters": {
+                 "type": "object", "properties": {"note": TEXT}}}}])
+    assert loose.score(t, call({"note": spaced})).reward == 1

@@ -79,11 +79,11 @@ def test_equivalent_calls_score_one(toolcall, cand):
     assert reward(toolcall, call_turn(("search_flights", expert)), hermes(("search_flights", cand))) == 1.0
 
 
-def test_numbers_by_value_strings_up_to_whitespace(toolcall):
+def test_numbers_by_value_strings_as_data(toolcall):
     turn = call_turn(("search_flights", {**BASE, "max_price": 300, "city_name": "New York, NY"}))
     assert reward(toolcall, turn, hermes(("search_flights", {**BASE, "max_price": 300.0,
-                                                             "city_name": " New York,  NY"}))) == 1.0
-    for city in ("new york ny", "New York NY", "new York, NY"):  # case and commas are not proven
+                                                             "city_name": "New York, NY"}))) == 1.0
+    for city in (" New York,  NY", "new york ny", "New York NY", "new York, NY"):
         assert reward(toolcall, turn, hermes(("search_flights", {**BASE, "max_price": 300,
                                                                  "city_name": city}))) == 0.0
     assert reward(toolcall, turn, hermes(("search_flights", {**BASE, "max_price": 301,
@@ -162,12 +162,14 @@ def test_lists_in_order_and_nested_objects(toolcall):
     assert reward(toolcall, turn, hermes(("search_flights", no_airline))) == 0.0
 
 
-def test_free_text_pays_only_up_to_whitespace():
+def test_free_text_pays_up_to_whitespace_only_when_the_user_normalises():
     long = ("please make sure the seat is next to the window because my daughter gets very "
             "anxious on long flights and likes to look outside")
     turn = call_turn(("search_flights", {**BASE, "note": long}))
-    verifier = get_verifier("toolcall")
     spaced = "  " + long.replace(" window ", " window \t ") + " "
+    assert reward(get_verifier("toolcall"), turn,
+                  hermes(("search_flights", {**BASE, "note": spaced}))) == 0.0
+    verifier = get_verifier("toolcall", normalize=["whitespace"])
     assert reward(verifier, turn, hermes(("search_flights", {**BASE, "note": spaced}))) == 1.0
     for other in (long.replace("anxious", "anxous"), long.capitalize(), long + ".",
                   "aisle seat please"):  # a typo, case, a full stop: not proven the same
@@ -178,22 +180,28 @@ def test_short_strings_compare_the_same_in_reads_and_writes():
     verifier = get_verifier("toolcall")
     for name in ("get_weather", "update_address"):
         turn = call_turn((name, {"city": "New York, NY"}), tools=[])
-        assert reward(verifier, turn, hermes((name, {"city": "New York,\tNY"}))) == 1.0
+        assert reward(verifier, turn, hermes((name, {"city": "New York, NY"}))) == 1.0
+        assert reward(verifier, turn, hermes((name, {"city": "New York,\tNY"}))) == 0.0
         assert reward(verifier, turn, hermes((name, {"city": "new york ny"}))) == 0.0
 
 
-def test_email_domain_up_to_case_local_part_exactly(toolcall):
-    turn = call_turn(("find_user", {"email": "Mia.Li@Example.com"}), tools=[])
+def test_email_domain_up_to_case_only_under_format_email(toolcall):
+    tools = [{"type": "function", "function": {"name": "find_user", "parameters": {
+        "type": "object", "properties": {"email": {"type": "string", "format": "email"}}}}}]
+    turn = call_turn(("find_user", {"email": "Mia.Li@Example.com"}), tools=tools)
     assert reward(toolcall, turn, hermes(("find_user", {"email": "Mia.Li@EXAMPLE.COM"}))) == 1.0
     assert reward(toolcall, turn, hermes(("find_user", {"email": "mia.li@example.com"}))) == 0.0
     assert reward(toolcall, turn, hermes(("find_user", {"email": "Mia.Li@example.org"}))) == 0.0
+    untyped = call_turn(("find_user", {"email": "Mia.Li@Example.com"}), tools=[])
+    assert reward(toolcall, untyped, hermes(("find_user", {"email": "Mia.Li@EXAMPLE.COM"}))) == 0
 
 
-def test_dotted_name_called_with_underscores():
+def test_dotted_name_called_with_underscores_only_under_bfcl():
     tools = [{"type": "function", "function": {"name": "math.factorial", "parameters": {
         "type": "object", "properties": {"number": {"type": "integer"}}, "required": ["number"]}}}]
     turn = call_turn(("math.factorial", {"number": 5}), tools=tools)
-    verifier = get_verifier("toolcall")
+    assert reward(get_verifier("toolcall"), turn, hermes(("math_factorial", {"number": 5}))) == 0
+    verifier = get_verifier("toolcall", normalize=["bfcl"])
     assert reward(verifier, turn, hermes(("math_factorial", {"number": 5}))) == 1.0
     assert reward(verifier, turn, hermes(("math_factorial", {"number": 6}))) == 0.0
     both = tools + [{"type": "function", "function": {"name": "math_factorial", "parameters": {}}}]
@@ -204,7 +212,8 @@ def test_dotted_name_called_with_underscores():
 def test_unknown_function_schema_falls_back_to_values():
     turn = call_turn(("mystery", {"a": 1, "b": "x"}), tools=[])
     verifier = get_verifier("toolcall")
-    assert reward(verifier, turn, hermes(("mystery", {"b": "x", "a": 1.0}))) == 1.0
+    assert reward(verifier, turn, hermes(("mystery", {"b": "x", "a": 1}))) == 1.0
+    assert reward(verifier, turn, hermes(("mystery", {"b": "x", "a": 1.0}))) == 0.0  # no `number`
     assert reward(verifier, turn, hermes(("mystery", {"a": 1}))) == 0.0
 
 
@@ -266,21 +275,22 @@ def test_guard_padding_after_the_call(toolcall):
 # ---------------------------------------------------------------- messages are never a free pass
 
 
-def test_message_rule_exact_refusal_and_any():
+def test_message_rule_exact_and_any():
     verifier = get_verifier("toolcall")
     turn = msg_turn("Your flight SFO to JFK on December 1 is booked, confirmation ABC123.")
-    assert reward(verifier, turn, "Your flight SFO to JFK on December 1 is booked,\n confirmation ABC123.") == 1.0
+    assert reward(verifier, turn, "Your flight SFO to JFK on December 1 is booked, confirmation ABC123.\n") == 1.0
+    assert reward(verifier, turn, "Your flight SFO to JFK on December 1 is booked,\n confirmation ABC123.") == 0.0
     assert reward(verifier, turn, "Your flight SFO to JFK on December 1 is booked; confirmation ABC123!") == 0.0
     assert reward(verifier, turn, "Sure.") == 0.0
     refusal = msg_turn("I'm sorry, none of the available functions can order a pizza.")
-    assert reward(verifier, refusal, "I cannot help with that: no suitable tool.") == 1.0
-    assert reward(verifier, refusal, "Here is your pizza order summary.") == 0.0
+    assert reward(verifier, refusal, "I'm sorry, none of the available functions can order a pizza.") == 1
+    for text in ["I cannot help with that: no suitable tool.",  # no phrase list decides
+                 "Unfortunately the provided functions don't support ordering food.",
+                 "Here is your pizza order summary."]:
+        assert reward(verifier, refusal, text) == 0.0, text
     assert reward(get_verifier("toolcall", message_rule="any"), turn, "Sure.") == 1.0
-    assert reward(get_verifier("toolcall", refusal_match=False), refusal, "I cannot help.") == 0.0
-    for text in ["Unfortunately the provided functions don't support ordering food.",
-                 "None of the given functions can be used for this request.",
-                 "The tools available are not suitable for ordering a pizza."]:
-        assert reward(verifier, refusal, text) == 1.0, text
+    with pytest.raises(ValueError):
+        get_verifier("toolcall", refusal_match=True)  # the phrase list is gone, not ignored
 
 
 # ---------------------------------------------------------------- exact
@@ -362,7 +372,7 @@ def write_cases(path: Path) -> list:
 
 
 def test_verify_file_one_line_per_input_line(tmp_path):
-    from pivotrl.verifiers.cases import verify_file
+    from pivotrl.evaluate.cases import verify_file
 
     cases = tmp_path / "cases.jsonl"
     lines = write_cases(cases)

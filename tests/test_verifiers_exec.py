@@ -135,7 +135,8 @@ def test_shell_call_vs_message_and_shape(shell):
     assert shell.score(turn, calls(call("delete_everything", command="ls"))).reward == 0
     msg_turn = shell_turn(None, tid="shape/2", message="There are three files in the workspace.")
     assert shell.score(msg_turn, run("ls")).reward == 0  # a command is not an answer
-    assert shell.score(msg_turn, say("There are three files in the\nworkspace. ")).reward == 1
+    assert shell.score(msg_turn, say(" There are three files in the workspace.\n")).reward == 1
+    assert shell.score(msg_turn, say("There are three files in the\nworkspace.")).reward == 0
     assert shell.score(msg_turn, say("There are three files in the workspace")).reward == 0
     assert shell.score(msg_turn, say("I deleted everything.")).reward == 0
 
@@ -356,7 +357,8 @@ def test_state_failures_and_messages():
     bad = calls(ToolCall(function=FunctionCall(name="get", arguments="{not json")))
     assert v.score(turn, bad) == v.score(turn, bad) and v.score(turn, bad).valid is False
     answer = kv_turn(say("The value of a is 1."), tid="kv/7")
-    assert v.score(answer, say(" The value of a  is 1.")).reward == 1
+    assert v.score(answer, say(" The value of a is 1.\n")).reward == 1  # the ends trimmed
+    assert v.score(answer, say("The value of a  is 1.")).reward == 0  # the text is not the same
     assert v.score(answer, say("the value of a is 1")).reward == 0  # not proven the same
     assert v.score(answer, calls(call("get", key="a"))).reward == 0
 
@@ -426,7 +428,7 @@ def test_judge_down_is_a_clear_error():
     ("VERDICT: YES", True), ("verdict: no", False), ("<think>yes? no...</think>\nVERDICT: NO", False),
     ("A and B both cancel o12.\n  VERDICT:YES  ", True),
     ("YES", None), ("They are equivalent.", None), ("They are NOT functionally equivalent.", None),
-    ("Equivalent? No.", None), ("VERDICT: YES, they are", None), ("**Verdict:** yes", None),
+    ("Equivalent? No.", None), ("VERDICT: YES, they are", None), ("**Verdict:** yes", True),
     ("VERDICT: NO\nVERDICT: YES", None), ("VERDICT: YES\nThey differ.", None),
     ("", None), ("maybe", None), ("<think>unfinished\nVERDICT: YES", None),
 ])

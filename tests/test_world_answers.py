@@ -127,3 +127,27 @@ def test_hostile_answers_get_no_ruling_and_never_crash():
                  "Done: your order " + " " * 5000 + "o1 is placed.", "{n} of your orders have shipped."]:
         got = same_answer(t, t.expected.content, text)
         assert got in (None, False), (text[:40], got)
+
+
+def _harmless(text: str) -> list[str]:
+    """The answer as a user may write it with nothing changed: "!" or no full stop at the end,
+    a file named "./f" for "f"."""
+    body = text[:-1] if text.endswith(".") else text
+    out = [body, body + "!", body + "!!", text + " "]
+    out += [re.sub(r"(?<=\s)(\w[\w-]*\.(?:log|csv|txt|ini))", r"./\1", text, count=1)]
+    return [o for o in out if o != text]
+
+
+def test_harmless_punctuation_and_dot_slash_read_as_the_same_answer(finals):
+    world, turns = finals
+    v = get_verifier("toolcall")
+    dotted = 0
+    for t, forms in turns[:12]:
+        for text in _harmless(t.expected.content):
+            got = v.score(t, say(text))
+            assert got.reward == 1.0, (world, t.expected.content, text, got.reason)
+            dotted += "./" in text
+        # a question or another fact is still another answer
+        question = t.expected.content.rstrip(".") + "?"
+        assert v.score(t, say(question)).reward == 0.0, question
+    assert world == "toolshop" or dotted > 0

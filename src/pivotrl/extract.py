@@ -10,6 +10,7 @@ file grows like the trajectories, not like turns × context.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -18,14 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, Field
-from rich.table import Table
 
 from pivotrl.io.compact_rows import MAX_CONTEXT_MESSAGES
-from pivotrl.io.empty import ALLOW_EMPTY, check_input, require_some
+from pivotrl.io.empty import ALLOW_EMPTY, TooManyRejectsError, check_input, require_some
 from pivotrl.io.outputs import check_outputs
 from pivotrl.io.records import (AtomicWriter, RecordError, Reject, Trajectory, Turn, dump,
                              message_text, read_records, rejects_path)
 from pivotrl.io.split import Split, split_path, write_split
+
+
+SHOWN_REJECTS = 3  # rejected lines the summary shows in full
 
 
 class ExtractOptions(BaseModel):
@@ -41,7 +44,8 @@ class ExtractOptions(BaseModel):
         1, description="Skip turns with fewer context messages (1: a turn needs at least a prompt).")
     eval_fraction: float = Field(
         0.0, ge=0.0, lt=1.0, description="Fraction of trajectories held out for evaluation, split "
-        "by trajectory id (never by row: turns of one trajectory share context, docs/DESIGN.md).")
+        "by trajectory id (never by row: turns of one trajectory share context, docs/DESIGN.md): "
+        "round(F × trajectories) of them, at least 1 when F > 0; a warning below 10.")
     seed: int = Field(0, description="Seed of the train/eval split.")
     max_context_messages: int = Field(
         MAX_CONTEXT_MESSAGES, ge=1, description="Skip (and count) turns with more context "
@@ -51,14 +55,39 @@ class ExtractOptions(BaseModel):
         True, description="Write compact rows that continue the previous row's context "
         "(pivotrl.io.compact_rows; every pivotrl reader expands them). False: every row carries its "
         "whole context, for tools that read turn rows without pivotrl.")
+    max_rejects: int = Field(
+        -1, ge=-1, description="Rejected lines allowed (-1: any number): with more, extract raises "
+        "TooManyRejectsError after writing its outputs and the rejects file (`pivotrl extract`: 0).")
 
 
-def is_eval(trajectory_id: str, fraction: float, seed: int) -> bool:
-    """Stable, seeded split by id: the same id lands on the same side on every machine."""
-    if fraction <= 0:
-        return False
-    digest = hashlib.sha256(f"{seed}:{trajectory_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+SMALL_EVAL = 10  # fewer held-out trajectories than this: the summary warns (a wide interval)
+
+
+def split_rank(trajectory_id: str, seed: int) -> int:
+    """A trajectory's stable, seeded place in the split order: the same on every machine."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{trajectory_id}".encode()).digest()[:8], "big")
+
+
+def eval_split(ids: list[str], fraction: float, seed: int) -> tuple[frozenset[str], str | None]:
+    """The held-out ids: round(fraction × len(ids)) of them, never 0 when fraction > 0 and never
+    all (at least one trajectory of 2+ stays for training), the first in `split_rank` order; and a
+    warning when that is fewer than SMALL_EVAL trajectories (None otherwise)."""
+    n_total = len(ids)
+    n = math.floor(fraction * n_total + 0.5) if fraction > 0 else 0
+    n = min(max(n, 1), n_total - 1) if fraction > 0 and n_total >= 2 else 0
+    held = frozenset(sorted(ids, key=lambda i: split_rank(i, seed))[:n])
+    warning = None
+    if fraction > 0 and n < SMALL_EVAL:
+        warning = (f"--eval-fraction {fraction:g} of {n_total} trajectories holds out {n}: "
+                   + ("too few to hold any out" if n == 0 else
+                      f"fewer than {SMALL_EVAL} held-out trajectories give a wide interval on turn accuracy"))
+    return held, warning
+
+
+def valid_trajectory_ids(path: str | Path) -> list[str]:
+    """Ids of the trajectories extract will process (valid lines, first copy of an id), in order."""
+    ids = (rec.id for _, rec in read_records(path, Trajectory) if not isinstance(rec, Reject))
+    return list(dict.fromkeys(ids))
 
 
 def iter_turns(traj: Trajectory, opts: ExtractOptions, skipped: Counter | None = None
@@ -111,24 +140,9 @@ class ExtractSummary:
     skipped: Counter = field(default_factory=Counter)
     per_domain: Counter = field(default_factory=Counter)
     rejects_file: str = ""
+    first_rejects: list[str] = field(default_factory=list)  # "file:line [field]: reason", the first few
     split_file: str = ""  # TURNS.split.json when trajectories were held out
-
-    def table(self) -> Table:
-        t = Table(title="pivotrl extract", show_header=False)
-        t.add_row("lines read", f"{self.read} = {self.trajectories} processed + "
-                  f"{sum(self.rejects.values())} rejected + {self.blank} blank (skipped)")
-        t.add_row("trajectories", f"{self.trajectories} ({self.trajectories_eval} held out for eval)")
-        t.add_row("turns written", f"{self.turns_train} train, {self.turns_eval} eval")
-        for domain, n in sorted(self.per_domain.items()):
-            t.add_row(f"  turns in {domain}", str(n))
-        for reason, n in self.skipped.most_common():
-            t.add_row(f"  skipped: {reason}", str(n))
-        if self.split_file:
-            t.add_row("split (train/eval ids)", self.split_file)
-        t.add_row("rejected lines", f"{sum(self.rejects.values())} → {self.rejects_file}")
-        for reason, n in self.rejects.most_common(10):
-            t.add_row(f"  {reason[:70]}", str(n))
-        return t
+    warnings: list[str] = field(default_factory=list)  # what the caller should show the user
 
 
 def reject_kind(reason: str) -> str:
@@ -155,6 +169,10 @@ def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None 
     check_outputs([path], [out, eval_out, rejects_path(out), split_path(out) if eval_out else None])
     summary = ExtractSummary(rejects_file=str(rejects_path(out)))
     split = Split(fraction=opts.eval_fraction, seed=opts.seed, source=str(path)) if eval_out else None
+    held: frozenset[str] = frozenset()
+    if split is not None and opts.eval_fraction > 0:  # exact: the count of trajectories is known before the split is drawn
+        held, warning = eval_split(valid_trajectory_ids(path), opts.eval_fraction, opts.seed)
+        summary.warnings += [warning] if warning else []
     counts: dict[str, int] = {}
     first_line: dict[str, int] = {}  # trajectory id -> line it was first read on
     with ExitStack() as stack:  # every writer is committed, or removed on an exception
@@ -171,11 +189,13 @@ def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None 
                     raise RecordError(rec)
             if isinstance(rec, Reject):
                 summary.rejects[reject_kind(rec.reason)] += 1
+                if len(summary.first_rejects) < SHOWN_REJECTS:
+                    summary.first_rejects.append(str(rec))
                 reject_w.write(rec.to_json())
                 continue
             first_line[rec.id] = lineno
             summary.trajectories += 1
-            held_out = eval_w is not None and is_eval(rec.id, opts.eval_fraction, opts.seed)
+            held_out = rec.id in held
             summary.trajectories_eval += held_out
             if split is not None:
                 (split.eval if held_out else split.train).append(rec.id)
@@ -194,7 +214,20 @@ def extract_file(path: str | Path, out: str | Path, opts: ExtractOptions | None 
     summary.blank = counts.get("blank", 0)
     summary.read += summary.blank
     check_extracted(path, summary, allow_empty)
+    check_rejects(path, summary, opts.max_rejects)
     return summary
+
+
+def check_rejects(path: str | Path, summary: ExtractSummary, max_rejects: int) -> None:
+    """The exit policy for bad lines: more rejected than `max_rejects` is an error (raised after
+    every output was written, so the rejects file can be read)."""
+    rejected = sum(summary.rejects.values())
+    if max_rejects < 0 or rejected <= max_rejects:
+        return
+    raise TooManyRejectsError(path, f"{rejected} of {summary.read} lines rejected, more than --max-rejects "
+                              f"{max_rejects}; first: {summary.first_rejects[0]} (all in "
+                              f"{summary.rejects_file}); fix them or pass --max-rejects N to accept up to N",
+                              result=summary)
 
 
 def check_extracted(path: str | Path, summary: ExtractSummary, allow_empty: bool) -> None:

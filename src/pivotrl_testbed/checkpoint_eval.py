@@ -99,6 +99,60 @@ class Evaluator:
         return {**row, "kl_to_base": kl["kl"], "rank_corr": kl["rank_corr"]}, items
 
 
+    def grid(self, model_dir: Path | None, world: str, rule: Any) -> list[dict[str, Any]]:
+        """Item rows of the decoding rule's grid (`pivotrl_testbed.decoding`) at one chosen
+        checkpoint: dev and eval at every temperature `__call__` does not already score there,
+        and n samples per eval item at the training temperature (decoding "pass", with
+        `samples` and `successes` per item)."""
+        from pivotrl_testbed.decoding import PASS, label
+        from pivotrl_testbed.episodes import ModelPolicy, expert_turns, turn_accuracy
+        from pivotrl_testbed.evaluate import SampledConfig, evaluate_ood, evaluate_turns, shared_verifier
+        from pivotrl_testbed.health import reason_failure
+        from pivotrl_testbed.testbed.tiny import load_tiny
+        from pivotrl.select import SUCCESS_THRESHOLD
+
+        model, tok = (self.base, self.tokenizer) if model_dir is None else load_tiny(model_dir)
+        sampled = getattr(self.cfg, "sampled", None)
+        train_t = sampled.temperature if sampled is not None else 1.0
+        done = {("eval", "greedy")} | ({("dev", "greedy")} if self.dev_greedy else set())
+        if sampled is not None and sampled.k > 0:
+            done |= {(split, "sampled") for split in SPLITS}
+        ev, verifier = self.cfg.eval, self.cfg.eval.verifiers.get(world, "toolcall")
+
+        def policy(t: float) -> ModelPolicy:
+            return ModelPolicy(model, tok, max_new_tokens=ev.max_new_tokens, temperature=t,
+                               seed=rule.seed, batch_size=ev.batch_size)
+
+        items: list[dict[str, Any]] = []
+        for split in SPLITS:
+            trajs = self.trajs[world][split][:ev.turn_trajectories]
+            for t in rule.temperatures:
+                name = label(t, train_t)
+                if (split, name) in done:
+                    continue
+                got: list[dict[str, Any]] = []
+                k = rule.k if t > 0 else 1
+                if "turn" in rule.measures:
+                    evaluate_turns(policy(t), trajs, verifier, got, k)
+                if "ood" in rule.measures:
+                    evaluate_ood(model, tok, self.ood[split], ev.batch_size, got,
+                                 SampledConfig(k=k, temperature=t, seed=rule.seed) if t > 0 else None)
+                items += [{"split": split, "decoding": name, **r} for r in got]
+        n = rule.pass_samples
+        turns = expert_turns(list(self.trajs[world]["eval"][:ev.turn_trajectories]))
+        if "turn" in rule.measures and turns:
+            acc = turn_accuracy(policy(train_t), [t for t in turns for _ in range(n)],
+                                shared_verifier(verifier))
+            for i, t in enumerate(turns):
+                c = sum(r >= SUCCESS_THRESHOLD for r in acc.rewards[i * n:(i + 1) * n])
+                failed = next(filter(None, map(reason_failure, acc.reasons[i * n:(i + 1) * n])), None)
+                items.append({"split": "eval", "decoding": PASS, "measure": "turn", "item": t.id,
+                              "cluster": t.trajectory_id, "outcome": c / n, "samples": n,
+                              "successes": c, "position": t.turn,
+                              **({"failure": failed} if failed else {})})
+        return items
+
+
 DECODINGS = ("greedy", "sampled")
 EVAL_KEYS = ("in_domain", "ood", "sampled")  # a checkpoint row's eval-split rates
 
@@ -112,7 +166,8 @@ def item_rows(items: list[dict[str, Any]], *, method: str, world: str, seed: int
              "split": r["split"], "measure": r["measure"], "item": r["item"],
              "cluster": r["cluster"], "outcome": r["outcome"],
              "decoding": r.get("decoding", "greedy"),
-             **{k: r[k] for k in ("position", "kind") if k in r}} for r in items]
+             **{k: r[k] for k in ("position", "kind", "samples", "successes", "failure") if k in r}}
+            for r in items]
 
 
 def decoded(items: Iterable[dict[str, Any]], decoding: str) -> list[dict[str, Any]]:

@@ -34,6 +34,7 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pivotrl_testbed.budget import BudgetRule
+from pivotrl_testbed.decoding import DecodingRule
 from pivotrl_testbed.checkpoint_eval import (
     Evaluator,
     decoded,
@@ -44,10 +45,11 @@ from pivotrl_testbed.checkpoint_eval import (
 )
 from pivotrl_testbed.evaluate import EvalConfig, SampledConfig
 from pivotrl_testbed.frontier import FrontierConfig
-from pivotrl_testbed.jobs import Job, eval_at, run_job, train_job  # noqa: F401 - scripts import them here
+from pivotrl_testbed.jobs import Job, eval_at, grid_at, run_job, train_job  # noqa: F401 - scripts import them here
 from pivotrl.io.progress import duration
 from pivotrl.io.records import write_text_atomic
-from pivotrl.io.yaml_config import load_model
+from pivotrl.io.yaml_config import field_like, load_model
+from pivotrl.verifiers.options import VerifierOptions
 
 
 class _InThisProcess(Executor):
@@ -115,6 +117,10 @@ class DemoConfig(BaseModel):
                                "budget.py), the same rule for every arm.")
     match_tolerance: float = Field(0.02, description="Frontier matching: largest dev difference for "
                                    "two checkpoints to count as matched (experiment/frontier.py).")
+    decoding: DecodingRule = Field(default_factory=DecodingRule, description="The decoding "
+                                   "each arm is judged at, fixed by rule: the dev-best temperature "
+                                   "of a grid at its chosen checkpoints, and pass@k / pass^k at "
+                                   "the training temperature (pivotrl_testbed/decoding.py).")
     sampled: SampledConfig = Field(default_factory=SampledConfig, description="Sampled scoring "
                                    "beside greedy: k samples per item at the training temperature "
                                    "(turn accuracy and OOD; episodes off: k episodes per task).")
@@ -139,8 +145,8 @@ class DemoConfig(BaseModel):
                            "the eval split the verdicts are measured on.")
     dev_ood_per_family: int = Field(40, description="OOD dev tasks per family (the first N); the "
                                     "next `eval.ood_per_family` are the eval split.")
-    verifier: str = Field("state", description="Functional verifier: execution-based equivalence "
-                          "in the world (the testbed worlds are executable).")
+    verifier: str = field_like(VerifierOptions, "verifier", default="state", note="Here execution-based "
+                               "equivalence in the world (the testbed worlds are executable).")
     num_generations: int = Field(8, description="G rollouts per pivot (paper: 16; 8 on 2 cores).")
     pivots_per_step: int = Field(16, description="Pivots per optimizer step (batch = G × this). "
                                  "A dev probe (toolshop, 3 seeds): 4 pivots at lr ≤ 3e-4 left PivotRL flat "
@@ -272,24 +278,38 @@ def done_line(done: int, total: int, t0: float, what: str) -> str:
 def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: Path, out: Path,
                  cfg: DemoConfig, log: Callable[[str], None]) -> list[dict[str, Any]]:
     """Choose on dev (the report's rule), then score the eval split at exactly those
-    checkpoints; their rates go into `rows` in place. Returns the eval item rows."""
+    checkpoints, and the decoding rule's grid at the chosen ones and the base; their rates go
+    into `rows` in place. Returns the item rows scored here."""
     from pivotrl_testbed.frontier import matched_sides
     from pivotrl_testbed.report import chosen_sides
 
     chosen = chosen_sides(items, cfg.select_on, cfg.seeds, cfg.select_decoding)
     targets = eval_targets(chosen, jobs, matched_sides(items, rows, cfg.frontier_config()))
-    log(f"  the eval split at the {len(targets)} dev-chosen and frontier-matched checkpoints")
+    grid = [(job, job.world, step) for job, step in eval_targets(chosen, jobs)]
+    grid += [(None, w, 0) for w in cfg.worlds]
+    log(f"  the eval split at the {len(targets)} dev-chosen and frontier-matched checkpoints; "
+        f"the decoding grid (T = {', '.join(f'{t:g}' for t in cfg.decoding.temperatures)}, "
+        f"pass@k from {cfg.decoding.pass_samples} samples) at the {len(grid)} chosen ones and "
+        "the base's")
     got: list[dict[str, Any]] = []
     t0 = time.time()
     with workers_pool(cfg.workers) as pool:
         futures = {pool.submit(eval_at, job, step, testbed, out, cfg): (job, step) for job, step in targets}
+        futures.update({pool.submit(grid_at, job, world, step, testbed, out, cfg): (job, step, world)
+                        for job, world, step in grid})
         for i, fut in enumerate(as_completed(futures), start=1):
-            job, step = futures[fut]
-            row, scored = fut.result()
-            merge_eval(rows, dict(method=job.method, world=job.world, seed=job.seed, lr=job.lr),
-                       step, row)
-            got += scored
-            log(done_line(i, len(targets), t0, f"eval split: {job.name} step {step}"))
+            if len(futures[fut]) == 3:
+                job, step, world = futures[fut]
+                got += fut.result()
+                what = f"decoding grid: {job.name if job else f'base {world}'} step {step}"
+            else:
+                job, step = futures[fut]
+                row, scored = fut.result()
+                merge_eval(rows, dict(method=job.method, world=job.world, seed=job.seed, lr=job.lr),
+                           step, row)
+                got += scored
+                what = f"eval split: {job.name} step {step}"
+            log(done_line(i, len(futures), t0, what))
     return got
 
 
@@ -418,6 +438,7 @@ def theory_checks(out: Path, testbed: Path, cfg: DemoConfig, dev_items: list[dic
 
 def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
              testbed_config=None, log: Callable[[str], None] = say) -> dict[str, Any]:
+    from pivotrl_testbed.health import flags as health_flags
     from pivotrl_testbed.report import write_report
     from pivotrl_testbed.stats import paired_halfwidth
     from pivotrl_testbed.testbed.build import build_testbed
@@ -453,10 +474,15 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
         items += score_chosen(jobs, rows, items, testbed, out, cfg, log)
         write_jsonl(out / "items.jsonl", items)
         theory = theory_future.result()
+    flagged = health_flags(items, info)
+    for f in flagged:
+        log(f"  WARNING ({f['kind']}): {f['why']}")
     invocations = record_invocation(out, time.time() - start, trained=trained, jobs=len(jobs))
     results = write_report(rows, items, out, seeds=cfg.seeds, select_on=cfg.select_on,
                            wall_seconds=time.time() - start, theory=theory, power=power,
                            pivot_stats=pivot_stats, config=cfg.model_dump(mode="json"),
-                           invocations=invocations, frontier=cfg.frontier_config())
+                           invocations=invocations, frontier=cfg.frontier_config(),
+                           decoding=cfg.decoding, train_temperature=cfg.sampled.temperature,
+                           health=flagged)
     log(f"done in {(time.time() - start) / 60:.1f} min: {out / 'report.md'}")
     return results

@@ -1,5 +1,5 @@
 """The run config of the end-to-end RL baseline (`pivotrl e2e`), apart from the loop in
-experiment/e2e.py so that the command line can list its fields without importing torch."""
+pivotrl_testbed/e2e.py so that the command line can list its fields without importing torch."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from pivotrl.io.yaml_config import YamlConfig
+from pivotrl.io.yaml_config import YamlConfig, field_like
+from pivotrl.sampling.options import SamplingOptions
 
 
-class E2ERunConfig(YamlConfig):
+class E2ERunConfig(YamlConfig, SamplingOptions):
     """The end-to-end RL baseline: GRPO over whole episodes, reward = the world's success (0/1).
     Optimizer settings mirror GRPORunConfig so the two methods differ only in what they roll out."""
 
@@ -25,7 +26,8 @@ class E2ERunConfig(YamlConfig):
     num_generations: int = Field(16, description="G episodes per task (paper's G, as for PivotRL).")
     max_turns: int = Field(8, description="Model turns per episode (the episode runner's MAX_TURNS).")
     max_completion_length: int = Field(96, description="Tokens per model turn (ModelPolicy's default).")
-    temperature: float = Field(1.0, description="Sampling temperature of rollouts (as GRPORunConfig).")
+    top_p: float = field_like(SamplingOptions, "top_p", ge=1.0, note="E2E: 1.0 only, its loss scores the "
+                              "rollouts under softmax(logits / temperature).")
     learning_rate: float = Field(1e-6, description="Peak learning rate (as GRPORunConfig: paper 1e-6; the "
                                  "testbed sets its own).")
     warmup_steps: int = Field(0, description="Linear warmup steps, then constant (as GRPORunConfig).")

@@ -454,6 +454,7 @@ class TurnAccuracy:
     invalid: int  # completions that could not be parsed (scored 0)
     rewards: list[float]
     completions: list[str]
+    reasons: list[str] = field(default_factory=list)  # the verifier's, one per completion
 
 
 def turn_accuracy(policy: Any, turns: Sequence[Turn], verifier: Any) -> TurnAccuracy:
@@ -465,7 +466,7 @@ def turn_accuracy(policy: Any, turns: Sequence[Turn], verifier: Any) -> TurnAccu
     rewards = [s.reward if s.valid else 0.0 for s in scores]
     invalid = sum(not s.valid for s in scores)
     acc = sum(rewards) / len(rewards) if rewards else 0.0
-    return TurnAccuracy(acc, len(rewards), invalid, rewards, texts)
+    return TurnAccuracy(acc, len(rewards), invalid, rewards, texts, [s.reason for s in scores])
 
 
 def expert_turns(trajectories: Sequence[Trajectory]) -> list[Turn]:

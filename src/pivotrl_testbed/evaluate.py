@@ -37,7 +37,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from pivotrl.io.records import Trajectory, iter_valid, write_text_atomic
+from pivotrl.io.yaml_config import field_like
+from pivotrl.sampling.options import SamplingOptions
 from pivotrl.evaluate.turns import wilson as turn_wilson
+from pivotrl_testbed.health import episode_failure, reason_failure
 
 DEFAULT_VERIFIERS = {"toolshop": "toolcall", "terminal": "shell"}
 
@@ -64,8 +67,8 @@ class EvalConfig(BaseModel):
     max_turns: int = Field(8, description="Episode turn limit (testbed tasks need at most 6).")
     max_new_tokens: int = Field(96, description="Completion cap per turn (a testbed action is "
                                                 "< 60 tokens with the testbed tokenizer).")
-    temperature: float = Field(0.0, description="0 = greedy (the default: deterministic); > 0 "
-                                                "samples with `seed` fixed.")
+    temperature: float = field_like(SamplingOptions, "temperature", default=0.0,
+                                    note="Ours: 0 (deterministic); > 0 samples with `seed` fixed.")
     seed: int = Field(0, description="Sampling seed (used only when temperature > 0).")
     batch_size: int = Field(32, description="Prompts per generate() call.")
     verifiers: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_VERIFIERS),
@@ -87,8 +90,8 @@ class SampledConfig(BaseModel):
     derive_seed(seed, 0, i), so the same items give the same draws in every run."""
 
     k: int = Field(4, ge=0, description="Samples per item; 0 = greedy scoring only.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature: the training "
-                               "rollouts' (GRPORunConfig.temperature, TRL's 1.0).")
+    temperature: float = field_like(SamplingOptions, "temperature", gt=0,
+                                    note="Here the training rollouts' (GRPORunConfig.temperature).")
     seed: int = Field(0, description="Base seed of the per-prompt sampling seeds.")
     measures: list[Literal["turn", "ood", "episode"]] = Field(
         default_factory=lambda: ["turn", "ood"], description="Measures scored sampled too. "
@@ -160,8 +163,11 @@ def evaluate_world(model, tokenizer, world: str, trajectories: Sequence[Trajecto
                                max_turns=cfg.max_turns)
         wins = item_means([float(r.success) for r in results], k)
         if items is not None:
-            items += [{"measure": "episode", "item": t.id, "cluster": t.id, "outcome": w}
-                      for t, w in zip(tasks, wins, strict=True)]
+            failed = [episode_failure(r.trajectory.messages, r.trajectory.metadata.get("notes", []))
+                      for r in results]
+            items += [{"measure": "episode", "item": t.id, "cluster": t.id, "outcome": w,
+                       **_failure(failed[i * k:(i + 1) * k])}
+                      for i, (t, w) in enumerate(zip(tasks, wins, strict=True))]
         success, ci = _rate(sum(wins), len(wins))
         out.update({"success": success, "ci95": ci, "episodes": len(wins),
                     "model_turns": sum(r.model_turns for r in results),
@@ -170,6 +176,12 @@ def evaluate_world(model, tokenizer, world: str, trajectories: Sequence[Trajecto
         out.update(evaluate_turns(policy(), trajectories[:cfg.turn_trajectories],
                                   cfg.verifiers.get(world, "toolcall"), items, k))
     return out
+
+
+def _failure(causes: Sequence[str | None]) -> dict[str, str]:
+    """{"failure": the first world failure among an item's samples} or {} (`health`)."""
+    cause = next((c for c in causes if c), None)
+    return {"failure": cause} if cause else {}
 
 
 def turn_kind(turn: Any) -> str:
@@ -200,9 +212,10 @@ def evaluate_turns(policy, trajectories: Sequence[Trajectory], verifier: str,
     acc = turn_accuracy(policy, [t for t in turns for _ in range(k)], shared_verifier(verifier))
     rewards = item_means(acc.rewards, k)
     if items is not None:
+        failed = [reason_failure(r) for r in acc.reasons]
         items += [{"measure": "turn", "item": t.id, "cluster": t.trajectory_id, "outcome": r,
-                   "position": t.turn, "kind": turn_kind(t)}
-                  for t, r in zip(turns, rewards, strict=True)]
+                   "position": t.turn, "kind": turn_kind(t), **_failure(failed[i * k:(i + 1) * k])}
+                  for i, (t, r) in enumerate(zip(turns, rewards, strict=True))]
     return {"turn_accuracy": sum(rewards) / len(rewards) if rewards else 0.0,
             "turn_ci95": list(wilson(sum(rewards), len(rewards))),
             "turns": len(rewards), "turn_invalid": acc.invalid}

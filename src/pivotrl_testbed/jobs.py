@@ -181,3 +181,28 @@ def eval_at(job: Job, step: int, testbed: Path, out: Path,
     row = {k: row[k] for k in EVAL_KEYS if k in row}
     write_text_atomic(cache, json.dumps({"row": row, "items": items}))
     return row, items
+
+
+def grid_at(job: Job | None, world: str, step: int, testbed: Path, out: Path,
+            cfg: Any) -> list[dict[str, Any]]:
+    """The decoding rule's grid (`Evaluator.grid`) at one chosen checkpoint, or at the base
+    (`job` None: step 0 of every seed, scored once whatever the seeds); item rows, cached
+    beside the job."""
+    import torch
+
+    torch.set_num_threads(1)
+    name = job.name if job is not None else "base"
+    cache = out / "runs" / name / (f"grid-step{step}.json" if job is not None else f"{world}.grid.json")
+    if cache.exists():
+        scored = json.loads(cache.read_text())
+    else:
+        ckpt = None if job is None else checkpoint_dir(job, out, step)
+        if job is not None and ckpt is None:
+            raise FileNotFoundError(f"{job.name}: no checkpoint at step {step}")
+        scored = Evaluator(testbed, cfg).grid(ckpt, world, cfg.decoding)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(cache, json.dumps(scored))
+    if job is None:
+        return [r for s in cfg.seeds for r in item_rows(scored, method="base", world=world,
+                                                         seed=s, lr=0.0, step=0)]
+    return item_rows(scored, method=job.method, world=job.world, seed=job.seed, lr=job.lr, step=step)

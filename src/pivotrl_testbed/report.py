@@ -18,6 +18,7 @@ from typing import Any
 
 from pivotrl_testbed import stats
 from pivotrl_testbed.checkpoint_eval import DECODINGS, decoded
+from pivotrl_testbed.decoding import DEV_BEST, DecodingRule, at_dev_best, decoding_results
 from pivotrl_testbed.frontier import FrontierConfig
 from pivotrl_testbed.joint_report import joint_markdown, joint_results
 from pivotrl_testbed.report_md import PAPER, render_markdown
@@ -135,10 +136,19 @@ def chosen_sides(items: list[dict[str, Any]], select_on: str, seeds: list[int],
     return chosen
 
 
-def verdicts(items: list[dict[str, Any]], chosen: dict[str, Any]) -> list[dict[str, Any]]:
+def verdicts(items: list[dict[str, Any]], chosen: dict[str, Any],
+             best: dict[str, float] | None = None, train_temperature: float = 1.0
+             ) -> list[dict[str, Any]]:
     """Every claim in CLAIMS as a paired difference on eval between dev-chosen checkpoints, once
-    per decoding scored (a sampled verdict only for measures scored sampled)."""
+    per decoding scored (a sampled verdict only for measures scored sampled). With `best` (each
+    arm's dev-best temperature, decoding.py), the headline verdicts come first: each arm at its
+    own dev-best temperature."""
     out = []
+    if best:
+        mine = at_dev_best(items, best, train_temperature)
+        scored = {r["measure"] for r in mine}
+        out += [{**v, "decoding": DEV_BEST} for v in _verdicts(mine, chosen)
+                if v["measure"] in scored]
     for decoding in DECODINGS:
         mine = decoded(items, decoding)
         scored = {r["measure"] for r in mine}
@@ -201,9 +211,12 @@ def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds:
               select_on: str, wall_seconds: float, theory: dict[str, Any], pivot_stats: dict[str, Any],
               config: dict[str, Any], power: list[dict[str, Any]] | None = None,
               invocations: list[dict[str, Any]] | None = None,
-              frontier: FrontierConfig | None = None) -> dict[str, Any]:
+              frontier: FrontierConfig | None = None, decoding: DecodingRule | None = None,
+              train_temperature: float = 1.0,
+              health: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     frontier = frontier or FrontierConfig(measure=select_on)
     chosen = chosen_sides(items, select_on, seeds, frontier.decoding)
+    dec = decoding_results(items, chosen, decoding or DecodingRule(), train_temperature)
     methods: dict[str, Any] = {}
     for m in METHODS:
         if m in chosen and any(r["method"] == m for r in rows):
@@ -215,7 +228,9 @@ def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds:
     return {"wall_seconds": wall_seconds, "invocations": invocations or [], "seeds": seeds,
             "select_on": select_on, "select_decoding": frontier.decoding, "config": config,
             "methods": methods,
-            "verdicts": verdicts(items, chosen), "power": power or [],
+            "decoding": dec, "health": health or [],
+            "verdicts": verdicts(items, chosen, dec["best"], train_temperature),
+            "power": power or [],
             "turns_to_match_e2e": rollout_match(rows, decoded(items, frontier.decoding), chosen,
                                                 pivot_stats),
             "theory": theory, "pivots": pivot_stats, **joint_results(rows, items, chosen, frontier)}

@@ -111,6 +111,38 @@ def results_section(results: dict[str, Any]) -> list[str]:
     return L + [""]
 
 
+def health_section(results: dict[str, Any]) -> list[str]:
+    """Every collapsed measure and world failure (`pivotrl_testbed.health`), before any number."""
+    flagged = results.get("health") or []
+    if not flagged:
+        return ["No measure collapsed and no world failed (pivotrl_testbed/health.py).", ""]
+    return (["## Warnings: measures to distrust", "",
+             f"{len(flagged)} measure(s) collapsed or met a failing world; their numbers below "
+             "are kept, not repaired:", ""]
+            + [f"- **{f['kind']}**: {f['why']}" for f in flagged] + [""])
+
+
+def decoding_section(results: dict[str, Any]) -> list[str]:
+    """Each arm's dev turn accuracy over the temperature grid, the temperature it is judged at,
+    and pass@k / pass^k on eval at the training temperature."""
+    dec = results.get("decoding") or {}
+    if not dec.get("dev"):
+        return []
+    temps = [f"{t:g}" for t in dec["temperatures"]]
+    ks = sorted({key for p in dec.get("pass", {}).values() for key in p if "@" in key or "^" in key},
+                key=lambda key: (key[4], int(key[5:])))
+    L = ["## Decoding: each arm at its dev-best temperature", "", dec["rule"], "",
+         "| method | " + " | ".join(f"dev T={t}" for t in temps) + " | judged at T | "
+         + " | ".join(f"{key} (eval, T={dec['train_temperature']:g})" for key in ks) + " |",
+         "|---|" + "---|" * (len(temps) + 1 + len(ks))]
+    for m, scores in dec["dev"].items():
+        p = dec.get("pass", {}).get(m, {})
+        L.append(f"| {m} | " + " | ".join(_f(scores.get(t)) for t in temps)
+                 + f" | {dec['best'][m]:g} | " + " | ".join(_f(p.get(key)) for key in ks) + " |")
+    return L + ["", "The verdicts marked dev-best are the headline: each arm at its own "
+                "temperature above; the greedy and sampled ones are beside them.", ""]
+
+
 def verdict_measure(v: dict[str, Any]) -> str:
     """A verdict's measure and, when it was scored both ways, its decoding."""
     return MEASURE_NAMES[v["measure"]] + (f" ({v['decoding']})" if v.get("decoding") else "")
@@ -191,8 +223,9 @@ def render_markdown(results: dict[str, Any], plots: list[str]) -> str:
          f"{wall_time_line(results)} Seeds {results['seeds']}; every number below was measured by the "
          "runs that built this folder. Checkpoints and learning rates are chosen on the dev split; "
          "results and verdicts are on the disjoint eval split.", ""]
+    L += health_section(results)
     L += data_section(results) + power_section(results) + results_section(results)
-    L += verdict_section(results)
+    L += decoding_section(results) + verdict_section(results)
     L += ["## Every checkpoint (descriptive)", "", "Dev split, every lr and step (the eval split is "
           "scored at the dev-chosen checkpoints only): the frontier and compute plots show the whole "
           "grid; no verdict is drawn from them.", "",

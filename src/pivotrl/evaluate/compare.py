@@ -204,18 +204,3 @@ def compare_results(results: Sequence[str | Path], out: str | Path,
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(out_doc, indent=2))
     return out_doc
-
-
-def compare_table(doc: dict[str, Any]):
-    from rich.table import Table
-
-    table = Table(title=f"pivotrl compare on {doc['turns_file']}")
-    for col in ("a", "b", "diff (a − b) pts", "95% CI (paired, by trajectory)", "verdict", "reading",
-                "turns paired"):
-        table.add_column(col)
-    for p in doc["pairs"]:
-        ci = p["ci95"]
-        table.add_row(p["a"], p["b"], "–" if p["diff"] is None else f"{100 * p['diff']:+.1f}",
-                      "–" if ci is None else f"{100 * ci[0]:+.1f} … {100 * ci[1]:+.1f}",
-                      p["verdict"], p["reading"], str(p["pairs"]))
-    return table

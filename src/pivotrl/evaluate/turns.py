@@ -1,9 +1,10 @@
 """Turn accuracy on held-out turns of any data set (`pivotrl evaluate --turns`).
 
 Each turn's context is templated with the model's own chat template, the model writes one action
-(or `samples` of them), and the verifier scores it against the expert's action through the one
-scoring path (`pivotrl.scoring`, via `profile.loop.score_samples`): a turn's success is the fraction
-of its samples with reward >= the success threshold (the binary outcome `select` uses too).
+(or `samples` of them), and the verifier scores it against the expert's action: profiling's
+sample-then-score loop (`profile.loop.sample_and_score`, through `pivotrl.scoring`). A turn's
+success is the fraction of its samples with reward >= the success threshold (the binary outcome
+`select` uses too).
 
 Turn accuracy is the mean over turns. Turns of one trajectory are not independent (same task,
 same user, earlier turns' context), so the 95% interval is clustered by trajectory: the variance
@@ -33,52 +34,30 @@ from typing import Any
 
 from pydantic import Field
 
-from pivotrl.formats.chat import prompt_text
-from pivotrl.formats.families import parser_for
-from pivotrl.io.records import Turn, rejects_path, sidecar_path, write_atomic
+from pivotrl.io.records import Sample, Turn, rejects_path, sidecar_path, write_atomic
 from pivotrl.io.seeds import derive_seed
 from pivotrl.io.split import Split
-from pivotrl.io.turn_files import chunks, read_turns
-from pivotrl.profile.loop import score_samples
-from pivotrl.sampling.base import SamplingParams
-from pivotrl.sampling.options import EngineConfig
-from pivotrl.sampling.pipeline import prompt_limit, split_too_long
+from pivotrl.io.turn_files import read_turns
+from pivotrl.io.yaml_config import field_like
+from pivotrl.profile.loop import TurnSampling, sample_and_score
+from pivotrl.sampling.options import SamplingOptions
+from pivotrl.sampling.pipeline import prompt_limit
 from pivotrl.select import SUCCESS_THRESHOLD
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
 
-class TurnEvalConfig(EngineConfig):
-    """Options of `pivotrl evaluate --turns` and `pivotrl compare` (CLI flags); the engine's
-    (`--backend hf|vllm|openai` and its options) are EngineConfig's, as for profiling."""
+class TurnEvalConfig(TurnSampling):
+    """Options of `pivotrl evaluate --turns` and `pivotrl compare` (CLI flags): the engine,
+    sampling, verifier and format blocks as for profiling, greedy by default."""
 
-    verifier: str = Field("toolcall", description="Verifier name (pivotrl.verifiers registry), as "
-                          "for profiling and the GRPO reward.")
-    verifier_config: dict[str, Any] = Field(default_factory=dict, description="The verifier's options.")
+    temperature: float = field_like(SamplingOptions, "temperature", default=0.0, note="Evaluate (ours): 0, "
+                                    "the policy's most likely action; > 0 samples with `seed`.")
     samples: int = Field(1, ge=1, description="Actions sampled per turn (ours: 1, greedy); a turn's "
                          "success is the fraction of them that succeed.")
-    temperature: float = Field(0.0, ge=0.0, description="0 = greedy (ours: evaluation scores the "
-                               "policy's most likely action); > 0 samples with `seed`.")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass (1.0 = off).")
-    max_new_tokens: int | None = Field(None, ge=1, description="Tokens per action; None: the model's "
-                                       "budget (pivotrl.formats.families.token_budget), as profiling.")
-    seed: int = Field(0, description="Base seed; turn t samples with derive('evaluate', seed, t.id).")
-    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra chat-template "
-                                                 "variables; use the ones training used (ours: none).")
-    response_format: str | None = Field(None, description="Tool-call format of the completions; None: "
-                                        "detected from the chat template (pivotrl.formats.families).")
     success_threshold: float = Field(SUCCESS_THRESHOLD, description="Reward >= this is a success "
                                      "(profiling's threshold, so accuracy and pivot outcomes agree).")
     limit: int | None = Field(None, ge=1, description="Score only the first N valid turns (None: all).")
-    chunk_turns: int = Field(64, ge=1, description="Turns per sampler call (memory only, not results).")
-
-    def sampling(self, tokenizer: Any) -> SamplingParams:
-        from pivotrl.formats.families import token_budget
-
-        budget = self.max_new_tokens or token_budget(tokenizer, self.chat_template_kwargs,
-                                                     self.response_format)
-        return SamplingParams(max_new_tokens=budget, temperature=self.temperature,
-                              top_p=self.top_p, seed=self.seed)
 
 
 # ---------------------------------------------------------------- the interval
@@ -129,26 +108,20 @@ def score_turns(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: TurnEv
     """One item per turn, in order: {id, trajectory_id, success, rewards, valid, reasons, tokens}.
     Turns whose prompt the sampler cannot take are skipped and recorded in `too_long`
     (id → prompt tokens) when given."""
-    params = cfg.sampling(tokenizer)
-    parse = parser_for(tokenizer, cfg.response_format, cfg.chat_template_kwargs)
-    limit = prompt_limit(sampler)
-    for chunk in chunks(turns, cfg.chunk_turns):
-        prompts = [prompt_text(tokenizer, t.context, t.tools, cfg.chat_template_kwargs) for t in chunk]
-        fits, over = split_too_long(prompts, tokenizer, limit)
-        if too_long is not None:
-            too_long.update({chunk[i].id: n for i, n in over.items()})
-        chunk, prompts = [chunk[i] for i in fits], [prompts[i] for i in fits]
-        if not chunk:
-            continue
-        completions = sampler.sample(prompts, cfg.samples, params,
-                                     seeds=[turn_seed(cfg.seed, t.id) for t in chunk])
-        for turn, row in zip(chunk, score_samples(verifier, chunk, completions, parse), strict=True):
-            wins = [s.reward >= cfg.success_threshold for s in row]
-            yield {"id": turn.id, "trajectory_id": turn.trajectory_id or turn.id,
-                   "success": sum(wins) / len(wins), "rewards": [s.reward for s in row],
-                   "valid": [s.valid for s in row], "reasons": [s.reason for s in row],
-                   "truncated": sum(s.finish_reason == "length" for s in row),
-                   "completions": [s.completion for s in row]}
+    for turn, _, row in sample_and_score(turns, sampler, verifier, tokenizer, cfg, cfg.samples, turn_seed,
+                                         too_long=too_long):
+        yield score_item(turn, row, cfg.success_threshold)
+
+
+def score_item(turn: Turn, row: Sequence[Sample], success_threshold: float = SUCCESS_THRESHOLD) -> dict[str, Any]:
+    """A scored turn: its success (the fraction of its samples with reward >= the threshold) and
+    the samples' rewards, validity, reasons, truncation and text."""
+    wins = [s.reward >= success_threshold for s in row]
+    return {"id": turn.id, "trajectory_id": turn.trajectory_id or turn.id,
+            "success": sum(wins) / len(wins), "rewards": [s.reward for s in row],
+            "valid": [s.valid for s in row], "reasons": [s.reason for s in row],
+            "truncated": sum(s.finish_reason == "length" for s in row),
+            "completions": [s.completion for s in row]}
 
 
 def summarize(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -216,88 +189,3 @@ def evaluate_turns_file(turns_path: str | Path, out_path: str | Path, sampler, v
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(result, indent=2))
     return result
-
-
-# ---------------------------------------------------------------- `pivotrl evaluate --turns`
-
-
-def result_table(result: dict[str, Any], title: str):
-    from rich.table import Table
-
-    table = Table(title=title)
-    for col in ("turn acc %", "95% CI (clustered)", "turns", "trajectories", "design effect",
-                "invalid samples"):
-        table.add_column(col)
-    lo, hi = result["ci95"]
-    table.add_row(f"{100 * result['accuracy']:.1f}", f"{100 * lo:.1f}–{100 * hi:.1f}",
-                  str(result["turns"]), str(result["clusters"]), f"{result['design_effect']:.2f}",
-                  f"{result['invalid_samples']}/{result['samples']}")
-    return table
-
-
-def check_inputs(console, models: Sequence[Path], turns: Path, verifier: str,
-                 verifier_config: Path | None, options: dict[str, Any]):
-    """(TurnEvalConfig, verifier) from the command line, or None after printing what is wrong."""
-    from pivotrl.io.yaml_config import build_model, read_mapping
-    from pivotrl.verifiers import get_verifier
-
-    from rich.markup import escape
-
-    from pivotrl.io.inputs import check_input_file, check_model
-
-    try:
-        for m in models:
-            check_model(m)
-        check_input_file(turns, "--turns", "`pivotrl extract --eval-fraction F` (TURNS.eval.jsonl)")
-        vopts = read_mapping(verifier_config) if verifier_config else {}
-        cfg = build_model(TurnEvalConfig, {"verifier": verifier, "verifier_config": vopts, **options},
-                          "options")
-        return cfg, get_verifier(cfg.verifier, **cfg.verifier_config)
-    except (KeyError, ValueError, TypeError, OSError) as exc:  # unknown verifier, bad options
-        console.print(f"[red]pivotrl evaluate: {escape(str(exc))}[/red]")
-        return None
-
-
-def cli_evaluate_turns(console, model: Path, turns: Path, out: Path, other_source: Path | None,
-                       verifier: str, verifier_config: Path | None, split: Path | None = None,
-                       **options: Any) -> int:
-    """The `evaluate --turns` verb: check the inputs, score with the chosen backend, print the
-    table; returns the exit status (2: bad input, 1: nothing to score or no engine, 0: done)."""
-    from rich.console import Console
-
-    from pivotrl.io.inputs import check_chat_template
-    from pivotrl.io.progress import ProgressLog
-    from pivotrl.io.split import resolve_split
-    from pivotrl.sampling import SamplerError
-
-    if other_source is not None:
-        console.print("[red]--turns scores a Turn file on its own: drop --testbed/--bfcl[/red]")
-        return 2
-    checked = check_inputs(console, [model], turns, verifier, verifier_config, options)
-    if checked is None:
-        return 2
-    try:
-        held_out = resolve_split(split, turns)
-    except ValueError as exc:
-        console.print(f"[red]pivotrl evaluate --turns: {exc}[/red]")
-        return 2
-    cfg, ver = checked
-    log = ProgressLog("evaluate", None, unit="turn", every_s=30.0, log_file=sidecar_path(out, ".log", ".json"))
-    try:
-        sampler, tokenizer = cfg.build_sampler(str(model))
-        check_chat_template(tokenizer, model)
-        result = evaluate_turns_file(turns, out, sampler, ver, tokenizer, cfg, model_name=str(model),
-                                     split=held_out, progress=lambda done, total: log.update(done, total=total))
-    except (SamplerError, ValueError) as exc:
-        console.print(f"[red]{exc}[/red]")
-        return 1
-    except KeyboardInterrupt:
-        console.print(f"[yellow]stopped; nothing written to {out}: rerun the same command (it scores "
-                      "every turn again)[/yellow]")
-        return 130
-    Console().print(result_table(result, f"{model} on {turns}"))
-    console.print(f"wrote {out} and {items_path(out)} ({result['seconds']} s)"
-                  + (f"; bad lines: {result_rejects_path(out)}" if result["rejected_lines"] else "")
-                  + (f"; {len(result['too_long'])} prompts longer than the engine takes "
-                     f"({result['prompt_limit']} tokens) set aside" if result["too_long"] else ""))
-    return 0

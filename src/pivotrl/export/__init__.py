@@ -28,7 +28,7 @@ from pivotrl.io.records import (Record, Reject, Trajectory, Turn, atomic_path, c
 
 FORMATS = ("nemo-gym", "verl")
 __all__ = ["DEFAULT_AGENT_LOOP", "DEFAULT_AGENT_NAME", "FORMATS", "PARALLEL_CALLS", "ExportSummary",
-           "check_turn", "cli_export", "cli_import", "export_file", "gym_config_path",
+           "check_turn", "export_file", "gym_config_path",
            "import_nemo_gym", "nemo_gym_to_turn", "row_to_turn", "tool_config_path",
            "turn_to_nemo_gym", "turn_to_verl", "verl_schema"]
 
@@ -44,23 +44,6 @@ class ExportSummary:
 
     def reasons(self) -> Counter:
         return Counter(r.reason.split(":")[0] for r in self.rejects)
-
-    def table(self, title: str):
-        from rich.table import Table
-
-        table = Table(title=title)
-        table.add_column("")
-        table.add_column("count", justify="right")
-        table.add_row("lines read", str(self.read))
-        table.add_row("records written", str(self.written))
-        table.add_row("lines rejected", str(len(self.rejects)))
-        for reason, n in self.reasons().most_common():
-            table.add_row(f"  {reason}", str(n))
-        for domain, n in sorted(self.by_domain.items()):
-            table.add_row(f"domain {domain}", str(n))
-        for warning, n in self.warnings.most_common():
-            table.add_row(f"warning: {warning}", str(n))
-        return table
 
 
 # ---------------------------------------------------------------- checks
@@ -236,44 +219,3 @@ def import_nemo_gym(rows: str | Path, out: str | Path) -> ExportSummary:
     require_some(summary.written, "turns", rows, rejected=len(summary.rejects),
                  first_reject=summary.rejects[0] if summary.rejects else None, result=summary)
     return summary
-
-
-# ---------------------------------------------------------------- the CLI verbs' bodies
-
-
-def _report(console, summary: ExportSummary, title: str, out: Path) -> int:
-    console.print(summary.table(title))
-    for path in summary.files:
-        console.print(f"wrote {path}")
-    if summary.rejects:
-        console.print(f"rejected lines: {rejects_path(out)}")
-    return 1 if summary.written == 0 else 0
-
-
-def cli_export(console, turns: Path, fmt: str, out: Path, **options: Any) -> int:
-    """`pivotrl export`: the exit code (2: bad arguments, 1: nothing written)."""
-    if fmt not in FORMATS:
-        console.print(f"[red]unknown --format {fmt!r}; use one of: {', '.join(FORMATS)}[/red]")
-        return 2
-    if not turns.is_file():
-        console.print(f"[red]{turns}: no such file[/red]")
-        return 2
-    try:
-        summary = export_file(turns, out, fmt, **options)
-    except ValueError as exc:  # a bad --parallel-calls, an output that is the input
-        console.print(f"[red]{exc}[/red]")
-        return 2
-    return _report(console, summary, f"export {fmt} → {out}", out)
-
-
-def cli_import(console, rows: Path, out: Path) -> int:
-    """`pivotrl import nemo-gym`: the exit code."""
-    if not rows.is_file():
-        console.print(f"[red]{rows}: no such file[/red]")
-        return 2
-    try:
-        summary = import_nemo_gym(rows, out)
-    except ValueError as exc:
-        console.print(f"[red]{exc}[/red]")
-        return 2
-    return _report(console, summary, f"import nemo-gym → {out}", out)

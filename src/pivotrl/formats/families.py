@@ -189,7 +189,7 @@ def is_thinking(tokenizer: Any, chat_kwargs: dict[str, Any] | None = None,
         return False
 
 
-def token_budget(tokenizer: Any, chat_kwargs: dict[str, Any] | None = None,
+def token_budget(tokenizer: Any, *, chat_kwargs: dict[str, Any] | None = None,
                  response_format: str | None = None) -> int:
     """Default tokens per completion: room for the reasoning of a thinking model."""
     thinking = is_thinking(tokenizer, chat_kwargs, response_format)
@@ -223,8 +223,8 @@ class FormatParser:
         return f"FormatParser({self.name!r})"
 
 
-def parser_for(tokenizer: Any, response_format: str | None = None,
-               chat_kwargs: dict[str, Any] | None = None) -> FormatParser:
+def parser_for(tokenizer: Any, *, chat_kwargs: dict[str, Any] | None = None,
+               response_format: str | None = None) -> FormatParser:
     """The parser of `tokenizer`'s own response format (`response_format` overrides detection).
     Raises UnknownFormatError (naming the fix) when the format cannot be told."""
     family = detect(tokenizer, response_format)
@@ -244,7 +244,7 @@ def parser_for_model(model: str | None, response_format: str | None = None) -> F
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model)
-    return parser_for(tokenizer, response_format)
+    return parser_for(tokenizer, response_format=response_format)
 
 
 def training_chat_template(tokenizer: Any) -> str | None:

@@ -29,6 +29,11 @@ class EmptyResultError(ValueError):
         self.path, self.flag, self.result = Path(path), flag, result
 
 
+class TooManyRejectsError(EmptyResultError):
+    """More input lines were rejected than the verb's `--max-rejects` allows (its outputs and the
+    rejects file were written); the CLI treats it as an empty result: message, exit 1."""
+
+
 def input_problem(path: str | Path) -> str | None:
     """Why `path` cannot be a JSON Lines input (a directory, Parquet, gzip, zip), else None."""
     path = Path(path)

@@ -1,17 +1,14 @@
 """Output paths: no verb writes onto one of its inputs, and one writer at a time per output.
 
-`check_outputs` is the one rule, `guarded_command` applies it to every CLI verb before the verb
-opens anything, and `output_lock` keeps two runs from appending to the same file.
+`check_outputs` is the one rule (`pivotrl.cli.guard` applies it to every verb before the verb
+opens anything), and `output_lock` keeps two runs from appending to the same file.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from pivotrl.io.records import rejects_path, sidecar_path, stats_path
 
@@ -58,37 +55,6 @@ def check_outputs(inputs: Iterable[str | Path | None],
 def sidecars(out: str | Path) -> list[Path]:
     """Files verbs write next to OUT: its rejects, stats and histogram."""
     return [rejects_path(out), stats_path(out), sidecar_path(out, ".hist.png")]
-
-
-def _paths(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-def guarded_command(app, name: str | None = None, *, inputs: Iterable[str] = (),
-                    outputs: Iterable[str] = (), with_sidecars: bool = True):
-    """`app.command(name)` whose parameters named in `outputs` (plus their `sidecars` unless
-    with_sidecars=False) are checked against those named in `inputs` before the verb runs; an
-    OutputPathError, there or from inside the verb, exits 2 with the message."""
-    def register(fn):
-        sig = inspect.signature(fn)
-
-        @functools.wraps(fn)
-        def verb(*args, **kwargs):
-            import typer
-            from rich.console import Console
-
-            given = sig.bind_partial(*args, **kwargs).arguments
-            ins = [p for k in inputs for p in _paths(given.get(k))]
-            outs = [q for k in outputs for p in _paths(given.get(k)) if p is not None
-                    for q in [p, *(sidecars(p) if with_sidecars else [])]]
-            try:
-                check_outputs(ins, outs)
-                return fn(*args, **kwargs)
-            except OutputPathError as exc:
-                Console(stderr=True, soft_wrap=True).print(f"[red]{exc}[/red]")
-                raise typer.Exit(2) from None
-        return app.command(name)(verb)
-    return register
 
 
 @contextmanager

@@ -1,12 +1,15 @@
 """Progress of a long job as plain lines, `step 12/40 · 3.1 s/step · ETA 1m27s · reward 0.41`,
 printed to a stream and appended to a log file. A line (not a redrawn bar) reaches a SLURM log or
 a pipe whole, and the log file keeps the history after the terminal is gone. Lines come at most
-every `every_s` seconds, plus the last."""
+every `every_s` seconds, plus the last; inside `ProgressLog.running()` they come every `every_s`
+seconds even while one long unit of work (a chunk of turns, a training step) runs."""
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
@@ -46,6 +49,8 @@ class ProgressLog:
         # The first line waits `every_s` too: work often arrives in chunks, and a line after the
         # first item would report the first chunk's latency as the rate.
         self.last = self.t0
+        self.done, self.extra = start, ""
+        self._lock = threading.Lock()
 
     def line(self, done: int, extra: str = "") -> str:
         elapsed = self.clock() - self.t0
@@ -59,21 +64,51 @@ class ProgressLog:
             parts.append(extra)
         return " · ".join(parts)
 
+    def note(self, done: int, extra: str = "") -> None:
+        """Record progress without writing; `running()` writes it when a line is due. Work that
+        finishes in bursts (a chunk of turns at once) is noted item by item: a line written at
+        the burst's first item would rate the whole chunk's time as one item's."""
+        self.done, self.extra = done, extra
+
     def update(self, done: int, extra: str = "", force: bool = False,
                total: int | None = None) -> str | None:
         """Write a line if one is due; returns it (None when not due). `total` sets the total
         when it is known only once the job runs."""
         self.total = total if total is not None else self.total
-        now = self.clock()
+        self.note(done, extra)
         final = self.total is not None and done >= self.total
-        if not (force or final or now - self.last >= self.every_s):
-            return None
-        self.last = now
-        text = self.line(done, extra)
-        if self.echo:
-            print(text, file=self.stream, flush=True)
-        if self.log_file is not None:
-            self.log_file.parent.mkdir(parents=True, exist_ok=True)
-            with self.log_file.open("a") as f:
-                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
-        return text
+        return self._write_if_due(force or final)
+
+    def _write_if_due(self, force: bool = False) -> str | None:
+        with self._lock:
+            now = self.clock()
+            if not (force or now - self.last >= self.every_s):
+                return None
+            self.last = now
+            text = self.line(self.done, self.extra)
+            if self.echo:
+                self.stream.write(text + "\n")
+                self.stream.flush()
+            if self.log_file is not None:
+                self.log_file.parent.mkdir(parents=True, exist_ok=True)
+                with self.log_file.open("a") as f:
+                    f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
+            return text
+
+    @contextmanager
+    def running(self, poll_s: float = 1.0):
+        """A line every `every_s` seconds while the block runs, whatever the caller is doing: the
+        latest `note`d progress (before any, no rate and no ETA), from a daemon thread."""
+        stop = threading.Event()
+
+        def beat():
+            while not stop.wait(min(poll_s, self.every_s) if self.every_s > 0 else poll_s):
+                self._write_if_due()
+
+        thread = threading.Thread(target=beat, name=f"progress-{self.label}", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join()

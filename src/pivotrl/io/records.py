@@ -22,6 +22,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pivotrl.io.compact_rows import RowDecoder, RowEncoder
+from pivotrl.io.tool_pairing import pair_tool_messages
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -153,31 +154,25 @@ class RecordError(ValueError):
 
 
 def check_trajectory(traj: Trajectory) -> tuple[str, str] | None:
-    """Semantic checks pydantic cannot express. Returns (field, reason) of the first problem."""
+    """Semantic checks pydantic cannot express, and tool results paired with their calls (by id,
+    or by order where unambiguous: `io.tool_pairing`, which fills the ids it pairs). Returns
+    (field, reason) of the first problem."""
     if not traj.messages:
         return "messages", "no messages"
-    seen_call_ids: set[str] = set()
     for i, msg in enumerate(traj.messages):
-        where = f"messages[{i}]"
-        if msg.role == "assistant":
-            if not msg.tool_calls and not message_text(msg).strip():
-                return where, "assistant message has neither content nor tool_calls"
-            for j, call in enumerate(msg.tool_calls or []):
-                try:
-                    call.args()
-                except ValueError as exc:
-                    return f"{where}.tool_calls[{j}].function.arguments", f"invalid JSON: {exc}"
-                if call.id:
-                    seen_call_ids.add(call.id)
-        elif msg.role == "tool":
-            if msg.tool_call_id is None:
-                return f"{where}.tool_call_id", "tool message without tool_call_id"
-            if msg.tool_call_id not in seen_call_ids:
-                return (f"{where}.tool_call_id",
-                        f"tool_call_id {msg.tool_call_id!r} matches no earlier tool call")
-    if not any(m.role == "assistant" for m in traj.messages):
+        if msg.role != "assistant":
+            continue
+        if not msg.tool_calls and not message_text(msg).strip():
+            return f"messages[{i}]", "assistant message has neither content nor tool_calls"
+        for j, call in enumerate(msg.tool_calls or []):
+            try:
+                call.args()
+            except ValueError as exc:
+                return f"messages[{i}].tool_calls[{j}].function.arguments", f"invalid JSON: {exc}"
+    problem = pair_tool_messages(traj.messages)
+    if problem is None and not any(m.role == "assistant" for m in traj.messages):
         return "messages", "no assistant message"
-    return None
+    return problem
 
 
 def _first_error(exc: ValidationError) -> tuple[str, str]:

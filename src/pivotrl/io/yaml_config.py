@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -40,6 +41,16 @@ def build_model(cls: type[ModelT], data: dict[str, Any], source: str | Path) -> 
 def load_model(cls: type[ModelT], path: str | Path, **overrides: Any) -> ModelT:
     """A pydantic config from a YAML file, with keyword overrides applied on top."""
     return build_model(cls, {**read_mapping(path), **overrides}, path)
+
+
+def field_like(block: type[BaseModel], name: str, *, note: str = "", **changes: Any) -> Any:
+    """The field `name` of an options block, re-declared in a config that needs another default or
+    bound (`changes`: default=…, ge=…); its description is the block's, with `note` added. So a
+    field's help is written once even where a stage's default differs."""
+    info = block.model_fields[name]
+    description = f"{info.description} {note}".strip()
+    default = {"default": changes.pop("default")} if "default" in changes else {}
+    return FieldInfo.merge_field_infos(info, Field(**changes), description=description, **default)
 
 
 class YamlConfig(BaseModel):

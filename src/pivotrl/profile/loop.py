@@ -9,59 +9,57 @@ holds for batching). `pivotrl.profile.runs` puts this loop over files."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from pivotrl.formats.actions import parse_completion
 from pivotrl.formats.chat import prompt_text
-from pivotrl.formats.families import PLAIN_TOKEN_BUDGET, parser_for, token_budget
+from pivotrl.formats.families import PLAIN_TOKEN_BUDGET
+from pivotrl.formats.options import FormatOptions
 from pivotrl.io.records import Profile, Sample, Turn
 from pivotrl.io.seeds import derive_seed
 from pivotrl.io.turn_files import chunks
 from pivotrl.sampling.base import Completion, SamplingParams
-from pivotrl.sampling.options import EngineConfig
+from pivotrl.sampling.options import EngineConfig, SamplingOptions
 from pivotrl.sampling.pipeline import prefetch, prompt_limit, split_too_long
 from pivotrl.scoring import Parser, score_completions
 from pivotrl.verifiers.base import Score
+from pivotrl.verifiers.options import VerifierOptions
 
 
-class ProfileConfig(EngineConfig):
-    """Options of a profiling run: `pivotrl profile --field value` flags and YAML keys
-    (precedence: defaults < `--config` YAML < flags); the engine's are EngineConfig's."""
+class TurnSampling(EngineConfig, SamplingOptions, VerifierOptions, FormatOptions):
+    """What a verb that samples actions at turns and scores them needs (`pivotrl profile`,
+    `pivotrl evaluate --turns`, `pivotrl compare`): the engine, the sampling, verifier and format
+    blocks, a seed and a token budget. CLI flags and YAML keys."""
 
-    k: int = Field(8, ge=1, description="Samples per turn (the paper profiles each candidate "
-                   "with K samples of π0; 8 gives outcome rates in steps of 1/8).")
-    verifier: str = Field("toolcall", description="Verifier name (pivotrl.verifiers registry).")
-    verifier_config: dict[str, Any] = Field(default_factory=dict,
-                                            description="The verifier's options (its YAML keys).")
-    seed: int = Field(0, description="Base seed; turn t samples with seed derive(seed, t.id).")
+    seed: int = Field(0, description="Base seed; turn t samples with a seed derived from (seed, t.id).")
     max_new_tokens: int | None = Field(None, ge=1, description="Tokens per sample. None (ours): 4096 for a "
-                                       "thinking model, else 256 (pivotrl.formats.families.token_budget); cut samples "
-                                       "are counted in truncated_samples.")
-    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra chat-template "
-                                                 "variables (e.g. enable_thinking: false); training must use "
-                                                 "the same ones (ours: none).")
-    response_format: str | None = Field(None, description="Tool-call format of the completions (hermes, "
-                                        "qwen-xml, glm, deepseek, harmony, response-template); None: "
-                                        "detected from the chat template (pivotrl.formats.families).")
-    temperature: float = Field(1.0, ge=0.0, description="1.0: sample π0 itself (SamplingParams).")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass (1.0 = off).")
+                                       "thinking model, else 256 (pivotrl.formats.families.token_budget); "
+                                       "cut samples are counted as truncated.")
     chunk_turns: int = Field(64, ge=1, description="Turns per sampler call; the sampler sorts them "
-                             "by length into batches, so larger chunks pad less (records of a "
-                             "chunk are written when it is done).")
-    shard: str | None = Field(None, description="'I/N': profile only turns with "
-                              "hash(id) mod N == I (0-based).")
+                             "by length into batches, so larger chunks pad less (memory only, not "
+                             "results).")
 
     def sampling(self, tokenizer: Any = None) -> SamplingParams:
         """Sampling parameters; an unset max_new_tokens is the model's budget (needs `tokenizer`)."""
         budget = self.max_new_tokens
         if budget is None:
-            budget = (token_budget(tokenizer, self.chat_template_kwargs, self.response_format)
-                      if tokenizer is not None else PLAIN_TOKEN_BUDGET)
-        return SamplingParams(max_new_tokens=budget, temperature=self.temperature,
-                              top_p=self.top_p, seed=self.seed)
+            budget = self.token_budget(tokenizer) if tokenizer is not None else PLAIN_TOKEN_BUDGET
+        return self.sampling_params(budget, self.seed)
+
+
+class ProfileConfig(TurnSampling):
+    """Options of a profiling run: `pivotrl profile --field value` flags and YAML keys
+    (precedence: defaults < `--config` YAML < flags)."""
+
+    k: int = Field(8, ge=1, description="Samples per turn (the paper profiles each candidate "
+                   "with K samples of π0; 8 gives outcome rates in steps of 1/8).")
+    shard: str | None = Field(None, description="'I/N': profile only turns with "
+                              "hash(id) mod N == I (0-based).")
+    progress_seconds: float = Field(30.0, gt=0, description="Seconds between progress lines (stderr off "
+                                    "a terminal, and PROFILE.log), also while one chunk is sampled.")
 
 
 def turn_seed(seed: int, turn_id: str) -> int:
@@ -114,33 +112,45 @@ class RunStats(BaseModel):
     samples_per_second: float = 0.0
 
 
+def sample_and_score(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: TurnSampling, n: int,
+                     seed_of: Callable[[int, str], int], parse: Parser | None = None,
+                     too_long: dict[str, int] | None = None
+                     ) -> Iterator[tuple[Turn, list[Completion], list[Sample]]]:
+    """The one sample-then-score loop (profiling and evaluation): each turn's prompt in the
+    model's own template, `n` actions sampled with the seed `seed_of(cfg.seed, turn.id)`, each
+    scored through `pivotrl.scoring`; (turn, completions, samples) in order. A prompt longer than
+    the engine takes is set aside into `too_long` (id → prompt tokens), not sampled.
+    parse: the completion parser (default: the model's own format, `cfg.parser`)."""
+    params = cfg.sampling(tokenizer)
+    parse = parse or cfg.parser(tokenizer)
+    limit = prompt_limit(sampler)
+    too_long = too_long if too_long is not None else {}
+
+    def sample(chunk: list[Turn]) -> tuple[list[Turn], list[list[Completion]], dict[str, int]]:
+        prompts = [prompt_text(tokenizer, t.context, t.tools, cfg.chat_template_kwargs) for t in chunk]
+        fits, over = split_too_long(prompts, tokenizer, limit)
+        skipped = {chunk[i].id: n_tokens for i, n_tokens in over.items()}
+        chunk, prompts = [chunk[i] for i in fits], [prompts[i] for i in fits]
+        seeds = [seed_of(cfg.seed, t.id) for t in chunk]
+        return chunk, sampler.sample(prompts, n, params, seeds=seeds) if chunk else [], skipped
+
+    # Chunk i+1 is sampled while chunk i is scored (pivotrl.sampling.pipeline).
+    for chunk, completions, skipped in prefetch(sample, chunks(turns, cfg.chunk_turns)):
+        too_long.update(skipped)  # by the caller's thread: its stats are saved there
+        yield from zip(chunk, completions, score_samples(verifier, chunk, completions, parse))
+
+
 def profile_stream(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: ProfileConfig,
                    stats: RunStats | None = None, parse: Parser | None = None) -> Iterator[Profile]:
     """Profiles of `turns` in order (the library core; `profile_file` adds files and resume).
     parse: the completion parser (default: the tokenizer's own format, `formats.parser_for`)."""
-    params = cfg.sampling(tokenizer)
-    parse = parse or parser_for(tokenizer, cfg.response_format, cfg.chat_template_kwargs)
     stats = stats if stats is not None else RunStats()
-    limit = prompt_limit(sampler)
-
-    def sample(chunk: list[Turn]) -> tuple[list[Turn], list[list[Completion]], dict[str, int]]:
-        prompts = [prompt_text(tokenizer, t.context, t.tools, cfg.chat_template_kwargs) for t in chunk]
-        fits, too_long = split_too_long(prompts, tokenizer, limit)
-        # set aside and reported (by the caller's thread: stats is saved there), not a failed chunk
-        skipped = {chunk[i].id: n for i, n in too_long.items()}
-        chunk, prompts = [chunk[i] for i in fits], [prompts[i] for i in fits]
-        seeds = [turn_seed(cfg.seed, t.id) for t in chunk]
-        return chunk, sampler.sample(prompts, cfg.k, params, seeds=seeds) if chunk else [], skipped
-
-    # Chunk i+1 is sampled while chunk i is scored (pivotrl.sampling.pipeline).
-    for chunk, completions, skipped in prefetch(sample, chunks(turns, cfg.chunk_turns)):
-        stats.too_long.update(skipped)
-        samples = score_samples(verifier, chunk, completions, parse)
-        for turn, comps, row in zip(chunk, completions, samples):
-            stats.rollout_turns += len(comps)
-            stats.generated_tokens += sum(c.completion_tokens for c in comps)
-            stats.prompt_tokens += comps[0].prompt_tokens if comps else 0
-            stats.invalid_samples += sum(not s.valid for s in row)
-            stats.truncated_samples += sum(c.finish_reason == "length" for c in comps)
-            stats.turns_profiled += 1
-            yield make_profile(turn, row)
+    for turn, comps, row in sample_and_score(turns, sampler, verifier, tokenizer, cfg, cfg.k, turn_seed,
+                                             parse, stats.too_long):
+        stats.rollout_turns += len(comps)
+        stats.generated_tokens += sum(c.completion_tokens for c in comps)
+        stats.prompt_tokens += comps[0].prompt_tokens if comps else 0
+        stats.invalid_samples += sum(not s.valid for s in row)
+        stats.truncated_samples += sum(c.finish_reason == "length" for c in comps)
+        stats.turns_profiled += 1
+        yield make_profile(turn, row)

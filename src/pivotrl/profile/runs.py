@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,18 +61,20 @@ def summarize_output(path: str | Path, threshold: float = SUCCESS_THRESHOLD) -> 
 
 def profile_file(turns_path: str | Path, out_path: str | Path, sampler, verifier, tokenizer,
                  cfg: ProfileConfig, *, model_name: str = "", progress: bool = True,
-                 console=None) -> dict[str, Any]:
+                 on_progress: Callable[[int, int, str], Any] | None = None) -> dict[str, Any]:
     """Profile a Turn file into an append-only Profile file (resumable); returns the stats dict
     also written to PROFILE.stats.json. One run per output at a time: a second run on the same
-    `out_path` fails with OutputLockedError (a ValueError) instead of writing every turn twice."""
+    `out_path` fails with OutputLockedError (a ValueError) instead of writing every turn twice.
+    Progress: plain lines on stderr and in PROFILE.log (`progress`); `on_progress(done, total,
+    rate)` after every turn (a live bar; the lines then go to the log only)."""
     with output_lock(out_path):
         return _profile_locked(turns_path, out_path, sampler, verifier, tokenizer, cfg,
-                               model_name=model_name, progress=progress, console=console)
+                               model_name=model_name, progress=progress, on_progress=on_progress)
 
 
 def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verifier, tokenizer,
                     cfg: ProfileConfig, *, model_name: str = "", progress: bool = True,
-                    console=None) -> dict[str, Any]:
+                    on_progress: Callable[[int, int, str], Any] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     shard = parse_shard(cfg.shard)
     out_path, spath = Path(out_path), stats_path(out_path)
@@ -120,30 +122,27 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
         write_text_atomic(spath, json.dumps(doc, indent=2))
         return doc
 
-    # A live bar on a terminal; elsewhere (a pipe, a SLURM log) periodic lines. PROFILE.log gets
-    # the lines either way.
-    terminal = bool(progress and console is not None and console.is_terminal)
-    bar = _progress(console) if terminal else None
     log = ProgressLog("profile", len(lines), unit="turn", log_file=sidecar_path(out_path, ".log"),
-                      start=len(lines) - n_todo, echo=progress and not terminal)
+                      every_s=cfg.progress_seconds,
+                      start=len(lines) - n_todo, echo=progress and on_progress is None)
     save(final=False)
+    if on_progress is not None:
+        on_progress(len(lines) - n_todo, len(lines), "")
     try:
-        with AppendWriter(out_path) as writer:
-            if bar is not None:
-                bar.start()
-                task = bar.add_task("profiling", total=len(lines), completed=len(lines) - n_todo,
-                                    rate="")
+        # Profiles arrive a chunk at a time: lines come from the clock (`running`), not per turn.
+        with AppendWriter(out_path) as writer, log.running():
             for i, rec in enumerate(profile_stream(todo, sampler, verifier, tokenizer, cfg, stats)):
                 writer.write(rec)
                 if (i + 1) % cfg.chunk_turns == 0:
                     save(final=False)
                 rate = f"{stats.rollout_turns / max(time.perf_counter() - t0, 1e-9):,.1f} samples/s"
-                if bar is not None:
-                    bar.update(task, advance=1, rate=rate)
-                log.update(len(lines) - n_todo + i + 1, rate)
+                finished = len(lines) - n_todo + i + 1
+                if on_progress is not None:
+                    on_progress(finished, len(lines), rate)
+                log.note(finished, rate)
+        if n_todo:
+            log.update(log.done, log.extra)  # the last line
     finally:
-        if bar is not None:
-            bar.stop()
         doc = save(final=True)
     if stats.too_long:  # nothing lost: what the engine cannot take is listed with the reason
         write_atomic(rejects_path(out_path), [r.to_json() for r in rejects] + [
@@ -151,21 +150,6 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
                    f"engine takes ({prompt_limit(sampler)}); raise max_model_len", "context").to_json()
             for tid, n in stats.too_long.items()])
     return doc
-
-
-def _progress(console):
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("turns · {task.fields[rate]}"), TimeElapsedColumn(),
-                    TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False)
 
 
 class MergeError(ValueError):

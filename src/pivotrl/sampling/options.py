@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from pivotrl.io.yaml_config import YamlConfig
+from pivotrl.sampling.base import SamplingParams
 
 OPENAI_ENGINE_KEYS = ("headers", "extra_body", "api_key_env")
 
@@ -91,3 +92,16 @@ class EngineConfig(YamlConfig):
         return build_sampler(self.backend, model, self.engine, base_url=self.base_url,
                              served_model_name=self.served_model_name, concurrency=self.concurrency,
                              batch_size=self.batch_size)
+
+
+class SamplingOptions(BaseModel):
+    """How actions are drawn from the policy, for every stage that samples (profile, evaluate, the
+    GRPO rollouts, the E2E baseline): declared once here and embedded in each stage's config."""
+
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature: 1.0 samples the policy "
+                               "itself (paper, TRL); 0 is greedy.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass (1.0 = off; TRL: 1.0).")
+
+    def sampling_params(self, max_new_tokens: int, seed: int) -> SamplingParams:
+        return SamplingParams(max_new_tokens=max_new_tokens, temperature=self.temperature,
+                              top_p=self.top_p, seed=seed)

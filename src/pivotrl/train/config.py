@@ -21,7 +21,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from pivotrl.io.yaml_config import YamlConfig
+from pivotrl.formats.options import FormatOptions
+from pivotrl.io.yaml_config import YamlConfig, field_like
+from pivotrl.sampling.options import SamplingOptions
+from pivotrl.verifiers.options import VerifierOptions
 
 
 class LoraOptions(YamlConfig):
@@ -62,8 +65,6 @@ class _RunCommon(YamlConfig):
     warmup_steps: int = Field(0, description="Linear warmup in optimizer steps (TRL: 0).")
     weight_decay: float = Field(0.0, description="AdamW weight decay (TRL: 0).")
     max_grad_norm: float = Field(1.0, description="Gradient clipping norm (TRL: 1.0).")
-    per_device_train_batch_size: int = Field(16, description="Sequences per device per micro-step "
-                                             "(GRPO: completions, ours: one group of G=16; SFT: trajectories).")
     gradient_accumulation_steps: int = Field(1, description="Micro-steps per optimizer step (TRL: 1).")
     max_steps: int | None = Field(None, description="Optimizer steps; when set it wins over num_epochs.")
     num_epochs: float = Field(1.0, description="Passes over the data (GRPO: over PIVOTS, see module doc).")
@@ -79,12 +80,10 @@ class _RunCommon(YamlConfig):
     gradient_checkpointing: bool = Field(False, description="Recompute activations (TRL: True; ours: False, "
                                          "2× slower on small models — turn on for big ones).")
     lora: LoraOptions = Field(default_factory=LoraOptions, description="PEFT LoRA options.")
-    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra chat-template "
-                                                 "variables for every prompt/trajectory rendered (e.g. "
-                                                 "enable_thinking: false for Qwen3/GLM, reasoning_effort: low "
-                                                 "for gpt-oss); the same ones profiling used (ours: none).")
-    trl_overrides: dict[str, Any] = Field(default_factory=dict, description="Any further TRL config fields, "
-                                          "passed through verbatim (e.g. deepspeed, fsdp, top_p).")
+    trl_overrides: dict[str, Any] = Field(default_factory=dict, description="TRL config fields passed "
+                                          "through verbatim and applied last: they win over every field "
+                                          "pivotrl derives (e.g. beta, deepspeed, fsdp). A key that is not "
+                                          "a field of TRL's GRPOConfig / SFTConfig is an error.")
     split: Path | None = Field(None, description="Split file of `pivotrl extract --eval-fraction` "
                                "(TURNS.split.json): records of its eval trajectories are dropped and "
                                "counted, never trained on. None: the one beside the data file, if any "
@@ -114,21 +113,16 @@ class _RunCommon(YamlConfig):
         return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
 
 
-class GRPORunConfig(_RunCommon):
+class GRPORunConfig(_RunCommon, SamplingOptions, VerifierOptions, FormatOptions):
     pivots: Path = Field(..., description="Pivots JSONL (Turn/Profile records, the output of `pivotrl select`).")
     turns: Path | None = Field(None, description="All candidate turns (profile or turns JSONL); needed for "
                                "pivot_set all|random.")
     pivot_set: Literal["pivots", "all", "random"] = Field("pivots", description="Ablation switch: the selected "
                                                          "pivots (paper), every turn (no filter), or as many "
                                                          "random turns as there are pivots.")
-    verifier: str = Field("toolcall", description="Verifier that rewards a completion against the expert "
-                          "action (paper: functional; 'exact' is the string-match ablation).")
-    verifier_config: dict[str, Any] = Field(default_factory=dict, description="Verifier options (YAML keys).")
     invalid_action_penalty: float = Field(0.0, description="Reward of an unparseable completion (docs/DESIGN.md: "
                                           "0, never more than a wrong action; use <0 to punish format errors).")
     num_generations: int = Field(16, description="G completions per pivot (paper τ² recipe: 16).")
-    temperature: float = Field(1.0, description="Sampling temperature of rollouts (TRL: 1.0).")
-    top_p: float = Field(1.0, description="Nucleus sampling of rollouts (TRL: 1.0).")
     max_prompt_length: int | None = Field(None, description="Pivots whose prompt is longer (tokens) are "
                                           "dropped and counted (TRL 1.16 has no prompt truncation; cutting a "
                                           "chat prompt would break it). None (ours): the model's context "
@@ -137,9 +131,6 @@ class GRPORunConfig(_RunCommon):
                                               "for a thinking model (its reasoning comes first), else 256 (one "
                                               "action); see pivotrl.formats.families.token_budget. Cut completions are "
                                               "logged as truncated_rate.")
-    response_format: str | None = Field(None, description="Tool-call format of the model's completions "
-                                        "(hermes, qwen-xml, glm, deepseek, harmony, response-template); "
-                                        "None: detected from the chat template (pivotrl.formats.families).")
     epsilon: float = Field(0.2, description="Lower clip ε (paper/DAPO clip-higher recipe: 0.2).")
     epsilon_high: float = Field(0.28, description="Upper clip ε_high (paper/DAPO clip-higher: 0.28).")
     beta: float = Field(0.0, description="KL coefficient to the reference model (paper: 0, no KL).")
@@ -165,18 +156,18 @@ class GRPORunConfig(_RunCommon):
                                   "sampling options keep TRL's generation (train/shared_prefix.py "
                                   "rollout_fallback_reason), and False always does.")
     reprofile: ReprofileOptions = Field(default_factory=ReprofileOptions, description="Re-profiling hook.")
-    per_device_train_batch_size: int = Field(64, description="Completions per device per micro-step. "
-                                             "Default (ours): 4 × num_generations, i.e. 4 pivots per step "
-                                             "(64 with G=16). One pivot per step (batch = G) made a step's "
-                                             "gradient so noisy on the testbed that held-out accuracy fell.")
+    per_device_train_batch_size: int | None = Field(None, ge=1, description="Completions per device per "
+                                                    "micro-step. None (ours): 4 × num_generations, i.e. 4 "
+                                                    "pivots per step (64 with G=16). One pivot per step "
+                                                    "(batch = G) made a step's gradient so noisy on the "
+                                                    "testbed that held-out accuracy fell.")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _four_pivots_per_step(cls, data: Any) -> Any:
-        # The batch default follows G, so changing num_generations alone keeps 4 pivots per step.
-        if isinstance(data, dict) and data.get("per_device_train_batch_size") is None:
-            data = {**data, "per_device_train_batch_size": 4 * int(data.get("num_generations") or 16)}
-        return data
+    @model_validator(mode="after")
+    def _four_pivots_per_step(self) -> "GRPORunConfig":
+        # The batch follows G, so changing num_generations alone keeps 4 pivots per step.
+        if self.per_device_train_batch_size is None:
+            self.per_device_train_batch_size = 4 * self.num_generations
+        return self
 
     path_fields: ClassVar[tuple[str, ...]] = ("model", "output_dir", "pivots", "turns", "split")
 
@@ -198,6 +189,7 @@ class SFTRunConfig(_RunCommon):
     lr_scheduler_type: str = Field("cosine", description="transformers scheduler name (ours: cosine, the "
                                    "usual SFT schedule).")
     per_device_train_batch_size: int = Field(8, description="Trajectories per device per micro-step (TRL: 8).")
+    chat_template_kwargs: dict[str, Any] = field_like(FormatOptions, "chat_template_kwargs")
     max_length: int | None = Field(4096, description="Tokens per trajectory; longer ones are dropped and "
                                    "counted (cutting would leave half an action in the loss; ours).")
     assistant_only_loss: bool = Field(True, description="Loss on assistant tokens only (paper's SFT "
@@ -231,5 +223,19 @@ def trl_common_kwargs(cfg: _RunCommon, total_steps: int) -> dict[str, Any]:
         # A dataset swapped by the re-profiling hook must not be fast-forwarded on resume.
         ignore_data_skip=True,
     )
-    kwargs.update(cfg.trl_overrides)
     return kwargs
+
+
+def with_trl_overrides(kwargs: dict[str, Any], overrides: dict[str, Any], trl_config: type) -> dict[str, Any]:
+    """`kwargs` (what pivotrl derives) with the run's `trl_overrides` on top: the user's word wins
+    over every derived field. A key that `trl_config` (TRL's GRPOConfig or SFTConfig) does not
+    have is a ValueError naming it, never a silently dropped setting."""
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(trl_config)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"trl_overrides: {', '.join(map(repr, unknown))} "
+                         f"{'is not a field' if len(unknown) == 1 else 'are not fields'} of TRL's "
+                         f"{trl_config.__name__}")
+    return {**kwargs, **overrides}

@@ -23,13 +23,12 @@ from typing import Any
 from transformers.trainer_utils import get_last_checkpoint
 
 from pivotrl.formats.chat import load_tokenizer, prompt_text, prompt_token_ids
-from pivotrl.formats.families import parser_for, token_budget
 from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
 from pivotrl.io.records import Turn, iter_valid
 from pivotrl.sampling.pipeline import context_length
 from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.io.turn_files import iter_pivots
-from pivotrl.train.config import GRPORunConfig, trl_common_kwargs
+from pivotrl.train.config import GRPORunConfig, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines
 from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
 from pivotrl.train.reward import PivotReward
@@ -143,8 +142,7 @@ def with_token_budget(cfg: GRPORunConfig, tokenizer: Any) -> GRPORunConfig:
     """`cfg` with max_completion_length filled in for this model when unset (formats.token_budget)."""
     if cfg.max_completion_length is not None:
         return cfg
-    budget = token_budget(tokenizer, cfg.chat_template_kwargs, cfg.response_format)
-    return cfg.model_copy(update={"max_completion_length": budget})
+    return cfg.model_copy(update={"max_completion_length": cfg.token_budget(tokenizer)})
 
 
 def with_prompt_cap(cfg: GRPORunConfig, tokenizer: Any, model_config: Any = None) -> GRPORunConfig:
@@ -167,9 +165,8 @@ def with_prompt_cap(cfg: GRPORunConfig, tokenizer: Any, model_config: Any = None
     return cfg.model_copy(update={"max_prompt_length": room})
 
 
-def grpo_config(cfg: GRPORunConfig, total_steps: int):
-    from trl import GRPOConfig
-
+def grpo_kwargs(cfg: GRPORunConfig, total_steps: int) -> dict[str, Any]:
+    """The GRPOConfig fields pivotrl derives from a run config (before `trl_overrides`)."""
     kwargs = trl_common_kwargs(cfg, total_steps)
     kwargs.update(
         num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
@@ -181,10 +178,15 @@ def grpo_config(cfg: GRPORunConfig, total_steps: int):
     )
     if cfg.use_vllm and cfg.max_prompt_length is not None:
         # Every kept prompt fits (build_prompts), so the engine needs no more than this.
-        kwargs.setdefault("vllm_max_model_length", cfg.max_prompt_length + cfg.max_completion_length)
-    for key in ("top_p", "temperature"):  # trl_overrides win
-        kwargs[key] = cfg.trl_overrides.get(key, kwargs[key])
-    return GRPOConfig(**kwargs)
+        kwargs["vllm_max_model_length"] = cfg.max_prompt_length + cfg.max_completion_length
+    return kwargs
+
+
+def grpo_config(cfg: GRPORunConfig, total_steps: int):
+    """TRL's GRPOConfig: what pivotrl derives, then `trl_overrides` (they win)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(**with_trl_overrides(grpo_kwargs(cfg, total_steps), cfg.trl_overrides, GRPOConfig))
 
 
 def prepare(cfg: GRPORunConfig, tokenizer: Any = None) -> tuple[GRPORunConfig, Any]:
@@ -208,7 +210,7 @@ def build_trainer(cfg: GRPORunConfig, turns: list[Turn], *, total_steps: int | N
                          f"{prompts.dropped[:3]})")
     steps = total_steps or cfg.total_steps(len(prompts), world_size())
     reward = reward_funcs or [PivotReward(cfg.verifier, cfg.verifier_config, cfg.invalid_action_penalty,
-                                          parse=parser_for(tokenizer, cfg.response_format, cfg.chat_template_kwargs),
+                                          parse=cfg.parser(tokenizer),
                                           tokenizer=tokenizer)]
     trainer = PivotGRPOTrainer(
         model=cfg.model, reward_funcs=reward, args=grpo_config(cfg, steps),
@@ -263,6 +265,9 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     check_input_file(cfg.pivots, "pivots", "`pivotrl select`")
     check_input_file(cfg.turns, "turns", "`pivotrl extract` or `pivotrl profile`")
     check_model(cfg.model, "model")
+    from trl import GRPOConfig
+
+    with_trl_overrides({}, cfg.trl_overrides, GRPOConfig)  # a misspelt key fails before any work
     held_out = HeldOut(resolve_split(cfg.split, [p for p in (cfg.pivots, cfg.turns) if p is not None]))
     turns = load_pivot_set(cfg, held_out)
     cfg, tokenizer = prepare(cfg)
@@ -274,9 +279,8 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     if cfg.reprofile.enabled:
         # Same verifier and sampling as the rollouts unless the options say otherwise; each pivot
         # is profiled once over all processes and all continue on the same pivots (train.reprofile).
-        options = dict(verifier=cfg.verifier, verifier_config=cfg.verifier_config, seed=cfg.seed,
-                       max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature,
-                       chat_template_kwargs=cfg.chat_template_kwargs, response_format=cfg.response_format)
+        options = dict(**cfg.verifier_options(), **cfg.format_options(), seed=cfg.seed,
+                       max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature, top_p=cfg.top_p)
         options.update(cfg.reprofile.options)
         hook = ReprofileHook(threshold=cfg.reprofile.threshold, every_n_steps=cfg.reprofile.every_n_steps,
                              **options)
@@ -290,7 +294,10 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
         trainer = build_trainer(cfg, turns, total_steps=total, reward_funcs=reward_funcs,
                                 callbacks=[progress] + ([callback] if callback else []),
                                 tokenizer=tokenizer, prompts=prompts)
-        trainer.train(resume_from_checkpoint=resume)
+        try:
+            trainer.train(resume_from_checkpoint=resume)
+        finally:
+            progress.stop()
         if not (callback and callback.triggered):
             break
         # Re-profile with the current policy, continue from the checkpoint just written.

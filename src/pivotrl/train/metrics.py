@@ -71,6 +71,7 @@ class ProgressLines(TrainerCallback):
         self.log = None
         self.value: float | None = None
         self.printed: int | None = None
+        self._running = None
 
     def on_train_begin(self, args, state, control, **kwargs):
         from pivotrl.io.progress import ProgressLog
@@ -78,6 +79,19 @@ class ProgressLines(TrainerCallback):
         if state.is_world_process_zero:
             self.log = ProgressLog("step", state.max_steps, every_s=self.every_s,
                                    log_file=self.log_file, start=state.global_step)
+            # A line every `every_s` even while one step runs (a long generation, a re-profile);
+            # `stop` ends it (on_train_end, or the caller's `finally` when training raised).
+            self._running = self.log.running()
+            self._running.__enter__()
+
+    def stop(self) -> None:
+        running, self._running = getattr(self, "_running", None), None
+        if running is not None:
+            running.__exit__(None, None, None)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.log is not None:
+            self.log.note(state.global_step, self._extra())
 
     def _extra(self) -> str:
         return f"{self.metric} {self.value:.3g}" if self.value is not None else ""
@@ -101,3 +115,4 @@ class ProgressLines(TrainerCallback):
         # the run early).
         if self.log is not None and self.printed != state.global_step:
             self._update(state.global_step, force=True)
+        self.stop()

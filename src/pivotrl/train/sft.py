@@ -20,19 +20,25 @@ from pathlib import Path
 from typing import Any
 
 from transformers.trainer_utils import get_last_checkpoint
+from trl import SFTTrainer
 
 from pivotrl.formats.chat import apply_template, load_tokenizer, template_messages
 from pivotrl.formats.families import training_chat_template
 from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
 from pivotrl.io.records import Reject, Trajectory, read_records, rejects_path
 from pivotrl.io.split import HeldOut, resolve_split
-from pivotrl.train.config import SFTRunConfig, trl_common_kwargs
+from pivotrl.train.config import SFTRunConfig, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.grpo import save_final, world_size
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines
+from pivotrl.train.resume import CPUResumable
 
 SFT_METRIC_KEYS = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm",
                    "mean_token_accuracy": "mean_token_accuracy", "entropy": "entropy",
                    "num_tokens": "num_tokens"}
+
+
+class PivotSFTTrainer(CPUResumable, SFTTrainer):
+    """TRL's SFTTrainer, resumable under multi-process CPU (train/resume.py)."""
 
 
 @dataclass
@@ -135,17 +141,21 @@ def build_rows(paths: str | Path | list, tokenizer: Any, max_length: int | None 
 def sft_config(cfg: SFTRunConfig, total_steps: int):
     from trl import SFTConfig
 
+    return SFTConfig(**with_trl_overrides(sft_kwargs(cfg, total_steps), cfg.trl_overrides, SFTConfig))
+
+
+def sft_kwargs(cfg: SFTRunConfig, total_steps: int) -> dict[str, Any]:
+    """The SFTConfig fields pivotrl derives from a run config (before `trl_overrides`)."""
     kwargs = trl_common_kwargs(cfg, total_steps)
     # Rows arrive tokenized with labels; TRL must neither truncate nor re-mask them.
     kwargs.update(max_length=None, packing=False, assistant_only_loss=False, completion_only_loss=False)
-    return SFTConfig(**kwargs)
+    return kwargs
 
 
 def build_sft_trainer(cfg: SFTRunConfig, rows: list[dict[str, Any]], tokenizer, total_steps: int):
     from datasets import Dataset
-    from trl import SFTTrainer
 
-    trainer = SFTTrainer(model=cfg.model, args=sft_config(cfg, total_steps),
+    trainer = PivotSFTTrainer(model=cfg.model, args=sft_config(cfg, total_steps),
                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                          peft_config=cfg.lora.peft_config())
     trainer.add_callback(MetricsJSONL(Path(cfg.output_dir) / "metrics.jsonl", keys=SFT_METRIC_KEYS))
@@ -159,6 +169,9 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     for path in files:
         check_input_file(path, "data", "your trajectory file")
     check_model(cfg.model, "model")
+    from trl import SFTConfig
+
+    with_trl_overrides({}, cfg.trl_overrides, SFTConfig)  # a misspelt key fails before any work
     held_out = HeldOut(resolve_split(cfg.split, files))
     tokenizer = load_tokenizer(cfg.model)
     check_chat_template(tokenizer, cfg.model)
@@ -177,8 +190,12 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     if cfg.resume and resume is None:
         raise FileNotFoundError(f"--resume: no checkpoint-* folder in {output_dir}")
     trainer = build_sft_trainer(cfg, data.rows, tokenizer, total)
-    trainer.add_callback(ProgressLines(output_dir / "train.log", cfg.progress_seconds, "loss"))
-    result = trainer.train(resume_from_checkpoint=resume)
+    progress = ProgressLines(output_dir / "train.log", cfg.progress_seconds, "loss")
+    trainer.add_callback(progress)
+    try:
+        result = trainer.train(resume_from_checkpoint=resume)
+    finally:
+        progress.stop()
     save_final(trainer, tokenizer, output_dir)
     return {"steps": trainer.state.global_step, "trajectories": len(data.rows),
             "held_out": held_out.summary(), "dropped": data.dropped, "train_loss": round(result.training_loss, 4),

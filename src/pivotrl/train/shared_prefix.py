@@ -173,9 +173,12 @@ def _two_stage_forward(model, inner, prefix_ids, prefix_mask, prefix_index, kwar
         cache = _gathered(cache, prefix_index)
         ids = kwargs["input_ids"]
         columns = n_prefix + torch.arange(ids.size(1), device=ids.device)
+        # output_router_logits=False: TRL's fused head would otherwise (config `output_router_logits:
+        # true`, as MoE checkpoints ship) compute its own aux loss from the completion stage's router
+        # logits against the whole [prompt | completion] mask; the loss is computed below, from both stages.
         with _layer_checkpointing_off(model), _recording_router_logits(model, routed, 2, aux):
             return inner(**{**kwargs, "position_ids": columns.unsqueeze(0).expand(ids.size(0), -1),
-                            "past_key_values": cache})
+                            "past_key_values": cache, "output_router_logits": False})
 
     if not (_checkpointing(model) and torch.is_grad_enabled()):
         cache = stage1()

@@ -1,49 +1,67 @@
 """Argument values compared under a parameter spec: the rules of `toolcall`, each with why it is safe.
 
-The principle: **a value pays only when a rule proves it means the same.** Two values are equal
-when they are the same JSON value of the same JSON type, or when one of the rules below (each
-granted by the JSON schema itself, never by a parameter's name or by prose in a description)
-proves them the same. Anything no rule can prove is a difference: 0, or, where the user
-configured it (`toolcall`'s `unproven_rule: judge`), a question for the judge. Such differences
-carry `UNPROVEN` in their reason; every other difference is proven (another number, another
-type, another enum case, a missing required key).
+The principle: **a value pays only when a rule proves it means the same.** Strings are data:
+by default a string pays only when it is the same string, code point for code point. The rules
+below are granted by the JSON schema itself (never by a parameter's name or by prose in a
+description) or switched on by the user for an environment that really normalises (`normalize`).
+Anything no rule proves is a difference: 0, or, where the user configured it (`toolcall`'s
+`unproven_rule: judge`), a question for the judge. Such differences carry `UNPROVEN` in their
+reason; every other difference is proven (another number, another type, another enum value, an
+identifier, a missing required key).
 
-- Numbers by value, exactly: 5 == 5.0 for a `number` parameter (JSON Schema: an integer *is* a
-  number, and both texts denote one value), but never by closeness: 12345678901234567 vs
-  1.2345678901234568e16 is another id, 0.3 vs 0.30000000000000004 another value. A float for
-  an `integer` parameter is a difference unless `int_float_equal`. Booleans are not numbers.
+Always on, each granted by the schema or by JSON itself:
+- Numbers by value only where the schema says `number`: 5 == 5.0 there (JSON Schema's `number`
+  holds both, a backend validating `number` takes both as one value). Never by closeness:
+  12345678901234567 vs 1.2345678901234568e16 is another id, 0.3 vs 0.30000000000000004 another
+  value. Where the schema says `integer` or says nothing, an int and a float are two values:
+  a record that stores what it is given stores 5.0 (and prints "5.0") where the expert's
+  stored 5, Python's `range(5.0)` raises, BFCL's checker rejects a float for an integer. A float
+  for an `integer` pays only with `int_float_equal`. Booleans are not numbers.
 - A numeric string for an `integer`/`number` parameter ("2" for 2) only with `numeric_strings`
   (the user declares a backend that parses the canonical literal to that number): "02", " 2",
   "2e0" or "two" are differences even then.
 - `null` is a value, not an omission: in an update call null means "remove". Omitted equals null
   only where the schema's `default` is null.
-- Strings:
-  - identifiers and code (by `format`, by parameter name, or by shape: one token with a digit or
-    id punctuation) compare code point for code point: a file system or database does not fold
-    case, whitespace or Unicode (a difference there is proven: another id, another program);
-  - e-mail addresses: the domain part up to ASCII case (DNS names are case-insensitive by
-    RFC 4343); the local part exactly (RFC 5321 lets the receiving host treat it as
-    case-sensitive);
-  - an `enum` value in another case when it folds to exactly one allowed value: the schema
-    leaves one choice it can mean (a fold matching two allowed values proves nothing);
-  - any other one-line string: equal after Unicode NFC and collapsing runs of whitespace; a
-    string with a line break on either side (file contents, code, YAML, Markdown: line breaks
-    and indentation are syntax there) only after NFC. NFC is
-    canonical equivalence (the Unicode standard defines the two sequences as the same text:
-    "é" as one or two code points); NFKC is not used, it merges different characters ("ﬁ" and
-    "fi", "²" and "2"). Case, punctuation, look-alike letters and every word count: "Hire" is
-    not "hire" (nor "fire"), "mg" is not "Mg", "-f" is not "-F", "1.5 km" is not "15 km".
-    Differences in such text are `UNPROVEN` (the judge may decide), not proven.
+- An `enum` value in another case, only when every allowed value is ASCII and the candidate's
+  ASCII case fold names exactly one allowed value, the expert's: the schema lists every value the
+  tool takes, so the candidate can mean no other. Unicode case folding is never used: it maps
+  look-alikes onto allowed values ("ſ" long s to "s", "ß" to "ss", the Kelvin sign to "k") that
+  a backend then rejects or reads as something else. Without an enum, case is data ("DEBUG" and
+  "debug" as a log level, "mg" and "Mg", "-f" and "-F").
+- An e-mail address in a field whose schema says `format: email`: the domain part up to ASCII
+  case (DNS names are case-insensitive, RFC 4343), the local part exactly (RFC 5321 lets the
+  receiving host treat it as case-sensitive). Never by the look of a value: "Logs@Host.txt" may
+  be a file name.
 - Arrays in order; as sets only with `uniqueItems: true` (the schema says the items are a set).
-- Objects recursively with their own schema: an unknown key, a missing required key, or a key
-  given on one side only are differences, except that an omitted key equals the schema's own
-  `default` for it.
+- Objects recursively with their own schema: a key the schema does not name (unless its
+  `additionalProperties` allows more), a missing required key, or a key given on one side only
+  are differences, except that an omitted key equals the schema's own `default` for it.
+
+Opt-in (`normalize`, for an environment that normalises strings itself; each is wrong where the
+environment stores or executes the text as given: a padded name, a tab-delimited field, two
+spaces inside an SQL literal are other data there):
+- `whitespace`: in a one-line string that is not an identifier or code (see `schema`), runs of
+  Unicode whitespace compare as one space and the ends are trimmed (never in a string of
+  whitespace only: a tab delimiter is not a space).
+- `case`: in the same strings, ASCII letters compare without case (only A-Z/a-z: wider folds
+  merge look-alikes, see above).
+- `unicode`: in the same strings, Unicode NFC (canonical equivalence: "é" as one or two code
+  points). NFKC is never used: it merges different characters ("ﬁ" and "fi", "²" and "2").
+- `bfcl`: the string rule of BFCL's checker (`bfcl_eval`'s `ast_checker.standardize_string`,
+  applied there to every string, identifiers included): drop " ,./-_*^", lower-case, read "'" as
+  '"'; and a dotted tool name called with underscores ("math.factorial" as "math_factorial"),
+  which BFCL's harness does for APIs that forbid dots. Safe only where BFCL's checker is the
+  environment: it pays "SAN FRANCISCO" for "San Francisco" and "-f" for "F".
+Which environments normalise: BFCL's AST checker (all strings, as above). A backend that stores
+or executes arguments (a database record, a file name, a shell, an e-mail's subject) does not,
+and the default is for those.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pivotrl.verifiers.schema import (DEC_LITERAL, INT_LITERAL, MISSING, ParamSpec, is_number,
@@ -52,21 +70,42 @@ from pivotrl.verifiers.schema import (DEC_LITERAL, INT_LITERAL, MISSING, ParamSp
 _SCALARS = (str, int, float, bool)
 _EMAIL = re.compile(r"[^@\s]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
 UNPROVEN = "(not proven equal)"
+NORMALIZE = ("whitespace", "case", "unicode", "bfcl")
 _WHITESPACE = re.compile(
     "[\t\n\v\f\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
 _LINE_BREAK = re.compile(r"[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+_BFCL_DROP = re.compile(r"[ ,./\-_*^]")
 
 
 def nfc(s: str) -> str:
     return s if s.isascii() else unicodedata.normalize("NFC", s)
 
 
-def text_key(s: str) -> str:
-    """The form in which two texts compare: NFC (canonical equivalence), runs of whitespace as
-    one space, no leading/trailing whitespace. Whitespace is Unicode's White_Space property
-    (`str.split` would also split at the control characters U+001C–U+001F). Nothing else is
-    folded."""
-    return _WHITESPACE.sub(" ", nfc(s)).strip(" ")
+def bfcl_key(s: str) -> str:
+    """BFCL's `standardize_string`, character for character (bfcl_eval ast_checker)."""
+    return _BFCL_DROP.sub("", s).lower().replace("'", '"')
+
+
+def text_rule(normalize: Iterable[str], one_line: bool) -> Callable[[str], str] | None:
+    """The key under which two free-text strings compare with the user's `normalize` options
+    (None: no text rule, strings compare as they are). Whitespace is folded only in one-line
+    strings: in file contents, code, YAML or Markdown line breaks and indentation are syntax."""
+    on = set(normalize) & {"whitespace", "case", "unicode"}
+    if not one_line:
+        on.discard("whitespace")
+    if not on:
+        return None
+
+    def key(s: str) -> str:
+        if "unicode" in on:
+            s = nfc(s)
+        if "whitespace" in on:
+            s = _WHITESPACE.sub(" ", s).strip(" ")
+        if "case" in on:
+            s = s.translate(_ASCII_LOWER)
+        return s
+    return key
 
 
 def _as_int(v: int | float) -> int | None:
@@ -110,8 +149,17 @@ class ArgumentComparer:
     difference (the reason a reward is 0). A proven difference wins over an unproven one, so
     that only actions whose every difference is unproven can reach a judge."""
 
-    def __init__(self, int_float_equal: bool, numeric_strings: bool):
+    def __init__(self, int_float_equal: bool = False, numeric_strings: bool = False,
+                 normalize: Iterable[str] = ()):
         self.int_float_equal, self.numeric_strings = int_float_equal, numeric_strings
+        normalize = tuple(normalize)
+        unknown = set(normalize) - set(NORMALIZE)
+        if unknown:
+            raise ValueError(f"unknown normalize option(s) {sorted(unknown)}; known: "
+                             f"{', '.join(NORMALIZE)}")
+        self.bfcl = "bfcl" in normalize
+        self._line_key = text_rule(normalize, one_line=True)
+        self._block_key = text_rule(normalize, one_line=False)
 
     def value(self, spec: ParamSpec | None, name: str, exp: Any, cand: Any) -> str:
         te = type(exp)
@@ -129,8 +177,10 @@ class ArgumentComparer:
         if is_number(exp) or is_number(cand):
             if not (is_number(exp) and is_number(cand)):
                 return f"{name}: type differs ({type(cand).__name__} vs {type(exp).__name__})"
-            if kind == "integer" and not self.int_float_equal and type(exp) is not type(cand):
-                return f"{name}: {cand!r} is not an integer"
+            if type(exp) is not type(cand) and not (
+                    kind == "number" or kind == "integer" and self.int_float_equal):
+                return (f"{name}: {cand!r} is not {exp!r} (an int and a float; the schema "
+                        f"says {kind})")
             return "" if numbers_equal(exp, cand) else f"{name}: {cand!r} != {exp!r}"
         if isinstance(exp, str) or isinstance(cand, str):
             if not (isinstance(exp, str) and isinstance(cand, str)):
@@ -142,20 +192,25 @@ class ArgumentComparer:
             return self.array(spec, name, exp, cand)
         if isinstance(exp, dict) and isinstance(cand, dict):
             return self.fields(spec.props if spec is not None else None,
-                               spec.required if spec is not None else frozenset(), name, exp, cand)
+                               spec.required if spec is not None else frozenset(), name, exp, cand,
+                               spec is not None and spec.open)
         return "" if exp == cand else f"{name}: {cand!r} != {exp!r}"
 
     def string(self, spec: ParamSpec | None, name: str, exp: str, cand: str) -> str:
         if exp == cand:
             return ""
         differ = f"{name}: {cand!r} != {exp!r}"
+        if self.bfcl and bfcl_key(exp) == bfcl_key(cand):
+            return ""
         enum = spec.enum if spec is not None else None
         if enum is not None:
             # The schema's own list: a value it does not name, or a fold that names two, is
             # another choice (proven), not a paraphrase.
-            folded = [e for e in enum if e.casefold() == cand.casefold()]
-            return "" if exp in enum and folded == [exp] else differ
-        if "@" in exp and _emails_equal(exp, cand):
+            folds = spec.enum_fold
+            same = (folds is not None and cand.isascii() and exp in enum
+                    and folds.get(cand.lower()) == exp)
+            return "" if same else differ
+        if spec is not None and spec.format == "email" and _emails_equal(exp, cand):
             return ""
         cls = spec.string_class if spec is not None else None
         if cls is None:
@@ -163,9 +218,12 @@ class ArgumentComparer:
         if cls == "exact":
             # Another identifier or another program: a proven difference, never for a judge.
             return f"{differ} (compared exactly)"
-        multiline = _LINE_BREAK.search(exp) or _LINE_BREAK.search(cand)
-        if (nfc(exp) == nfc(cand)) if multiline else (text_key(exp) == text_key(cand)):
-            return ""
+        if self._line_key is not None and exp.strip() and cand.strip():
+            # (a string of whitespace only is all data: a tab delimiter is not a space)
+            multiline = _LINE_BREAK.search(exp) or _LINE_BREAK.search(cand)
+            key = self._block_key if multiline else self._line_key
+            if key is not None and key(exp) == key(cand):
+                return ""
         return f"{differ} {UNPROVEN}"
 
     def array(self, spec: ParamSpec | None, name: str, exp: list, cand: list) -> str:
@@ -199,11 +257,11 @@ class ArgumentComparer:
         return f"{name}: {missing!r} not among the candidate's items"
 
     def fields(self, props: dict[str, ParamSpec] | None, required: frozenset[str], where: str,
-               exp: dict, cand: dict) -> str:
+               exp: dict, cand: dict, open: bool = False) -> str:
         prefix = f"{where}." if where else ""
-        if props is not None:
+        if props is not None and not open:
             for key in cand:
-                if key not in props and key not in exp:  # the expert's own extras are compared
+                if key not in props:  # not an argument the tool takes, whoever wrote it
                     return f"unknown argument {prefix}{key}"
         for key in required:
             if key not in cand:

@@ -11,9 +11,12 @@ make a comparison stricter, never looser:
   compared code point for code point) or None (decided from the value, `string_class`);
 - default: the schema's `default` key only (prose such as "defaults to X" in a description is
   not read: the first such phrase often describes something else);
-- enum: the allowed values (a value in another case is the same choice when it folds to exactly
-  one of them);
-- unordered: `uniqueItems: true` (the schema says the array is a set).
+- enum: the allowed values, and their ASCII case folds when every allowed value is ASCII (a value
+  in another case is the same choice only when its fold names exactly one of them);
+- format: the schema's `format` (only `format: email` grants a rule: the domain's case);
+- unordered: `uniqueItems: true` (the schema says the array is a set);
+- open: `additionalProperties` given as true or a schema (keys beyond `properties` are allowed;
+  without it, an argument the schema does not name is not one the tool takes).
 """
 
 from __future__ import annotations
@@ -57,20 +60,35 @@ def is_number(v: Any) -> bool:
 class ParamSpec:
     """What the verifier needs of one parameter schema, precomputed once per tools list."""
     __slots__ = ("kind", "string_class", "default", "items", "props", "required", "enum",
-                 "unordered")
+                 "enum_fold", "unordered", "format", "open")
 
     def __init__(self, kind: str, string_class: str | None, default: Any, items, props, required,
-                 enum: tuple | None = None, unordered: bool = False):
+                 enum: tuple | None = None, unordered: bool = False, format: str | None = None,
+                 open: bool = False):
         self.kind, self.string_class, self.default = kind, string_class, default
         self.items, self.props, self.required = items, props, required
-        self.enum, self.unordered = enum, unordered
+        self.enum, self.unordered, self.format, self.open = enum, unordered, format, open
+        self.enum_fold = ascii_folds(enum) if enum else None
+
+
+def ascii_folds(values: tuple) -> dict[str, str | None] | None:
+    """ASCII-lower-cased allowed value -> the value (None where two values share a fold), or
+    None when some allowed value is not ASCII (Unicode case folding merges look-alikes: "ſ" and
+    "s", "ß" and "ss", the Kelvin sign and "k"; only A-Z/a-z fold one to one)."""
+    if not all(v.isascii() for v in values):
+        return None
+    folds: dict[str, str | None] = {}
+    for v in values:
+        key = v.lower()
+        folds[key] = None if key in folds and folds[key] != v else v
+    return folds
 
 
 class FnSpec:
-    __slots__ = ("props", "required")
+    __slots__ = ("props", "required", "open")
 
-    def __init__(self, props: dict[str, ParamSpec], required: frozenset[str]):
-        self.props, self.required = props, required
+    def __init__(self, props: dict[str, ParamSpec], required: frozenset[str], open: bool = False):
+        self.props, self.required, self.open = props, required, open
 
 
 def _kind(schema: dict) -> str:
@@ -110,7 +128,8 @@ def _param(name: str, schema: Any) -> ParamSpec:
     kind = _kind(schema)
     enum = schema.get("enum") if isinstance(schema.get("enum"), list) else None
     desc = schema.get("description") if isinstance(schema.get("description"), str) else ""
-    exact = (enum is not None or schema.get("format") in _ID_FORMATS or bool(_ID_NAME.search(name))
+    fmt = schema.get("format") if isinstance(schema.get("format"), str) else None
+    exact = (enum is not None or fmt in _ID_FORMATS or bool(_ID_NAME.search(name))
              or bool(_ID_DESC.search(desc[:200])))
     # `null` is a value: a `default: null` key makes omission equal null, nothing else does.
     default = _typed_default(schema.get("default", MISSING), kind)
@@ -124,8 +143,9 @@ def _param(name: str, schema: Any) -> ParamSpec:
     # `uniqueItems: true` says the array holds distinct values with no meaning in their order
     # (a set, as JSON Schema draws it); a name like "tags" says nothing of the kind.
     unordered = kind == "array" and schema.get("uniqueItems") is True
+    extra = schema.get("additionalProperties")
     return ParamSpec(kind, "exact" if exact else None, default, items, props, required,
-                     str_enum or None, unordered)
+                     str_enum or None, unordered, fmt, extra is True or isinstance(extra, dict))
 
 
 def _fn_spec(tool: Any) -> tuple[str, FnSpec] | None:
@@ -137,7 +157,7 @@ def _fn_spec(tool: Any) -> tuple[str, FnSpec] | None:
         return None
     params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {}
     spec = _param("", {**params, "type": "object"})
-    return name, FnSpec(spec.props if spec.props is not None else {}, spec.required)
+    return name, FnSpec(spec.props if spec.props is not None else {}, spec.required, spec.open)
 
 
 def build_index(tools: list) -> dict[str, FnSpec]:
@@ -189,6 +209,21 @@ def schema_index(tools: list) -> _LazyIndex:
         _INDEX_CACHE.clear()
     index = _INDEX_CACHE[key] = _LazyIndex(tools)  # holds `tools`: its id stays unique
     return index
+
+
+def not_offered(index: _LazyIndex, name: str, args: Any) -> str:
+    """Why a call is not one the turn's tools offer ("" when it is): a tool not in the list, or
+    an argument its schema does not name (unless `additionalProperties` allows more). A
+    verifier asks only when the turn offers tools: such a call is a wrong action, whatever the
+    expert did (the environment rejects it, or runs what it never offered)."""
+    fn = index.get(name)
+    if fn is None:
+        return f"tool {name!r} is not offered at this turn"
+    if not fn.open and isinstance(args, dict):
+        unknown = next((k for k in args if k not in fn.props), None)
+        if unknown is not None:
+            return f"unknown argument {unknown!r} (not in the schema of {name!r})"
+    return ""
 
 
 def string_class(name: str, value: str) -> str | None:

@@ -4,31 +4,32 @@ Does the candidate *do* what the expert's action does? The principle (of every r
 `pivotrl.verifiers.arguments` and `pivotrl.verifiers.messages`): **pay only what is proven.** A
 value pays when it is the same JSON value, or when a rule the schema or the world grants proves
 it means the same; what no rule proves is 0, or, where the user configured the judge, the
-judge's question. No similarity threshold pays anything by default.
+judge's question. No similarity threshold pays anything, and strings are data: no whitespace,
+case or Unicode rule unless the user declares an environment that normalises (`normalize`).
 
 - Call vs message: an expert call answered by a message scores 0, and vice versa. When both
   called tools, text content around the calls is ignored (the calls are the action).
+- Only offered tools pay: when the turn offers tools, a call to a tool it does not offer, or an
+  argument the tool's schema does not name, is a wrong action (the environment would reject it
+  or, worse, run something it never offered), whatever the expert did.
 - Calls are a multiset: same number of calls, and an optimal one-to-one matching (order ignored)
   in which every pair is equivalent. Otherwise 0; with `partial_credit`, a candidate whose every
   call matches one of the expert's earns matched / expert calls, and any extra or wrong call
   (which may be destructive) still earns 0.
-- A pair is equivalent when the function name is the same ("a.b" may be called "a_b" when no
-  tool is named "a_b") and the arguments are equal *as values* under the function's schema
-  (from the turn's `tools`): the rules of `pivotrl.verifiers.arguments` (numbers by value and
-  integers exactly, an enum's single case-insensitive match, `uniqueItems` arrays as sets, an
-  omitted key equal to the schema's `default`, `null` a value, text equal up to whitespace).
+- A pair is equivalent when the function name is the same and the arguments are equal *as
+  values* under the function's schema (from the turn's `tools`): the rules of
+  `pivotrl.verifiers.arguments`.
 - When the turn names a world (`metadata["world"]`) whose class defines `canonical_call` (see
   `pivotrl.verifiers.world`), that world's own rule decides argument equivalence for the calls it
   knows: the world executes both calls identically, so they are the same action there.
-- `unproven_rule: judge`: an action whose calls match once the *unproven* differences (text that
-  differs beyond whitespace) are allowed, and only then, goes to the LLM judge, which sees both
-  whole actions in both orders. A proven difference (another number, id, type, enum value,
-  function or call count) is never a judge's question.
-- A final message at a turn whose world defines `canonical_message` is judged by the world first
-  (`same_answer`): answers it reads as the same score 1, answers it reads as different 0.
-- When the expert sent a message, a message is never a free pass: `message_rule` decides
-  (`exact`: `pivotrl.verifiers.messages`, the same text up to whitespace, or two refusals that
-  claim nothing; `judge`: the LLM judge for any other text).
+- `unproven_rule: judge`: an action whose calls match once the *unproven* differences (free text
+  that differs) are allowed, and only then, goes to the LLM judge, which sees both whole actions
+  in both orders. A proven difference (another number, id, type, enum value, function or call
+  count) is never a judge's question.
+- A final message: the same text (ends trimmed) pays; at a turn whose world defines
+  `canonical_message` the world reads both (`same_answer`): answers it reads as the same score
+  1, answers it reads as different 0; any other text scores 0 or, with `message_rule: judge`,
+  goes to the judge (`pivotrl.verifiers.messages`). A message is never a free pass.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from pivotrl.verifiers.arguments import ArgumentComparer, is_unproven
 from pivotrl.verifiers.base import Score
 from pivotrl.verifiers.judge import JudgeVerifier
 from pivotrl.verifiers.messages import compare_messages
-from pivotrl.verifiers.schema import build_index, schema_index  # noqa: F401
+from pivotrl.verifiers.schema import build_index, not_offered, schema_index  # noqa: F401
 from pivotrl.verifiers.world import action_rule, same_answer
 
 
@@ -53,20 +54,25 @@ class ToolcallConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     message_rule: Literal["exact", "judge", "any"] = Field(
         "exact", description="How a message is judged when the expert sent a message: 'exact' "
-                             "(the same text up to whitespace, or two tool refusals that claim "
-                             "nothing: pivotrl.verifiers.messages; a paraphrase scores 0), "
-                             "'judge' (the same text pays, any other goes to the LLM judge), "
+                             "(the same text, ends trimmed, or the same answer as the turn's "
+                             "world reads it: pivotrl.verifiers.messages; any other text scores "
+                             "0), 'judge' (those pay, any other text goes to the LLM judge), "
                              "'any' (every message scores 1: NeMo-Gym's rule, a known reward "
                              "leak, only for ablations).")
-    refusal_match: bool = Field(
-        True, description="A tool refusal answering an expert tool refusal scores 1 (the decision "
-                          "is the same: call nothing) when every clause of both is a courtesy or "
-                          "a refusal of a closed form and neither claims anything (no number, "
-                          "id, first-person claim or result). An apology inside an answer is "
-                          "not a refusal.")
+    normalize: list[Literal["whitespace", "case", "unicode", "bfcl"]] = Field(
+        default_factory=list, description="String rules for an environment that normalises "
+                                          "strings itself (default none: strings are data, a "
+                                          "padded or re-spaced value is another value). "
+                                          "'whitespace' (runs of whitespace as one space, ends "
+                                          "trimmed), 'case' (ASCII case), 'unicode' (NFC), in "
+                                          "one-line free text, never in identifiers or code; "
+                                          "'bfcl': BFCL's checker rule on every string (drop "
+                                          "' ,./-_*^', lower-case) and dotted tool names called "
+                                          "with underscores. Each is documented with where it "
+                                          "holds in pivotrl.verifiers.arguments.")
     unproven_rule: Literal["reject", "judge"] = Field(
-        "reject", description="Calls that would match if the unproven differences (text that "
-                              "differs beyond whitespace: case, punctuation, words) were allowed: "
+        "reject", description="Calls that would match if the unproven differences (free text "
+                              "that differs: spacing, case, punctuation, words) were allowed: "
                               "'reject' scores them 0 (precision first), 'judge' asks the LLM "
                               "judge about the whole action in both orders. A proven difference "
                               "(number, id, type, enum value, function) is never asked.")
@@ -81,7 +87,9 @@ class ToolcallConfig(BaseModel):
     int_float_equal: bool = Field(
         False, description="Accept 5.0 for an *integer* parameter. Default False: BFCL's checker, "
                             "NVIDIA's comparator and typed executors (range(5.0), list[5.0]) reject "
-                            "it. An int for a *number* parameter is always accepted (5 == 5.0).")
+                            "it, and a record that stores what it is given stores 5.0. An int for "
+                            "a *number* parameter is always accepted (5 == 5.0); where the schema "
+                            "states no type, an int and a float are two values.")
     partial_credit: bool = Field(
         False, description="With several expert calls, a candidate whose every call matches one of "
                            "the expert's earns matched / expert calls instead of 0; an extra or "
@@ -133,7 +141,7 @@ class ToolcallVerifier:
     def __init__(self, **config):
         self.config = ToolcallConfig(**config)
         cfg = self.config
-        self._cmp = ArgumentComparer(cfg.int_float_equal, cfg.numeric_strings)
+        self._cmp = ArgumentComparer(cfg.int_float_equal, cfg.numeric_strings, cfg.normalize)
         self._expected_cache: dict[int, tuple[Message, list[tuple[str, dict, str]]]] = {}
         self._judge = None
 
@@ -175,6 +183,11 @@ class ToolcallVerifier:
                                                and len(cand) < len(expected)):
             return Score(0.0, True, f"{len(cand)} calls where the expert made {len(expected)}")
         index = schema_index(turn.tools)
+        if turn.tools:
+            for cn, ca, _ in cand:
+                why = self._not_offered(index, cn, ca)
+                if why:
+                    return Score(0.0, True, why)
         rule = action_rule(turn.metadata.get("world")) if turn.metadata else None
         diffs = [["" if cn == en and cr == er else self._pair(index, rule, en, ea, cn, ca)
                   for cn, ca, cr in cand] for en, ea, er in expected]
@@ -204,10 +217,27 @@ class ToolcallVerifier:
             self._judge = JudgeVerifier(**self.config.judge)
         return self._judge.score(turn, action)
 
+    def _not_offered(self, index, name: str, args: dict) -> str:
+        if self._cmp.bfcl and index.get(name) is None and "_" in name:
+            dotted = self._dotted(index, name)
+            if dotted is not None:
+                name = dotted
+        return not_offered(index, name, args)
+
+    @staticmethod
+    def _dotted(index, name: str) -> str | None:
+        """Under `normalize: [bfcl]`, "a_b" names the offered tool "a.b" when no tool is "a_b":
+        BFCL's harness renames dotted tools for APIs that forbid dots in names."""
+        for tool in index.tools or []:
+            fn = tool.get("function", tool) if isinstance(tool, dict) else None
+            other = fn.get("name") if isinstance(fn, dict) else None
+            if isinstance(other, str) and "." in other and other.replace(".", "_") == name:
+                return other
+        return None
+
     def _pair(self, index, rule, en: str, ea: dict, cn: str, ca: dict) -> str:
-        # "a.b" called as "a_b" (function-calling APIs forbid dots) is the same function when
-        # "a_b" is not itself a tool.
-        if cn != en and not (cn == en.replace(".", "_") and index.get(cn) is None):
+        if cn != en and not (self._cmp.bfcl and cn == en.replace(".", "_")
+                             and index.get(cn) is None):
             return f"function {cn!r} != {en!r}"
         if rule is not None:
             exp_canon, cand_canon = rule(en, ea), rule(en, ca)
@@ -218,21 +248,23 @@ class ToolcallVerifier:
         fn = index.get(en)
         if fn is None:
             return self._cmp.fields(None, frozenset(), "", ea, ca)
-        return self._cmp.fields(fn.props, fn.required, "", ea, ca)
+        return self._cmp.fields(fn.props, fn.required, "", ea, ca, fn.open)
 
     def _score_message(self, turn: Turn, action: Message) -> Score:
         rule = self.config.message_rule
-        same = same_answer(turn, message_text(turn.expected), message_text(action))
-        if same is not None and rule != "any":  # the world's own ruling on its answers
-            return Score(1.0 if same else 0.0, True,
-                         "" if same else "not the expert's answer under the world's own rule")
         if rule == "any":
             return Score(1.0, True, "any message accepted (message_rule=any)")
-        diff = compare_messages(message_text(turn.expected), message_text(action),
-                                self.config.refusal_match)
-        if diff and rule == "judge" and message_text(action).strip():
+        expected, text = message_text(turn.expected), message_text(action)
+        diff = compare_messages(expected, text)
+        if not diff or not text.strip():
+            return Score(0.0 if diff else 1.0, True, diff)
+        same = same_answer(turn, expected, text)
+        if same is not None:  # the world's own ruling on its answers
+            return Score(1.0 if same else 0.0, True,
+                         "" if same else "not the expert's answer under the world's own rule")
+        if rule == "judge":
             return self._judged(turn, action)
-        return Score(0.0 if diff else 1.0, True, diff)
+        return Score(0.0, True, diff)
 
     def score_batch(self, turns: Sequence[Turn], actions: Sequence[Message | None]) -> list[Score]:
         return [self.score(t, a) for t, a in zip(turns, actions, strict=True)]

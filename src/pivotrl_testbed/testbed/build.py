@@ -42,6 +42,9 @@ SKILL_K = 8
 SKILL_MAX_NEW_TOKENS = 64
 
 
+_HASHED_WHEN_SET = ("variants", "variant_seed")
+
+
 class TestbedConfig(BaseModel):
     """What `testbed build` makes. Defaults: configs/testbed.yaml (measured there)."""
 
@@ -75,6 +78,14 @@ class TestbedConfig(BaseModel):
                               "at 0.1 every turn position is ≥ 0.2 (docs/RESULTS.md).")
     weak_habit: float = Field(0.7, description="Weak expert's habit: its own preferred form (experts.ExpertConfig).")
     weak_seed: int = Field(1, description="Seed of the weak expert.")
+    variants: int = Field(0, ge=0, description="0: the base is pretrained on the weak expert's "
+                          "trajectories of the worlds themselves (it already knows them: no arm "
+                          "could teach it anything, docs/RESULTS.md). N > 0: those trajectories "
+                          "are translated into N other worlds with the same mechanics and other "
+                          "tool names, argument keys and system prompts (testbed/variants.py), "
+                          "round robin, and the tokenizer is trained on the pretraining text "
+                          "only: the base meets the worlds only through the demo's data.")
+    variant_seed: int = Field(0, description="Seed of the variants' names (variants > 0).")
     weak_task_start: int = Field(100_000, description="First task index of the weak expert's tasks "
                                                       "(disjoint from the expert's train tasks).")
     vocab_size: int = Field(2048, description="Tokenizer vocabulary (the testbed text saturates ~2k).")
@@ -96,7 +107,11 @@ class TestbedConfig(BaseModel):
         })
 
     def digest(self) -> str:
-        blob = json.dumps({"v": BUILD_VERSION, **self.model_dump()}, sort_keys=True)
+        # Fields added after the shipped build hash only when set: a config that leaves them at
+        # their defaults builds what it built before, and keeps its hash.
+        dump = {k: v for k, v in self.model_dump().items()
+                if k not in _HASHED_WHEN_SET or v != type(self).model_fields[k].default}
+        blob = json.dumps({"v": BUILD_VERSION, **dump}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -149,6 +164,7 @@ def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tup
     `out`; returns (expert by (world, split), weak by world, OOD counts, OOD train tasks)."""
     from pivotrl_testbed.testbed import ood
     from pivotrl_testbed.testbed.experts import ExpertConfig
+    from pivotrl_testbed.testbed.variants import translate_all
 
     say("expert trajectories")
     expert, weak = {}, {}
@@ -161,6 +177,8 @@ def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tup
         say(f"weak trajectories: {w}")
         weak[w] = _trajectories(w, "train", cfg.n_weak, cfg.weak_seed, weak_cfg,
                                 cfg.weak_task_start, cfg.workers)
+        if cfg.variants:
+            weak[w] = translate_all(weak[w], w, cfg.variants, cfg.variant_seed)
         write_atomic(out / "pretrain" / f"{w}.jsonl", weak[w])
     ood_counts = ood.write_ood(out / "ood", cfg.ood_train, cfg.ood_eval, seed=0,
                                families=cfg.ood_families)
@@ -168,7 +186,8 @@ def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tup
 
 
 def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: list):
-    """The testbed tokenizer, trained on the rendered train text (expert, weak and OOD)."""
+    """The testbed tokenizer, trained on the rendered train text (expert — unless the base
+    pretrains on variants —, weak and OOD)."""
     from pivotrl.formats.chat import template_messages
     from pivotrl_testbed.testbed.tiny import build_tokenizer
 
@@ -178,16 +197,19 @@ def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: lis
         return seed_tok.apply_chat_template(template_messages(messages), tools=tools or None,
                                             tokenize=False)
 
-    texts = [render(t.messages, t.tools) for (w, split), ts in expert.items() if split == "train"
-             for t in ts]
+    # With variants the worlds' own names stay out of the vocabulary's training text: a token
+    # the base never saw in pretraining has an untrained embedding, and it could never write it.
+    texts = [] if cfg.variants else [render(t.messages, t.tools) for (w, split), ts in expert.items()
+                                      if split == "train" for t in ts]
     texts += [render(t.messages, t.tools) for ts in weak.values() for t in ts]
     texts += [render(task.messages + [_answer(task.answer)], None) for task in ood_train]
     return build_tokenizer(texts, vocab_size=cfg.vocab_size)
 
 
 def pretrain_base(cfg: TestbedConfig, tokenizer, weak: dict, ood_train: list,
-                  say: Callable[[str], None]):
-    """A fresh tiny model (seeded init) pretrained on the mixture; returns (model, stats)."""
+                  say: Callable[[str], None], checkpoint: Path | None = None):
+    """A fresh tiny model (seeded init) pretrained on the mixture; returns (model, stats). With
+    `checkpoint`, the loop saves its state there and resumes a killed build of this config."""
     import torch
 
     from pivotrl_testbed.testbed.pretrain import pretrain
@@ -204,7 +226,9 @@ def pretrain_base(cfg: TestbedConfig, tokenizer, weak: dict, ood_train: list,
             say(f"pretraining the base: step {step}/{cfg.pretrain.steps} loss {loss:.3f}")
 
     stats = pretrain(model, tokenizer, pretrain_examples(weak, ood_train, cfg.ood_repeat),
-                     cfg.pretrain, on_step)
+                     cfg.pretrain, on_step, checkpoint=checkpoint, checkpoint_key=cfg.digest())
+    if stats["resumed_from"]:
+        say(f"pretraining the base: resumed at step {stats['resumed_from']}")
     return model, stats
 
 
@@ -245,8 +269,10 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
         model, _ = load_tiny(out / "base")
         stats = ship["pretrain"]
     else:
-        model, stats = pretrain_base(cfg, tokenizer, weak, ood_train, say)
+        state = out / "pretrain" / "state.pt"
+        model, stats = pretrain_base(cfg, tokenizer, weak, ood_train, say, checkpoint=state)
         save_tiny(model, tokenizer, out / "base")
+        state.unlink(missing_ok=True)
     t0 = lap("pretrain", t0)
 
     info: dict[str, Any] = {
@@ -257,6 +283,7 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
                    **{f"ood/{k}": v for k, v in ood_counts.items()}},
         "weak_success": {w: sum(t.metadata.get("success", False) for t in v) / max(1, len(v))
                          for w, v in weak.items()},
+        "pretrain_in_domain": {w: in_domain_examples(w, v) for w, v in weak.items()},
         "pretrain": stats,
         "base_source": "pretrained" if ship is None else f"shipped (build hash {ship['config_hash']})",
     }
@@ -305,6 +332,18 @@ def position_success(model, tokenizer, trajectories: Path, n: int = SKILL_TRAJEC
                        "mixed": round(sum(outcome([s.reward for s in p.samples]) == "mixed"
                                           for p in ps) / len(ps), 4)}
             for pos, ps in sorted(by.items())}
+
+
+def in_domain_examples(world: str, trajectories: list) -> int:
+    """How many pretraining trajectories hold one of `world`'s own tool names or its system
+    prompt: 0 when the base meets the world only through the demo's data."""
+    from pivotrl_testbed.testbed.tasks import world_module
+
+    mod = world_module(world)
+    names = {t["function"]["name"] for t in mod.TOOLS}
+    return sum(bool(names & {t["function"]["name"] for t in traj.tools or []})
+               or any(m.role == "system" and m.content == mod.SYSTEM_PROMPT for m in traj.messages)
+               for traj in trajectories)
 
 
 def _answer(text: str):

@@ -52,3 +52,10 @@ def read_answer(text: str, families: dict[str, list[str]]) -> tuple[str, dict[st
 
 
 _PATTERNS: dict[str, re.Pattern] = {}
+
+
+def sentence_end(text: str) -> str:
+    """A final answer with its last sentence ended by one ".": "Done!" and "Done" read as
+    "Done." (the templates end in a full stop; an exclamation or a dropped stop says no other
+    thing). A "?" is kept: a question is not an answer."""
+    return text.rstrip().rstrip(".!") + "." if isinstance(text, str) else text

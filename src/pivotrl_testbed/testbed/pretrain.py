@@ -20,9 +20,11 @@ the last bits of the weights.
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -103,9 +105,44 @@ def _assistant_loss(model, ids, attn, labels):
     return F.cross_entropy(logits.float(), labels[:, 1:][keep])
 
 
+def _save_state(path: Path, model, opt, step: int, loss_ema: float | None, seconds: float,
+                key: str) -> None:
+    """The loop's whole state after `step` steps, written atomically (a kill mid-write leaves the
+    previous checkpoint)."""
+    import torch
+
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"key": key, "step": step, "loss_ema": loss_ema, "seconds": seconds,
+                "model": model.state_dict(), "opt": opt.state_dict()}, tmp)
+    os.replace(tmp, path)
+
+
+def _load_state(path: Path, key: str) -> dict[str, Any] | None:
+    """The checkpoint at `path` when it was written for `key` (the same model, data and
+    config), else None: another recipe's state is never resumed."""
+    import torch
+
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except (OSError, RuntimeError, EOFError, ValueError):
+        return None  # unreadable (a partial file from an older writer): start over
+    return state if isinstance(state, dict) and state.get("key") == key else None
+
+
 def pretrain(model, tokenizer, examples: Sequence[dict[str, Any]], cfg: PretrainConfig | None = None,
-             on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
-    """Train `model` in place; returns {"steps", "seconds", "final_loss", "examples", "tokens"}."""
+             on_step: Callable[[int, float], None] | None = None, *,
+             checkpoint: str | Path | None = None, checkpoint_every: int = 200,
+             checkpoint_key: str = "") -> dict[str, Any]:
+    """Train `model` in place; returns {"steps", "seconds", "final_loss", "examples", "tokens",
+    "resumed_from"}.
+
+    With `checkpoint`, the loop's state (weights, optimizer, step) is saved there every
+    `checkpoint_every` steps and a run resumes from it when its `checkpoint_key` matches (the
+    caller's name for the recipe: model, data and config): a pretraining that outlives a session
+    is not lost. The batch stream is a function of the seed alone, so a resumed run replays the
+    same batches and ends with the weights an unbroken run gives (tested)."""
     import torch
 
     cfg = cfg or PretrainConfig()
@@ -127,7 +164,16 @@ def pretrain(model, tokenizer, examples: Sequence[dict[str, Any]], cfg: Pretrain
 
     model.train()
     start, loss_ema, stream = time.time(), None, _batches(encoded, cfg, rng)
-    for step in range(cfg.steps):
+    path = Path(checkpoint) if checkpoint is not None else None
+    first, earlier = 0, 0.0
+    state = _load_state(path, checkpoint_key) if path is not None else None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        first, loss_ema, earlier = state["step"], state["loss_ema"], state["seconds"]
+        for _ in range(first):
+            next(stream)
+    for step in range(first, cfg.steps):
         idx = next(stream)
         width = max(len(encoded[i][0]) for i in idx)
         ids = torch.full((len(idx), width), pad, dtype=torch.long)
@@ -146,8 +192,12 @@ def pretrain(model, tokenizer, examples: Sequence[dict[str, Any]], cfg: Pretrain
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
+        if path is not None and ((step + 1) % checkpoint_every == 0 or step + 1 == cfg.steps):
+            _save_state(path, model, opt, step + 1, loss_ema, earlier + time.time() - start,
+                        checkpoint_key)
         if on_step:
             on_step(step + 1, loss_ema)
     model.eval()
-    return {"steps": cfg.steps, "seconds": round(time.time() - start, 1), "final_loss": loss_ema,
-            "examples": len(encoded), "tokens": sum(len(e[0]) for e in encoded)}
+    return {"steps": cfg.steps, "seconds": round(earlier + time.time() - start, 1),
+            "final_loss": loss_ema, "examples": len(encoded),
+            "tokens": sum(len(e[0]) for e in encoded), "resumed_from": first}

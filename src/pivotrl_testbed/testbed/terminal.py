@@ -17,7 +17,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from pivotrl_testbed.testbed.common import read_answer
+from pivotrl_testbed.testbed.common import read_answer, sentence_end
 from pivotrl.sandbox import bwrap as sandbox
 from pivotrl.verifiers.probes import perturb_workspace
 from pivotrl.verifiers.world import register_world
@@ -132,11 +132,16 @@ class TerminalWorld:
         """A final answer as this world reads it (`pivotrl.verifiers.world`): its kind and the
         facts it states. Facts a form leaves out come from the files (which file is "the csv
         file"); a claim about a written file ("the first 3 lines", "the sorted names") is
-        dropped when the file bears it out and kept, so it differs, when it does not."""
-        read = read_answer(text, ANSWERS)
+        dropped when the file bears it out and kept, so it differs, when it does not. Paths
+        read as the shell reads them ("./out.txt" is "out.txt", "old/" is "old"), and the end
+        of a sentence as the user reads it ("!" or no full stop for ".")."""
+        read = read_answer(sentence_end(text), ANSWERS)
         if read is None:
             return None
         kind, slots = read
+        for key in ("f", "out", "d"):
+            while slots.get(key, "").startswith("./") and len(slots[key]) > 2:
+                slots[key] = slots[key][2:]
         files = self.files()
         if kind == "lines" and "f" not in slots:
             csv = [p for p in files if "/" not in p and p.endswith(".csv")]

@@ -19,7 +19,7 @@ import random
 import re
 from typing import Any
 
-from pivotrl_testbed.testbed.common import compact, read_answer
+from pivotrl_testbed.testbed.common import compact, read_answer, sentence_end
 from pivotrl.verifiers.world import register_world
 
 NAME = "toolshop"
@@ -173,8 +173,9 @@ class ToolshopWorld:
         """A final answer as this world reads it (`pivotrl.verifiers.world`): its kind and the
         facts it states, names folded as the tools fold them; a buy answer that leaves out the
         product and quantity reads the same as one that states them when the state confirms
-        them (a stated product or quantity the order does not hold stays in, so it differs)."""
-        read = read_answer(text, ANSWERS)
+        them (a stated product or quantity the order does not hold stays in, so it differs).
+        The end of a sentence reads as the user reads it: "!" or no full stop for "."."""
+        read = read_answer(sentence_end(text), ANSWERS)
         if read is None:
             return None
         kind, slots = read

@@ -1,4 +1,4 @@
-"""Score a file of verify cases (docs/DESIGN.md contract behind `pivotrl verify`).
+"""Score a file of verify cases (the library behind `pivotrl verify`).
 
 A case is a Turn plus `"candidate"` (an assistant message) or `"completion"` (raw model text,
 parsed in the model's own format when a parser is given (`pivotrl verify --model DIR`:
@@ -13,11 +13,10 @@ line i always answers input line i.
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from pydantic import ValidationError
 
@@ -97,13 +96,20 @@ def _case(lineno: int, line: str, parse: Parser = parse_completion, rows: RowDec
 
 
 def verify_file(cases_path: str | Path, verifier_name: str, config: dict[str, Any] | None = None,
-                out_path: str | Path | None = None, parse: Parser = parse_completion) -> VerifySummary:
-    """Score every line of `cases_path`; write results to `out_path` (stdout when None).
+                out_path: str | Path | TextIO | None = None, parse: Parser = parse_completion
+                ) -> VerifySummary:
+    """Score every line of `cases_path`; write the results to `out_path`, a path or an open text
+    stream (the CLI's stdout); None: the summary only.
     parse: how "completion" texts are read (the model's `formats.parser_for`)."""
-    check_outputs([cases_path], [out_path])
+    import io
+
+    to_file = isinstance(out_path, (str, Path))
+    if to_file:
+        check_outputs([cases_path], [out_path])
     verifier = get_verifier(verifier_name, **(config or {}))
     summary = VerifySummary()
-    out = open(out_path, "w", encoding="utf-8") if out_path is not None else sys.stdout
+    out = (open(out_path, "w", encoding="utf-8") if to_file
+           else out_path if out_path is not None else io.StringIO())
     pending: list[tuple[str | None, Turn | None, Message | None, str]] = []
     rows = RowDecoder()
 
@@ -133,7 +139,7 @@ def verify_file(cases_path: str | Path, verifier_name: str, config: dict[str, An
                 flush()
         flush()
     finally:
-        if out_path is not None:
+        if to_file:
             out.close()
     return summary
 

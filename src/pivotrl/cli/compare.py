@@ -1,0 +1,79 @@
+"""`pivotrl compare`: models paired on the same held-out turns (`pivotrl.evaluate.compare`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pivotrl.cli.console import console, fail
+from pivotrl.cli.evaluate import check_inputs
+from pivotrl.cli.guard import guarded
+from pivotrl.cli.options import config_fields, engine_option
+from pivotrl.evaluate.turns import TurnEvalConfig
+from pivotrl.sampling.vllm import VLLMOptions
+
+
+def compare_table(doc: dict[str, Any]) -> Table:
+    table = Table(title=f"pivotrl compare on {doc['turns_file']}")
+    for col in ("a", "b", "diff (a − b) pts", "95% CI (paired, by trajectory)", "verdict", "reading",
+                "turns paired"):
+        table.add_column(col)
+    for p in doc["pairs"]:
+        ci = p["ci95"]
+        table.add_row(p["a"], p["b"], "–" if p["diff"] is None else f"{100 * p['diff']:+.1f}",
+                      "–" if ci is None else f"{100 * ci[0]:+.1f} … {100 * ci[1]:+.1f}",
+                      p["verdict"], p["reading"], str(p["pairs"]))
+    return table
+
+
+@guarded(inputs=["turns", "verifier_config", "result"], outputs=["out"], with_sidecars=False)
+@config_fields(TurnEvalConfig, skip=("verifier_config", "engine", "chunk_turns", "base_url",
+                                     "served_model_name", "concurrency"))
+def compare(
+    out: Path = typer.Option(..., "--out", help="RESULT.json; with --model each model's own result goes "
+                             "next to it (RESULT.model-I.json and its items)."),
+    turns: Optional[Path] = typer.Option(None, "--turns", help="Held-out Turn JSONL (e.g. extract --eval-out)."),
+    model: Optional[list[Path]] = typer.Option(None, "--model", help="Model dir, scored on --turns; repeat: "
+                                               "--model A --model B (a before b)."),
+    result: Optional[list[Path]] = typer.Option(None, "--result", help="Instead: RESULT.json files of "
+                                                "`evaluate --turns` (one job per model, any backend); repeat."),
+    verifier_config: Optional[Path] = typer.Option(None, help="YAML of the verifier's options."),
+    max_model_len: Optional[int] = engine_option(VLLMOptions, "max_model_len"),
+    overrides: dict | None = None,
+) -> None:
+    """Paired comparison of models on your held-out turns: per-turn success of each (as `evaluate
+    --turns`), the difference a − b on the turns both scored, a 95% interval from the paired
+    bootstrap over trajectories, and a verdict (met: a better, not met: b better, within noise)."""
+    from pivotrl.evaluate.compare import compare_models, compare_results
+    from pivotrl.sampling import SamplerError
+
+    model, result = model or [], result or []
+    if bool(model) == bool(result) or len(model or result) < 2 or (model and turns is None):
+        raise fail("compare needs at least two --model (with --turns), or at least two --result "
+                   "(a before b)", 2)
+    if overrides.get("backend") == "openai":
+        raise fail("compare --model loads each model itself: --backend hf or vllm (for a server, "
+                   "run evaluate --turns per model and compare --result)", 2)
+    try:
+        if result:
+            doc = compare_results(result, out)
+        else:
+            if max_model_len:
+                overrides["engine"] = {"max_model_len": max_model_len}
+            cfg, ver = check_inputs(model, turns, overrides.pop("verifier", "toolcall"), verifier_config,
+                                    overrides)
+            with console.status(f"scoring {len(model)} models on {turns.name}"):
+                doc = compare_models(turns, [str(m) for m in model], out, ver, cfg)
+    except (SamplerError, ValueError, OSError) as exc:
+        raise fail(str(exc), 1) from None
+    Console().print(compare_table(doc))
+    for m in doc["models"]:
+        acc = "–" if m["accuracy"] is None else f"{100 * m['accuracy']:.1f}%"
+        console.print(f"{m['model']}: turn accuracy {acc} on {m['turns']} turns"
+                      + (f" ({m['too_long']} prompts too long, set aside)" if m["too_long"] else "")
+                      + f" → {m['result']}")
+    console.print(f"wrote {out}")

@@ -1,0 +1,81 @@
+"""`pivotrl export` (Turns → NeMo-Gym rows or verl parquet) and `pivotrl import nemo-gym` (rows →
+Turns), over `pivotrl.export`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from pivotrl.cli.console import console, fail
+from pivotrl.cli.guard import guarded
+from pivotrl.export import FORMATS, ExportSummary
+
+
+def export_table(summary: ExportSummary, title: str) -> Table:
+    table = Table(title=title)
+    table.add_column("")
+    table.add_column("count", justify="right")
+    table.add_row("lines read", str(summary.read))
+    table.add_row("records written", str(summary.written))
+    table.add_row("lines rejected", str(len(summary.rejects)))
+    for reason, n in summary.reasons().most_common():
+        table.add_row(f"  {reason}", str(n))
+    for domain, n in sorted(summary.by_domain.items()):
+        table.add_row(f"domain {domain}", str(n))
+    for warning, n in summary.warnings.most_common():
+        table.add_row(f"warning: {warning}", str(n))
+    return table
+
+
+def _report(summary: ExportSummary, title: str, out: Path) -> None:
+    from pivotrl.io.records import rejects_path
+
+    console.print(export_table(summary, title))
+    for path in summary.files:
+        console.print(f"wrote {path}")
+    if summary.rejects:
+        console.print(f"rejected lines: {rejects_path(out)}")
+    if summary.written == 0:
+        raise typer.Exit(1)
+
+
+@guarded(inputs=["turns"], outputs=["out"])
+def export(turns: Path = typer.Argument(..., help="Turns or pivots JSONL."),
+           format: str = typer.Option(..., "--format", help="nemo-gym (JSONL rows) or verl (parquet)."),
+           out: Path = typer.Option(..., "--out", help="Output file."),
+           ability: str = typer.Option("agent", help="verl `ability` column."),
+           agent_name: Optional[str] = typer.Option(None, help="nemo-gym: agent_ref.name (the Gym config's "
+                                                    "agent block); verl: the agent loop (single_turn_agent)."),
+           parallel_calls: str = typer.Option("batch", help="nemo-gym: several calls -> function_call_batch "
+                                              "(batch) or the rejects file (reject).")) -> None:
+    """Write Turns/pivots as NeMo-Gym rows or verl parquet (+ the tool config verl reads)."""
+    from pivotrl.export import export_file
+
+    if format not in FORMATS:
+        raise fail(f"unknown --format {format!r}; use one of: {', '.join(FORMATS)}", 2)
+    if not turns.is_file():
+        raise fail(f"{turns}: no such file", 2)
+    try:
+        summary = export_file(turns, out, format, ability=ability, agent_name=agent_name,
+                              parallel_calls=parallel_calls)
+    except ValueError as exc:  # a bad --parallel-calls, an output that is the input
+        raise fail(str(exc), 2) from None
+    _report(summary, f"export {format} → {out}", out)
+
+
+@guarded(inputs=["rows"], outputs=["out"])
+def import_nemo_gym(rows: Path = typer.Argument(..., help="NeMo-Gym rows JSONL."),
+                    out: Path = typer.Option(..., "--out", help="Turns JSONL to write.")) -> None:
+    """NeMo-Gym pivot rows back to Turns."""
+    from pivotrl.export import import_nemo_gym as read_rows
+
+    if not rows.is_file():
+        raise fail(f"{rows}: no such file", 2)
+    try:
+        summary = read_rows(rows, out)
+    except ValueError as exc:
+        raise fail(str(exc), 2) from None
+    _report(summary, f"import nemo-gym → {out}", out)

@@ -1,0 +1,39 @@
+"""No verb writes onto one of its inputs: `guarded` checks a verb's output paths against its
+input paths (`io.outputs.check_outputs`) before the verb opens anything."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Iterable
+from typing import Any
+
+from pivotrl.cli.console import fail
+from pivotrl.io.outputs import OutputPathError, check_outputs, sidecars
+
+
+def _paths(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def guarded(*, inputs: Iterable[str] = (), outputs: Iterable[str] = (), with_sidecars: bool = True):
+    """Wrap a verb: its parameters named in `outputs` (plus their `sidecars` unless
+    with_sidecars=False) are checked against those named in `inputs` before it runs; an
+    OutputPathError, there or from inside the verb, exits 2 with the message."""
+    def wrap(fn):
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def verb(*args, **kwargs):
+            given = sig.bind_partial(*args, **kwargs).arguments
+            ins = [p for k in inputs for p in _paths(given.get(k))]
+            outs = [q for k in outputs for p in _paths(given.get(k)) if p is not None
+                    for q in [p, *(sidecars(p) if with_sidecars else [])]]
+            try:
+                check_outputs(ins, outs)
+                return fn(*args, **kwargs)
+            except OutputPathError as exc:
+                raise fail(str(exc), 2) from None
+        return verb
+    return wrap
+

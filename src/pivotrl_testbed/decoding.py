@@ -1,0 +1,153 @@
+"""Which decoding an arm is judged at, fixed by rule before any result: the dev-best temperature.
+
+An arm's eval number depends on how it is decoded: PivotRL sharpens the policy, so at T = 1 it
+can beat a base that is better greedily (docs/RESULTS.md). Choosing the decoding after seeing
+the verdicts is a forking path, so the rule is code:
+
+RULE (below, printed in the report): at each run's dev-chosen checkpoint, turn accuracy is
+scored on dev at every temperature of a small grid (0 = greedy; each T > 0 as the mean success
+of k seeded samples per item). Each arm (method) takes the temperature with the best dev score,
+pooled over its chosen checkpoints of every world and seed, as a user would deploy it; ties go to
+the lower temperature (the more deterministic decoding). Its eval number, and the headline
+verdicts, are read at that temperature, each arm at its own. Beside it, at the training
+temperature: pass@k (at least one of k samples succeeds) and pass^k (all k succeed), from n
+samples per item with the unbiased estimators 1 − C(n−c, k)/C(n, k) and C(c, k)/C(n, k)
+(c successes of n; Chen et al. 2021, Yao et al. 2024). pass@k rising while accuracy at the
+dev-best temperature does not is sharpening, not new ability.
+
+Item rows carry the decoding that scored them: "greedy" (T = 0), "sampled" (the training
+temperature, k samples), "T<t>" (another grid temperature) and "pass" (n samples at the training
+temperature, with `samples` and `successes`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pivotrl_testbed import stats
+
+RULE = ("Decoding (fixed before any result, pivotrl_testbed/decoding.py): at each run's "
+        "dev-chosen checkpoint, turn accuracy is scored on dev at every temperature of the grid; "
+        "each arm takes the temperature with its best dev score (its chosen checkpoints of every "
+        "world and seed pooled; ties: the lower temperature) and its eval number and the headline "
+        "verdicts are read there, each arm at its own. pass@k and pass^k: at the training "
+        "temperature, unbiased estimators from n samples per item.")
+DEV_BEST = "dev-best"  # the decoding label of rows read at their arm's dev-best temperature
+PASS = "pass"
+
+
+class DecodingRule(BaseModel):
+    """The temperature grid and the pass@k scoring (module doc)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0],
+                                      description="The grid each arm's decoding is chosen from on "
+                                      "dev (0 = greedy).")
+    k: int = Field(4, ge=1, description="Samples per item at each temperature above 0.")
+    pass_samples: int = Field(16, ge=1, description="Samples per item (n) at the training "
+                              "temperature for pass@k and pass^k; each k ≤ n.")
+    pass_k: list[int] = Field(default_factory=lambda: [4, 16], description="The k of pass@k and "
+                              "pass^k.")
+    measures: list[Literal["turn", "ood"]] = Field(
+        default_factory=lambda: ["turn"], description="Measures scored over the grid and for "
+        "pass@k (the temperature is chosen on turn accuracy; OOD costs as much again).")
+    seed: int = Field(0, description="Base seed of the samples' seeds.")
+
+
+def label(t: float, train_temperature: float) -> str:
+    """The item rows' decoding label of temperature `t`."""
+    if t == 0:
+        return "greedy"
+    return "sampled" if math.isclose(t, train_temperature) else f"T{t:g}"
+
+
+def best_temperature(scores: dict[float, float]) -> float:
+    """The temperature with the highest score; ties (equal to 1e-12) go to the lower one."""
+    if not scores:
+        raise ValueError("no temperature was scored")
+    top = max(scores.values())
+    return min(t for t, s in scores.items() if s >= top - 1e-12)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """P(at least one of k samples drawn without replacement from n, c of them good, is good)."""
+    _check(n, c, k)
+    return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """P(all k samples drawn without replacement from n, c of them good, are good)."""
+    _check(n, c, k)
+    return math.comb(c, k) / math.comb(n, k)
+
+
+def _check(n: int, c: int, k: int) -> None:
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 ≤ c ≤ n and 1 ≤ k ≤ n, got n={n}, c={c}, k={k}")
+
+
+def _side(chosen_side: dict[str, Any]) -> tuple[str, float, dict[int, int]]:
+    steps = {int(s): int(v) for s, v in chosen_side["steps"].items()}
+    return chosen_side["method"], float(chosen_side["lr"]), steps
+
+
+def dev_scores(items: Sequence[dict[str, Any]], chosen: dict[str, dict[str, Any]],
+               temperatures: Iterable[float], train_temperature: float,
+               measure: str = "turn") -> dict[str, dict[float, float]]:
+    """{method: {temperature: mean dev outcome at its chosen checkpoints}}, for the
+    temperatures scored there."""
+    out: dict[str, dict[float, float]] = {}
+    for name, side in chosen.items():
+        method, lr, steps = _side(side)
+        for t in temperatures:
+            rows = [r for r in items if r.get("decoding", "greedy") == label(t, train_temperature)]
+            got = stats.side_outcomes(rows, method, lr, steps, split="dev", measure=measure)
+            if got:
+                out.setdefault(name, {})[t] = sum(v for _, v in got.values()) / len(got)
+    return out
+
+
+def at_dev_best(items: Iterable[dict[str, Any]], best: dict[str, float],
+                train_temperature: float) -> list[dict[str, Any]]:
+    """The rows of each method at its dev-best temperature, relabelled DEV_BEST (so that the
+    paired rules, which take one decoding at a time, pair every arm at its own temperature)."""
+    want = {m: label(t, train_temperature) for m, t in best.items()}
+    return [{**r, "decoding": DEV_BEST} for r in items
+            if r["method"] in want and r.get("decoding", "greedy") == want[r["method"]]]
+
+
+def pass_rates(items: Iterable[dict[str, Any]], side: dict[str, Any], ks: Sequence[int], *,
+               split: str = "eval", measure: str = "turn") -> dict[str, Any] | None:
+    """Mean pass@k and pass^k over the side's PASS rows (items × seeds), or None without any."""
+    method, lr, steps = _side(side)
+    rows = [r for r in items if r.get("decoding") == PASS and r["method"] == method
+            and r["split"] == split and r["measure"] == measure
+            and math.isclose(float(r["lr"]), lr) and steps.get(int(r["seed"])) == int(r["step"])]
+    if not rows:
+        return None
+    out: dict[str, Any] = {"items": len(rows), "samples": rows[0]["samples"]}
+    for k in ks:
+        usable = [r for r in rows if k <= r["samples"]]
+        if not usable:
+            continue
+        out[f"pass@{k}"] = sum(pass_at_k(r["samples"], r["successes"], k) for r in usable) / len(usable)
+        out[f"pass^{k}"] = sum(pass_hat_k(r["samples"], r["successes"], k) for r in usable) / len(usable)
+    return out
+
+
+def decoding_results(items: Sequence[dict[str, Any]], chosen: dict[str, dict[str, Any]],
+                     rule: DecodingRule, train_temperature: float) -> dict[str, Any]:
+    """The report's decoding block: every arm's dev scores over the grid, its dev-best
+    temperature, and pass@k / pass^k on eval at the training temperature."""
+    scores = dev_scores(items, chosen, rule.temperatures, train_temperature)
+    best = {m: best_temperature(s) for m, s in scores.items()}
+    passes = {m: p for m, side in chosen.items()
+              if (p := pass_rates(items, side, rule.pass_k)) is not None}
+    return {"rule": RULE, "temperatures": rule.temperatures, "train_temperature": train_temperature,
+            "dev": {m: {f"{t:g}": s for t, s in sc.items()} for m, sc in scores.items()},
+            "best": best, "pass": passes}

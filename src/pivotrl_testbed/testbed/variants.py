@@ -1,0 +1,199 @@
+"""Other worlds with the same mechanics: the testbed's worlds under other tool names, argument
+keys, observation keys and system prompts, for a base that must meet toolshop and terminal only
+through the demo's data.
+
+A base pretrained on the worlds themselves already knows them, and no arm can teach it anything
+(docs/RESULTS.md, "Acceptance criteria for a base with headroom"). A base pretrained on these
+variants knows the mechanics (look the customer up, then its orders; `ls`, then `grep -c`) and
+the tool-call format, but not toolshop's or terminal's own names and conventions: those it can
+only read from the tool list or learn from the demo's trajectories, as the paper's general base
+meets a new agentic domain.
+
+A variant is a consistent renaming, drawn from fixed pools that never hold the world's own
+names, so no variant is the world itself. A trajectory of the world is translated into a
+variant's trajectory message by message: the calls' names and argument keys, the keys of JSON
+observations, the system prompt and the tool list. The world's mechanics are untouched, so the
+translation is exactly what the variant world would have produced (`translate` is a bijection
+on names: `tests/test_variants.py` checks that no trace of the world's own names is left).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pivotrl.io.records import FunctionCall, Message, ToolCall, Trajectory
+from pivotrl_testbed.testbed.common import compact, stable_int
+
+# Synonym pools, per world: tool names, then keys (arguments and observations share one map, so
+# an id read from an observation is passed under the same key it was read as).
+TOOL_POOLS: dict[str, dict[str, list[str]]] = {
+    "toolshop": {
+        "find_customer": ["lookup_client", "search_user", "account_by_email", "find_member",
+                          "customer_by_email", "locate_buyer"],
+        "get_customer": ["client_info", "read_user", "fetch_account", "member_details",
+                         "show_buyer", "customer_info"],
+        "list_orders": ["orders_of", "search_orders", "get_orders", "list_purchases",
+                        "client_orders", "orders_by_customer"],
+        "get_order": ["order_info", "read_order", "fetch_order", "order_details",
+                      "show_purchase", "get_purchase"],
+        "find_product": ["lookup_item", "search_product", "product_by_name", "find_article",
+                         "locate_goods", "find_item"],
+        "cancel_order": ["void_order", "cancel_purchase", "abort_order", "drop_order",
+                         "order_cancel", "revoke_order"],
+        "return_item": ["refund_item", "send_back", "return_goods", "make_return",
+                        "item_return", "return_product"],
+        "place_order": ["create_order", "buy_item", "new_purchase", "add_order",
+                        "order_create", "make_order"],
+        "update_address": ["set_city", "change_city", "move_client", "edit_address",
+                           "update_location", "set_address"],
+        "change_qty": ["set_quantity", "update_qty", "modify_amount", "edit_count",
+                       "change_amount", "set_qty"],
+    },
+    "terminal": {"run": ["shell", "bash", "exec_command", "terminal", "sh", "execute",
+                         "run_shell", "command"]},
+}
+KEY_POOLS: dict[str, dict[str, list[str]]] = {
+    "toolshop": {
+        "email": ["mail", "email_address", "contact", "user_email"],
+        "customer_id": ["client_id", "user_id", "account", "cust", "member_id"],
+        "status": ["state", "filter", "order_status", "kind"],
+        "order_id": ["order", "oid", "purchase_id", "order_ref"],
+        "name": ["product_name", "title", "item_name", "query"],
+        "reason": ["why", "cause", "motive", "reason_code"],
+        "product_id": ["item", "pid", "item_id", "article_id", "sku"],
+        "qty": ["quantity", "count", "amount", "n"],
+        "city": ["town", "new_city", "location", "place"],
+    },
+    "terminal": {"command": ["cmd", "script", "line", "input", "code", "shell_command"]},
+}
+JSON_OBSERVATIONS = {"toolshop"}  # worlds whose observations are JSON with named keys
+SYSTEM_PROMPTS: dict[str, list[str]] = {
+    "toolshop": [
+        "You are a store helper. Use the tools to serve the customer. Policy: only pending "
+        "orders can be cancelled or changed; only delivered orders can be returned. Reply to "
+        "the user when finished.",
+        "You help the customers of an online shop with tools. Rules: cancel or change only "
+        "pending orders; return only delivered orders. Finish with a reply to the user.",
+        "Shop support agent. Call the tools to act for the user. Only pending orders may be "
+        "cancelled or changed, only delivered orders returned. End with a message to the user.",
+    ],
+    "terminal": [
+        "You are a command-line helper. Use the {tool} tool to run bash commands in the user's "
+        "folder. Reply to the user when finished.",
+        "You work in the user's directory through the {tool} tool (bash). Finish with a reply "
+        "to the user.",
+        "Shell agent: call {tool} to execute bash in the working directory, then answer the "
+        "user.",
+    ],
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One renaming of a world: `tools` and `keys` map the world's names to the variant's."""
+
+    world: str
+    index: int
+    tools: dict[str, str]
+    keys: dict[str, str]
+    system: str
+    name: str = field(default="")
+
+    def tool(self, name: str) -> str:
+        return self.tools.get(name, name)
+
+    def key(self, key: str) -> str:
+        return self.keys.get(key, key)
+
+
+def make_variant(world: str, index: int, seed: int = 0) -> Variant:
+    """The `index`-th variant of `world` (deterministic in world, index and seed): each name
+    drawn from its pool, distinct names within the variant."""
+    if world not in TOOL_POOLS:
+        raise KeyError(f"no variants for world {world!r}; known: {', '.join(TOOL_POOLS)}")
+    rng = random.Random(stable_int("variant", world, index, seed))
+    tools = {old: rng.choice(pool) for old, pool in TOOL_POOLS[world].items()}
+    keys = {old: rng.choice(pool) for old, pool in KEY_POOLS[world].items()}
+    for names in (tools, keys):  # pools of different entries may share a word; keep names apart
+        if len(set(names.values())) != len(names):
+            return make_variant(world, index, seed + 1000)
+    system = rng.choice(SYSTEM_PROMPTS[world]).format(tool=next(iter(tools.values())))
+    return Variant(world, index, tools, keys, system, name=f"{world}~{index}")
+
+
+def _rename_keys(obj: Any, keys: dict[str, str]) -> Any:
+    if isinstance(obj, dict):
+        return {keys.get(k, k): _rename_keys(v, keys) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_rename_keys(v, keys) for v in obj]
+    return obj
+
+
+def _rename_in_text(text: str, v: Variant) -> str:
+    """Quoted names inside free text (a cut-off call the weak expert wrote as a message): tool
+    names before the call's `"arguments":`, argument keys after it (the envelope's own `"name"`
+    is no argument, even where a tool has an argument called name)."""
+    def rename(part: str, names: dict[str, str]) -> str:
+        return re.sub(r'"([A-Za-z_]+)"', lambda m: f'"{names.get(m.group(1), m.group(1))}"', part)
+
+    cut = text.find('"arguments":')
+    if cut < 0:
+        return rename(text, v.tools)
+    return rename(text[:cut], v.tools) + rename(text[cut:], v.keys)
+
+
+def translate_tools(tools: list[dict[str, Any]], v: Variant) -> list[dict[str, Any]]:
+    out = []
+    for tool in tools:
+        fn = tool["function"]
+        params = fn.get("parameters", {})
+        new_params = {**params,
+                      "properties": {v.key(k): spec for k, spec in params.get("properties", {}).items()},
+                      "required": [v.key(k) for k in params.get("required", [])]}
+        out.append({**tool, "function": {**fn, "name": v.tool(fn["name"]), "parameters": new_params}})
+    return out
+
+
+def translate_message(m: Message, v: Variant) -> Message:
+    if m.role == "system":
+        return m.model_copy(update={"content": v.system})
+    if m.role == "tool":
+        if v.world not in JSON_OBSERVATIONS or not isinstance(m.content, str):
+            return m  # a command's output: nothing named in it
+        try:
+            obs = json.loads(m.content)
+        except json.JSONDecodeError:
+            return m
+        return m.model_copy(update={"content": compact(_rename_keys(obs, v.keys))})
+    if m.role != "assistant":
+        return m
+    update: dict[str, Any] = {}
+    if isinstance(m.content, str) and m.content:
+        update["content"] = _rename_in_text(m.content, v)
+    if m.tool_calls:
+        update["tool_calls"] = [ToolCall(id=c.id, function=FunctionCall(
+            name=v.tool(c.function.name),
+            arguments=json.dumps(_rename_keys(c.args(), v.keys))))
+            for c in m.tool_calls]
+    return m.model_copy(update=update)
+
+
+def translate(traj: Trajectory, v: Variant) -> Trajectory:
+    """`traj` of `v.world` as the variant world would have recorded it."""
+    if traj.domain not in (None, v.world):
+        raise ValueError(f"{traj.id}: a {traj.domain} trajectory cannot take a {v.world} variant")
+    return traj.model_copy(update={
+        "id": f"{traj.id}~{v.index}", "domain": v.name,
+        "messages": [translate_message(m, v) for m in traj.messages],
+        "tools": translate_tools(traj.tools or [], v),
+        "metadata": {**traj.metadata, "variant": v.index}})
+
+
+def translate_all(trajs: list[Trajectory], world: str, n_variants: int, seed: int = 0) -> list[Trajectory]:
+    """Trajectory i in variant i mod `n_variants` (round robin: every variant gets its share)."""
+    variants = [make_variant(world, i, seed) for i in range(n_variants)]
+    return [translate(t, variants[i % n_variants]) for i, t in enumerate(trajs)]

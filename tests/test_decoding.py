@@ -1,0 +1,94 @@
+"""The decoding rule: each arm at its dev-best temperature (ties to the lower), and unbiased
+pass@k / pass^k, on synthetic per-item results."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from pivotrl_testbed.decoding import (
+    DEV_BEST,
+    DecodingRule,
+    at_dev_best,
+    best_temperature,
+    decoding_results,
+    pass_at_k,
+    pass_hat_k,
+)
+from pivotrl_testbed.report import verdicts
+
+
+def test_the_best_dev_score_wins_and_ties_go_to_the_lower_temperature():
+    assert best_temperature({0.0: 0.70, 0.5: 0.74, 1.0: 0.72}) == 0.5
+    assert best_temperature({1.0: 0.74, 0.0: 0.74, 0.5: 0.70}) == 0.0
+    assert best_temperature({0.5: 0.6, 1.0: 0.6}) == 0.5
+    with pytest.raises(ValueError):
+        best_temperature({})
+
+
+@pytest.mark.parametrize("n,c", [(6, 0), (6, 1), (6, 3), (6, 6), (7, 4)])
+def test_pass_estimators_equal_the_mean_over_every_k_subset(n, c):
+    # Unbiased: the estimator is the exact mean, over every way to draw k of the n samples, of
+    # "some drawn sample succeeds" (pass@k) and "every drawn sample succeeds" (pass^k).
+    samples = [1] * c + [0] * (n - c)
+    for k in range(1, n + 1):
+        draws = list(itertools.combinations(samples, k))
+        assert pass_at_k(n, c, k) == pytest.approx(sum(any(d) for d in draws) / len(draws))
+        assert pass_hat_k(n, c, k) == pytest.approx(sum(all(d) for d in draws) / len(draws))
+    with pytest.raises(ValueError):
+        pass_at_k(4, 2, 5)
+
+
+def test_the_pass_estimators_are_unbiased_for_the_population_rate():
+    # With a true per-sample rate p, E[pass@k estimate] = 1 − (1 − p)^k and E[pass^k] = p^k.
+    rng, n, k, p = random.Random(0), 16, 4, 0.3
+    draws = [sum(rng.random() < p for _ in range(n)) for _ in range(20000)]
+    assert sum(pass_at_k(n, c, k) for c in draws) / len(draws) == pytest.approx(1 - (1 - p) ** k, abs=0.01)
+    assert sum(pass_hat_k(n, c, k) for c in draws) / len(draws) == pytest.approx(p ** k, abs=0.003)
+
+
+def _rows(method, step, split, decoding, outcomes, **extra):
+    return [{"method": method, "world": "w", "seed": 0, "lr": 0.0 if method == "base" else 1e-4,
+             "step": step, "split": split, "measure": "turn", "item": f"t{i}",
+             "cluster": f"c{i // 2}", "outcome": o, "decoding": decoding, **extra}
+            for i, o in enumerate(outcomes)]
+
+
+def _chosen():
+    return {"base": {"method": "base", "lr": 0.0, "steps": {0: 0}},
+            "pivotrl": {"method": "pivotrl", "lr": 1e-4, "steps": {0: 20}}}
+
+
+def test_each_arm_is_judged_at_its_own_dev_best_temperature():
+    dev = {"base": {"greedy": 0.8, "T0.5": 0.6, "sampled": 0.5},
+           "pivotrl": {"greedy": 0.5, "T0.5": 0.9, "sampled": 0.7}}
+    items = []
+    for m, step in (("base", 0), ("pivotrl", 20)):
+        for decoding, rate in dev[m].items():
+            items += _rows(m, step, "dev", decoding, [1.0] * int(rate * 10) + [0.0] * (10 - int(rate * 10)))
+        # eval: the base is good greedily, PivotRL at T = 0.5 — and the other way round elsewhere
+        items += _rows(m, step, "eval", "greedy", [1.0] * 20 if m == "base" else [0.0] * 20)
+        items += _rows(m, step, "eval", "T0.5", [0.0] * 20 if m == "base" else [1.0] * 20)
+        items += _rows(m, 10, "dev", "T0.5", [1.0] * 10)  # an unchosen checkpoint: never read
+    items += _rows("pivotrl", 20, "eval", "pass", [0.25] * 20, samples=16, successes=4)
+    rule = DecodingRule()
+    got = decoding_results(items, _chosen(), rule, train_temperature=1.0)
+    assert got["best"] == {"base": 0.0, "pivotrl": 0.5}
+    assert got["dev"]["pivotrl"] == {"0": 0.5, "0.5": 0.9, "1": 0.7}
+    assert got["pass"]["pivotrl"]["pass@16"] == 1.0
+    assert got["pass"]["pivotrl"]["pass^4"] == pytest.approx(1 / 1820)
+    assert got["pass"]["pivotrl"]["pass@4"] == pytest.approx(pass_at_k(16, 4, 4))
+    rows = at_dev_best(items, got["best"], 1.0)
+    assert {(r["method"], r["split"]) for r in rows if r["decoding"] == DEV_BEST} >= {
+        ("base", "eval"), ("pivotrl", "eval")}
+    assert all(r["decoding"] == DEV_BEST for r in rows)
+    # The headline verdict pairs the base greedy with PivotRL at 0.5: both perfect, no difference;
+    # read greedily PivotRL loses everything.
+    vs = verdicts(items, _chosen(), got["best"], 1.0)
+    head = [v for v in vs if v["decoding"] == DEV_BEST and v["claim"].startswith("PivotRL improves")]
+    greedy = [v for v in vs if v["decoding"] == "greedy" and v["claim"].startswith("PivotRL improves")]
+    assert head[0]["diff"] == 0.0 and head[0]["a_mean"] == 1.0
+    assert greedy[0]["diff"] == -1.0
+    assert vs[0]["decoding"] == DEV_BEST  # the headline first

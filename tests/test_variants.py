@@ -1,0 +1,74 @@
+"""World variants: the worlds' trajectories under other names, with nothing of the world left."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pivotrl_testbed.testbed.build import TestbedConfig, in_domain_examples
+from pivotrl_testbed.testbed.experts import ExpertConfig, run_expert
+from pivotrl_testbed.testbed.tasks import make_tasks, world_module
+from pivotrl_testbed.testbed.variants import make_variant, translate, translate_all
+
+WEAK = ExpertConfig(noise=0.5, habit=0.7)  # mistakes of every kind, malformed calls included
+
+
+def _names(traj):
+    called = {c.function.name for m in traj.messages for c in (m.tool_calls or [])}
+    keys = {k for m in traj.messages for c in (m.tool_calls or []) for k in c.args()}
+    return called, keys
+
+
+@pytest.mark.parametrize("world", ["toolshop", "terminal"])
+def test_a_translated_trajectory_keeps_nothing_of_the_world(world):
+    mod = world_module(world)
+    own_tools = {t["function"]["name"] for t in mod.TOOLS}
+    own_keys = {k for t in mod.TOOLS for k in t["function"]["parameters"]["properties"]}
+    trajs = [run_expert(t, 1, WEAK) for t in make_tasks(world, "train", 12, 100_000)]
+    out = translate_all(trajs, world, 3)
+    assert in_domain_examples(world, trajs) == len(trajs)
+    assert in_domain_examples(world, out) == 0
+    for before, after in zip(trajs, out):
+        v = make_variant(world, after.metadata["variant"])
+        called, keys = _names(after)
+        assert not called & own_tools and not keys & own_keys
+        assert called <= set(v.tools.values()) and keys <= set(v.keys.values())
+        assert {t["function"]["name"] for t in after.tools} == set(v.tools.values())
+        assert len(after.messages) == len(before.messages)
+        # same mechanics: the same values in the same places, the user's words untouched
+        for m0, m1 in zip(before.messages, after.messages):
+            assert m0.role == m1.role
+            if m0.role == "user":
+                assert m0.content == m1.content
+            for c0, c1 in zip(m0.tool_calls or [], m1.tool_calls or []):
+                assert list(c0.args().values()) == list(c1.args().values())
+
+
+def test_observations_and_cut_off_calls_are_renamed_consistently():
+    v = make_variant("toolshop", 0)
+    trajs = [run_expert(t, 1, WEAK) for t in make_tasks("toolshop", "train", 40, 100_000)]
+    out = [translate(t, v) for t in trajs]
+    tool_texts = [m.content for t in out for m in t.messages if m.role == "tool"]
+    # an id is read under the key it is passed as
+    assert any(f'"{v.key("customer_id")}":' in o for o in tool_texts)
+    assert not any('"customer_id":' in o for o in tool_texts)
+    cut = [m.content for t in out for m in t.messages
+           if m.role == "assistant" and isinstance(m.content, str) and "<tool_call>" in m.content]
+    assert cut, "the weak expert writes cut-off calls at noise 0.5"
+    for text in cut:
+        head = json.loads('"x"') and text.split('"arguments":')[0]
+        assert '"name": "' in head  # the envelope's key stays
+        assert not any(f'"{name}"' in text for name in v.tools)
+
+
+def test_variants_differ_and_are_deterministic():
+    vs = [make_variant("toolshop", i) for i in range(8)]
+    assert len({tuple(v.tools.values()) for v in vs}) == 8
+    assert make_variant("toolshop", 3) == vs[3]
+    assert all(len(set(v.keys.values())) == len(v.keys) for v in vs)
+
+
+def test_the_variants_field_leaves_the_default_hash_alone():
+    assert TestbedConfig(variants=0).digest() == TestbedConfig().digest()
+    assert TestbedConfig(variants=8).digest() != TestbedConfig().digest()
