@@ -282,6 +282,7 @@ def main() -> None:
 
     rows = list(cases())
     results = {name: agreement(get_verifier(name), rows) for name in ("toolcall", "exact")}
+    results["toolcall bfcl"] = agreement(get_verifier("toolcall", normalize=["bfcl"]), rows)
     results["toolcall+oracle judge"] = judged_agreement(rows, oracle_rule(rows))
     print(f"{len(rows)} cases from {', '.join(CATEGORIES)}; judge: BFCL ast_checker")
     print(f"{'':22s}" + "".join(f"{n:>22s}" for n in results))
