@@ -54,7 +54,7 @@ def progress_bar(show: bool):
 def profile(
     turns: Path = typer.Argument(..., help="Turns JSONL (from pivotrl extract)."),
     shard_files: Optional[list[Path]] = typer.Argument(None, help="With --merge: shard outputs to join."),
-    out: Path = typer.Option(..., "--out", help="Profile JSONL (appended; rerun the same command to resume)."),
+    out: Path = typer.Option(..., "--out", help="Profile JSONL (appended; rerun the same command with --resume to continue)."),
     model: Optional[str] = typer.Option(None, help="HF model dir: templates the prompts; hf/vllm load it."),
     config: Optional[Path] = typer.Option(None, help="YAML of ProfileConfig fields (configs/profile.yaml); "
                                           "flags override it."),
@@ -109,7 +109,7 @@ def profile(
         raise fail(str(exc), 1) from None
     except KeyboardInterrupt:
         console.print(f"[yellow]stopped; {out} keeps every finished turn — rerun the same command "
-                      "to resume[/yellow]")
+                      "with --resume to continue[/yellow]")
         raise typer.Exit(130) from None
     console.print(profile_table(doc, out))
 

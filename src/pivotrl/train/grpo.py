@@ -24,6 +24,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from pivotrl.formats.chat import load_tokenizer, prompt_text, prompt_token_ids
 from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
+from pivotrl.io.outputs import claim_output
 from pivotrl.io.records import Turn, iter_valid
 from pivotrl.sampling.pipeline import context_length
 from pivotrl.io.split import HeldOut, resolve_split
@@ -262,6 +263,7 @@ def merge_adapter(base_model: str, adapter_dir: Path, output_dir: Path, dtype: A
 def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     """Run (or resume) GRPO on the configured pivot set. Returns a summary dict."""
     output_dir = Path(cfg.output_dir)
+    claim_output(output_dir, resume=cfg.resume, overwrite=cfg.overwrite)
     check_input_file(cfg.pivots, "pivots", "`pivotrl select`")
     check_input_file(cfg.turns, "turns", "`pivotrl extract` or `pivotrl profile`")
     check_model(cfg.model, "model")

@@ -25,6 +25,7 @@ from trl import SFTTrainer
 from pivotrl.formats.chat import apply_template, load_tokenizer, template_messages
 from pivotrl.formats.families import training_chat_template
 from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
+from pivotrl.io.outputs import claim_output
 from pivotrl.io.records import Reject, Trajectory, read_records, rejects_path
 from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.train.config import SFTRunConfig, trl_common_kwargs, with_trl_overrides
@@ -165,6 +166,7 @@ def build_sft_trainer(cfg: SFTRunConfig, rows: list[dict[str, Any]], tokenizer, 
 def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     """Run (or resume) SFT on the configured trajectories. Returns a summary dict."""
     output_dir = Path(cfg.output_dir)
+    claim_output(output_dir, resume=cfg.resume, overwrite=cfg.overwrite)
     files = cfg.data if isinstance(cfg.data, list) else [cfg.data]
     for path in files:
         check_input_file(path, "data", "your trajectory file")
