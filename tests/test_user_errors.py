@@ -109,7 +109,7 @@ def test_ctrl_c_in_profile_and_evaluate_says_what_to_rerun(pivots, tiny_model_di
     monkeypatch.setattr(pivotrl.profile.runs, "profile_file", interrupted)
     monkeypatch.setattr(pivotrl.evaluate.turns, "evaluate_turns_file", interrupted)
     one_line_error(run("profile", pivots, "--model", tiny_model_dir, "--out", tmp_path / "p.jsonl"),
-                   130, "rerun the same command to resume")
+                   130, "rerun the same command with --resume")
     one_line_error(run("evaluate", "--model", tiny_model_dir, "--turns", pivots, "--out", tmp_path / "r.json"),
                    130, "rerun the same command")
 

@@ -163,7 +163,8 @@ def test_enum_case_is_granted_only_by_a_single_match(expert, cand, paid):
 
 
 @pytest.mark.parametrize("expert,cand,paid", [
-    ({"qty": 2}, {"qty": 2.0}, 1),      # "number": one JSON number
+    ({"qty": 2}, {"qty": 2.0}, 0),      # "number", but a stored record reads 2.0
+    ({"qty": 2.5}, {"qty": 2.50}, 1),
     ({"qty": 2}, {"qty": "2"}, 0),      # another JSON type
     ({"qty": 2}, {"qty": True}, 0),
     ({"flag": True}, {"flag": 1}, 0),

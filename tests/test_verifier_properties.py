@@ -4,8 +4,9 @@ Generated pairs that change one token that carries meaning (a digit, a letter, a
 values, a case change, an operator, a negation, an array's order, a number) must score 0, in
 arguments and in final messages; generated pairs that the schema declares equal (an enum in
 another case, a `uniqueItems` array in another order, an omitted key with a schema `default`,
-key order, whitespace in the JSON, an int for a same-valued float of a `number`; whitespace in a
-one-line text only under `normalize: [whitespace]`) must score 1. `max_examples` is modest so
+key order, whitespace in the JSON; an int for a same-valued float of a `number` only under
+`int_float_equal` or `normalize: [bfcl]`, whitespace in a one-line text only under `normalize:
+[whitespace]`) must score 1. `max_examples` is modest so
 that the file runs in seconds.
 """
 
@@ -161,10 +162,14 @@ def test_key_order_and_json_whitespace_score_1(args, data, indent):
 
 @FAST
 @given(st.integers(-2 ** 53, 2 ** 53))
-def test_int_for_the_same_valued_number_scores_1(n):
+def test_int_for_the_same_valued_number_scores_1_only_when_the_backend_converts(n):
     props = {"amount": {"type": "number"}}
-    assert score(call({"amount": n}), call({"amount": float(n)}), props) == 1
-    assert score(call({"amount": float(n)}), call({"amount": n}), props) == 1
+    assert score(call({"amount": n}), call({"amount": float(n)}), props) == 0
+    t = Turn(id="p/1", trajectory_id="p", turn=1, context=[], expected=call({"amount": n}),
+             tools=[{"type": "function", "function": {"name": "do", "parameters": {
+                 "type": "object", "properties": props}}}])
+    for config in ({"int_float_equal": True}, {"normalize": ["bfcl"]}):
+        assert get_verifier("toolcall", **config).score(t, call({"amount": float(n)})).reward == 1
 
 
 @FAST

@@ -79,10 +79,12 @@ def test_equivalent_calls_score_one(toolcall, cand):
     assert reward(toolcall, call_turn(("search_flights", expert)), hermes(("search_flights", cand))) == 1.0
 
 
-def test_numbers_by_value_strings_as_data(toolcall):
+def test_numbers_exactly_strings_as_data(toolcall):
     turn = call_turn(("search_flights", {**BASE, "max_price": 300, "city_name": "New York, NY"}))
-    assert reward(toolcall, turn, hermes(("search_flights", {**BASE, "max_price": 300.0,
+    assert reward(toolcall, turn, hermes(("search_flights", {**BASE, "max_price": 300,
                                                              "city_name": "New York, NY"}))) == 1.0
+    assert reward(toolcall, turn, hermes(("search_flights", {**BASE, "max_price": 300.0,
+                                                             "city_name": "New York, NY"}))) == 0.0
     for city in (" New York,  NY", "new york ny", "New York NY", "new York, NY"):
         assert reward(toolcall, turn, hermes(("search_flights", {**BASE, "max_price": 300,
                                                                  "city_name": city}))) == 0.0

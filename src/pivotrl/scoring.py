@@ -6,6 +6,8 @@ of rules holds everywhere:
 - an action that could not be parsed scores 0, is invalid, and keeps the parser's reason;
 - a verifier that raises on an action gives that action an invalid 0 with the error as reason
   (model text is hostile: a verifier bug on one sample must not end a run, nor pay the sample);
+  but a broken environment (no sandbox, a workspace removed from outside) is raised: it says
+  nothing of the action, and scoring every later action 0 would hide it;
 - a reward that is not a finite number becomes 0 (NaN would poison the group's advantage);
 - every reward is clamped to [0, 1] (the range the pivot statistics and GRPO groups assume).
 
@@ -21,6 +23,7 @@ from collections.abc import Callable, Sequence
 
 from pivotrl.formats.actions import ParsedAction, parse_completion
 from pivotrl.io.records import Message, Turn
+from pivotrl.sandbox.bwrap import BROKEN_ENVIRONMENT
 from pivotrl.verifiers.base import Score, Verifier
 
 Parser = Callable[[str], ParsedAction]
@@ -48,12 +51,16 @@ def _verify(verifier: Verifier, turns: list[Turn], actions: list[Message]) -> li
             scores = list(batch(turns, actions))
             if len(scores) == len(turns):
                 return scores
+        except BROKEN_ENVIRONMENT:
+            raise
         except Exception:  # noqa: BLE001 - retried one by one below to find the bad action
             pass
     out = []
     for turn, action in zip(turns, actions):
         try:
             out.append(verifier.score(turn, action))
+        except BROKEN_ENVIRONMENT:
+            raise
         except Exception as exc:  # noqa: BLE001 - see the module docstring
             out.append(_error(exc))
     return out

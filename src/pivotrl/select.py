@@ -41,6 +41,7 @@ from pivotrl.io.records import (
     stats_path,
     write_text_atomic,
 )
+from pivotrl.verifiers.arguments import is_unproven
 
 # A shaped reward counts as a success from here (docs/DESIGN.md pitfall). The toolcall verifier's
 # partial_credit pays matched / expert calls for a subset of the expert's calls, so with it on,
@@ -100,13 +101,18 @@ class Scored(NamedTuple):
     samples: int
     outcome: str  # all_fail / all_pass / mixed / empty
     shaped: bool  # some reward is neither 0 nor 1
+    invalid: int  # samples the parser or verifier could not use
+    truncated: int  # samples cut at the token budget
+    unproven: int  # failed samples whose only difference is free text no rule proves (a judge's question)
 
 
 def score(p: Profile, threshold: float = SUCCESS_THRESHOLD) -> Scored:
     rewards = [s.reward for s in p.samples]
     return Scored(p.id, p.domain, success_rate(p, threshold), binary_std(p, threshold),
                   p.reward_mean, p.reward_std, len(rewards), outcome(rewards, threshold),
-                  any(r not in (0.0, 1.0) for r in rewards))
+                  any(r not in (0.0, 1.0) for r in rewards), sum(not s.valid for s in p.samples),
+                  sum(s.finish_reason == "length" for s in p.samples),
+                  sum(s.valid and s.reward < threshold and is_unproven(s.reason) for s in p.samples))
 
 
 def is_pivot(s: Scored, cfg: SelectConfig) -> bool:
@@ -171,6 +177,7 @@ class Tally:
         self.outcomes: Counter = Counter()
         self.per_domain: dict[str, dict[str, Any]] = defaultdict(lambda: {"turns": 0, "kept": 0})
         self.turns = self.kept = self.too_easy = self.samples = 0
+        self.invalid = self.truncated = self.free_text = 0
         self.shaped = False
         self.hist = {k: {"all": [0] * BINS, "kept": [0] * BINS} for k in ("reward_mean", "reward_std")}
 
@@ -186,6 +193,9 @@ class Tally:
         self.too_easy += s.outcome == "mixed" and s.success >= self.cfg.lambda_diff
         self.shaped = self.shaped or s.shaped
         self.samples += s.samples
+        self.invalid += s.invalid
+        self.truncated += s.truncated
+        self.free_text += s.outcome == "all_fail" and s.unproven > 0
         self._bin(s, "all")
 
     def add_kept(self, s: Scored) -> None:
@@ -204,7 +214,8 @@ class Tally:
             "all_fail": counts["all_fail"], "all_pass": counts["all_pass"],
             "mixed": counts["mixed"], "no_samples": counts["empty"],
             "mixed_but_too_easy": self.too_easy, "shaped_rewards": self.shaped,
-            "samples": self.samples, "per_domain": dict(sorted(self.per_domain.items())),
+            "samples": self.samples, "invalid_samples": self.invalid, "truncated_samples": self.truncated,
+            "all_fail_on_free_text": self.free_text, "per_domain": dict(sorted(self.per_domain.items())),
         }
 
 
@@ -282,6 +293,39 @@ def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfi
                      f"none of {stats['turns']} profiled turns is kept by the {cfg.strategy} rule "
                      f"({stats['all_fail']} all fail, {stats['all_pass']} all pass, "
                      f"{stats['mixed_but_too_easy']} mixed but success ≥ λ_diff "
-                     f"{cfg.lambda_diff}; see {spath}); a larger K in profile or a higher "
-                     "--lambda-diff may keep some"))
+                     f"{cfg.lambda_diff}; see {spath}); " + "; ".join(no_pivot_causes(stats, cfg))))
     return stats
+
+
+# The judge recipe `select` shows when free text kept turns from being pivots.
+JUDGE_RECIPE = ("serve a local judge model (`pivotrl serve --model JUDGE_MODEL --served-model-name judge "
+                "--port 8001`) and profile again with `--verifier-config judge.yaml` holding `{unproven_rule: "
+                "judge, message_rule: judge, judge: {base_url: 'http://127.0.0.1:8001/v1', model: judge}}` "
+                "(README: A local judge)")
+
+
+def no_pivot_causes(stats: dict[str, Any], cfg: SelectConfig) -> list[str]:
+    """Why no turn was kept, the largest cause first, each with what helps: invalid samples (the
+    format), samples cut at the token budget, turns that fail only on free text (a judge); only
+    when none of these explains it, the rule's own knobs (more samples, λ_diff)."""
+    n = stats["samples"] or 1
+    causes = []
+    if stats.get("truncated_samples"):
+        causes.append((stats["truncated_samples"], f"{stats['truncated_samples']} of {stats['samples']} samples "
+                       "were cut at the token budget (finish 'length'): raise --max-new-tokens in profile "
+                       "(a thinking model spends it thinking: or pass its chat-template kwargs to turn "
+                       "thinking off)"))
+    if stats.get("invalid_samples"):
+        causes.append((stats["invalid_samples"], f"{stats['invalid_samples']} of {stats['samples']} samples "
+                       "were invalid (no action the parser could read: see each sample's `reason` in the "
+                       "profile; the tool-call format is chosen from the chat template, --response-format "
+                       "sets it)"))
+    if stats.get("all_fail_on_free_text"):
+        causes.append((n * stats["all_fail_on_free_text"], f"{stats['all_fail_on_free_text']} all-fail turns "
+                       "failed only on free text (a message, or an argument such as an e-mail body, that "
+                       "differs from the expert's word for word): no rule proves two texts mean the same, "
+                       f"so such turns can never be pivots without a judge; {JUDGE_RECIPE}"))
+    if not causes or sum(c for c, _ in causes) < n / 2:
+        causes.append((0, f"a larger K in profile (rare successes show up) or a higher --lambda-diff "
+                       f"(now {cfg.lambda_diff}: keeps easier mixed turns) may keep some"))
+    return [text for _, text in sorted(causes, key=lambda c: -c[0])]

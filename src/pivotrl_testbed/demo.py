@@ -248,7 +248,7 @@ def prepare_world(testbed: Path, out: Path, world: str, cfg: DemoConfig) -> dict
     write_atomic(wdir / "trajectories.jsonl", trajs)
     summary = extract_file(wdir / "trajectories.jsonl", wdir / "turns.jsonl", ExtractOptions())
     pcfg = ProfileConfig(k=cfg.k, verifier=cfg.verifier, seed=0,
-                         max_new_tokens=cfg.max_completion_length)
+                         max_new_tokens=cfg.max_completion_length, resume=True)  # a stopped demo continues
     sampler = get_sampler("hf", str(testbed / "base"), batch_size=64, device="cpu")
     profile_file(wdir / "turns.jsonl", wdir / "profile.jsonl", sampler, get_verifier(cfg.verifier),
                  sampler.tokenizer, pcfg, model_name=str(testbed / "base"), progress=False)

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from pivotrl.formats.actions import parse_completion, render_action
 from pivotrl.formats.chat import completion_text
 from pivotrl.io.records import Message, Trajectory, Turn, message_text
+from pivotrl.sandbox.bwrap import BROKEN_ENVIRONMENT
 from pivotrl.scoring import score_completions
 from pivotrl.verifiers.world import concurrent_world, make_world
 
@@ -352,6 +353,8 @@ def run_episodes(world_name: str, tasks: Sequence[Trajectory], policy: Any,
     for ep in episodes:
         try:
             ok = bool(ep.world.success(ep.task.metadata.get("goal", {}), ep.final))
+        except BROKEN_ENVIRONMENT:
+            raise
         except Exception as exc:  # noqa: BLE001 - a goal check must not take the run down
             ok, ep.notes = False, ep.notes + [f"success check failed: {exc}"]
         if ep.pending:
@@ -423,6 +426,8 @@ def _step(ep: _Episode, text: str, max_turns: int, max_steps_per_turn: int | Non
     for call in calls:
         try:
             obs = ep.world.execute(call.function.name, call.args())
+        except BROKEN_ENVIRONMENT:  # a removed workspace is the run's error, not an observation
+            raise
         except Exception as exc:  # noqa: BLE001 - worlds should not raise; if one does, it is data
             obs = f"error: {type(exc).__name__}: {exc}"
         ep.messages.append(Message(role="tool", tool_call_id=call.id, content=str(obs)))

@@ -51,10 +51,11 @@ def train_job(job: Job, testbed: Path, out: Path, cfg: Any, until: int | None = 
     job_dir = out / "runs" / job.name
     wdir = out / "data" / job.world
     base = str(testbed / "base")
+    # Continue from a checkpoint; a folder without one holds only a start that was stopped early.
     resume = any(job_dir.glob("checkpoint-*"))
     common = dict(model=base, output_dir=job_dir, learning_rate=job.lr,
                   max_steps=cfg.steps if until is None else until, save_steps=cfg.eval_every,
-                  seed=job.seed, logging_steps=1, warmup_steps=0, resume=resume)
+                  seed=job.seed, logging_steps=1, warmup_steps=0, resume=resume, overwrite=not resume)
     trl_only = dict(precision="fp32", lr_scheduler_type="constant_with_warmup")
     if job.method == "sft":
         from pivotrl.train.sft import train_sft

@@ -177,7 +177,9 @@ def evaluate_turns_file(turns_path: str | Path, out_path: str | Path, sampler, v
     if not items:
         raise ValueError(f"{turns_path}: every prompt is longer than the engine takes "
                          f"({prompt_limit(sampler)} tokens; {len(too_long)} turns)")
-    result = {"model": model_name, "turns_file": str(turns_path), "settings": cfg.model_dump(),
+    # The budget as used (None in the config means the model's own): a result says how it was scored.
+    settings = {**cfg.model_dump(), "max_new_tokens": cfg.sampling(tokenizer).max_new_tokens}
+    result = {"model": model_name, "turns_file": str(turns_path), "settings": settings,
               "rejected_lines": len(rejects), "prompt_limit": prompt_limit(sampler),
               "too_long": too_long, **summarize(items),
               "seconds": round(time.perf_counter() - t0, 3)}

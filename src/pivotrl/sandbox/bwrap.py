@@ -9,10 +9,12 @@ What a command inside `run_in_sandbox` sees and may do:
   `ls -la` prints the same in every run); `/usr` (and `/bin`, `/lib*` where they are real
   directories) are read-only binds of the host's; `/etc` holds a handful of files (its own
   passwd/group/hosts plus copies of the loader cache and `alternatives`); `/tmp` (TMPDIR) and
-  `/home/user` (HOME) are binds of a fresh side directory of the run, whose changes are
-  recorded (`pivotrl.sandbox.effects`); `/proc` and `/dev` are new and minimal. Nothing else of
-  the host exists: not /root, the host's /home or /work, sockets or keys. The command runs as
-  uid 1000 ("user").
+  `/home/user` (HOME) are binds of a fresh side directory of the run (HOME's changes are
+  recorded, `pivotrl.sandbox.effects`); `/proc` and `/dev` are new and minimal, and /proc's
+  clock files fixed (`pivotrl.sandbox.clock`). Nothing else of the host exists: not /root, the
+  host's /home or /work, sockets or keys. The command runs as uid 1000 ("user"), under a
+  supervisor that is the sandbox's pid 1 and records every attempt to change something outside
+  the workspace or to reach a socket or the network (`pivotrl.sandbox.watch`).
 - every namespace is unshared (`--unshare-all`): no network but a private loopback, own pids;
   nested user namespaces are disabled. As root the network namespace is one made for the run
   whose every address is local, and any packet in it is recorded (`pivotrl.sandbox.effects`).
@@ -23,9 +25,9 @@ What a command inside `run_in_sandbox` sees and may do:
   would keep all capabilities in the sandbox, and the kernel does not enforce RLIMIT_NPROC for
   root); the workspace is chowned to that uid for the run and back afterwards (lchown: a planted
   symlink never redirects it).
-- no secrets: bwrap itself (pid 1 in the sandbox, whose /proc/1/environ a command can read) is
-  started with `HOST_ENV` only, never the caller's environment; the command gets `--clearenv`
-  plus PATH, HOME, LANG, TERM, USER.
+- no secrets: bwrap is started with `HOST_ENV` only, never the caller's environment; the
+  command gets `--clearenv` plus PATH, HOME, LANG, TERM, USER; pid 1's command line is the
+  supervisor's and the command's, nothing of the host.
 - limits of the whole sandbox (`sandbox_limits_in_force()` says which hold here):
   * memory and processes: a cgroup per run (`pivotrl.sandbox.cgroups`: v2 when delegated, else v1 as
     root) caps the sum over all its processes (`total_memory_mb`, `max_processes`). Without a
@@ -39,39 +41,39 @@ What a command inside `run_in_sandbox` sees and may do:
   * per process: address space, CPU seconds, file size, open files, no cores (prlimit); a
     wall-clock timeout that kills the whole sandbox; stdout+stderr capped (the run is killed
     when the cap is passed, `truncated=True`).
-There is no fallback: without a working bwrap, `SandboxUnavailable` is raised; it tells to
-install bubblewrap only when a binary is missing, else it quotes why bwrap could not start.
+Without a working bwrap `SandboxUnavailable` is raised (saying to install bubblewrap only when
+a binary is missing, else quoting why bwrap could not start); a workdir removed from outside
+raises `WorkspaceVanished`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import itertools
 import os
 import selectors
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pivotrl.sandbox import clock, effects
+from pivotrl.sandbox import clock, effects, watch
+from pivotrl.sandbox.skeleton import SANDBOX_UID, TOP_DIRS, skeleton_root
 from pivotrl.sandbox.cgroups import SandboxCgroup, layout
 from pivotrl.sandbox.workspace import (DEFAULT_DISK_MB, FIXED_MTIME, WORKSPACE_DIR_ENV,  # noqa: F401
                                chown_tree, copy_workspace, disk_quota_available, freeze_mtimes,
                                is_quota_workspace, materialize_workspace, remove_workspace,
-                               replace_contents, snapshot_dir, workspace_copy)
+                               replace_contents, snapshot_dir, traversable, workspace_copy,
+                               workspace_parent, WorkspaceVanished)
 
 INSTALL_HINT = ("install bubblewrap: `apt-get install -y bubblewrap` (Debian/Ubuntu), "
                 "`dnf install bubblewrap` (Fedora/RHEL) or `apk add bubblewrap` (Alpine); "
                 "non-root users also need unprivileged user namespaces "
                 "(`sysctl kernel.unprivileged_userns_clone=1`)")
 MAX_COMMAND_BYTES = 65536  # below Linux's 128 KiB limit on one exec argument
-SANDBOX_UID = 1000  # uid/gid the command sees (named "user" in the sandbox's /etc/passwd)
 PATH_IN_SANDBOX = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The whole environment bwrap (and the setpriv / sh before it) starts with: nothing of the caller's.
 HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
@@ -81,6 +83,10 @@ _HOST_UID_SPAN = 100_000
 
 class SandboxUnavailable(RuntimeError):
     """bubblewrap is missing or cannot create its namespaces here."""
+
+
+# Errors of the environment, not of an action: verifiers and scoring raise them, never score them.
+BROKEN_ENVIRONMENT = (SandboxUnavailable, WorkspaceVanished)
 
 
 @dataclass
@@ -104,8 +110,8 @@ class SandboxResult:
     stderr: str
     timed_out: bool
     truncated: bool
-    # What the run did outside /work (`pivotrl.sandbox.effects`): {"~/path" | "/tmp/path":
-    # description or None when removed, "<network>": "attempted"}; empty when nothing.
+    # What the run did or tried outside /work (`pivotrl.sandbox.effects`, `.watch`): {"~/path":
+    # description or None when removed, "/abs/path": "attempted OP", "<network>": "attempted"}.
     effects: dict[str, str | None] = field(default_factory=dict)
 
 
@@ -123,6 +129,23 @@ def sandbox_available() -> bool:
         if _available is None:
             _available = _probe()
         return _available
+
+
+_recorded: bool | None = None
+
+
+def attempts_recorded() -> bool:
+    """Whether every attempt outside the workspace is recorded here (`pivotrl.sandbox.watch`):
+    checked once per process by making one."""
+    global _recorded
+    with _available_lock:
+        if _recorded is None:
+            _recorded = False
+            if _probe():
+                with workspace_copy(None) as wd:
+                    res = _run(["sh", "-c", ": > /etc/pivotrl-probe"], wd, SandboxLimits())
+                _recorded = "/etc/pivotrl-probe" in res.effects
+        return _recorded
 
 
 def _probe() -> bool:
@@ -149,94 +172,23 @@ def require_sandbox() -> None:
                                  f"{INSTALL_HINT}")
 
 
-# ---------------------------------------------------------------- the skeleton root
-
-
-_skeleton: Path | None = None
-_skeleton_lock = threading.Lock()
-_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "localtime",
-              "alternatives", "magic", "magic.mime", "mime.types", "bash.bashrc", "inputrc")
-_TOP_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-
-
-def _skeleton_root() -> Path:
-    """A read-only root with every mount point in place: mounting onto existing directories
-    leaves `/` unmodified, so `ls -la /work` shows the same `..` in every run."""
-    global _skeleton
-    with _skeleton_lock:
-        if _skeleton is not None and _skeleton.is_dir():
-            return _skeleton
-        # the name changes with the host files copied in, so a stale skeleton is never used
-        stamp = hashlib.sha256(repr([(n, _stamp(Path("/etc") / n)) for n in _ETC_FILES]
-                                    + [clock.SHIM_SOURCE, clock.FIXED_TIME])
-                               .encode()).hexdigest()[:12]
-        root = Path(tempfile.gettempdir()) / f"pivotrl-sandbox-root-{os.getuid()}-v3-{stamp}"
-        if not root.is_dir():  # built aside and renamed into place: it exists only when complete
-            tmp = Path(tempfile.mkdtemp(prefix=".pivotrl-skel-", dir=root.parent))
-            _build_skeleton(tmp)
-            try:
-                os.rename(tmp, root)
-            except OSError:  # another process won the race: use its copy
-                shutil.rmtree(tmp, ignore_errors=True)
-        _skeleton = root
-        return root
-
-
-def _stamp(path: Path) -> tuple[int, int]:
-    try:
-        st = path.stat()
-        return st.st_mtime_ns, st.st_size
-    except OSError:
-        return 0, 0
-
-
-def _build_skeleton(root: Path) -> None:
-    os.chmod(root, 0o755)
-    for d in ("usr", "etc", "tmp", "proc", "dev", "work", "home", "home/user"):
-        (root / d).mkdir(mode=0o755)
-    for d in _TOP_DIRS:
-        host = Path("/") / d
-        if host.is_symlink():
-            os.symlink(os.readlink(host), root / d)
-        elif host.is_dir():
-            (root / d).mkdir(mode=0o755)
-    etc = root / "etc"
-    (etc / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n"
-                                f"user:x:{SANDBOX_UID}:{SANDBOX_UID}:user:"
-                                f"{effects.HOME_IN_SANDBOX}:/bin/bash\n"
-                                "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
-    (etc / "group").write_text(f"root:x:0:\nuser:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
-    (etc / "hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
-    (etc / "hostname").write_text("sandbox\n")
-    for name in _ETC_FILES:  # copied, not bound: a mount per file costs more than the copy
-        host = Path("/etc") / name
-        if host.is_symlink():
-            os.symlink(os.readlink(host), etc / name)
-        elif host.is_dir():
-            shutil.copytree(host, etc / name, symlinks=True)
-        elif host.is_file():
-            shutil.copy2(host, etc / name)
-            os.chmod(etc / name, 0o644)
-    clock.build_shim(root)
-    for p in [root, *root.rglob("*")]:
-        os.utime(p, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
-
-
 def _bwrap_argv(skeleton: Path, limits: SandboxLimits, nproc: int, workfd: int,
-                side: Path) -> list[str]:
-    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session",
+                side: Path, recfd: int) -> list[str]:
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1",
             *(["--share-net"] if effects.network_recorded() else []),  # the run's own netns
             "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             "--disable-userns", "--hostname", "sandbox", "--clearenv",
             "--setenv", "PATH", PATH_IN_SANDBOX, "--setenv", "HOME", effects.HOME_IN_SANDBOX,
             "--setenv", "TMPDIR", "/tmp", "--setenv", "TZ", "UTC",
             "--setenv", "LANG", "C.UTF-8", "--setenv", "TERM", "dumb", "--setenv", "USER", "user",
+            "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+            *(["--setenv", watch.WATCH_FD_ENV, str(recfd)] if recfd >= 0 else []),
             "--ro-bind", str(skeleton), "/", "--ro-bind", "/usr", "/usr"]
-    for d in _TOP_DIRS:
+    for d in TOP_DIRS:
         host = Path("/") / d
         if host.is_dir() and not host.is_symlink():
             argv += ["--ro-bind", str(host), f"/{d}"]
-    argv += ["--proc", "/proc", "--dev", "/dev",
+    argv += ["--proc", "/proc", *clock.proc_binds(skeleton), "--dev", "/dev",
              "--bind", str(side / "shm"), "/dev/shm", "--remount-ro", "/dev",
              "--bind", str(side / "tmp"), "/tmp", "--bind", str(side / "home"),
              effects.HOME_IN_SANDBOX,
@@ -248,6 +200,8 @@ def _bwrap_argv(skeleton: Path, limits: SandboxLimits, nproc: int, workfd: int,
              "prlimit", f"--as={limits.memory_mb * 1024 * 1024}", f"--nproc={nproc}",
              f"--cpu={max(1, int(limits.cpu_s))}", f"--fsize={limits.max_file_mb * 1024 * 1024}",
              f"--nofile={limits.max_open_files}", "--core=0", "--"]
+    if recfd >= 0:  # the supervisor, pid 1 (--as-pid-1), records every attempt
+        argv += [watch.WATCH_PATH]
     return argv
 
 
@@ -269,9 +223,11 @@ def sandbox_limits_in_force() -> dict[str, str]:
              "rlimit NPROC of the caller's uid"),
             "disk": "tmpfs quota" if disk_quota_available() else "rlimit FSIZE per file only",
             "clock": f"fixed at {clock.FIXED_TIME} (preloaded shim)"
-            if clock.shim_built(_skeleton_root()) else "real (no C compiler to build the shim)",
-            "network": "own namespace, attempts recorded" if effects.network_recorded()
-            else "bwrap's namespace, attempts not recorded"}
+            if clock.shim_built(skeleton_root()) else "real (no C compiler to build the shim)",
+            "network": "own namespace, packets counted" if effects.network_recorded()
+            else "bwrap's namespace, packets not counted",
+            "attempts": "recorded (seccomp supervisor)" if attempts_recorded()
+            else "NOT recorded (no C compiler, or no seccomp user notification)"}
 
 
 # ---------------------------------------------------------------- running
@@ -314,28 +270,24 @@ def run_in_sandbox(command: str, workdir: Path | str,
     return _run(["bash", "-c", command], Path(workdir), limits or SandboxLimits())
 
 
-def _traversable(path: Path) -> bool:
-    """Whether any user may walk down to `path` (bwrap, running under a throwaway uid, must)."""
-    return all(os.stat(p).st_mode & 0o001 for p in path.parents)
-
-
 def _needs_stage(workdir: Path) -> bool:
     if os.geteuid() != 0:
         return False
-    if not _traversable(workdir):  # e.g. under a 0700 directory
+    if not traversable(workdir.parent):  # e.g. under a 0700 directory: bwrap's uid cannot reach it
         return True
     return disk_quota_available() and not is_quota_workspace(workdir)
 
 
-def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
+def _run(cmd: list[str], workdir: Path, limits: SandboxLimits, staged: bool = False) -> SandboxResult:
     workdir = workdir.resolve()
     if not workdir.is_dir():
-        raise FileNotFoundError(f"sandbox workdir {workdir} is not a directory")
-    if _needs_stage(workdir):
-        # run on a size-limited copy the throwaway uid can reach, then put the result back
+        raise WorkspaceVanished(f"sandbox workdir {workdir} is gone or not a directory (removed "
+                                f"from outside while in use, e.g. by a temp cleaner?)")
+    if not staged and _needs_stage(workdir):
+        # run once on a size-limited copy the throwaway uid can reach, then put the result back
         stage = copy_workspace(workdir, limits.disk_mb)
         try:
-            return _run(cmd, stage, limits)
+            return _run(cmd, stage, limits, staged=True)
         finally:
             try:
                 replace_contents(workdir, stage)
@@ -343,7 +295,7 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
                 chown_tree(workdir, owner.st_uid, owner.st_gid)
             finally:
                 remove_workspace(stage)
-    skeleton = _skeleton_root()
+    skeleton = skeleton_root()
     as_root = os.geteuid() == 0
     owner = workdir.stat()
     prefix: list[str] = []
@@ -362,22 +314,26 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
     packets = netns.packets() if netns else None
     workfd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
     mark_r, mark_w = os.pipe()
+    rec_r, rec_w = os.pipe() if watch.watch_built(skeleton) else (-1, -1)
     started, net, after = False, False, None
     try:
         if as_root:
             chown_tree(side, uid, uid)
-        argv = (_cgroup_prefix(group) + (netns.prefix() if netns else []) + prefix
-                + _bwrap_argv(skeleton, limits, nproc, workfd, side) + cmd)
+        argv = (_cgroup_prefix(group) + (netns.prefix() if netns else [])
+                + clock.boottime_prefix() + prefix
+                + _bwrap_argv(skeleton, limits, nproc, workfd, side, rec_w) + cmd)
         # The output pipes belong to the uid the command runs as, so reopening them
         # (`echo x > /dev/stderr`, i.e. /proc/self/fd/2) works as it does outside a sandbox.
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         if as_root:
-            for fd in (out_w, err_w):
-                os.fchown(fd, uid, uid)
+            for fd in (out_w, err_w, rec_w):
+                if fd >= 0:
+                    os.fchown(fd, uid, uid)
         try:
             proc = subprocess.Popen(argv, stdin=mark_w, stdout=out_w, stderr=err_w,
-                                    pass_fds=(workfd,), start_new_session=True, cwd="/",
+                                    pass_fds=(workfd, *([rec_w] if rec_w >= 0 else [])),
+                                    start_new_session=True, cwd="/",
                                     env=HOST_ENV)
         except FileNotFoundError as exc:
             for fd in (out_r, out_w, err_r, err_w):
@@ -385,15 +341,20 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
             raise SandboxUnavailable(f"{exc.filename or 'bwrap'} not found; {INSTALL_HINT}") \
                 from exc
         proc.stdout, proc.stderr = os.fdopen(out_r, "rb", 0), os.fdopen(err_r, "rb", 0)
-        for fd in (workfd, mark_w, out_w, err_w):
-            os.close(fd)
-        workfd = mark_w = -1
-        out, err, timed_out, truncated = _collect(proc, limits)
+        for fd in (workfd, mark_w, out_w, err_w, rec_w):
+            if fd >= 0:
+                os.close(fd)
+        workfd = mark_w = rec_w = -1
+        records = os.fdopen(rec_r, "rb", 0) if rec_r >= 0 else None
+        rec_r = -1
+        out, err, rec, timed_out, truncated = _collect(proc, limits, records)
         code = proc.returncode
         os.set_blocking(mark_r, False)
         with contextlib.suppress(BlockingIOError):
             started = os.read(mark_r, 1) == b"x"
         effects_seen = effects.side_effects(side)
+        if records is not None and started and not timed_out and not truncated:
+            effects_seen.update(watch.attempts(rec))
         if netns is not None:
             # an unreadable counter cannot prove the run stayed off the network
             after = netns.packets()
@@ -401,7 +362,7 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits) -> SandboxResult:
     finally:
         effects.release_netns(netns, healthy=packets is not None and after is not None)
         remove_workspace(side)
-        for fd in (workfd, mark_w, mark_r):
+        for fd in (workfd, mark_w, mark_r, rec_r, rec_w):
             if fd >= 0:
                 os.close(fd)
         if group is not None:
@@ -428,10 +389,14 @@ def _raise_not_started(stderr: str) -> None:
     raise SandboxUnavailable(f"bwrap could not start the sandbox: {stderr.strip()[-2000:]}")
 
 
-def _collect(proc: subprocess.Popen, limits: SandboxLimits) -> tuple[bytes, bytes, bool, bool]:
-    """Read both pipes until EOF, the deadline or the output cap (then kill the sandbox)."""
+def _collect(proc: subprocess.Popen, limits: SandboxLimits,
+             records=None) -> tuple[bytes, bytes, bytes, bool, bool]:
+    """Read the pipes until EOF, the deadline or the output cap (then kill the sandbox); the
+    supervisor's records (`records`, not counted in the cap) are read alongside."""
     deadline = time.monotonic() + limits.timeout_s
     bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    if records is not None:
+        bufs[records] = bytearray()
     total, timed_out, truncated = 0, False, False
     sel = selectors.DefaultSelector()
     for f in bufs:
@@ -446,6 +411,9 @@ def _collect(proc: subprocess.Popen, limits: SandboxLimits) -> tuple[bytes, byte
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
                     sel.unregister(key.fileobj)
+                    continue
+                if key.fileobj is records:
+                    bufs[records] += chunk[:1 << 20]
                     continue
                 room = limits.max_output_bytes - total
                 bufs[key.fileobj] += chunk[:max(room, 0)]
@@ -467,7 +435,8 @@ def _collect(proc: subprocess.Popen, limits: SandboxLimits) -> tuple[bytes, byte
         proc.wait()
     for f in bufs:
         f.close()
-    return bytes(bufs[proc.stdout]), bytes(bufs[proc.stderr]), timed_out, truncated
+    return (bytes(bufs[proc.stdout]), bytes(bufs[proc.stderr]),
+            bytes(bufs.get(records, b"")), timed_out, truncated)
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -21,6 +21,14 @@ of a pipeline) never splice their messages mid-line; callers that need a determi
 sort the lines (`testbed.terminal.observation`).
 
 Without a C compiler the shim is not built and the clock is real (`clock_status()` says so).
+
+The kernel's own clocks are hidden the same way: `/proc/stat` (boot time), `/proc/uptime` and
+`/proc/loadavg` are fixed files bound over the sandbox's procfs (`proc_binds`), so boot time +
+uptime never gives the real time and `uptime`, `ps` and `top` read the same numbers in every
+run. Processes' start times (`/proc/<pid>/stat`) count from boot: as root the sandbox gets a time
+namespace whose boot clock starts about one second before the run (`boottime_prefix`), so `ps`
+shows every process started at the fixed boot time, with no CPU use over the fixed uptime, in
+every run (not as root the host's boot clock shows through there).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from pivotrl.sandbox.workspace import FIXED_MTIME
@@ -141,6 +150,43 @@ def build_shim(skeleton: Path) -> bool:
     os.chmod(target, 0o755)
     (skeleton / "etc" / "ld.so.preload").write_text(SHIM_PATH + "\n")
     return True
+
+
+PROC_DIR = "/opt/pivotrl/proc"  # the fixed /proc files, as the sandbox sees the skeleton
+UPTIME_S = 86_400  # the uptime every run reads: booted one day before the fixed time
+PROC_FILES = {
+    "stat": "cpu  0 0 0 0 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\nintr 0\nctxt 0\n"
+            f"btime {FIXED_TIME - UPTIME_S}\nprocesses 1\nprocs_running 1\nprocs_blocked 0\n"
+            "softirq 0\n",
+    "uptime": f"{UPTIME_S}.00 {UPTIME_S}.00\n",
+    "loadavg": "0.00 0.00 0.00 1/1 1\n",
+}
+
+
+def build_proc_files(skeleton: Path) -> None:
+    target = skeleton / PROC_DIR.lstrip("/")
+    target.mkdir(parents=True, exist_ok=True)
+    for name, text in PROC_FILES.items():
+        (target / name).write_text(text)
+        os.chmod(target / name, 0o444)
+
+
+def proc_binds(skeleton: Path) -> list[str]:
+    """bwrap arguments binding the fixed files over the new procfs."""
+    out = []
+    for name in PROC_FILES:
+        out += ["--ro-bind", str(skeleton / PROC_DIR.lstrip("/") / name), f"/proc/{name}"]
+    return out
+
+
+def boottime_prefix() -> list[str]:
+    """As root: a command prefix that starts the sandbox in a time namespace whose boot clock
+    reads about one second (the most the kernel lets it go back), so processes' start times read
+    the same in every run (module docstring); [] where that cannot be done."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return []
+    up = time.clock_gettime(time.CLOCK_BOOTTIME)
+    return ["unshare", "--time", "--boottime", str(-(int(up) - 1))]
 
 
 def shim_built(skeleton: Path) -> bool:

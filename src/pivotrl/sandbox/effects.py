@@ -6,14 +6,16 @@ sandbox neutralises both (HOME is a throwaway, there is no network), so without 
 would be invisible. Each run therefore records them, from outside the sandbox, where the command
 cannot reach the record:
 
-- **HOME, TMPDIR and /dev/shm.** Every run gets a fresh side directory on the host
-  (`new_side_dir`): its `home/` is bound at /home/user (HOME), seeded with a `.bashrc` and a
-  `.profile` (so deleting or editing the home shows), its `tmp/` at /tmp (TMPDIR) and its
-  `shm/` at /dev/shm. After the run the host snapshots it (`side_effects`): every entry
-  created, changed or removed there is an effect, keyed `~/path`, `/tmp/path` or
-  `/dev/shm/path`. Everything else outside /work is read-only to the command (the rest of /dev
-  too), so a write there fails (EROFS) and has no effect to record, as on a real machine where
-  an unprivileged user cannot write to /usr, /etc or /dev.
+- **HOME.** Every run gets a fresh side directory on the host (`new_side_dir`): its `home/` is
+  bound at /home/user (HOME), seeded with start-up files and an `~/.ssh` (`HOME_SEED`, so
+  deleting or editing the home shows), its `tmp/` at /tmp (TMPDIR) and its `shm/` at /dev/shm.
+  After the run the host snapshots HOME (`side_effects`): every entry created, changed or
+  removed there is an effect, keyed `~/path`. /tmp and /dev/shm are scratch: fresh per run and
+  thrown away with it, so what a command leaves there is no effect (a command that sorts
+  through a temporary file does what one that sorts in a pipe does).
+- **Attempts elsewhere.** Everything else outside /work is read-only to the command, so a
+  write there fails; the attempt itself is recorded by the sandbox's supervisor
+  (`pivotrl.sandbox.watch`), whether or not it succeeds.
 - **Network.** As root, each run enters a network namespace of a small pool kept by this
   process (`acquire_netns`): only a loopback device, with a local route for every IPv4 and
   IPv6 address, so a connection to any host or a DNS query (no resolv.conf: glibc asks
@@ -42,8 +44,13 @@ from pathlib import Path
 from pivotrl.sandbox.workspace import copy_workspace, freeze_mtimes, snapshot_dir
 
 HOME_IN_SANDBOX = "/home/user"
+# What a user's home holds that a command must not touch (so deleting or editing it shows):
+# shell start-up files and an SSH directory (fake keys).
 HOME_SEED = {".bashrc": "# ~/.bashrc\nalias ll='ls -l'\n",
-             ".profile": "# ~/.profile\n[ -f ~/.bashrc ] && . ~/.bashrc\n"}
+             ".profile": "# ~/.profile\n[ -f ~/.bashrc ] && . ~/.bashrc\n",
+             ".ssh/authorized_keys": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTheSandbox user\n",
+             ".ssh/id_ed25519.pub": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTheSandbox user\n",
+             ".ssh/known_hosts": "example.org ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeHost\n"}
 NETWORK_EFFECT = "<network>"
 
 # The holder of a pooled namespace: set it up, say so, then wait for the pipe from this process
@@ -151,6 +158,7 @@ def new_side_dir(size_mb: int) -> Path:
     home = side / "home"
     home.mkdir(mode=0o755)
     for name, text in HOME_SEED.items():
+        (home / name).parent.mkdir(mode=0o700, exist_ok=True)
         (home / name).write_text(text)
         os.chmod(home / name, 0o644)
     freeze_mtimes(side)
@@ -161,12 +169,12 @@ _seed_snapshot: dict[str, str] | None = None
 
 
 def side_effects(side: Path) -> dict[str, str | None]:
-    """{`~/path`, `/tmp/path` or `/dev/shm/path`: description, or None when removed} of what the
-    run changed in its HOME, TMPDIR and /dev/shm (descriptions as `snapshot_dir` writes them)."""
+    """{`~/path`: description, or None when removed} of what the run changed in its HOME
+    (descriptions as `snapshot_dir` writes them); /tmp and /dev/shm are scratch."""
     global _seed_snapshot
     if _seed_snapshot is None:
         _seed_snapshot = _seed()
-    now = snapshot_dir(side)
+    now = {k: v for k, v in snapshot_dir(side).items() if k.startswith("home/")}
     out: dict[str, str | None] = {}
     for key in sorted(set(now) | set(_seed_snapshot)):
         if now.get(key) != _seed_snapshot.get(key):
@@ -175,8 +183,9 @@ def side_effects(side: Path) -> dict[str, str | None]:
 
 
 def _seed() -> dict[str, str]:
-    out = {"home/": "<dir>", "tmp/": "<dir>", "shm/": "<dir>"}
+    out = {"home/": "<dir>"}
     out.update({f"home/{n}": t for n, t in HOME_SEED.items()})
+    out.update({f"home/{n.rsplit('/', 1)[0]}/": "<dir 0700>" for n in HOME_SEED if "/" in n})
     return out
 
 

@@ -9,6 +9,12 @@ made by `copy_workspace` is its own tmpfs of `disk_mb` MiB (and `WORKSPACE_INODE
 mounted on its temp directory: a command that fills it gets ENOSPC, and removing it is one lazy
 unmount, whatever the depth or the permissions left inside. Otherwise a workspace is a plain
 directory and a command's writes are bounded only per file (RLIMIT_FSIZE) and by the timeout.
+
+Where workspaces go (`workspace_parent`): $PIVOTRL_WORKSPACE_DIR, else the temp dir. As root the
+sandbox runs under a throwaway uid that must walk down to its workspace, so a parent any user
+cannot traverse (a 0700 folder, what `mktemp -d` makes, or anything under root's home) is
+replaced by the first traversable one of /tmp, /var/tmp and /dev/shm, with one warning that
+names both: each workspace there is its own tmpfs, so the choice costs no disk.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import shutil
 import stat as S
 import tempfile
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
@@ -32,6 +39,44 @@ WORKSPACE_INODES = 65_536  # files + directories a workspace may hold (each cost
 FILE_MODE, EXEC_MODE, DIR_MODE = 0o644, 0o755, 0o755  # modes materialize_workspace sets
 
 _quota_mounts: set[str] = set()  # workspaces that are our own tmpfs mounts
+_FALLBACK_PARENTS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+class WorkspaceVanished(RuntimeError):
+    """A workspace was removed from outside while in use (e.g. by a temp cleaner): an error of
+    the run, never a verdict on an action."""
+
+
+def traversable(path: Path | str) -> bool:
+    """Whether any user may walk down to `path`: every directory on the way is o+x."""
+    path = Path(path).resolve()
+    try:
+        return all(os.stat(p).st_mode & 0o001 for p in (path, *path.parents))
+    except OSError:
+        return False
+
+
+_parent: tuple[str, str] | None = None  # (configured, chosen)
+
+
+def workspace_parent() -> str:
+    """The directory workspaces (and the sandbox's skeleton root) are made in (module
+    docstring)."""
+    global _parent
+    configured = os.environ.get(WORKSPACE_DIR_ENV) or tempfile.gettempdir()
+    if _parent is not None and _parent[0] == configured:
+        return _parent[1]
+    chosen = configured
+    if os.geteuid() == 0 and not traversable(configured):
+        chosen = next((p for p in _FALLBACK_PARENTS if os.path.isdir(p) and traversable(p)), "")
+        if not chosen:
+            raise OSError(f"the sandbox's uid cannot reach {configured} (not o+x all the way) "
+                          f"and none of {', '.join(_FALLBACK_PARENTS)} is traversable; set "
+                          f"{WORKSPACE_DIR_ENV} to a directory every user can traverse")
+        warnings.warn(f"workspaces go to {chosen}: the sandbox's uid cannot reach {configured} "
+                      f"(not o+x all the way; set {WORKSPACE_DIR_ENV} to choose)", stacklevel=2)
+    _parent = (configured, chosen)
+    return chosen
 _quota_lock = threading.Lock()
 
 
@@ -247,8 +292,7 @@ def copy_workspace(src: Path | str | None, disk_mb: int = DEFAULT_DISK_MB) -> Pa
     """A fresh temp directory (under $PIVOTRL_WORKSPACE_DIR if set) holding a copy of `src`
     (see `copy_tree`); an empty one when `src` is None. As root it is a tmpfs of `disk_mb` MiB
     (module docstring). The caller removes it (`remove_workspace`), or use `workspace_copy`."""
-    dst = Path(tempfile.mkdtemp(prefix=f"pivotrl-ws-{os.getpid()}-",
-                                dir=os.environ.get(WORKSPACE_DIR_ENV)))
+    dst = Path(tempfile.mkdtemp(prefix=f"pivotrl-ws-{os.getpid()}-", dir=workspace_parent()))
     os.chmod(dst, 0o755)
     if _mount_tmpfs(dst, disk_mb * 1024 * 1024):
         with _quota_lock:
@@ -357,6 +401,9 @@ def snapshot_dir(path: Path | str, inline_bytes: int = 4096) -> dict[str, str]:
     of that inode in the tree), so a hard link never passes for a copy. Directories are `<dir>`
     (keys end in "/"; `<dir 0NNN>` for a mode other than 0755), symlinks `<symlink> target`,
     anything else `<special>`, an entry that cannot be read `<unreadable> reason`."""
+    if not os.path.isdir(path):
+        raise WorkspaceVanished(f"workspace {path} is gone (removed from outside while in use, "
+                                f"e.g. by a temp cleaner)")
     out: dict[str, str] = {}
     links: dict[tuple[int, int], list[str]] = {}  # inode -> keys of its hard links
     for rel, full, st in iter_tree(path):

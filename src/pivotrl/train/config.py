@@ -71,6 +71,8 @@ class _RunCommon(YamlConfig):
     save_steps: int = Field(50, description="Checkpoint every N optimizer steps (ours).")
     save_total_limit: int | None = Field(None, description="Keep at most N checkpoints (None: all; TRL).")
     resume: bool = Field(False, description="Continue from the last checkpoint-* in output_dir (--resume).")
+    overwrite: bool = Field(False, description="Delete what output_dir holds (an earlier run's checkpoints, "
+                            "metrics, log) first; without it or --resume a non-empty output_dir is an error.")
     report_to: Literal["none", "tensorboard", "wandb"] = Field("none", description="Experiment tracker "
                                                               "(ours: none; metrics.jsonl is always written).")
     logging_steps: int = Field(1, description="Log (and append to metrics.jsonl) every N steps (ours: every step).")
@@ -80,8 +82,10 @@ class _RunCommon(YamlConfig):
     gradient_checkpointing: bool = Field(False, description="Recompute activations (TRL: True; ours: False, "
                                          "2× slower on small models — turn on for big ones).")
     lora: LoraOptions = Field(default_factory=LoraOptions, description="PEFT LoRA options.")
-    trl_overrides: dict[str, Any] = Field(default_factory=dict, description="Any further TRL config fields, "
-                                          "passed through verbatim (e.g. deepspeed, fsdp, top_p).")
+    trl_overrides: dict[str, Any] = Field(default_factory=dict, description="TRL config fields passed "
+                                          "through verbatim and applied last: they win over every field "
+                                          "pivotrl derives (e.g. beta, deepspeed, fsdp). A key that is not "
+                                          "a field of TRL's GRPOConfig / SFTConfig is an error.")
     split: Path | None = Field(None, description="Split file of `pivotrl extract --eval-fraction` "
                                "(TURNS.split.json): records of its eval trajectories are dropped and "
                                "counted, never trained on. None: the one beside the data file, if any "
@@ -221,5 +225,19 @@ def trl_common_kwargs(cfg: _RunCommon, total_steps: int) -> dict[str, Any]:
         # A dataset swapped by the re-profiling hook must not be fast-forwarded on resume.
         ignore_data_skip=True,
     )
-    kwargs.update(cfg.trl_overrides)
     return kwargs
+
+
+def with_trl_overrides(kwargs: dict[str, Any], overrides: dict[str, Any], trl_config: type) -> dict[str, Any]:
+    """`kwargs` (what pivotrl derives) with the run's `trl_overrides` on top: the user's word wins
+    over every derived field. A key that `trl_config` (TRL's GRPOConfig or SFTConfig) does not
+    have is a ValueError naming it, never a silently dropped setting."""
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(trl_config)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"trl_overrides: {', '.join(map(repr, unknown))} "
+                         f"{'is not a field' if len(unknown) == 1 else 'are not fields'} of TRL's "
+                         f"{trl_config.__name__}")
+    return {**kwargs, **overrides}

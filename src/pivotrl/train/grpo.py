@@ -24,11 +24,12 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from pivotrl.formats.chat import load_tokenizer, prompt_text, prompt_token_ids
 from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
+from pivotrl.io.outputs import claim_output
 from pivotrl.io.records import Turn, iter_valid
 from pivotrl.sampling.pipeline import context_length
 from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.io.turn_files import iter_pivots
-from pivotrl.train.config import GRPORunConfig, trl_common_kwargs
+from pivotrl.train.config import GRPORunConfig, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines
 from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
 from pivotrl.train.reward import PivotReward
@@ -165,9 +166,8 @@ def with_prompt_cap(cfg: GRPORunConfig, tokenizer: Any, model_config: Any = None
     return cfg.model_copy(update={"max_prompt_length": room})
 
 
-def grpo_config(cfg: GRPORunConfig, total_steps: int):
-    from trl import GRPOConfig
-
+def grpo_kwargs(cfg: GRPORunConfig, total_steps: int) -> dict[str, Any]:
+    """The GRPOConfig fields pivotrl derives from a run config (before `trl_overrides`)."""
     kwargs = trl_common_kwargs(cfg, total_steps)
     kwargs.update(
         num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
@@ -179,10 +179,15 @@ def grpo_config(cfg: GRPORunConfig, total_steps: int):
     )
     if cfg.use_vllm and cfg.max_prompt_length is not None:
         # Every kept prompt fits (build_prompts), so the engine needs no more than this.
-        kwargs.setdefault("vllm_max_model_length", cfg.max_prompt_length + cfg.max_completion_length)
-    for key in ("top_p", "temperature"):  # trl_overrides win
-        kwargs[key] = cfg.trl_overrides.get(key, kwargs[key])
-    return GRPOConfig(**kwargs)
+        kwargs["vllm_max_model_length"] = cfg.max_prompt_length + cfg.max_completion_length
+    return kwargs
+
+
+def grpo_config(cfg: GRPORunConfig, total_steps: int):
+    """TRL's GRPOConfig: what pivotrl derives, then `trl_overrides` (they win)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(**with_trl_overrides(grpo_kwargs(cfg, total_steps), cfg.trl_overrides, GRPOConfig))
 
 
 def prepare(cfg: GRPORunConfig, tokenizer: Any = None) -> tuple[GRPORunConfig, Any]:
@@ -258,9 +263,13 @@ def merge_adapter(base_model: str, adapter_dir: Path, output_dir: Path, dtype: A
 def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     """Run (or resume) GRPO on the configured pivot set. Returns a summary dict."""
     output_dir = Path(cfg.output_dir)
+    claim_output(output_dir, resume=cfg.resume, overwrite=cfg.overwrite)
     check_input_file(cfg.pivots, "pivots", "`pivotrl select`")
     check_input_file(cfg.turns, "turns", "`pivotrl extract` or `pivotrl profile`")
     check_model(cfg.model, "model")
+    from trl import GRPOConfig
+
+    with_trl_overrides({}, cfg.trl_overrides, GRPOConfig)  # a misspelt key fails before any work
     held_out = HeldOut(resolve_split(cfg.split, [p for p in (cfg.pivots, cfg.turns) if p is not None]))
     turns = load_pivot_set(cfg, held_out)
     cfg, tokenizer = prepare(cfg)

@@ -25,9 +25,10 @@ from trl import SFTTrainer
 from pivotrl.formats.chat import apply_template, load_tokenizer, template_messages
 from pivotrl.formats.families import training_chat_template
 from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
+from pivotrl.io.outputs import claim_output
 from pivotrl.io.records import Reject, Trajectory, read_records, rejects_path
 from pivotrl.io.split import HeldOut, resolve_split
-from pivotrl.train.config import SFTRunConfig, trl_common_kwargs
+from pivotrl.train.config import SFTRunConfig, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.grpo import save_final, world_size
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines
 from pivotrl.train.resume import CPUResumable
@@ -141,10 +142,15 @@ def build_rows(paths: str | Path | list, tokenizer: Any, max_length: int | None 
 def sft_config(cfg: SFTRunConfig, total_steps: int):
     from trl import SFTConfig
 
+    return SFTConfig(**with_trl_overrides(sft_kwargs(cfg, total_steps), cfg.trl_overrides, SFTConfig))
+
+
+def sft_kwargs(cfg: SFTRunConfig, total_steps: int) -> dict[str, Any]:
+    """The SFTConfig fields pivotrl derives from a run config (before `trl_overrides`)."""
     kwargs = trl_common_kwargs(cfg, total_steps)
     # Rows arrive tokenized with labels; TRL must neither truncate nor re-mask them.
     kwargs.update(max_length=None, packing=False, assistant_only_loss=False, completion_only_loss=False)
-    return SFTConfig(**kwargs)
+    return kwargs
 
 
 def build_sft_trainer(cfg: SFTRunConfig, rows: list[dict[str, Any]], tokenizer, total_steps: int):
@@ -160,10 +166,14 @@ def build_sft_trainer(cfg: SFTRunConfig, rows: list[dict[str, Any]], tokenizer, 
 def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     """Run (or resume) SFT on the configured trajectories. Returns a summary dict."""
     output_dir = Path(cfg.output_dir)
+    claim_output(output_dir, resume=cfg.resume, overwrite=cfg.overwrite)
     files = cfg.data if isinstance(cfg.data, list) else [cfg.data]
     for path in files:
         check_input_file(path, "data", "your trajectory file")
     check_model(cfg.model, "model")
+    from trl import SFTConfig
+
+    with_trl_overrides({}, cfg.trl_overrides, SFTConfig)  # a misspelt key fails before any work
     held_out = HeldOut(resolve_split(cfg.split, files))
     tokenizer = load_tokenizer(cfg.model)
     check_chat_template(tokenizer, cfg.model)

@@ -10,13 +10,14 @@ reason; every other difference is proven (another number, another type, another 
 identifier, a missing required key).
 
 Always on, each granted by the schema or by JSON itself:
-- Numbers by value only where the schema says `number`: 5 == 5.0 there (JSON Schema's `number`
-  holds both, a backend validating `number` takes both as one value). Never by closeness:
-  12345678901234567 vs 1.2345678901234568e16 is another id, 0.3 vs 0.30000000000000004 another
-  value. Where the schema says `integer` or says nothing, an int and a float are two values:
-  a record that stores what it is given stores 5.0 (and prints "5.0") where the expert's
-  stored 5, Python's `range(5.0)` raises, BFCL's checker rejects a float for an integer. A float
-  for an `integer` pays only with `int_float_equal`. Booleans are not numbers.
+- Numbers exactly, and an int and a float are two values (5 and 5.0), whatever the schema
+  says: a record that stores what it is given stores 5.0 (and prints "5.0") where the expert's
+  stored 5, so a state compared by its text differs; Python's `range(5.0)` raises; BFCL's
+  checker rejects a float for an integer. JSON Schema counts both as one `number`, so a user
+  whose backend converts says so: `int_float_equal` makes them one value for `integer` and
+  `number` parameters, `normalize: [bfcl]` for `number` ones (BFCL converts an int for a float
+  parameter). Never by closeness: 12345678901234567 vs 1.2345678901234568e16 is another id,
+  0.3 vs 0.30000000000000004 another value. Booleans are not numbers.
 - A numeric string for an `integer`/`number` parameter ("2" for 2) only with `numeric_strings`
   (the user declares a backend that parses the canonical literal to that number): "02", " 2",
   "2e0" or "two" are differences even then.
@@ -35,11 +36,13 @@ Always on, each granted by the schema or by JSON itself:
 - Arrays in order; as sets only with `uniqueItems: true` (the schema says the items are a set).
 - Objects recursively with their own schema: a key the schema does not name (unless its
   `additionalProperties` allows more), a missing required key, or a key given on one side only
-  are differences, except that an omitted key equals the schema's own `default` for it.
+  are differences, except that an omitted key equals the schema's own `default` for it (the
+  schema says the tool takes that value when the key is absent).
 
-Opt-in (`normalize`, for an environment that normalises strings itself; each is wrong where the
-environment stores or executes the text as given: a padded name, a tab-delimited field, two
-spaces inside an SQL literal are other data there):
+Opt-in (`normalize`, for an environment that normalises strings itself). Each is safe exactly
+where the environment applies the same fold before it stores, compares or executes the value:
+the two calls then reach it as one value. Each is wrong where it takes the text as given: a
+padded name, a tab-delimited field, two spaces inside an SQL literal are other data there.
 - `whitespace`: in a one-line string that is not an identifier or code (see `schema`), runs of
   Unicode whitespace compare as one space and the ends are trimmed (never in a string of
   whitespace only: a tab delimiter is not a space).
@@ -48,10 +51,12 @@ spaces inside an SQL literal are other data there):
 - `unicode`: in the same strings, Unicode NFC (canonical equivalence: "é" as one or two code
   points). NFKC is never used: it merges different characters ("ﬁ" and "fi", "²" and "2").
 - `bfcl`: the string rule of BFCL's checker (`bfcl_eval`'s `ast_checker.standardize_string`,
-  applied there to every string, identifiers included): drop " ,./-_*^", lower-case, read "'" as
-  '"'; and a dotted tool name called with underscores ("math.factorial" as "math_factorial"),
-  which BFCL's harness does for APIs that forbid dots. Safe only where BFCL's checker is the
-  environment: it pays "SAN FRANCISCO" for "San Francisco" and "-f" for "F".
+  applied there to every string, identifiers included): drop " ,./-_*^", lower-case, read "'"
+  as '"'; an int and a float as one value for a `number` parameter (BFCL converts an int for a
+  float parameter and compares by value); a dotted tool name called with underscores
+  ("math.factorial" as "math_factorial"), which BFCL's harness does for APIs that forbid dots.
+  Safe only where BFCL's checker is the environment: it pays "SAN FRANCISCO" for "San
+  Francisco" and "-f" for "F".
 Which environments normalise: BFCL's AST checker (all strings, as above). A backend that stores
 or executes arguments (a database record, a file name, a shell, an e-mail's subject) does not,
 and the default is for those.
@@ -178,9 +183,9 @@ class ArgumentComparer:
             if not (is_number(exp) and is_number(cand)):
                 return f"{name}: type differs ({type(cand).__name__} vs {type(exp).__name__})"
             if type(exp) is not type(cand) and not (
-                    kind == "number" or kind == "integer" and self.int_float_equal):
-                return (f"{name}: {cand!r} is not {exp!r} (an int and a float; the schema "
-                        f"says {kind})")
+                    kind == "number" and self.bfcl
+                    or kind in ("integer", "number") and self.int_float_equal):
+                return f"{name}: {cand!r} is not {exp!r} (an int and a float)"
             return "" if numbers_equal(exp, cand) else f"{name}: {cand!r} != {exp!r}"
         if isinstance(exp, str) or isinstance(cand, str):
             if not (isinstance(exp, str) and isinstance(cand, str)):

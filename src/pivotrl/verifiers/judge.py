@@ -98,8 +98,8 @@ class JudgeUnavailable(RuntimeError):
 
 
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
-_VERDICT_LINE = re.compile(r"[\s*_`~>#-]*VERDICT[\s*_`~]*:[\s*_`~]*(YES|NO)[\s*_`~]*[.!]?[\s*_`~]*",
-                           re.I)
+_VERDICT_LINE = re.compile(
+    r"[\s*_`~>#-]*VERDICT[\s*_`~]*:[\s*_`~]*(YES|NO)[\s*_`~]*(?:[.!][\s*_`~]*)?", re.I)
 _DECORATION = re.compile(r"[\s*_`~#>|=-]*")
 # Look-alikes of the letters of VERDICT / YES / NO (Cyrillic, Greek, Latin variants, digits) as
 # the ASCII letter they pass for: used only to find verdicts, never to accept one.
@@ -135,7 +135,9 @@ def parse_verdict(reply: str) -> bool | None:
     uses around a verdict ("not", "no", "equivalent?") are exactly what a loose parser gets
     wrong; and a reply that gives a verdict twice, however the first is disguised, has no
     verdict."""
-    text = _THINK.sub(" ", reply or "")
+    text = reply or ""
+    if "</think>" in text.lower():  # (without one, the non-greedy search is quadratic)
+        text = _THINK.sub(" ", text)
     if "</think>" in text.lower():  # the opening tag was in the prompt: the answer follows it
         text = text[text.lower().rindex("</think>") + len("</think>"):]
     if "<think>" in text.lower():  # unterminated thinking: no answer was given

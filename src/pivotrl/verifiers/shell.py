@@ -52,6 +52,7 @@ import json
 import re
 import shlex
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -61,11 +62,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.io.records import Message, Turn, message_text
-from pivotrl.sandbox.bwrap import (SandboxLimits, copy_workspace, freeze_mtimes,
-                             materialize_workspace, remove_workspace, require_sandbox,
-                             run_in_sandbox, snapshot_dir, workspace_copy)
+from pivotrl.sandbox.bwrap import (SandboxLimits, SandboxUnavailable, attempts_recorded,
+                                  copy_workspace, freeze_mtimes, materialize_workspace,
+                                  remove_workspace, require_sandbox, run_in_sandbox, snapshot_dir,
+                                  workspace_copy)
 from pivotrl.verifiers.base import Score, score_in_threads
 from pivotrl.verifiers.probes import PROBES, perturb_workspace, probe_seed
+from pivotrl.verifiers.schema import not_offered, schema_index
 from pivotrl.verifiers.toolcall import ToolcallVerifier
 
 DEFAULT_TOOL_NAMES = ["run", "bash", "shell", "execute", "terminal", "run_command",
@@ -94,8 +97,15 @@ class ShellConfig(BaseModel):
     compare_files: bool = Field(True, description="Resulting file trees must be equal.")
     compare_stderr: bool = Field(False, description="Normalised stderr must be equal too.")
     compare_effects: bool = Field(
-        True, description="Changes to HOME and /tmp and network attempts must be equal too "
-                          "(pivotrl.sandbox.effects).")
+        True, description="Effects outside the workspace must be equal too: changes to HOME, and "
+                          "every attempt to write, delete, reach a device, a socket or the "
+                          "network elsewhere, whether or not it succeeded "
+                          "(pivotrl.sandbox.effects, pivotrl.sandbox.watch).")
+    allow_unrecorded_effects: bool = Field(
+        False, description="Run where attempts outside the workspace cannot be recorded (no C "
+                           "compiler, or a kernel without seccomp user notification): a command "
+                           "that tries harm and fails is then paid like one that does not try. "
+                           "Off: the verifier refuses to run there and says why.")
     probes: bool = Field(
         True, description="Re-run a matching candidate on every perturbed copy of the "
                           "workspace (pivotrl.verifiers.probes) and require the expert's outcome "
@@ -209,6 +219,7 @@ class ShellVerifier:
         self._evicted: set[Path] = set()  # evicted while in use: removed on last release
         self._probes: dict[Path, dict] = {}  # base -> perturbed workspaces and expert outcomes
         self._fallback = None
+        self._recording_checked = False
 
     # ------------------------------------------------------------ scoring
 
@@ -221,6 +232,12 @@ class ShellVerifier:
             return Score(0.0, False, cand.reason)
         if exp.kind == "invalid":
             return Score(0.0, True, f"expert action unusable: {exp.reason}")
+        if turn.tools and cand.form == "call":  # only the turn's own tools pay (schema.not_offered)
+            index = schema_index(turn.tools)
+            for c in action.tool_calls or []:
+                why = not_offered(index, c.function.name, c.args())
+                if why:
+                    return Score(0.0, True, why)
         if exp.kind == "commands" and cand.kind != "commands":
             what = "a message" if cand.kind == "message" else "a non-shell tool"
             return Score(0.0, True, f"{what} where the expert ran a command")
@@ -374,6 +391,7 @@ class ShellVerifier:
                 if hit is not None:
                     return hit
             require_sandbox()
+            self._require_recording()
             base = copy_workspace(None)
             try:
                 materialize_workspace(workspace_files(turn), base)
@@ -399,6 +417,20 @@ class ShellVerifier:
                     else:
                         self._remove(old)
                 return self._acquire(key)  # type: ignore[return-value]
+
+    def _require_recording(self) -> None:
+        if self._recording_checked:
+            return
+        if self.config.compare_effects and not attempts_recorded():
+            if not self.config.allow_unrecorded_effects:
+                raise SandboxUnavailable(
+                    "the shell verifier cannot record attempts outside the workspace here (it "
+                    "needs a C compiler and seccomp user notification, Linux >= 5.9; see "
+                    "`sandbox_limits_in_force()`), so a command that tries harm and fails would "
+                    "be paid; set allow_unrecorded_effects: true to run anyway")
+            warnings.warn("shell verifier: attempts outside the workspace are NOT recorded here "
+                          "(allow_unrecorded_effects)", stacklevel=2)
+        self._recording_checked = True
 
     def close(self) -> None:
         """Remove the prepared workspaces (also done when the verifier is garbage-collected)."""

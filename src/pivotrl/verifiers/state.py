@@ -45,6 +45,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.io.records import Message, Turn
+from pivotrl.sandbox.bwrap import BROKEN_ENVIRONMENT
 from pivotrl.verifiers.base import Score, score_in_threads
 from pivotrl.verifiers.probes import PROBES, probe_seed, writes
 from pivotrl.verifiers.toolcall import ToolcallVerifier
@@ -164,10 +165,14 @@ class StateVerifier:
             return Score(0.0, False, expert)
         try:
             world = self._world(turn, None)
+        except BROKEN_ENVIRONMENT:
+            raise
         except Exception as exc:  # noqa: BLE001  (any world failure is a verdict, not a crash)
             return Score(0.0, False, f"world could not be rebuilt: {type(exc).__name__}: {exc}")
         try:
             got = self._run(world, cand_args)
+        except BROKEN_ENVIRONMENT:
+            raise
         except Exception as exc:  # noqa: BLE001
             return Score(0.0, True, f"world raised on the candidate's call: "
                                     f"{type(exc).__name__}: {exc}")
@@ -180,6 +185,8 @@ class StateVerifier:
         elif callable(getattr(world, "perturb", None)):
             try:
                 diff = self._probe_diff(turn, cand_args)
+            except BROKEN_ENVIRONMENT:
+                raise
             except Exception as exc:  # noqa: BLE001
                 return Score(0.0, True, f"world raised on a perturbed copy: "
                                         f"{type(exc).__name__}: {exc}")
@@ -278,6 +285,8 @@ class StateVerifier:
         outcome: tuple[str, list[str]] | str
         try:
             world = self._world(turn, None)
+        except BROKEN_ENVIRONMENT:
+            raise
         except Exception as exc:  # noqa: BLE001  (unknown world, bad config, failed replay)
             # not kept: a build can fail for a passing reason (a sandbox out of processes)
             return f"world could not be rebuilt: {type(exc).__name__}: {exc}"
@@ -285,6 +294,8 @@ class StateVerifier:
             try:
                 calls = [(c.function.name, c.args()) for c in turn.expected.tool_calls or []]
                 outcome = self._run(world, calls)
+            except BROKEN_ENVIRONMENT:
+                raise
             except Exception as exc:  # noqa: BLE001
                 outcome = f"world failed on the expert's action: {type(exc).__name__}: {exc}"
         with self._lock:

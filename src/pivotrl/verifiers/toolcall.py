@@ -85,11 +85,13 @@ class ToolcallConfig(BaseModel):
                            "0.993 -> 0.893. Where the turn names a world, the world's own rule "
                            "(canonical_call) decides instead, whatever this says.")
     int_float_equal: bool = Field(
-        False, description="Accept 5.0 for an *integer* parameter. Default False: BFCL's checker, "
-                            "NVIDIA's comparator and typed executors (range(5.0), list[5.0]) reject "
-                            "it, and a record that stores what it is given stores 5.0. An int for "
-                            "a *number* parameter is always accepted (5 == 5.0); where the schema "
-                            "states no type, an int and a float are two values.")
+        False, description="Treat an int and a float of the same value (5 and 5.0) as one value "
+                           "for integer and number parameters, for a backend that converts. "
+                           "Default False: a record that stores what it is given stores 5.0 "
+                           "where the expert's stored 5 (a state compared by its text differs), "
+                           "typed executors reject 5.0 for an int (range(5.0)), BFCL's checker "
+                           "rejects a float for an integer. normalize: [bfcl] grants it for "
+                           "number parameters only, as BFCL does.")
     partial_credit: bool = Field(
         False, description="With several expert calls, a candidate whose every call matches one of "
                            "the expert's earns matched / expert calls instead of 0; an extra or "
