@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pivotrl_testbed.budget import largest_rollout_ratio
-from pivotrl_testbed.demo import DemoConfig, schedule_bound
+from pivotrl_testbed.budget import largest_rollout_ratio, schedule_bound
+from pivotrl_testbed.demo import DemoConfig
 
 
 def test_the_bound_is_e2e_at_its_cap_over_pivotrl_at_its_first_checkpoint():

@@ -73,3 +73,14 @@ def largest_rollout_ratio(cfg: Any, pivot_stats: dict[str, Any],
     return {"with_profiling": e2e / (bare + profiling), "without_profiling": e2e / bare,
             "e2e_turns_at_cap": e2e, "pivotrl_turns_at_first_checkpoint": bare + profiling,
             "profiling_turns": profiling}
+
+
+def schedule_bound(cfg: Any, pivot_stats: dict[str, Any],
+                   base: list[dict[str, Any]]) -> dict[str, float] | None:
+    """`largest_rollout_ratio` for a demo config, E2E RL's episodes as long as the base's greedy
+    eval episodes (`base`: the base's checkpoint rows; model turns per episode, per world)."""
+    if "e2e_rl" not in cfg.methods or "pivotrl" not in cfg.methods:
+        return None
+    per_episode = {r["world"]: r["in_domain"]["model_turns"] / r["in_domain"]["episodes"]
+                   for r in base if r.get("in_domain", {}).get("episodes")}
+    return largest_rollout_ratio(cfg, pivot_stats, per_episode)

@@ -33,7 +33,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pivotrl_testbed.budget import BudgetRule, largest_rollout_ratio
+from pivotrl_testbed.budget import BudgetRule, schedule_bound
 from pivotrl_testbed.decoding import DecodingRule
 from pivotrl_testbed.checkpoint_eval import (
     Evaluator,
@@ -410,17 +410,6 @@ def run_jobs(jobs: list[Job], testbed: Path, out: Path, cfg: DemoConfig, pivot_s
             rows, items = rows + job_rows, items + job_items
             log(done_line(i, len(jobs), t_jobs, f"{job.name} done"))
     return rows, items
-
-
-def schedule_bound(cfg: DemoConfig, pivot_stats: dict[str, Any],
-                   base: list[dict[str, Any]]) -> dict[str, float] | None:
-    """budget.largest_rollout_ratio, E2E RL's episodes as long as the base's greedy eval
-    episodes (model turns per episode, per world): the schedule's bound, known before training."""
-    per_episode = {r["world"]: r["in_domain"]["model_turns"] / r["in_domain"]["episodes"]
-                   for r in base if r.get("in_domain", {}).get("episodes")}
-    if "e2e_rl" not in cfg.methods or "pivotrl" not in cfg.methods:
-        return None
-    return largest_rollout_ratio(cfg, pivot_stats, per_episode)
 
 
 def log_power(power: list[dict[str, Any]], log: Callable[[str], None]) -> None:
