@@ -31,7 +31,7 @@ def field_default(info: FieldInfo) -> Any:
 def option(model: type[BaseModel], field: str, *decls: str, help: str | None = None):
     """A typer option whose default and help come from a config model's field."""
     info = model.model_fields[field]
-    return typer.Option(field_default(info), *decls, help=help or info.description)
+    return typer.Option(field_default(info), *decls, help=escape(help or info.description or ""))
 
 
 def engine_option(model: type[BaseModel], field: str, *decls: str):
@@ -85,7 +85,8 @@ def config_fields(model: type[BaseModel], *, skip: tuple[str, ...] = ()):
             kind = _plain(info.annotation)
             flag = "--" + name.replace("_", "-")
             decls = [f"{flag}/--no-{name.replace('_', '-')}"] if kind is bool else [flag]
-            help_text = f"{info.description or ''} {default_of(model, name)}".strip()
+            # Help is rich markup: a description's `pivotrl[vllm]` must not read as a style tag.
+            help_text = escape(f"{info.description or ''} {default_of(model, name)}".strip())
             extra.append(inspect.Parameter(
                 name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[kind],
                 default=typer.Option(None, *decls, help=help_text, rich_help_panel=CONFIG_PANEL)))

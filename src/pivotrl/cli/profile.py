@@ -101,8 +101,8 @@ def profile(
         raise fail(str(exc), 2) from None
     cfg = load_config(console, ProfileConfig, config, **overrides)
     cfg = cfg.model_copy(update={"engine": {**cfg.engine, **engine}})
-    ver = get_verifier(cfg.verifier, **cfg.verifier_config)
     try:
+        ver = get_verifier(cfg.verifier, **cfg.verifier_config)
         sampler, tokenizer = build_sampler(cfg.backend, model, cfg.engine, base_url=cfg.base_url,
                                            batch_size=cfg.batch_size, concurrency=cfg.concurrency,
                                            served_model_name=cfg.served_model_name)
