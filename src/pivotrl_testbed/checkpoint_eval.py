@@ -105,6 +105,7 @@ class Evaluator:
         and n samples per eval item at the training temperature (decoding "pass", with
         `samples` and `successes` per item)."""
         from pivotrl_testbed.decoding import PASS, label
+        from pivotrl.formats.options import FormatOptions
         from pivotrl_testbed.episodes import ModelPolicy, expert_turns, turn_accuracy
         from pivotrl_testbed.evaluate import SampledConfig, evaluate_ood, evaluate_turns, shared_verifier
         from pivotrl_testbed.health import reason_failure
@@ -142,7 +143,7 @@ class Evaluator:
         turns = expert_turns(list(self.trajs[world]["eval"][:ev.turn_trajectories]))
         if "turn" in rule.measures and turns:
             acc = turn_accuracy(policy(train_t), [t for t in turns for _ in range(n)],
-                                shared_verifier(verifier))
+                                shared_verifier(verifier), parse=FormatOptions().parser(tok))
             for i, t in enumerate(turns):
                 c = sum(r >= SUCCESS_THRESHOLD for r in acc.rewards[i * n:(i + 1) * n])
                 failed = next(filter(None, map(reason_failure, acc.reasons[i * n:(i + 1) * n])), None)

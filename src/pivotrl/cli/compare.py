@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pivotrl.cli.console import console, fail
-from pivotrl.cli.evaluate import check_inputs
+from pivotrl.cli.evaluate import CONFIG_HELP, check_inputs
 from pivotrl.cli.guard import guarded
 from pivotrl.cli.options import config_fields, engine_option
 from pivotrl.evaluate.turns import TurnEvalConfig
@@ -37,9 +37,8 @@ def compare_table(doc: dict[str, Any]) -> tuple[Table, dict[str, str]]:
     return table, labels
 
 
-@guarded(inputs=["turns", "verifier_config", "result"], outputs=["out"], with_sidecars=False)
-@config_fields(TurnEvalConfig, skip=("verifier_config", "engine", "chunk_turns", "base_url",
-                                     "served_model_name", "concurrency"))
+@guarded(inputs=["turns", "config", "result"], outputs=["out"], with_sidecars=False)
+@config_fields(TurnEvalConfig, skip=("engine", "chunk_turns", "base_url", "served_model_name", "concurrency"))
 def compare(
     out: Path = typer.Option(..., "--out", help="RESULT.json; with --model each model's own result goes "
                              "next to it (RESULT.model-I.json and its items)."),
@@ -48,7 +47,7 @@ def compare(
                                                "--model A --model B (a before b)."),
     result: Optional[list[Path]] = typer.Option(None, "--result", help="Instead: RESULT.json files of "
                                                 "`evaluate --turns` (one job per model, any backend); repeat."),
-    verifier_config: Optional[Path] = typer.Option(None, help="YAML of the verifier's options."),
+    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
     max_model_len: Optional[int] = engine_option(VLLMOptions, "max_model_len"),
     overrides: dict | None = None,
 ) -> None:
@@ -71,8 +70,7 @@ def compare(
         else:
             if max_model_len:
                 overrides["engine"] = {"max_model_len": max_model_len}
-            cfg, ver = check_inputs(model, turns, overrides.pop("verifier", "toolcall"), verifier_config,
-                                    overrides)
+            cfg, ver = check_inputs(model, turns, config, overrides)
             with console.status(f"scoring {len(model)} models on {turns.name}"):
                 doc = compare_models(turns, [str(m) for m in model], out, ver, cfg)
     except (SamplerError, ValueError, OSError) as exc:

@@ -68,6 +68,7 @@ from pivotrl.sandbox.bwrap import (SandboxLimits, SandboxUnavailable, attempts_r
                                   workspace_copy)
 from pivotrl.verifiers.base import Score, score_in_threads
 from pivotrl.verifiers.probes import PROBES, perturb_workspace, probe_seed
+from pivotrl.verifiers.schema import not_offered, schema_index
 from pivotrl.verifiers.toolcall import ToolcallVerifier
 
 DEFAULT_TOOL_NAMES = ["run", "bash", "shell", "execute", "terminal", "run_command",
@@ -231,6 +232,12 @@ class ShellVerifier:
             return Score(0.0, False, cand.reason)
         if exp.kind == "invalid":
             return Score(0.0, True, f"expert action unusable: {exp.reason}")
+        if turn.tools and cand.form == "call":  # only the turn's own tools pay (schema.not_offered)
+            index = schema_index(turn.tools)
+            for c in action.tool_calls or []:
+                why = not_offered(index, c.function.name, c.args())
+                if why:
+                    return Score(0.0, True, why)
         if exp.kind == "commands" and cand.kind != "commands":
             what = "a message" if cand.kind == "message" else "a non-shell tool"
             return Score(0.0, True, f"{what} where the expert ran a command")
