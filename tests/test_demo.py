@@ -104,7 +104,8 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testb
     assert {(s["method"], s["stop_step"]) for s in saved["budget"]} <= {(m, st) for m in METHODS
                                                                        for st in (1, 2)}
     assert len(saved["budget"]) == len(METHODS)
-    assert set(saved["joint"]["verdicts"]) == {"ood_at_matched_gain", "gain_at_matched_ood"}
+    assert set(saved["joint"]["verdicts"]) == {"ood_at_matched_gain", "gain_at_matched_ood",
+                                               "ood_at_matched_kl", "gain_at_matched_kl"}
     assert saved["verdicts"] and all(v["verdict"] in ("met", "not met", "within noise", "not measurable")
                                      for v in saved["verdicts"])
     assert "grad_norm_vs_std_corr" in saved["theory"] and "null_grad_norm_vs_std_corr" in saved["theory"]
