@@ -96,8 +96,8 @@ def test_flags_override_yaml_through_the_command_line(tmp_path, monkeypatch):
     # a typo'd value is one line naming the field, no traceback
     result = CliRunner().invoke(app, ["train", "--config", str(run), "--num-generations", "x"])
     assert result.exit_code == 2 and "Traceback" not in result.output
-    result = CliRunner().invoke(app, ["train", "--config", str(run), "--pivot-set", "everything"])
-    assert result.exit_code == 2 and "pivot_set" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["train", "--config", str(run), "--scale-rewards", "everything"])
+    assert result.exit_code == 2 and "scale_rewards" in result.output and "Traceback" not in result.output
 
 
 def config_models():

@@ -91,18 +91,13 @@ def test_yaml_config_resolves_paths_and_rejects_unknown_keys(tmp_path):
         GRPORunConfig.from_yaml(tmp_path / "bad.yaml")
 
 
-def test_pivot_sets(tmp_path):
+def test_training_states_are_the_pivots_file(tmp_path):
+    """The ablations' states come from `select --strategy`, not from a second switch in train."""
     from pivotrl.train.grpo import load_pivot_set
 
-    write_pivots(tmp_path / "all.jsonl", 10)
-    cfg = GRPORunConfig(model="m", pivots=str(write_pivots(tmp_path / "p.jsonl", 3)),
-                        turns=str(tmp_path / "all.jsonl"), output_dir="o")
+    cfg = GRPORunConfig(model="m", pivots=str(write_pivots(tmp_path / "p.jsonl", 3)), output_dir="o")
     assert [t.id for t in load_pivot_set(cfg)] == ["t0/1", "t1/1", "t2/1"]
-    assert len(load_pivot_set(cfg.model_copy(update={"pivot_set": "all"}))) == 10
-    rand = load_pivot_set(cfg.model_copy(update={"pivot_set": "random", "seed": 1}))
-    assert len(rand) == 3 and len({t.id for t in rand}) == 3
-    with pytest.raises(ValueError, match="turns"):
-        load_pivot_set(cfg.model_copy(update={"pivot_set": "all", "turns": None}))
+    assert "pivot_set" not in GRPORunConfig.model_fields and "turns" not in GRPORunConfig.model_fields
 
 
 def test_prompts_are_one_row_per_pivot_with_its_tools(tiny_model_dir):
