@@ -276,3 +276,24 @@ def test_cpu_completion_only_lm_head_gives_the_same_logprobs_and_gradients(tiny_
     assert full_grads.keys() == compact_grads.keys() and full_grads
     for name in full_grads:
         assert torch.allclose(full_grads[name], compact_grads[name], atol=1e-5), name
+
+
+def test_a_tied_head_is_not_reported_missing_on_resume(tiny_model_dir, monkeypatch):
+    """The checkpoint stores a tied LM head once (as the embedding): loading it is not a missing key."""
+    import transformers.trainer as hf_trainer
+    from transformers import AutoModelForCausalLM
+
+    from pivotrl.train.trainer import PivotGRPOTrainer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert model.lm_head.weight is model.get_input_embeddings().weight  # tied, as Qwen3-0.6B
+    state = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    warned = []
+    monkeypatch.setattr(hf_trainer.logger, "warning", lambda msg, *a, **k: warned.append(msg))
+    trainer = object.__new__(PivotGRPOTrainer)  # only the load check runs: no trainer set-up
+    trainer.model = model
+    trainer._issue_warnings_after_load(model.load_state_dict(state, strict=False))
+    assert warned == []
+    state.pop("model.norm.weight")  # a key really missing still warns, alone
+    trainer._issue_warnings_after_load(model.load_state_dict(state, strict=False))
+    assert len(warned) == 1 and "model.norm.weight" in warned[0] and "lm_head" not in warned[0]

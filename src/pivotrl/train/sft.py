@@ -31,15 +31,15 @@ from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.train.config import SFTRunConfig, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.grpo import save_final, world_size
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines
-from pivotrl.train.resume import CPUResumable
+from pivotrl.train.resume import Resumable
 
 SFT_METRIC_KEYS = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm",
                    "mean_token_accuracy": "mean_token_accuracy", "entropy": "entropy",
                    "num_tokens": "num_tokens"}
 
 
-class PivotSFTTrainer(CPUResumable, SFTTrainer):
-    """TRL's SFTTrainer, resumable under multi-process CPU (train/resume.py)."""
+class PivotSFTTrainer(Resumable, SFTTrainer):
+    """TRL's SFTTrainer, with the resume fixes of train/resume.py."""
 
 
 @dataclass
