@@ -314,7 +314,7 @@ def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfi
 JUDGE_RECIPE = ("serve a local judge model (`pivotrl serve --model JUDGE_MODEL --served-model-name judge "
                 "--port 8001`) and profile again with `--verifier-config judge.yaml` holding `{unproven_rule: "
                 "judge, message_rule: judge, judge: {base_url: 'http://127.0.0.1:8001/v1', model: judge}}` "
-                "(README: A local judge)")
+                "(docs/GUIDE.md: A local judge)")
 
 
 def no_pivot_causes(stats: dict[str, Any], cfg: SelectConfig) -> list[str]:

@@ -5,8 +5,8 @@ says where its default comes from. "paper" is PivotRL
 (arXiv 2603.21383) and its published τ² recipe; "TRL" is the TRL 1.16 default; "ours" is a choice
 made here, with the reason. Precedence: defaults < YAML < command line (io.yaml_config.YamlConfig).
 
-How the schedule counts (docs/DESIGN.md: "count steps and schedule by pivots, not by rows"): the train
-set holds ONE row per pivot. One optimizer step consumes
+How the schedule counts (docs/DESIGN.md, "Pitfalls designed against"): the train set holds ONE
+row per pivot. One optimizer step consumes
 `pivots_per_step = per_device_train_batch_size * num_processes * gradient_accumulation_steps
 / num_generations` pivots (each with its G completions). `num_epochs` passes over the pivot set
 therefore take `ceil(num_epochs * n_pivots / pivots_per_step)` optimizer steps, and that number
