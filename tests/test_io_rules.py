@@ -247,3 +247,13 @@ def test_profile_continues_only_with_resume_and_starts_over_with_overwrite(tmp_p
     assert CliRunner().invoke(app, base + ["--overwrite"]).exit_code == 0
     assert out.read_text() == before  # the same seeds: the same profiles, written anew
     assert len(json.loads((tmp_path / "profile.stats.json").read_text())["runs"]) == 1
+    assert not (tmp_path / "profile.jsonl.lock").exists()  # a finished run leaves no lock file
+
+
+def test_a_start_that_failed_before_any_result_does_not_block_the_next(tmp_path):
+    from pivotrl.io.outputs import claim_output
+
+    run = tmp_path / "run"
+    (run / ".prompt_cache").mkdir(parents=True)
+    (run / "prompts.rank0.jsonl").write_text("{}\n")
+    claim_output(run, resume=False, overwrite=False)

@@ -17,17 +17,24 @@ from pivotrl.evaluate.turns import TurnEvalConfig
 from pivotrl.sampling.vllm import VLLMOptions
 
 
-def compare_table(doc: dict[str, Any]) -> Table:
+def compare_table(doc: dict[str, Any]) -> tuple[Table, dict[str, str]]:
+    """The pairs, each model by a short label (#1, #2, … in order of appearance: a table cuts
+    long names at the terminal's width), and the labels (name → label) for the legend."""
+    labels: dict[str, str] = {}
+    for p in doc["pairs"]:
+        for name in (p["a"], p["b"]):
+            labels.setdefault(name, f"#{len(labels) + 1}")
     table = Table(title=f"pivotrl compare on {doc['turns_file']}")
-    for col in ("a", "b", "diff (a − b) pts", "95% CI (paired, by trajectory)", "verdict", "reading",
-                "turns paired"):
+    for col in ("a", "b", "diff a − b (pts)", "95% CI (paired by trajectory)", "reading", "turns paired"):
         table.add_column(col)
     for p in doc["pairs"]:
         ci = p["ci95"]
-        table.add_row(p["a"], p["b"], "–" if p["diff"] is None else f"{100 * p['diff']:+.1f}",
+        reading = {"met": f"{labels[p['a']]} better", "not met": f"{labels[p['b']]} better"}.get(
+            p["verdict"], p["verdict"])
+        table.add_row(labels[p["a"]], labels[p["b"]], "–" if p["diff"] is None else f"{100 * p['diff']:+.1f}",
                       "–" if ci is None else f"{100 * ci[0]:+.1f} … {100 * ci[1]:+.1f}",
-                      p["verdict"], p["reading"], str(p["pairs"]))
-    return table
+                      reading, str(p["pairs"]))
+    return table, labels
 
 
 @guarded(inputs=["turns", "config", "result"], outputs=["out"], with_sidecars=False)
@@ -68,10 +75,12 @@ def compare(
                 doc = compare_models(turns, [str(m) for m in model], out, ver, cfg)
     except (SamplerError, ValueError, OSError) as exc:
         raise fail(str(exc), 1) from None
-    Console().print(compare_table(doc))
+    table, labels = compare_table(doc)
+    Console().print(table)
     for m in doc["models"]:
         acc = "–" if m["accuracy"] is None else f"{100 * m['accuracy']:.1f}%"
-        console.print(f"{m['model']}: turn accuracy {acc} on {m['turns']} turns"
+        label = f"{labels[m['model']]} = " if m["model"] in labels else ""
+        console.print(f"{label}{m['model']}: turn accuracy {acc} on {m['turns']} turns"
                       + (f" ({m['too_long']} prompts too long, set aside)" if m["too_long"] else "")
                       + f" → {m['result']}")
     console.print(f"wrote {out}")

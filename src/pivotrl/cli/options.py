@@ -31,7 +31,7 @@ def field_default(info: FieldInfo) -> Any:
 def option(model: type[BaseModel], field: str, *decls: str, help: str | None = None):
     """A typer option whose default and help come from a config model's field."""
     info = model.model_fields[field]
-    return typer.Option(field_default(info), *decls, help=help or info.description)
+    return typer.Option(field_default(info), *decls, help=escape(help or info.description or ""))
 
 
 def engine_option(model: type[BaseModel], field: str, *decls: str):
@@ -123,6 +123,8 @@ def config_fields(model: type[BaseModel], *, skip: tuple[str, ...] = ()):
             help_text = f"{info.description or ''} {default_of(model, name)}".strip()
             if _is_mapping(info.annotation):
                 help_text += " Inline YAML or JSON, or a YAML file."
+            # Help is rich markup: a description's `pivotrl[vllm]` must not read as a style tag.
+            help_text = escape(help_text)
             extra.append(inspect.Parameter(
                 name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[kind],
                 default=typer.Option(None, *decls, help=help_text, rich_help_panel=CONFIG_PANEL)))

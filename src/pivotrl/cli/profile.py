@@ -96,8 +96,8 @@ def profile(
         raise fail(str(exc), 2) from None
     cfg = load_config(console, ProfileConfig, config, **overrides)
     cfg = cfg.model_copy(update={"engine": {**cfg.engine, **engine}})
-    ver = cfg.build_verifier()
     try:
+        ver = cfg.build_verifier()
         sampler, tokenizer = build_sampler(cfg.backend, model, cfg.engine, base_url=cfg.base_url,
                                            batch_size=cfg.batch_size, concurrency=cfg.concurrency,
                                            served_model_name=cfg.served_model_name)

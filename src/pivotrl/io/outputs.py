@@ -32,6 +32,9 @@ class OutputExistsError(ValueError):
 
 # What a folder that a run wrote holds (any one of them): `--overwrite` deletes only such folders.
 RUN_MARKERS = ("metrics.jsonl", "train.log", "config.json", "trainer_state.json", "adapter", "summary.json")
+# What a run writes before its first result (its prompt rows, a dataset cache): a folder holding
+# only these is a start that failed, and a new run rewrites them.
+RUN_CACHES = ("prompts.rank*.jsonl", ".prompt_cache")
 
 
 def claim_output(path: str | Path, *, resume: bool, overwrite: bool, companions: Iterable[Path] = ()) -> None:
@@ -66,7 +69,7 @@ def claim_output(path: str | Path, *, resume: bool, overwrite: bool, companions:
 def _holding(path: Path) -> str | None:
     """What a non-empty output holds, in words; None when it is missing or empty."""
     if path.is_dir():
-        entries = sorted(p.name for p in path.iterdir())
+        entries = sorted(p.name for p in path.iterdir() if not any(p.match(c) for c in RUN_CACHES))
         if not entries:
             return None
         checkpoints = [e for e in entries if e.startswith("checkpoint-")]
@@ -122,7 +125,7 @@ def output_lock(path: str | Path) -> Iterator[Path]:
     `filelock` (flock where the file system has it, so the kernel drops the lock when its holder
     dies and a lock file left by a killed run never blocks a resume; filelock's soft lock where
     it has not, e.g. some network file systems). A second writer fails at once
-    (OutputLockedError)."""
+    (OutputLockedError). The lock file is removed when the block ends."""
     from filelock import FileLock, Timeout
 
     lock = Path(path).with_name(Path(path).name + ".lock")
@@ -136,4 +139,7 @@ def output_lock(path: str | Path) -> Iterator[Path]:
     try:
         yield lock
     finally:
+        # Removed while still held, so a finished run leaves no `.lock` beside its output (a killed
+        # run's stays, and blocks nothing: flock dies with its holder).
+        lock.unlink(missing_ok=True)
         held.release()

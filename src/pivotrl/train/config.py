@@ -5,8 +5,8 @@ says where its default comes from. "paper" is PivotRL
 (arXiv 2603.21383) and its published τ² recipe; "TRL" is the TRL 1.16 default; "ours" is a choice
 made here, with the reason. Precedence: defaults < YAML < command line (io.yaml_config.YamlConfig).
 
-How the schedule counts (docs/DESIGN.md: "count steps and schedule by pivots, not by rows"): the train
-set holds ONE row per pivot. One optimizer step consumes
+How the schedule counts (docs/DESIGN.md, "Pitfalls designed against"): the train set holds ONE
+row per pivot. One optimizer step consumes
 `pivots_per_step = per_device_train_batch_size * num_processes * gradient_accumulation_steps
 / num_generations` pivots (each with its G completions). `num_epochs` passes over the pivot set
 therefore take `ceil(num_epochs * n_pivots / pivots_per_step)` optimizer steps, and that number
@@ -116,12 +116,8 @@ class _RunCommon(YamlConfig):
 
 
 class GRPORunConfig(_RunCommon, SamplingOptions, VerifierOptions, FormatOptions):
-    pivots: Path = Field(..., description="Pivots JSONL (Turn/Profile records, the output of `pivotrl select`).")
-    turns: Path | None = Field(None, description="All candidate turns (profile or turns JSONL); needed for "
-                               "pivot_set all|random.")
-    pivot_set: Literal["pivots", "all", "random"] = Field("pivots", description="Ablation switch: the selected "
-                                                         "pivots (paper), every turn (no filter), or as many "
-                                                         "random turns as there are pivots.")
+    pivots: Path = Field(..., description="Pivots JSONL (Turn/Profile records, the output of `pivotrl select`; "
+                         "its --strategy all|random gives the ablations' training states).")
     invalid_action_penalty: float = Field(0.0, description="Reward of an unparseable completion (docs/DESIGN.md: "
                                           "0, never more than a wrong action; use <0 to punish format errors).")
     num_generations: int = Field(16, description="G completions per pivot (paper τ² recipe: 16).")
@@ -171,7 +167,7 @@ class GRPORunConfig(_RunCommon, SamplingOptions, VerifierOptions, FormatOptions)
             self.per_device_train_batch_size = 4 * self.num_generations
         return self
 
-    path_fields: ClassVar[tuple[str, ...]] = ("model", "output_dir", "pivots", "turns", "split")
+    path_fields: ClassVar[tuple[str, ...]] = ("model", "output_dir", "pivots", "split")
 
     def pivots_per_step(self, num_processes: int = 1) -> float:
         return self.per_device_train_batch_size * num_processes * self.gradient_accumulation_steps / self.num_generations
