@@ -195,6 +195,7 @@ def test_cli_train_checkpoints_metrics_and_resume(tmp_path, tiny_model_dir):
 
     assert AutoModelForCausalLM.from_pretrained(out).config.vocab_size > 0
     assert (out / "tokenizer_config.json").exists()
+    assert json.loads((out / "template_settings.json").read_text())["chat_template_kwargs"] == {}
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path, tiny_model_dir):
@@ -312,3 +313,38 @@ def test_a_tied_head_is_not_reported_missing_on_resume(tiny_model_dir, monkeypat
     state.pop("model.norm.weight")  # a key really missing still warns, alone
     trainer._issue_warnings_after_load(model.load_state_dict(state, strict=False))
     assert len(warned) == 1 and "model.norm.weight" in warned[0] and "lm_head" not in warned[0]
+
+
+def test_train_warns_when_its_template_settings_are_not_profilings(tmp_path, tiny_model_dir, monkeypatch, caplog):
+    """The pivots' stats carry how they were profiled (select copies PROFILE.stats.json's settings):
+    training with other chat-template variables warns; the trained model records its own."""
+    import pivotrl.train.grpo as grpo
+    from pivotrl.formats.options import recorded_template_settings, template_mismatch, write_template_settings
+    from pivotrl.select import SelectConfig, select_file
+    from tests.test_select import HARD
+
+    from pivotrl.io.records import write_atomic
+
+    write_atomic(tmp_path / "profile.jsonl", [HARD])
+    (tmp_path / "profile.stats.json").write_text(json.dumps({"settings": {
+        "model": "m", "chat_template_kwargs": {"enable_thinking": False}, "max_new_tokens": 64}}))
+    stats = select_file(tmp_path / "profile.jsonl", tmp_path / "pivots.jsonl", SelectConfig(), plot_png=False)
+    assert stats["profile_settings"]["chat_template_kwargs"] == {"enable_thinking": False}
+
+    class Stop(Exception):
+        pass
+
+    monkeypatch.setattr(grpo, "load_pivot_set", lambda *a, **k: (_ for _ in ()).throw(Stop()))
+    cfg = GRPORunConfig(model=str(tiny_model_dir), pivots=tmp_path / "pivots.jsonl", output_dir=tmp_path / "run")
+    with caplog.at_level("WARNING", logger="pivotrl.train.grpo"), pytest.raises(Stop):
+        grpo.train(cfg)
+    assert "chat_template_kwargs {'enable_thinking': False} there, {} here" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pivotrl.train.grpo"), pytest.raises(Stop):
+        grpo.train(cfg.model_copy(update={"chat_template_kwargs": {"enable_thinking": False}}))
+    assert "template settings" not in caplog.text
+    write_template_settings(tmp_path / "run", {"chat_template_kwargs": {"enable_thinking": False}})
+    trained = recorded_template_settings(tmp_path / "run" / "checkpoint-2")  # a checkpoint finds its run's
+    assert template_mismatch({}, trained, "evaluate", "training") is not None
+    assert template_mismatch({"chat_template_kwargs": {"enable_thinking": False}}, trained, "evaluate",
+                             "training") is None

@@ -252,6 +252,18 @@ def output_paths(out: str | Path) -> tuple[Path, Path]:
     return stats_path(out), sidecar_path(out, ".hist.png")
 
 
+def profile_settings(profile_path: str | Path) -> dict[str, Any] | None:
+    """How the profiles were sampled (PROFILE.stats.json's settings: the model, its template
+    settings, the budget), passed on in the pivots' stats for training to check against; None
+    when the profile file has no stats beside it."""
+    path = stats_path(profile_path)
+    try:
+        settings = json.loads(path.read_text()).get("settings") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    return {k: settings.get(k) for k in ("model", "chat_template_kwargs", "response_format", "max_new_tokens")}
+
+
 def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfig,
                 *, plot_png: bool = True, allow_empty: bool = False) -> dict[str, Any]:
     """Read a Profile file (bad lines → rejects file), write PIVOTS, PIVOTS.stats.json and the PNG.
@@ -284,6 +296,7 @@ def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfi
                     tally.add_kept(scored)
     stats = tally.stats()
     stats["rejected_lines"] = rejected
+    stats["profile_settings"] = profile_settings(profile_path)
     spath, png = output_paths(out_path)
     if plot_png:
         stats["histogram"] = str(plot(tally, png))

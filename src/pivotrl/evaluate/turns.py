@@ -26,6 +26,7 @@ turns share its batch, or on `limit`.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -34,6 +35,7 @@ from typing import Any
 
 from pydantic import Field
 
+from pivotrl.formats.options import recorded_template_settings, template_mismatch
 from pivotrl.io.records import Sample, Turn, rejects_path, sidecar_path, write_atomic
 from pivotrl.io.seeds import derive_seed
 from pivotrl.io.split import Split
@@ -45,6 +47,7 @@ from pivotrl.sampling.pipeline import prompt_limit
 from pivotrl.select import SUCCESS_THRESHOLD
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
+logger = logging.getLogger(__name__)
 
 
 class TurnEvalConfig(TurnSampling):
@@ -192,7 +195,12 @@ def evaluate_turns_file(turns_path: str | Path, out_path: str | Path, sampler, v
                          f"({prompt_limit(sampler)} tokens; {len(too_long)} turns)")
     # The budget as used (None in the config means the model's own): a result says how it was scored.
     settings = {**cfg.model_dump(), "max_new_tokens": cfg.sampling(tokenizer).max_new_tokens}
+    trained = recorded_template_settings(model_name) if model_name else None
+    warning = template_mismatch(cfg.format_options(), trained, "evaluate", "training") if trained else None
+    if warning:
+        logger.warning(warning)
     result = {"model": model_name, "turns_file": str(turns_path), "settings": settings,
+              **({"warnings": [warning]} if warning else {}),
               "rejected_lines": len(rejects), "prompt_limit": prompt_limit(sampler),
               "too_long": too_long, **summarize(items),
               "seconds": round(time.perf_counter() - t0, 3)}

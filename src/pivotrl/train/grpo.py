@@ -13,6 +13,7 @@ generation on GPUs: all of that is TRL's, switched by the run config and the acc
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,9 +23,10 @@ from typing import Any
 from transformers.trainer_utils import get_last_checkpoint
 
 from pivotrl.formats.chat import load_tokenizer, prompt_text, prompt_token_ids
+from pivotrl.formats.options import template_mismatch, write_template_settings
 from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
 from pivotrl.io.outputs import claim_output
-from pivotrl.io.records import Turn
+from pivotrl.io.records import Turn, stats_path
 from pivotrl.sampling.pipeline import context_length
 from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.io.turn_files import iter_pivots
@@ -34,6 +36,8 @@ from pivotrl.profile.loop import ProfileConfig
 from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
 from pivotrl.train.reward import PivotReward
 from pivotrl.train.trainer import PivotGRPOTrainer
+
+logger = logging.getLogger(__name__)
 
 _TURN_FIELDS = set(Turn.model_fields)
 
@@ -264,6 +268,14 @@ def reprofile_config(cfg: GRPORunConfig) -> ProfileConfig:
                                        **cfg.reprofile.options}, "reprofile.options")
 
 
+def pivots_profile_settings(pivots: str | Path) -> dict[str, Any]:
+    """The template settings the pivots were profiled with (their stats, from `select`); {} when unknown."""
+    try:
+        return json.loads(stats_path(pivots).read_text()).get("profile_settings") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
 def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     """Run (or resume) GRPO on the configured pivot set. Returns a summary dict."""
     output_dir = Path(cfg.output_dir)
@@ -274,6 +286,9 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
 
     with_trl_overrides({}, cfg.trl_overrides, GRPOConfig)  # a misspelt key fails before any work
     held_out = HeldOut(resolve_split(cfg.split, [cfg.pivots]))
+    warning = template_mismatch(cfg.format_options(), pivots_profile_settings(cfg.pivots), "train", "profiling")
+    if warning:
+        logger.warning(warning)
     turns = load_pivot_set(cfg, held_out)
     cfg, tokenizer = prepare(cfg)
     prompts = build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs,
@@ -311,6 +326,8 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
         if not turns:
             break
     save_final(trainer, tokenizer, output_dir, base_model=cfg.model)
+    if trainer.accelerator.is_main_process:
+        write_template_settings(output_dir, cfg.format_options())
     return {"steps": trainer.state.global_step, "pivots": len(turns), "rows": n_rows,
             "held_out": held_out.summary(), "dropped": trainer.pivot_dropped, "rollout_turns": trainer.rollout_turns,
             "reprofiles": reprofiles, "output_dir": str(output_dir),

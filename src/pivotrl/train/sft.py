@@ -24,6 +24,7 @@ from trl import SFTTrainer
 
 from pivotrl.formats.chat import apply_template, load_tokenizer, template_messages
 from pivotrl.formats.families import training_chat_template
+from pivotrl.formats.options import write_template_settings
 from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
 from pivotrl.io.outputs import claim_output
 from pivotrl.io.records import Reject, Trajectory, read_records, rejects_path
@@ -199,6 +200,8 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     finally:
         progress.stop()
     save_final(trainer, tokenizer, output_dir)
+    if trainer.accelerator.is_main_process:
+        write_template_settings(output_dir, {"chat_template_kwargs": cfg.chat_template_kwargs})
     return {"steps": trainer.state.global_step, "trajectories": len(data.rows),
             "held_out": held_out.summary(), "dropped": data.dropped, "train_loss": round(result.training_loss, 4),
             "output_dir": str(output_dir), "metrics": str(output_dir / "metrics.jsonl")}
