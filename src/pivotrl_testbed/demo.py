@@ -6,16 +6,18 @@ The whole experiment, top to bottom:
      every arm: all their turns are profiled with the base (K samples, functional verifier) and
      the pivots selected among them; SFT trains on exactly these trajectories and E2E RL on
      their tasks;
-  3. the base is scored on the dev and eval splits (disjoint tasks of the eval file) and the
-     planning half-widths of the headline paired differences are printed, before any training;
+  3. the base is scored on the dev and eval splits (disjoint tasks of the eval file); the
+     planning half-widths of the headline paired differences and the largest rollout ratio the
+     schedule can show are printed, before any training;
   4. per world × method × learning rate × seed (jobs.py): train from the base, checkpointing
      every `eval_every` steps, until the run's dev score stops improving or the `steps` cap
      (budget.py); score every checkpoint on dev as it lands (episodes, turns, OOD), item by
      item, greedy and sampled (k samples at the training temperature), and its KL to the base;
   5. choose each run's checkpoint and each method's lr on dev, and match the arms' dev
-     frontiers (frontier.py); score the eval split at exactly those checkpoints; the theory
-     checks (theory.py, joint_theory.py); paired verdicts on eval for both decodings (stats.py)
-     and the report (report.py, joint_report.py).
+     frontiers (frontier.py); score the eval split at exactly those checkpoints, and the
+     decoding grid at the chosen ones (decoding.py: each arm at its dev-best temperature); the
+     theory checks (theory.py, joint_theory.py); paired verdicts on eval (stats.py); collapsed
+     measures and failing worlds flagged (health.py); the report (report.py, joint_report.py).
 Every stage is cached on disk (a finished training job writes rows.json and items.jsonl), so a
 rerun, or a rerun after a crash, redoes only unfinished work. The grid is fixed here, before any
 result is seen, and is the same for every method.
