@@ -99,6 +99,13 @@ def test_dict_flags_take_yaml_json_or_a_file(verb, turns, tiny_model_dir, tmp_pa
             assert getattr(seen["cfg"], field) == VALUES[field], (verb, flag, text)
 
 
+def test_a_long_inline_mapping_is_not_taken_for_a_file_name():
+    from pivotrl.cli.options import mapping_value
+
+    value = {f"key_{i}": i for i in range(60)}  # about 700 characters, no slash
+    assert mapping_value("--trl-overrides", json.dumps(value)) == value
+
+
 def test_a_dict_flag_that_is_not_a_mapping_names_the_flag(turns, tiny_model_dir, tmp_path):
     result = run(*verb_args("train", turns, tiny_model_dir, tmp_path), "--chat-template-kwargs",
                  "enable_thinking")

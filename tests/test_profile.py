@@ -26,7 +26,6 @@ from pivotrl.io.records import (
 from pivotrl.io.turn_files import shard_of
 from pivotrl.profile.loop import ProfileConfig, turn_seed
 from pivotrl.profile.runs import MergeError, merge_profiles, profile_file
-from pivotrl.sampling import SamplingParams
 from pivotrl.sampling.hf import HFSampler
 from pivotrl.scoring import score_completion
 from pivotrl.select import outcome
@@ -238,18 +237,18 @@ def test_reprofile_drops_turns_that_became_all_pass(tmp_path, sampler):
     turns = list(iter_valid(write_turns(tmp_path / "t.jsonl", 6, easy={1, 4}), Turn))
     verifier = get_verifier("test_parity")
     # seed 1: a draw where some easy turn's 4 samples all parse (a JSON call cut short is invalid)
-    kept, counts = reprofile(turns, sampler, verifier, sampler.tokenizer, k=4,
-                             params=SamplingParams(max_new_tokens=6), seed=1)
+    kept, counts = reprofile(turns, sampler, verifier, sampler.tokenizer,
+                             ProfileConfig(k=4, max_new_tokens=6, seed=1))
     # Easy turns pass whenever the sample parses; those whose 4 samples all parse are dropped.
     assert counts["before"] == 6 and counts["all_pass"] >= 1
     assert counts["after"] == len(kept) == 6 - counts["all_pass"]
     assert all(outcome([s.reward for s in p.samples]) != "all_pass" for p in kept)
 
     # The hook fires when the batch reward saturates, at most once every 3 steps.
-    # As the training helper builds it: verifier by name, options as plain (YAML) values.
-    hook2 = ReprofileHook(threshold=0.8, every_n_steps=3, verifier="test_parity", k=2,
-                       max_new_tokens=4)
-    assert hook2.params.max_new_tokens == 4 and isinstance(hook2.verifier, ParityVerifier)
+    # As the training helper builds it: a ProfileConfig, the verifier by name.
+    hook2 = ReprofileHook(threshold=0.8, every_n_steps=3,
+                          profile=ProfileConfig(verifier="test_parity", k=2, max_new_tokens=4))
+    assert hook2.profile.sampling().max_new_tokens == 4 and isinstance(hook2.verifier, ParityVerifier)
     decisions = []
     for r in (0.5, 0.9, 0.95, 0.9, 0.2, 0.9):
         go = hook2.should_run(r)

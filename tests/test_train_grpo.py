@@ -205,6 +205,21 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path, tiny_model_dir):
         train(small_config(tmp_path, tiny_model_dir, resume=True))
 
 
+def test_reprofiling_samples_as_the_rollouts_unless_told_otherwise():
+    from pivotrl.train.grpo import reprofile_config
+
+    cfg = GRPORunConfig(model="m", pivots="p", output_dir="o", temperature=0.8, top_p=0.9, seed=4,
+                        verifier="exact", verifier_config={"strict": True}, max_completion_length=40,
+                        chat_template_kwargs={"enable_thinking": False}, response_format="hermes",
+                        reprofile={"options": {"k": 4}})
+    prof = reprofile_config(cfg)
+    assert (prof.temperature, prof.top_p, prof.seed, prof.verifier, prof.verifier_config, prof.max_new_tokens,
+            prof.chat_template_kwargs, prof.response_format, prof.k) == (
+        0.8, 0.9, 4, "exact", {"strict": True}, 40, {"enable_thinking": False}, "hermes", 4)
+    with pytest.raises(ValueError, match="kk"):
+        reprofile_config(GRPORunConfig(model="m", pivots="p", output_dir="o", reprofile={"options": {"kk": 4}}))
+
+
 def test_reprofile_hook_stops_reprofiles_and_continues(tmp_path, tiny_model_dir):
     """threshold 0: the hook fires at the first log; the run re-profiles the pivots with the
     current policy (all fail on a random model, so all stay) and continues from the checkpoint."""

@@ -71,7 +71,11 @@ def mapping_value(flag: str, text: str) -> dict[str, Any]:
     of a YAML/JSON file holding the mapping."""
     from pivotrl.io.yaml_config import read_mapping
 
-    if Path(text).is_file():
+    try:
+        is_file = Path(text).is_file()
+    except OSError:  # inline text longer than a file name may be
+        is_file = False
+    if is_file:
         try:
             return read_mapping(text)
         except ValueError as exc:

@@ -50,8 +50,9 @@ class ReprofileOptions(YamlConfig):
                           "policy has mastered (off: the paper profiles once).")
     threshold: float = Field(0.9, description="Batch reward mean that triggers a re-profile (train.reprofile.ReprofileHook).")
     every_n_steps: int = Field(50, description="Least number of optimizer steps between two re-profiles.")
-    options: dict[str, Any] = Field(default_factory=dict, description="Further ReprofileHook keyword "
-                                    "arguments (k, verifier, …), passed through.")
+    options: dict[str, Any] = Field(default_factory=dict, description="ProfileConfig fields of the "
+                                    "re-profiling (k, verifier, max_new_tokens, …); by default the "
+                                    "rollouts' verifier, sampling, format and budget, k = 8.")
 
 
 class _RunCommon(YamlConfig):

@@ -32,6 +32,7 @@ from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.io.turn_files import iter_pivots
 from pivotrl.train.config import GRPORunConfig, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines
+from pivotrl.profile.loop import ProfileConfig
 from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
 from pivotrl.train.reward import PivotReward
 from pivotrl.train.trainer import PivotGRPOTrainer
@@ -256,6 +257,17 @@ def merge_adapter(base_model: str, adapter_dir: Path, output_dir: Path, dtype: A
     PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload().save_pretrained(output_dir)
 
 
+def reprofile_config(cfg: GRPORunConfig) -> ProfileConfig:
+    """How re-profiling samples and scores: the rollouts' verifier, sampling, format and budget
+    (the run's blocks, as they are), then `reprofile.options` on top; a key ProfileConfig does not
+    have is an error naming it."""
+    from pivotrl.io.yaml_config import build_model
+
+    return build_model(ProfileConfig, {**cfg.verifier_options(), **cfg.format_options(), **cfg.sampling_options(),
+                                       "seed": cfg.seed, "max_new_tokens": cfg.max_completion_length,
+                                       **cfg.reprofile.options}, "reprofile.options")
+
+
 def pivots_profile_settings(pivots: str | Path) -> dict[str, Any]:
     """The template settings the pivots were profiled with (their stats, from `select`); {} when unknown."""
     try:
@@ -287,11 +299,8 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     if cfg.reprofile.enabled:
         # Same verifier and sampling as the rollouts unless the options say otherwise; each pivot
         # is profiled once over all processes and all continue on the same pivots (train.reprofile).
-        options = dict(**cfg.verifier_options(), **cfg.format_options(), seed=cfg.seed,
-                       max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature, top_p=cfg.top_p)
-        options.update(cfg.reprofile.options)
         hook = ReprofileHook(threshold=cfg.reprofile.threshold, every_n_steps=cfg.reprofile.every_n_steps,
-                             **options)
+                             profile=reprofile_config(cfg))
     resume = get_last_checkpoint(str(output_dir)) if cfg.resume and output_dir.is_dir() else None
     if cfg.resume and resume is None:
         raise FileNotFoundError(f"--resume: no checkpoint-* folder in {output_dir}")
