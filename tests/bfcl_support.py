@@ -251,11 +251,12 @@ def oracle_rule(rows):
     """A judge stand-in that answers with BFCL's own verdict for (expert, candidate): the upper
     bound of what any judge adds to `unproven_rule: judge` (it is asked only about actions whose
     every difference is unproven). A pair seen with both verdicts gets NO."""
-    from pivotrl.verifiers.judge import action_json as render
+    from pivotrl.verifiers.judge import action_json
 
     truth: dict[tuple[str, str], bool] = {}
     for _, _, turn, cand, verdict in rows:
-        for key in ((render(turn.expected), render(cand)), (render(cand), render(turn.expected))):
+        exp, got = action_json(turn.expected), action_json(cand)
+        for key in ((exp, got), (got, exp)):
             truth[key] = truth.get(key, verdict) and verdict
     return lambda a, b: "YES" if truth.get((a, b)) else "NO"
 

@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from pivotrl.io.records import Turn
 from pivotrl.sampling.hf import HFSampler
 from pivotrl.train.grpo import save_final
+from pivotrl.profile.loop import ProfileConfig
 from pivotrl.train.reprofile import ReprofileHook, is_sharded
 from pivotrl.verifiers.base import Score
 
@@ -90,7 +91,8 @@ def main(model_dir: str, pivots: str, out: str) -> None:
         if mode == "sharded":
             shard(model, mesh, model.model.layers)
         sharded = is_sharded(model)
-        hook = ReprofileHook(verifier=EasyPasses(diverge=mode == "sharded"), k=2, max_new_tokens=3, seed=5)
+        hook = ReprofileHook(verifier=EasyPasses(diverge=mode == "sharded"),
+                             profile=ProfileConfig(k=2, max_new_tokens=3, seed=5))
         sampler = Recording(HFSampler(model, tokenizer=tok))
         kept = hook.run(model, tok, turns, sampler=sampler)
         report[mode] = {"sharded": sharded, "still_sharded": is_sharded(model), "profiled": sampler.prompts,

@@ -109,3 +109,20 @@ def test_cli_compare_the_same_model_twice_is_within_noise(tmp_path, tiny_model_d
     missing = CliRunner().invoke(app, ["compare", "--turns", str(path), "--model", str(tiny_model_dir),
                                        "--model", str(tmp_path / "nope"), "--out", str(out)])
     assert missing.exit_code == 2 and "nope" in missing.output
+
+
+def test_cli_compare_table_labels_models_and_names_them_whole(tmp_path, tiny_model_dir):
+    """At 80 columns a table cuts long names: the rows say #1/#2 and the lines below name them whole."""
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+
+    path = write_turns(tmp_path / "eval.jsonl", [turn(t, k) for t in range(2) for k in range(2)])
+    long_a = tmp_path / ("a_model_with_a_long_descriptive_folder_name_" * 2)
+    long_a.symlink_to(tiny_model_dir)
+    res = CliRunner().invoke(app, ["compare", "--turns", str(path), "--model", str(long_a), "--model",
+                                   str(tiny_model_dir), "--out", str(tmp_path / "c.json"), "--max-new-tokens", "4"],
+                             env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    assert f"#1 = {long_a}:" in res.output and f"#2 = {tiny_model_dir}:" in res.output
+    assert res.output.count("within noise") == 1

@@ -96,8 +96,8 @@ def test_flags_override_yaml_through_the_command_line(tmp_path, monkeypatch):
     # a typo'd value is one line naming the field, no traceback
     result = CliRunner().invoke(app, ["train", "--config", str(run), "--num-generations", "x"])
     assert result.exit_code == 2 and "Traceback" not in result.output
-    result = CliRunner().invoke(app, ["train", "--config", str(run), "--pivot-set", "everything"])
-    assert result.exit_code == 2 and "pivot_set" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["train", "--config", str(run), "--scale-rewards", "everything"])
+    assert result.exit_code == 2 and "scale_rewards" in result.output and "Traceback" not in result.output
 
 
 def config_models():
@@ -156,3 +156,25 @@ def test_grpo_batch_follows_the_group_size_and_has_no_shadowed_default():
     assert GRPORunConfig(**base).per_device_train_batch_size == 64
     assert GRPORunConfig(**base, num_generations=4).per_device_train_batch_size == 16
     assert GRPORunConfig(**base, num_generations=4, per_device_train_batch_size=8).per_device_train_batch_size == 8
+
+
+def test_help_shows_bracketed_text_and_promises_only_what_is_written():
+    """Help is rich markup: `pivotrl[vllm]` must not lose its extra; `evaluate` writes no RESULT.md."""
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+
+    train = CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "400", "NO_COLOR": "1"})
+    assert "pip install pivotrl[vllm]" in train.output
+    evaluate = CliRunner().invoke(app, ["evaluate", "--help"], env={"COLUMNS": "400", "NO_COLOR": "1"})
+    assert evaluate.exit_code == 0 and ".md" not in evaluate.output
+
+
+def test_the_testbed_folder_the_readme_builds_is_ignored_by_git():
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    ignored = subprocess.run(["git", "check-ignore", "-q", "testbed/base/config.json"], cwd=root)
+    assert ignored.returncode == 0

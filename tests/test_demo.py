@@ -104,7 +104,8 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testb
     assert {(s["method"], s["stop_step"]) for s in saved["budget"]} <= {(m, st) for m in METHODS
                                                                        for st in (1, 2)}
     assert len(saved["budget"]) == len(METHODS)
-    assert set(saved["joint"]["verdicts"]) == {"ood_at_matched_gain", "gain_at_matched_ood"}
+    assert set(saved["joint"]["verdicts"]) == {"ood_at_matched_gain", "gain_at_matched_ood",
+                                               "ood_at_matched_kl", "gain_at_matched_kl"}
     assert saved["verdicts"] and all(v["verdict"] in ("met", "not met", "within noise", "not measurable")
                                      for v in saved["verdicts"])
     assert "grad_norm_vs_std_corr" in saved["theory"] and "null_grad_norm_vs_std_corr" in saved["theory"]
@@ -246,3 +247,39 @@ def test_jobs_start_longest_first_the_costlier_world_first_within_a_method():
     # Without a measured cost the config's world order stands.
     plain = plan_jobs(cfg, kept, lambda m: None)
     assert [(j.method, j.world) for j in plain][:2] == [("e2e_rl", "toolshop"), ("e2e_rl", "terminal")]
+
+
+@pytest.mark.parametrize("method, strategy", [("pivotrl_no_filter", "all"), ("pivotrl_random", "random")])
+def test_the_ablation_arms_train_on_what_select_strategy_keeps(method, strategy, tmp_path, monkeypatch):
+    """One all/random ablation switch: the library's `pivotrl select --strategy`; the demo's arms
+    train on exactly what it writes for the same profile and seed."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import pivotrl.train.grpo as grpo
+    from pivotrl.cli import app
+    from pivotrl.io.records import Profile, Sample, Turn, iter_valid
+    from pivotrl.profile.loop import make_profile
+    from pivotrl_testbed.demo import DemoConfig
+    from pivotrl_testbed.jobs import Job, train_job
+
+    wdir = tmp_path / "out" / "data" / "toolshop"
+    wdir.mkdir(parents=True)
+    outcomes = ([1.0, 0.0], [0.0, 0.0], [1.0, 1.0])  # mixed (a pivot), all-fail, all-pass
+    rows = [make_profile(Turn.model_validate({"id": f"t{i}/1", "trajectory_id": f"t{i}", "turn": 1,
+                                              "context": [{"role": "user", "content": f"q{i}"}],
+                                              "expected": {"role": "assistant", "content": f"a{i}"}}),
+                         [Sample(completion="", reward=r, valid=True) for r in outcomes[i % 3]])
+             for i in range(30)]
+    (wdir / "profile.jsonl").write_text("".join(json.dumps(p.model_dump(mode="json")) + "\n" for p in rows))
+    seen = {}
+    monkeypatch.setattr(grpo, "train", lambda cfg: seen.setdefault("cfg", cfg))
+    train_job(Job("toolshop", method, 1e-4, 3), tmp_path, tmp_path / "out", DemoConfig())
+    expected = tmp_path / "selected.jsonl"
+    result = CliRunner().invoke(app, ["select", str(wdir / "profile.jsonl"), "--out", str(expected),
+                                      "--strategy", strategy, "--seed", "3", "--no-plot"])
+    assert result.exit_code == 0, result.output
+    ids = [p.id for p in iter_valid(seen["cfg"].pivots, Profile)]
+    assert ids == [p.id for p in iter_valid(expected, Profile)]
+    assert len(ids) == (30 if strategy == "all" else 10)  # random: as many as there are pivots

@@ -162,7 +162,7 @@ def test_profile_cli_passes_engine_options_and_reports_long_prompts(tmp_path, mo
         "dtype": "bfloat16"}
     assert len(out.read_text().splitlines()) == 2  # t1's prompt is longer than 256 tokens
     assert "prompts too long" in r.output
-    again = CliRunner().invoke(app, args)  # a resume does not trip on it either
+    again = CliRunner().invoke(app, args + ["--resume"])  # a resume does not trip on it either
     assert again.exit_code == 0, again.output
     bad = CliRunner().invoke(app, [*args[:6], "--out", str(tmp_path / "q.jsonl"), "--backend",
                                    "hf", "--header", "X: y"])

@@ -126,3 +126,12 @@ def test_rejects_over_the_limit_fail_after_writing_and_the_first_lines_are_shown
     assert len((tmp_path / "turns.rejects.jsonl").read_text().splitlines()) == 2
     assert CliRunner().invoke(app, ["extract", str(src), "--out", str(out), "--max-rejects", "2"]).exit_code == 0
     assert extract_file(src, out, ExtractOptions(max_rejects=-1)).turns_train == 6
+
+
+def test_unknown_top_level_fields_travel_in_each_turns_metadata():
+    traj = Trajectory.model_validate({**json.loads(open(EXAMPLE).readline()), "source": "crawl-3",
+                                      "metadata": {"source": "mine", "k": 1}})
+    turns, _ = extract_turns(traj, ExtractOptions())
+    assert all(t.metadata["source"] == "mine" and t.metadata["k"] == 1 for t in turns)  # metadata wins
+    other = Trajectory.model_validate({**json.loads(open(EXAMPLE).readline()), "license": "cc-by"})
+    assert all(t.metadata["license"] == "cc-by" for t in extract_turns(other, ExtractOptions())[0])

@@ -117,13 +117,14 @@ def test_the_eval_split_is_scored_at_matched_checkpoints_too():
     cfg = FrontierConfig(replicates=50)
     sides = matched_sides(items, ROWS, cfg)
     assert [(s["method"], s["lr"], s["steps"]) for s in sides] == [("pivotrl", 3e-4, {0: 10}),
-                                                                  ("sft", 1e-4, {0: 20})]
+                                                                  ("sft", 1e-4, {0: 20}),
+                                                                  ("sft", 1e-4, {0: 10})]
     runs = [Run("w", m, lr, 0) for m in ("pivotrl", "sft") for lr in (1e-4, 3e-4)]
     chosen = {"pivotrl": {"method": "pivotrl", "lr": 3e-4, "steps": {0: 10}},
               "sft": {"method": "sft", "lr": 3e-4, "steps": {0: 10}}}
     got = sorted((r.method, r.lr, step) for r, step in eval_targets(chosen, runs, sides))
     # PivotRL's chosen checkpoint is also its matched one: scored once
-    assert got == [("pivotrl", 3e-4, 10), ("sft", 1e-4, 20), ("sft", 3e-4, 10)]
+    assert got == [("pivotrl", 3e-4, 10), ("sft", 1e-4, 10), ("sft", 1e-4, 20), ("sft", 3e-4, 10)]
 
 
 def test_report_sections_and_where_each_arm_gains():
@@ -165,3 +166,23 @@ def test_a_point_pools_only_steps_every_world_reached():
                          for i in range(6)]
     points = arm_points(rows, [], "pivotrl", FrontierConfig(replicates=50))
     assert [p["step"] for p in points] == [10]
+
+
+def test_matched_kl_pairs_equal_drift_within_a_relative_tolerance():
+    # PivotRL's largest-gain frontier point (lr 3e-4, step 10) drifted KL 0.4; SFT's nearest
+    # checkpoint drifted 0.5: matched at a 25 % tolerance (±0.1), not at 20 % (±0.08). The one
+    # pair is judged on OOD and in-domain.
+    items = make_items()
+    got = joint(items, ROWS, FrontierConfig(replicates=50))["verdicts"]
+    ood, gain = got["ood_at_matched_kl"], got["gain_at_matched_kl"]
+    assert ood["pair"] == gain["pair"] and ood["matched_on"] == "kl_to_base"
+    assert (ood["pair"]["a"]["lr"], ood["pair"]["a"]["step"]) == (3e-4, 10)
+    assert (ood["pair"]["b"]["lr"], ood["pair"]["b"]["step"]) == (1e-4, 10)
+    assert ood["by_decoding"]["greedy"]["diff"] == pytest.approx(0.925 - 0.900)
+    assert gain["by_decoding"]["greedy"]["diff"] == pytest.approx(0.400 - 0.350)
+    strict = joint(items, ROWS, FrontierConfig(replicates=50, kl_tolerance=0.2))["verdicts"]
+    assert strict["ood_at_matched_kl"]["pair"] is None
+    assert strict["gain_at_matched_kl"]["by_decoding"]["greedy"]["verdict"] == "not measurable"
+    # points without a KL are never matched on it
+    no_kl = [{**p, "kl_to_base": None} for p in (pt("a", 0.1, 0.0), pt("b", 0.1, 0.0))]
+    assert match(no_kl[:1], no_kl[1:], on="kl_to_base", tolerance=1.0) is None

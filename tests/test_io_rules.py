@@ -175,3 +175,85 @@ def test_evaluate_refuses_to_write_its_result_onto_an_input(tmp_path):
                                    "--out", str(turns)])
     assert res.exit_code == 2 and "same file" in " ".join(res.output.split())
     assert turns.read_text() == '{"id": "keep me"}\n'
+
+
+def test_claim_output_refuses_a_runs_results_unless_resumed_or_overwritten(tmp_path):
+    from pivotrl.io.outputs import OutputExistsError, claim_output
+
+    run = tmp_path / "run"
+    claim_output(run, resume=False, overwrite=False)  # missing: nothing to do
+    (run / "checkpoint-2").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    with pytest.raises(OutputExistsError, match=r"checkpoint-2, metrics.jsonl\).*--resume.*--overwrite"):
+        claim_output(run, resume=False, overwrite=False)
+    claim_output(run, resume=True, overwrite=False)
+    assert (run / "metrics.jsonl").read_text().count("\n") == 2
+    with pytest.raises(ValueError, match="exclude each other"):
+        claim_output(run, resume=True, overwrite=True)
+    claim_output(run, resume=False, overwrite=True)
+    assert not run.exists()
+    mine = tmp_path / "mine"  # not a run's folder: --overwrite never deletes it
+    (mine / "notes").mkdir(parents=True)
+    with pytest.raises(OutputExistsError, match="deletes only run folders"):
+        claim_output(mine, resume=False, overwrite=True)
+    assert (mine / "notes").is_dir()
+    out = write(tmp_path / "profile.jsonl", ['{"id": "a"}'])
+    stats = write(tmp_path / "profile.stats.json", ["{}"])
+    with pytest.raises(OutputExistsError, match="1 lines"):
+        claim_output(out, resume=False, overwrite=False)
+    claim_output(out, resume=False, overwrite=True, companions=[stats])
+    assert not out.exists() and not stats.exists()
+
+
+@pytest.mark.parametrize("verb,flags", [
+    ("train", ["--pivots", "{p}", "--model", "{m}"]),
+    ("sft", ["--data", "{p}", "--model", "{m}"]),
+])
+def test_train_and_sft_refuse_an_output_folder_with_a_run_in_it(tmp_path, verb, flags):
+    run = tmp_path / "run"
+    (run / "checkpoint-4").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("".join(f'{{"step": {i}}}\n' for i in range(1, 5)))
+    p = write(tmp_path / "data.jsonl", [traj(1)])
+    args = [a.format(p=p, m=tmp_path) for a in flags]
+    res = CliRunner().invoke(app, [verb, *args, "--output-dir", str(run)], env={"COLUMNS": "300"})
+    assert res.exit_code == 1 and "already holds" in res.output and "--overwrite" in res.output, res.output
+    assert (run / "metrics.jsonl").read_text().count("\n") == 4 and (run / "checkpoint-4").is_dir()
+
+
+def test_e2e_refuses_an_output_folder_with_a_run_in_it(tmp_path):
+    from pivotrl.io.outputs import OutputExistsError
+    from pivotrl_testbed.e2e import E2ERunConfig, train_e2e
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_text("step 1/2\n")
+    with pytest.raises(OutputExistsError):
+        train_e2e(E2ERunConfig(world="toolshop", tasks=tmp_path / "t.jsonl", model=str(tmp_path),
+                               output_dir=run))
+    assert (run / "train.log").read_text() == "step 1/2\n"
+
+
+def test_profile_continues_only_with_resume_and_starts_over_with_overwrite(tmp_path, tiny_model_dir):
+    turns = tmp_path / "turns.jsonl"
+    extract_file("examples/trajectories.jsonl", turns)
+    out = tmp_path / "profile.jsonl"
+    base = ["profile", str(turns), "--model", str(tiny_model_dir), "--k", "1", "--max-new-tokens", "2",
+            "--out", str(out), "--no-progress"]
+    assert CliRunner().invoke(app, base).exit_code == 0
+    before = out.read_text()
+    again = CliRunner().invoke(app, base, env={"COLUMNS": "300"})
+    assert again.exit_code == 1 and "--resume" in again.output and out.read_text() == before
+    assert CliRunner().invoke(app, base + ["--resume"]).exit_code == 0 and out.read_text() == before
+    assert CliRunner().invoke(app, base + ["--overwrite"]).exit_code == 0
+    assert out.read_text() == before  # the same seeds: the same profiles, written anew
+    assert len(json.loads((tmp_path / "profile.stats.json").read_text())["runs"]) == 1
+    assert not (tmp_path / "profile.jsonl.lock").exists()  # a finished run leaves no lock file
+
+
+def test_a_start_that_failed_before_any_result_does_not_block_the_next(tmp_path):
+    from pivotrl.io.outputs import claim_output
+
+    run = tmp_path / "run"
+    (run / ".prompt_cache").mkdir(parents=True)
+    (run / "prompts.rank0.jsonl").write_text("{}\n")
+    claim_output(run, resume=False, overwrite=False)

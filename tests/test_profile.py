@@ -26,7 +26,6 @@ from pivotrl.io.records import (
 from pivotrl.io.turn_files import shard_of
 from pivotrl.profile.loop import ProfileConfig, turn_seed
 from pivotrl.profile.runs import MergeError, merge_profiles, profile_file
-from pivotrl.sampling import SamplingParams
 from pivotrl.sampling.hf import HFSampler
 from pivotrl.scoring import score_completion
 from pivotrl.select import outcome
@@ -136,13 +135,14 @@ def test_statistics_match_a_direct_computation(tmp_path, sampler):
     assert json.loads(stats_path(out).read_text())["totals"]["rollout_turns"] == 24
     # Resuming a finished run profiles nothing and keeps the file as it was.
     before = out.read_bytes()
-    again = profile_file(turns_path, out, sampler, verifier, sampler.tokenizer, cfg, progress=False)
+    again = profile_file(turns_path, out, sampler, verifier, sampler.tokenizer,
+                         cfg.model_copy(update={"resume": True}), progress=False)
     assert again["runs"][-1]["turns_profiled"] == 0 and out.read_bytes() == before
     assert again["totals"]["rollout_turns"] == 24 and len(again["runs"]) == 2
     # Other settings on the same output are refused (samples would mix).
     with pytest.raises(ValueError, match="other settings"):
         profile_file(turns_path, out, sampler, verifier, sampler.tokenizer,
-                     cfg.model_copy(update={"k": 5}), progress=False)
+                     cfg.model_copy(update={"k": 5, "resume": True}), progress=False)
 
 
 def _cli(*args: str) -> list[str]:
@@ -178,7 +178,7 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(tmp_path, sampler, tiny_
 
     from pivotrl.cli import app
 
-    resumed = CliRunner().invoke(app, cmd[3:])
+    resumed = CliRunner().invoke(app, cmd[3:] + ["--resume"])
     assert resumed.exit_code == 0, resumed.output[-2000:]
     doc = json.loads(stats_path(out).read_text())
     assert doc["runs"][-1]["turns_done_before"] == written
@@ -237,18 +237,18 @@ def test_reprofile_drops_turns_that_became_all_pass(tmp_path, sampler):
     turns = list(iter_valid(write_turns(tmp_path / "t.jsonl", 6, easy={1, 4}), Turn))
     verifier = get_verifier("test_parity")
     # seed 1: a draw where some easy turn's 4 samples all parse (a JSON call cut short is invalid)
-    kept, counts = reprofile(turns, sampler, verifier, sampler.tokenizer, k=4,
-                             params=SamplingParams(max_new_tokens=6), seed=1)
+    kept, counts = reprofile(turns, sampler, verifier, sampler.tokenizer,
+                             ProfileConfig(k=4, max_new_tokens=6, seed=1))
     # Easy turns pass whenever the sample parses; those whose 4 samples all parse are dropped.
     assert counts["before"] == 6 and counts["all_pass"] >= 1
     assert counts["after"] == len(kept) == 6 - counts["all_pass"]
     assert all(outcome([s.reward for s in p.samples]) != "all_pass" for p in kept)
 
     # The hook fires when the batch reward saturates, at most once every 3 steps.
-    # As the training helper builds it: verifier by name, options as plain (YAML) values.
-    hook2 = ReprofileHook(threshold=0.8, every_n_steps=3, verifier="test_parity", k=2,
-                       max_new_tokens=4)
-    assert hook2.params.max_new_tokens == 4 and isinstance(hook2.verifier, ParityVerifier)
+    # As the training helper builds it: a ProfileConfig, the verifier by name.
+    hook2 = ReprofileHook(threshold=0.8, every_n_steps=3,
+                          profile=ProfileConfig(verifier="test_parity", k=2, max_new_tokens=4))
+    assert hook2.profile.sampling().max_new_tokens == 4 and isinstance(hook2.verifier, ParityVerifier)
     decisions = []
     for r in (0.5, 0.9, 0.95, 0.9, 0.2, 0.9):
         go = hook2.should_run(r)

@@ -111,6 +111,7 @@ def test_over_long_prompts_are_set_aside_and_reported(tmp_path, tokenizer):
     assert [(r["line"], r["field"]) for r in rejects] == [(2, "context"), (4, "context")]
     assert "longer than the engine takes (200)" in rejects[0]["reason"]
     assert sum(sampler.calls) == 3  # the long prompts never reached the engine
-    again = profile_file(turns, out, sampler, verifier, tokenizer, cfg, progress=False)  # resume
+    again = profile_file(turns, out, sampler, verifier, tokenizer, cfg.model_copy(update={"resume": True}),
+                         progress=False)
     assert sorted(again["runs"][-1]["too_long"]) == ["t1/1", "t3/1"]
     assert again["runs"][-1]["turns_profiled"] == 0 and sum(sampler.calls) == 3

@@ -148,3 +148,36 @@ def test_the_rule_alone_holds_nothing_per_profile_and_a_budget_only_pivots():
 @pytest.mark.parametrize("rewards,keep", [([0.0], False), ([1.0], False), ([], False)])
 def test_degenerate_groups_are_never_pivots(rewards, keep):
     assert bool(select([prof("x/1", rewards)], SelectConfig(lambda_diff=1.01))) is keep
+
+
+def _failing(pid: str, n: int = 8, **sample) -> Profile:
+    p = prof(pid, [0.0] * n)
+    return p.model_copy(update={"samples": [s.model_copy(update=sample) for s in p.samples]})
+
+
+@pytest.mark.parametrize("profiles,first,absent", [
+    # 94 of 96 samples cut at the token budget, the rest valid failures
+    ([_failing(f"t{i}/1", 8, finish_reason="length", valid=False) for i in range(11)]
+     + [_failing("u/1", 6, finish_reason="length", valid=False), _failing("v/1", 2)],
+     "94 of 96 samples were cut at the token budget", "a larger K"),
+    # half the samples invalid
+    ([_failing(f"t{i}/1", 4, valid=False, reason="unparseable action") for i in range(4)]
+     + [_failing(f"u{i}/1", 4, reason="get_order vs cancel_order") for i in range(4)],
+     "16 of 32 samples were invalid", "a larger K"),
+    # an e-mail body that differs word for word: only a judge could ever pay it
+    ([_failing(f"t{i}/1", 4, reason="body: strings differ (not proven equal)") for i in range(3)],
+     "3 all-fail turns failed only on free text", "a larger K"),
+    # plain valid failures: then, and only then, the rule's knobs
+    ([_failing(f"t{i}/1", 4, reason="get_order vs cancel_order") for i in range(3)],
+     "a larger K in profile", "judge"),
+])
+def test_zero_pivots_name_the_real_cause(tmp_path, profiles, first, absent):
+    path = tmp_path / "profile.jsonl"
+    write_atomic(path, profiles)
+    with pytest.raises(EmptyResultError) as err:
+        select_file(path, tmp_path / "p.jsonl", SelectConfig(), plot_png=False)
+    causes = str(err.value).split("see ")[1]
+    assert first in causes.split("; ")[1], causes  # the largest cause comes first
+    assert absent not in causes
+    if "free text" in first:
+        assert "pivotrl serve --model" in causes and "unproven_rule: judge" in causes

@@ -186,3 +186,23 @@ def test_bfcl_option_is_bfcls_own_string_rule():
     assert one(props, "city", "San Francisco", "SAN FRANCISCO") == 0
     assert one(props, "city", "San Francisco", "San Jose", normalize=["bfcl"]) == 0
     assert one(props, "unit", "celsius", "Celsius.", normalize=["bfcl"]) == 1
+
+
+def test_the_shell_verifier_pays_only_the_turns_own_shell_tool():
+    """`shell` reads a command from any common shell tool name and argument (`sh`, `cmd`); where
+    the turn offers tools, only those and their schemas' arguments pay."""
+    from pivotrl.sandbox.bwrap import sandbox_available
+
+    if not sandbox_available():
+        pytest.skip("bubblewrap not usable here")
+    shell = get_verifier("shell", timeout_s=2.0)
+    try:
+        t = Turn(id="s/3", trajectory_id="s", turn=1, tools=RUN, context=[],
+                 expected=act("run", {"command": "ls"}), metadata={"workspace": {"a.txt": "x\n"}})
+        for cand in (act("sh", {"command": "ls"}), act("run", {"cmd": "ls"}),
+                     act("bash", {"cmd": "ls"}), act("run", {"command": "ls", "cmd": "ls"})):
+            sc = shell.score(t, cand)
+            assert sc.reward == 0 and ("not offered" in sc.reason or "unknown" in sc.reason), cand
+        assert shell.score(t, act("run", {"command": "ls"})).reward == 1
+    finally:
+        shell.close()

@@ -91,18 +91,13 @@ def test_yaml_config_resolves_paths_and_rejects_unknown_keys(tmp_path):
         GRPORunConfig.from_yaml(tmp_path / "bad.yaml")
 
 
-def test_pivot_sets(tmp_path):
+def test_training_states_are_the_pivots_file(tmp_path):
+    """The ablations' states come from `select --strategy`, not from a second switch in train."""
     from pivotrl.train.grpo import load_pivot_set
 
-    write_pivots(tmp_path / "all.jsonl", 10)
-    cfg = GRPORunConfig(model="m", pivots=str(write_pivots(tmp_path / "p.jsonl", 3)),
-                        turns=str(tmp_path / "all.jsonl"), output_dir="o")
+    cfg = GRPORunConfig(model="m", pivots=str(write_pivots(tmp_path / "p.jsonl", 3)), output_dir="o")
     assert [t.id for t in load_pivot_set(cfg)] == ["t0/1", "t1/1", "t2/1"]
-    assert len(load_pivot_set(cfg.model_copy(update={"pivot_set": "all"}))) == 10
-    rand = load_pivot_set(cfg.model_copy(update={"pivot_set": "random", "seed": 1}))
-    assert len(rand) == 3 and len({t.id for t in rand}) == 3
-    with pytest.raises(ValueError, match="turns"):
-        load_pivot_set(cfg.model_copy(update={"pivot_set": "all", "turns": None}))
+    assert "pivot_set" not in GRPORunConfig.model_fields and "turns" not in GRPORunConfig.model_fields
 
 
 def test_prompts_are_one_row_per_pivot_with_its_tools(tiny_model_dir):
@@ -200,6 +195,7 @@ def test_cli_train_checkpoints_metrics_and_resume(tmp_path, tiny_model_dir):
 
     assert AutoModelForCausalLM.from_pretrained(out).config.vocab_size > 0
     assert (out / "tokenizer_config.json").exists()
+    assert json.loads((out / "template_settings.json").read_text())["chat_template_kwargs"] == {}
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path, tiny_model_dir):
@@ -207,6 +203,21 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path, tiny_model_dir):
 
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         train(small_config(tmp_path, tiny_model_dir, resume=True))
+
+
+def test_reprofiling_samples_as_the_rollouts_unless_told_otherwise():
+    from pivotrl.train.grpo import reprofile_config
+
+    cfg = GRPORunConfig(model="m", pivots="p", output_dir="o", temperature=0.8, top_p=0.9, seed=4,
+                        verifier="exact", verifier_config={"strict": True}, max_completion_length=40,
+                        chat_template_kwargs={"enable_thinking": False}, response_format="hermes",
+                        reprofile={"options": {"k": 4}})
+    prof = reprofile_config(cfg)
+    assert (prof.temperature, prof.top_p, prof.seed, prof.verifier, prof.verifier_config, prof.max_new_tokens,
+            prof.chat_template_kwargs, prof.response_format, prof.k) == (
+        0.8, 0.9, 4, "exact", {"strict": True}, 40, {"enable_thinking": False}, "hermes", 4)
+    with pytest.raises(ValueError, match="kk"):
+        reprofile_config(GRPORunConfig(model="m", pivots="p", output_dir="o", reprofile={"options": {"kk": 4}}))
 
 
 def test_reprofile_hook_stops_reprofiles_and_continues(tmp_path, tiny_model_dir):
@@ -281,3 +292,59 @@ def test_cpu_completion_only_lm_head_gives_the_same_logprobs_and_gradients(tiny_
     assert full_grads.keys() == compact_grads.keys() and full_grads
     for name in full_grads:
         assert torch.allclose(full_grads[name], compact_grads[name], atol=1e-5), name
+
+
+def test_a_tied_head_is_not_reported_missing_on_resume(tiny_model_dir, monkeypatch):
+    """The checkpoint stores a tied LM head once (as the embedding): loading it is not a missing key."""
+    import transformers.trainer as hf_trainer
+    from transformers import AutoModelForCausalLM
+
+    from pivotrl.train.trainer import PivotGRPOTrainer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert model.lm_head.weight is model.get_input_embeddings().weight  # tied, as Qwen3-0.6B
+    state = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    warned = []
+    monkeypatch.setattr(hf_trainer.logger, "warning", lambda msg, *a, **k: warned.append(msg))
+    trainer = object.__new__(PivotGRPOTrainer)  # only the load check runs: no trainer set-up
+    trainer.model = model
+    trainer._issue_warnings_after_load(model.load_state_dict(state, strict=False))
+    assert warned == []
+    state.pop("model.norm.weight")  # a key really missing still warns, alone
+    trainer._issue_warnings_after_load(model.load_state_dict(state, strict=False))
+    assert len(warned) == 1 and "model.norm.weight" in warned[0] and "lm_head" not in warned[0]
+
+
+def test_train_warns_when_its_template_settings_are_not_profilings(tmp_path, tiny_model_dir, monkeypatch, caplog):
+    """The pivots' stats carry how they were profiled (select copies PROFILE.stats.json's settings):
+    training with other chat-template variables warns; the trained model records its own."""
+    import pivotrl.train.grpo as grpo
+    from pivotrl.formats.options import recorded_template_settings, template_mismatch, write_template_settings
+    from pivotrl.select import SelectConfig, select_file
+    from tests.test_select import HARD
+
+    from pivotrl.io.records import write_atomic
+
+    write_atomic(tmp_path / "profile.jsonl", [HARD])
+    (tmp_path / "profile.stats.json").write_text(json.dumps({"settings": {
+        "model": "m", "chat_template_kwargs": {"enable_thinking": False}, "max_new_tokens": 64}}))
+    stats = select_file(tmp_path / "profile.jsonl", tmp_path / "pivots.jsonl", SelectConfig(), plot_png=False)
+    assert stats["profile_settings"]["chat_template_kwargs"] == {"enable_thinking": False}
+
+    class Stop(Exception):
+        pass
+
+    monkeypatch.setattr(grpo, "load_pivot_set", lambda *a, **k: (_ for _ in ()).throw(Stop()))
+    cfg = GRPORunConfig(model=str(tiny_model_dir), pivots=tmp_path / "pivots.jsonl", output_dir=tmp_path / "run")
+    with caplog.at_level("WARNING", logger="pivotrl.train.grpo"), pytest.raises(Stop):
+        grpo.train(cfg)
+    assert "chat_template_kwargs {'enable_thinking': False} there, {} here" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pivotrl.train.grpo"), pytest.raises(Stop):
+        grpo.train(cfg.model_copy(update={"chat_template_kwargs": {"enable_thinking": False}}))
+    assert "template settings" not in caplog.text
+    write_template_settings(tmp_path / "run", {"chat_template_kwargs": {"enable_thinking": False}})
+    trained = recorded_template_settings(tmp_path / "run" / "checkpoint-2")  # a checkpoint finds its run's
+    assert template_mismatch({}, trained, "evaluate", "training") is not None
+    assert template_mismatch({"chat_template_kwargs": {"enable_thinking": False}}, trained, "evaluate",
+                             "training") is None

@@ -238,7 +238,8 @@ def test_resumed_profiling_and_shard_merge_keep_every_chain(tmp_path, tokenizer)
     with pytest.raises(RuntimeError, match="killed"):  # dies after 2 chunks of 3 turns
         profile_file(turns, cut, Answers(fail_at=3), Length(), tokenizer, cfg, progress=False)
     assert len(cut.read_text().splitlines()) == 6
-    profile_file(turns, cut, Answers(), Length(), tokenizer, cfg, progress=False)
+    profile_file(turns, cut, Answers(), Length(), tokenizer, cfg.model_copy(update={"resume": True}),
+                 progress=False)
     rows = lines(cut)
     assert "context_from" in rows[5] and "context_from" not in rows[6]  # the resume starts full
     assert dumps(iter_valid(cut, Profile)) == dumps(iter_valid(whole, Profile))

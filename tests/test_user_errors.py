@@ -4,6 +4,7 @@ Each case runs the real command line."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 from pathlib import Path
 
@@ -109,7 +110,7 @@ def test_ctrl_c_in_profile_and_evaluate_says_what_to_rerun(pivots, tiny_model_di
     monkeypatch.setattr(pivotrl.profile.runs, "profile_file", interrupted)
     monkeypatch.setattr(pivotrl.evaluate.turns, "evaluate_turns_file", interrupted)
     one_line_error(run("profile", pivots, "--model", tiny_model_dir, "--out", tmp_path / "p.jsonl"),
-                   130, "rerun the same command to resume")
+                   130, "rerun the same command with --resume")
     one_line_error(run("evaluate", "--model", tiny_model_dir, "--turns", pivots, "--out", tmp_path / "r.json"),
                    130, "rerun the same command")
 
@@ -138,3 +139,23 @@ def test_empty_results_are_errors_on_the_command_line(tmp_path, tiny_model_dir):
     # profiling the raw trajectory file instead of its turns names the step that was skipped
     one_line_error(run("profile", EXAMPLE, "--model", tiny_model_dir, "--out", tmp_path / "prof.jsonl",
                        "--no-progress"), 1, "extract")
+
+
+def test_a_mistyped_verifier_is_one_line_naming_the_known_ones(pivots, tiny_model_dir, tmp_path):
+    for args in (("train", "--pivots", pivots, "--model", tiny_model_dir, "--output-dir", tmp_path / "o"),
+                 ("profile", pivots, "--model", tiny_model_dir, "--out", tmp_path / "p.jsonl")):
+        text = one_line_error(run(*args, "--verifier", "toolcal"), 1, "unknown verifier 'toolcal'", "toolcall")
+        assert len(text) < 200
+
+
+def test_sft_without_a_split_says_it_trains_on_every_trajectory(tmp_path, monkeypatch):
+    import pivotrl.train.sft as sft
+
+    monkeypatch.setattr(sft, "train_sft", lambda cfg: {"held_out": "none"})
+    result = run("sft", "--data", EXAMPLE, "--model", "m", "--output-dir", tmp_path / "o")
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0 and "no split (--split): every trajectory" in text
+    split = tmp_path / "turns.split.json"
+    split.write_text(json.dumps({"fraction": 0.2, "seed": 0, "train": [], "eval": []}))
+    given = run("sft", "--data", EXAMPLE, "--model", "m", "--output-dir", tmp_path / "o", "--split", split)
+    assert given.exit_code == 0 and "no split" not in given.output

@@ -97,6 +97,8 @@ def iter_turns(traj: Trajectory, opts: ExtractOptions, skipped: Counter | None =
     reason in `skipped`."""
     skipped = Counter() if skipped is None else skipped
     skip_re = re.compile(opts.skip_content_regex) if opts.skip_content_regex else None
+    # A trajectory's own top-level fields (not in the schema) travel in each turn's metadata.
+    metadata = {**(traj.model_extra or {}), **traj.metadata}
     context: list = []
     ordinal = 0
     for i, msg in enumerate(traj.messages):
@@ -115,7 +117,7 @@ def iter_turns(traj: Trajectory, opts: ExtractOptions, skipped: Counter | None =
             else:
                 yield Turn(id=f"{traj.id}/{ordinal}", trajectory_id=traj.id, turn=ordinal,
                            domain=traj.domain, tools=traj.tools, context=list(context),
-                           expected=msg, metadata={**traj.metadata, "message_index": i})
+                           expected=msg, metadata={**metadata, "message_index": i})
             ordinal += 1
             if not opts.keep_reasoning and msg.reasoning_content is not None:
                 msg = msg.model_copy(update={"reasoning_content": None})

@@ -45,6 +45,7 @@ from pivotrl.io.records import (
     stats_path,
     write_text_atomic,
 )
+from pivotrl.verifiers.arguments import is_unproven
 
 # A shaped reward counts as a success from here (docs/DESIGN.md pitfall). The toolcall verifier's
 # partial_credit pays matched / expert calls for a subset of the expert's calls, so with it on,
@@ -104,6 +105,9 @@ class Scored(NamedTuple):
     samples: int
     outcome: str  # all_fail / all_pass / mixed / empty
     shaped: bool  # some reward is neither 0 nor 1
+    invalid: int  # samples the parser or verifier could not use
+    truncated: int  # samples cut at the token budget
+    unproven: int  # failed samples whose only difference is free text no rule proves (a judge's question)
     unverifiable: bool  # the verifier cannot verify the turn (Profile.unverifiable): never kept
 
 
@@ -111,7 +115,10 @@ def score(p: Profile, threshold: float = SUCCESS_THRESHOLD) -> Scored:
     rewards = [s.reward for s in p.samples]
     return Scored(p.id, p.domain, success_rate(p, threshold), binary_std(p, threshold),
                   p.reward_mean, p.reward_std, len(rewards), outcome(rewards, threshold),
-                  any(r not in (0.0, 1.0) for r in rewards), bool(p.unverifiable))
+                  any(r not in (0.0, 1.0) for r in rewards), sum(not s.valid for s in p.samples),
+                  sum(s.finish_reason == "length" for s in p.samples),
+                  sum(s.valid and s.reward < threshold and is_unproven(s.reason) and s.finish_reason != "length"
+                      for s in p.samples), bool(p.unverifiable))
 
 
 def is_pivot(s: Scored, cfg: SelectConfig) -> bool:
@@ -180,6 +187,7 @@ class Tally:
         self.per_domain: dict[str, dict[str, Any]] = defaultdict(
             lambda: {"turns": 0, "kept": 0, "unverifiable": 0})
         self.turns = self.kept = self.too_easy = self.samples = self.unverifiable = 0
+        self.invalid = self.truncated = self.free_text = 0
         self.shaped = False
         self.hist = {k: {"all": [0] * BINS, "kept": [0] * BINS} for k in ("reward_mean", "reward_std")}
 
@@ -197,6 +205,9 @@ class Tally:
         self.too_easy += s.outcome == "mixed" and s.success >= self.cfg.lambda_diff
         self.shaped = self.shaped or s.shaped
         self.samples += s.samples
+        self.invalid += s.invalid
+        self.truncated += s.truncated
+        self.free_text += s.outcome == "all_fail" and s.unproven > 0
         self._bin(s, "all")
 
     def add_kept(self, s: Scored) -> None:
@@ -216,7 +227,8 @@ class Tally:
             "mixed": counts["mixed"], "no_samples": counts["empty"],
             "mixed_but_too_easy": self.too_easy, "unverifiable": self.unverifiable,
             "shaped_rewards": self.shaped,
-            "samples": self.samples, "per_domain": dict(sorted(self.per_domain.items())),
+            "samples": self.samples, "invalid_samples": self.invalid, "truncated_samples": self.truncated,
+            "all_fail_on_free_text": self.free_text, "per_domain": dict(sorted(self.per_domain.items())),
         }
 
 
@@ -253,6 +265,18 @@ def output_paths(out: str | Path) -> tuple[Path, Path]:
     return stats_path(out), sidecar_path(out, ".hist.png")
 
 
+def profile_settings(profile_path: str | Path) -> dict[str, Any] | None:
+    """How the profiles were sampled (PROFILE.stats.json's settings: the model, its template
+    settings, the budget), passed on in the pivots' stats for training to check against; None
+    when the profile file has no stats beside it."""
+    path = stats_path(profile_path)
+    try:
+        settings = json.loads(path.read_text()).get("settings") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    return {k: settings.get(k) for k in ("model", "chat_template_kwargs", "response_format", "max_new_tokens")}
+
+
 def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfig,
                 *, plot_png: bool = True, allow_empty: bool = False) -> dict[str, Any]:
     """Read a Profile file (bad lines → rejects file), write PIVOTS, PIVOTS.stats.json and the PNG.
@@ -285,6 +309,7 @@ def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfi
                     tally.add_kept(scored)
     stats = tally.stats()
     stats["rejected_lines"] = rejected
+    stats["profile_settings"] = profile_settings(profile_path)
     spath, png = output_paths(out_path)
     if plot_png:
         stats["histogram"] = str(plot(tally, png))
@@ -294,7 +319,40 @@ def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfi
                      f"none of {stats['turns']} profiled turns is kept by the {cfg.strategy} rule "
                      f"({stats['all_fail']} all fail, {stats['all_pass']} all pass, "
                      f"{stats['mixed_but_too_easy']} mixed but success ≥ λ_diff "
-                     f"{cfg.lambda_diff}, {stats['unverifiable']} unverifiable by the "
-                     f"verifier; see {spath}); a larger K in profile or a higher "
-                     "--lambda-diff may keep some"))
+                     f"{cfg.lambda_diff}, {stats['unverifiable']} unverifiable by the verifier; "
+                     f"see {spath}); " + "; ".join(no_pivot_causes(stats, cfg))))
     return stats
+
+
+# The judge recipe `select` shows when free text kept turns from being pivots.
+JUDGE_RECIPE = ("serve a local judge model (`pivotrl serve --model JUDGE_MODEL --served-model-name judge "
+                "--port 8001`) and profile again with `--verifier-config judge.yaml` holding `{unproven_rule: "
+                "judge, message_rule: judge, judge: {base_url: 'http://127.0.0.1:8001/v1', model: judge}}` "
+                "(docs/GUIDE.md: A local judge)")
+
+
+def no_pivot_causes(stats: dict[str, Any], cfg: SelectConfig) -> list[str]:
+    """Why no turn was kept, the largest cause first, each with what helps: invalid samples (the
+    format), samples cut at the token budget, turns that fail only on free text (a judge); only
+    when none of these explains it, the rule's own knobs (more samples, λ_diff)."""
+    n, turns = stats["samples"] or 1, stats["turns"] or 1
+    causes = []  # (share of the samples or turns it explains, text)
+    if stats.get("truncated_samples"):
+        causes.append((stats["truncated_samples"] / n, f"{stats['truncated_samples']} of {stats['samples']} samples "
+                       "were cut at the token budget (finish 'length'): raise --max-new-tokens in profile "
+                       "(a thinking model spends it thinking: or pass its chat-template kwargs to turn "
+                       "thinking off)"))
+    if stats.get("invalid_samples"):
+        causes.append((stats["invalid_samples"] / n, f"{stats['invalid_samples']} of {stats['samples']} samples "
+                       "were invalid (no action the parser could read: see each sample's `reason` in the "
+                       "profile; the tool-call format is chosen from the chat template, --response-format "
+                       "sets it)"))
+    if stats.get("all_fail_on_free_text"):
+        causes.append((stats["all_fail_on_free_text"] / turns, f"{stats['all_fail_on_free_text']} all-fail turns "
+                       "failed only on free text (a message, or an argument such as an e-mail body, that "
+                       "differs from the expert's word for word): no rule proves two texts mean the same, "
+                       f"so such turns can never be pivots without a judge; {JUDGE_RECIPE}"))
+    if not causes or max(c for c, _ in causes) < 0.5:
+        causes.append((0, f"a larger K in profile (rare successes show up) or a higher --lambda-diff "
+                       f"(now {cfg.lambda_diff}: keeps easier mixed turns) may keep some"))
+    return [text for _, text in sorted(causes, key=lambda c: -c[0])]

@@ -11,6 +11,7 @@ records the stop step and the reason in the run's last row; the report shows the
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,3 +51,36 @@ def stop_step(scores: Sequence[tuple[int, float]], rule: BudgetRule, *, cap: int
         if step >= cap:
             return step, "cap"
     return None, "running"
+
+
+def largest_rollout_ratio(cfg: Any, pivot_stats: dict[str, Any],
+                          turns_per_episode: dict[str, float]) -> dict[str, float] | None:
+    """The largest "E2E RL's rollout turns / PivotRL's" the schedule can show, before training.
+
+    The ratio is read at checkpoints: PivotRL can at best reach E2E RL's target at its first
+    checkpoint (`eval_every` steps of G one-turn rollouts on `pivots_per_step` pivots, plus its
+    profiling), and E2E RL can at most spend its cap (`steps` × `e2e_tasks_per_step` × G
+    episodes of `turns_per_episode` model turns each), pooled over worlds as the report pools
+    them. A schedule whose bound is below the paper's 4× decides the claim before any run.
+    None when no world has pivots or an episode length is unknown."""
+    worlds = [w for w, s in pivot_stats.items() if s.get("kept")]
+    if not worlds or any(w not in turns_per_episode for w in cfg.worlds):
+        return None
+    g = cfg.num_generations
+    e2e = sum(cfg.steps * cfg.e2e_tasks_per_step * g * turns_per_episode[w] for w in cfg.worlds)
+    bare = sum(cfg.eval_every * cfg.pivots_per_step * g for _ in worlds)
+    profiling = sum(pivot_stats[w].get("profile_rollout_turns", 0) for w in worlds)
+    return {"with_profiling": e2e / (bare + profiling), "without_profiling": e2e / bare,
+            "e2e_turns_at_cap": e2e, "pivotrl_turns_at_first_checkpoint": bare + profiling,
+            "profiling_turns": profiling}
+
+
+def schedule_bound(cfg: Any, pivot_stats: dict[str, Any],
+                   base: list[dict[str, Any]]) -> dict[str, float] | None:
+    """`largest_rollout_ratio` for a demo config, E2E RL's episodes as long as the base's greedy
+    eval episodes (`base`: the base's checkpoint rows; model turns per episode, per world)."""
+    if "e2e_rl" not in cfg.methods or "pivotrl" not in cfg.methods:
+        return None
+    per_episode = {r["world"]: r["in_domain"]["model_turns"] / r["in_domain"]["episodes"]
+                   for r in base if r.get("in_domain", {}).get("episodes")}
+    return largest_rollout_ratio(cfg, pivot_stats, per_episode)

@@ -98,13 +98,13 @@ class Evaluator:
               else {"kl": 0.0, "rank_corr": 1.0})
         return {**row, "kl_to_base": kl["kl"], "rank_corr": kl["rank_corr"]}, items
 
-
     def grid(self, model_dir: Path | None, world: str, rule: Any) -> list[dict[str, Any]]:
         """Item rows of the decoding rule's grid (`pivotrl_testbed.decoding`) at one chosen
         checkpoint: dev and eval at every temperature `__call__` does not already score there,
         and n samples per eval item at the training temperature (decoding "pass", with
         `samples` and `successes` per item)."""
         from pivotrl_testbed.decoding import PASS, label
+        from pivotrl.formats.options import FormatOptions
         from pivotrl_testbed.episodes import ModelPolicy, expert_turns, turn_accuracy
         from pivotrl_testbed.evaluate import SampledConfig, evaluate_ood, evaluate_turns, shared_verifier
         from pivotrl_testbed.health import reason_failure
@@ -142,7 +142,7 @@ class Evaluator:
         turns = expert_turns(list(self.trajs[world]["eval"][:ev.turn_trajectories]))
         if "turn" in rule.measures and turns:
             acc = turn_accuracy(policy(train_t), [t for t in turns for _ in range(n)],
-                                shared_verifier(verifier))
+                                shared_verifier(verifier), parse=FormatOptions().parser(tok))
             for i, t in enumerate(turns):
                 c = sum(r >= SUCCESS_THRESHOLD for r in acc.rewards[i * n:(i + 1) * n])
                 failed = next(filter(None, map(reason_failure, acc.reasons[i * n:(i + 1) * n])), None)

@@ -44,14 +44,15 @@ def e2e(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML o
     world's success. Give a run YAML, or the required fields as flags:
     `pivotrl e2e --tasks T --model M --output-dir D`."""
     from pivotrl.cli.options import load_config, run_job
+    from pivotrl.cli.train import warn_without_split
     from pivotrl_testbed.e2e import train_e2e
     from pivotrl_testbed.e2e_config import E2ERunConfig
 
     cfg = load_config(console, E2ERunConfig, config, **(overrides or {}))
+    warn_without_split("e2e", cfg.split, cfg.tasks)
     summary = run_job(console, "e2e", lambda: train_e2e(cfg),
-                      f"stopped. {cfg.output_dir} keeps a checkpoint-N/ every save_steps ({cfg.save_steps}); "
-                      f"the E2E loop does not resume: rerun with --model {cfg.output_dir}/checkpoint-N "
-                      "to continue from one")
+                      f"stopped. {cfg.output_dir} keeps a checkpoint-N/ every save_steps ({cfg.save_steps}): "
+                      "rerun the same command with --resume to continue from the last one")
     for key, value in summary.items():
         console.print(f"{key}: {value}")
 

@@ -33,7 +33,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pivotrl_testbed.budget import BudgetRule
+from pivotrl_testbed.budget import BudgetRule, schedule_bound
 from pivotrl_testbed.decoding import DecodingRule
 from pivotrl_testbed.checkpoint_eval import (
     Evaluator,
@@ -248,7 +248,7 @@ def prepare_world(testbed: Path, out: Path, world: str, cfg: DemoConfig) -> dict
     write_atomic(wdir / "trajectories.jsonl", trajs)
     summary = extract_file(wdir / "trajectories.jsonl", wdir / "turns.jsonl", ExtractOptions())
     pcfg = ProfileConfig(k=cfg.k, verifier=cfg.verifier, seed=0,
-                         max_new_tokens=cfg.max_completion_length)
+                         max_new_tokens=cfg.max_completion_length, resume=True)  # a stopped demo continues
     sampler = get_sampler("hf", str(testbed / "base"), batch_size=64, device="cpu")
     profile_file(wdir / "turns.jsonl", wdir / "profile.jsonl", sampler, get_verifier(cfg.verifier),
                  sampler.tokenizer, pcfg, model_name=str(testbed / "base"), progress=False)
@@ -459,6 +459,12 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
              if (p := paired_halfwidth(decoded(items, cfg.select_decoding), measure=m,
                                        seeds=len(cfg.seeds)))]
     log_power(power, log)
+    bound = schedule_bound(cfg, pivot_stats, rows)
+    if bound:
+        log(f"  the largest rollout ratio this schedule can show (PivotRL at its first checkpoint, "
+            f"E2E RL at its cap of {cfg.steps} steps, episodes as long as the base's): "
+            f"{bound['with_profiling']:.2f}× with profiling, {bound['without_profiling']:.2f}× "
+            f"without (the paper claims 4×)")
 
     jobs = plan_jobs(cfg, pivot_stats, log, world_cost)
     trained = sum(not (out / "runs" / j.name / "rows.json").exists() for j in jobs)
@@ -483,6 +489,6 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
                            pivot_stats=pivot_stats, config=cfg.model_dump(mode="json"),
                            invocations=invocations, frontier=cfg.frontier_config(),
                            decoding=cfg.decoding, train_temperature=cfg.sampled.temperature,
-                           health=flagged)
+                           health=flagged, schedule_bound=bound)
     log(f"done in {(time.time() - start) / 60:.1f} min: {out / 'report.md'}")
     return results

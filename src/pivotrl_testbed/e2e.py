@@ -34,6 +34,7 @@ from pivotrl.formats.chat import completion_text, prompt_text
 from pivotrl_testbed.episodes import EpisodeResult, run_episodes
 from pivotrl.sampling.generate import completion_logps, generate_each, span_logps, stop_ids
 from pivotrl.io.inputs import check_input_file, check_model
+from pivotrl.io.outputs import claim_output
 from pivotrl.io.progress import ProgressLog
 from pivotrl.io.records import Message, Trajectory, iter_valid
 from pivotrl.io.seeds import derive_seed
@@ -166,6 +167,7 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
     out = Path(cfg.output_dir)
+    claim_output(out, resume=cfg.resume, overwrite=cfg.overwrite)
     dropped: dict[str, Any] = {}
     if tasks is None:
         tasks, dropped = load_tasks(cfg)

@@ -39,7 +39,7 @@ from pivotrl.formats.actions import parse_completion, render_action
 from pivotrl.formats.chat import completion_text
 from pivotrl.io.records import Message, Trajectory, Turn, message_text
 from pivotrl.sandbox.bwrap import BROKEN_ENVIRONMENT
-from pivotrl.scoring import score_completions
+from pivotrl.scoring import Parser, score_completions
 from pivotrl.verifiers.world import concurrent_world, make_world
 
 MAX_TURNS = 8  # every testbed task needs at most 6 turns (DESIGN: episodes ≤ 8 turns)
@@ -457,12 +457,15 @@ class TurnAccuracy:
     reasons: list[str] = field(default_factory=list)  # the verifier's, one per completion
 
 
-def turn_accuracy(policy: Any, turns: Sequence[Turn], verifier: Any) -> TurnAccuracy:
-    """Per-turn accuracy of `policy` on expert states: for each Turn (context from an expert
-    trajectory), one action from the policy, scored against the expert's by `verifier` through
-    the one scoring path (`pivotrl.scoring`): invalid actions score 0 and are counted."""
+def turn_accuracy(policy: Any, turns: Sequence[Turn], verifier: Any,
+                  parse: Parser = parse_completion) -> TurnAccuracy:
+    """Per-turn rewards of `policy` on expert states: for each Turn (context from an expert
+    trajectory), one action from the policy, read by `parse` (the model's own format:
+    `FormatOptions().parser(tokenizer)`) and scored against the expert's by `verifier` through
+    the one scoring path (`pivotrl.scoring`): invalid actions score 0 and are counted. The
+    measure over them is the library's (`pivotrl.evaluate.turns.turn_accuracy`)."""
     texts = act_batch(policy, [t.context for t in turns], [t.tools for t in turns])
-    scores = score_completions(verifier, turns, texts)
+    scores = score_completions(verifier, turns, texts, parse)
     rewards = [s.reward if s.valid else 0.0 for s in scores]
     invalid = sum(not s.valid for s in scores)
     acc = sum(rewards) / len(rewards) if rewards else 0.0

@@ -202,23 +202,32 @@ def shared_verifier(name: str) -> Any:
 
 def evaluate_turns(policy, trajectories: Sequence[Trajectory], verifier: str,
                    items: list[dict[str, Any]] | None = None, k: int = 1) -> dict[str, Any]:
-    """Turn accuracy on expert states: the policy's action at every assistant turn of
-    `trajectories` (k actions each, side by side, averaged per turn), scored against the
-    expert's by the named verifier. Item rows also carry the turn's `position` in its
-    trajectory and its `kind` (`turn_kind`), for the report's where-does-it-gain breakdown."""
+    """Turn accuracy on expert states, by the library's rule (`pivotrl.evaluate.turns`, what
+    `pivotrl evaluate --turns` reports): the policy's action at every assistant turn of
+    `trajectories` (k actions each, side by side), read in the model's own format, scored against
+    the expert's by the named verifier; a turn's outcome is the fraction of its actions with
+    reward >= the success threshold, and the interval is clustered by trajectory. Item rows also
+    carry the turn's `position` in its trajectory and its `kind` (`turn_kind`), for the report's
+    where-does-it-gain breakdown."""
+    from pivotrl.evaluate.turns import turn_accuracy as accuracy_rule
+    from pivotrl.evaluate.turns import turn_success
+    from pivotrl.formats.actions import parse_completion
+    from pivotrl.formats.options import FormatOptions
     from pivotrl_testbed.episodes import expert_turns, turn_accuracy
 
     turns = expert_turns(list(trajectories))
-    acc = turn_accuracy(policy, [t for t in turns for _ in range(k)], shared_verifier(verifier))
-    rewards = item_means(acc.rewards, k)
+    tokenizer = getattr(policy, "tokenizer", None)  # scripted policies (tests) write Hermes/JSON
+    parse = FormatOptions().parser(tokenizer) if tokenizer is not None else parse_completion
+    acc = turn_accuracy(policy, [t for t in turns for _ in range(k)], shared_verifier(verifier), parse=parse)
+    outcomes = [turn_success(acc.rewards[i * k:(i + 1) * k]) for i in range(len(turns))]
     if items is not None:
         failed = [reason_failure(r) for r in acc.reasons]
         items += [{"measure": "turn", "item": t.id, "cluster": t.trajectory_id, "outcome": r,
                    "position": t.turn, "kind": turn_kind(t), **_failure(failed[i * k:(i + 1) * k])}
-                  for i, (t, r) in enumerate(zip(turns, rewards, strict=True))]
-    return {"turn_accuracy": sum(rewards) / len(rewards) if rewards else 0.0,
-            "turn_ci95": list(wilson(sum(rewards), len(rewards))),
-            "turns": len(rewards), "turn_invalid": acc.invalid}
+                  for i, (t, r) in enumerate(zip(turns, outcomes, strict=True))]
+    summary = accuracy_rule(outcomes, [t.trajectory_id or t.id for t in turns])
+    return {"turn_accuracy": summary["accuracy"] if turns else 0.0, "turn_ci95": summary["ci95"],
+            "turns": len(turns), "turn_invalid": acc.invalid}
 
 
 # ---------------------------------------------------------------- BFCL multi-turn

@@ -27,6 +27,10 @@ Matched pairs (`match`), arm a = PivotRL, arm b = SFT by default:
   (b) in-domain gain at matched OOD retention: the same with retention as the matching
       coordinate (ties: q's higher gain, smaller lr, earlier step); THE pair is again the one at
       p's largest gain.
+  (c) at matched KL to the base (equal drift, on OOD text): the same with KL as the matching
+      coordinate, matched within a relative tolerance (|KL_q − KL_p| ≤ `kl_tolerance` × KL_p:
+      KL has no natural absolute scale) and ties to q's higher retention; the one pair is judged
+      twice, on OOD and in-domain (which arm spends the same drift better).
 Verdicts (`joint`): each matched pair compared on the eval split by stats.paired (a − b): (a) on
   OOD, (b) on the in-domain measure, for every decoding scored (greedy and sampled; the pair is
   matched once, on `decoding`); "met" / "not met" / "within noise" by stats.verdict. The eval
@@ -53,6 +57,10 @@ MATCHES = {  # name: (matching coordinate, eval measure judged, claim)
                             "eval-measured; paper: PivotRL keeps OOD where SFT loses it)"),
     "gain_at_matched_ood": ("retention", "in_domain", "In-domain gain at matched OOD retention "
                             "(dev-matched, eval-measured; paper: PivotRL gains more in-domain)"),
+    "ood_at_matched_kl": ("kl_to_base", "ood", "OOD retention at matched KL to the base (equal "
+                          "drift; dev-matched, eval-measured)"),
+    "gain_at_matched_kl": ("kl_to_base", "in_domain", "In-domain gain at matched KL to the base "
+                           "(equal drift; dev-matched, eval-measured)"),
 }
 
 
@@ -69,6 +77,8 @@ class FrontierConfig(BaseModel):
     tolerance: float = Field(0.02, ge=0, description="Largest |dev difference| on the matching "
                              "coordinate for two checkpoints to count as matched (≈ one 10-step "
                              "move of SFT's dev turn accuracy on the testbed).")
+    kl_tolerance: float = Field(0.25, ge=0, description="Matching on KL to the base: largest "
+                                "|KL_b − KL_a| as a share of KL_a.")
     replicates: int = Field(500, ge=50, description="Bootstrap replicates of each point's "
                             "descriptive interval (the verdicts use stats.paired's default).")
 
@@ -126,14 +136,16 @@ def pareto(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def match(frontier_a: list[dict[str, Any]], points_b: list[dict[str, Any]], *, on: str,
           tolerance: float) -> dict[str, Any] | None:
-    """THE matched pair on coordinate `on` ("gain" or "retention"), by the module doc's rule:
-    {"a": point, "b": point, "distance"} or None."""
-    other = "retention" if on == "gain" else "gain"
+    """THE matched pair on coordinate `on` ("gain", "retention" or "kl_to_base", whose
+    `tolerance` is relative to a's KL), by the module doc's rule: {"a": point, "b": point,
+    "distance"} or None."""
+    other = "gain" if on == "retention" else "retention"
     best = None
     for p in sorted(frontier_a, key=lambda p: p["gain"]):
-        if p["gain"] <= 0:
+        if p["gain"] <= 0 or p.get(on) is None:
             continue
-        near = [q for q in points_b if abs(q[on] - p[on]) <= tolerance + 1e-12]
+        width = tolerance * p[on] if on == "kl_to_base" else tolerance
+        near = [q for q in points_b if q.get(on) is not None and abs(q[on] - p[on]) <= width + 1e-12]
         if not near:
             continue
         q = min(near, key=lambda q: (round(abs(q[on] - p[on]), 12), -q[other], q["lr"], q["step"]))
@@ -151,7 +163,8 @@ def matched(items: list[Row], rows: list[Row], cfg: FrontierConfig) -> dict[str,
     a, b = cfg.arms
     pts = {arm: arm_points(items, rows, arm, cfg) for arm in (a, b)}
     front = {arm: pareto(p) for arm, p in pts.items()}
-    pairs = {name: match(front[a], pts[b], on=on, tolerance=cfg.tolerance)
+    pairs = {name: match(front[a], pts[b], on=on, tolerance=cfg.kl_tolerance
+                         if on == "kl_to_base" else cfg.tolerance)
              for name, (on, _, _) in MATCHES.items()}
     return {"points": pts, "frontier": front, "pairs": pairs}
 
@@ -159,7 +172,11 @@ def matched(items: list[Row], rows: list[Row], cfg: FrontierConfig) -> dict[str,
 def matched_sides(items: list[Row], rows: list[Row], cfg: FrontierConfig) -> list[dict[str, Any]]:
     """The checkpoints the matched pairs stand on (dev only): the eval split must score them."""
     got = matched(items, rows, cfg)["pairs"]
-    return [side_of(pair[k]) for pair in got.values() if pair for k in ("a", "b")]
+    out: list[dict[str, Any]] = []
+    for side in (side_of(pair[k]) for pair in got.values() if pair for k in ("a", "b")):
+        if side not in out:  # the matched-KL pair serves two verdicts
+            out.append(side)
+    return out
 
 
 def joint(items: list[Row], rows: list[Row], cfg: FrontierConfig) -> dict[str, Any]:
@@ -175,7 +192,8 @@ def joint(items: list[Row], rows: list[Row], cfg: FrontierConfig) -> dict[str, A
     for name, (on, judged, claim) in MATCHES.items():
         pair = m["pairs"][name]
         entry: dict[str, Any] = {"claim": claim, "matched_on": on, "measure": judged,
-                                 "tolerance": cfg.tolerance, "pair": pair, "by_decoding": {}}
+                                 "tolerance": cfg.kl_tolerance if on == "kl_to_base" else cfg.tolerance,
+                                 "pair": pair, "by_decoding": {}}
         for d in present:
             got = None
             if pair:

@@ -51,10 +51,11 @@ def train_job(job: Job, testbed: Path, out: Path, cfg: Any, until: int | None = 
     job_dir = out / "runs" / job.name
     wdir = out / "data" / job.world
     base = str(testbed / "base")
+    # Continue from a checkpoint; a folder without one holds only a start that was stopped early.
     resume = any(job_dir.glob("checkpoint-*"))
     common = dict(model=base, output_dir=job_dir, learning_rate=job.lr,
                   max_steps=cfg.steps if until is None else until, save_steps=cfg.eval_every,
-                  seed=job.seed, logging_steps=1, warmup_steps=0, resume=resume)
+                  seed=job.seed, logging_steps=1, warmup_steps=0, resume=resume, overwrite=not resume)
     trl_only = dict(precision="fp32", lr_scheduler_type="constant_with_warmup")
     if job.method == "sft":
         from pivotrl.train.sft import train_sft
@@ -69,14 +70,21 @@ def train_job(job: Job, testbed: Path, out: Path, cfg: Any, until: int | None = 
                                tasks_per_step=cfg.e2e_tasks_per_step,
                                max_completion_length=cfg.max_completion_length, **common))
     else:
-        pivot_set = {"pivotrl": "pivots", "pivotrl_exact": "pivots",
-                     "pivotrl_no_filter": "all", "pivotrl_random": "random"}[job.method]
         from pivotrl.train.grpo import train
 
+        pivots = wdir / "pivots.jsonl"
+        strategy = {"pivotrl_no_filter": "all", "pivotrl_random": "random"}.get(job.method)
+        if strategy is not None:
+            # The ablations' training states are `pivotrl select --strategy all|random` over the
+            # same profile (one file per job: parallel jobs never share a writer).
+            from pivotrl.select import SelectConfig, select_file
+
+            pivots = wdir / f"pivots.{job.method}.lr{job.lr:g}.seed{job.seed}.jsonl"
+            select_file(wdir / "profile.jsonl", pivots, SelectConfig(strategy=strategy, seed=job.seed),
+                        plot_png=False, allow_empty=True)
         exact = job.method == "pivotrl_exact"  # the paper's strict string-match ablation
         train(GRPORunConfig(
-            pivots=wdir / "pivots.jsonl", turns=wdir / "profile.jsonl", pivot_set=pivot_set,
-            verifier="exact" if exact else cfg.verifier,
+            pivots=pivots, verifier="exact" if exact else cfg.verifier,
             verifier_config={"strict": True} if exact else {},
             num_generations=cfg.num_generations,
             per_device_train_batch_size=cfg.num_generations * cfg.pivots_per_step,

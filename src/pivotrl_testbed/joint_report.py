@@ -129,7 +129,8 @@ def frontier_rule(c: dict[str, Any]) -> str:
             f"frontier with gain > 0, the {b} checkpoint nearest on the matched coordinate within "
             f"±{c['tolerance']:g} (ties in {b}'s favour); of those pairs, the one at {a}'s largest "
             "gain. " + "; ".join(f"`{n}`: matched on {on}, judged on {m}" for n, (on, m, _) in MATCHES.items())
-            + ".")
+            + f". KL to the base is matched within ±{c.get('kl_tolerance', 0.25):g} of {a}'s KL "
+            "(a share: KL has no absolute scale).")
 
 
 def budget_markdown(results: dict[str, Any]) -> list[str]:

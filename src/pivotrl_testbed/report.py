@@ -213,7 +213,8 @@ def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds:
               invocations: list[dict[str, Any]] | None = None,
               frontier: FrontierConfig | None = None, decoding: DecodingRule | None = None,
               train_temperature: float = 1.0,
-              health: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+              health: list[dict[str, Any]] | None = None,
+              schedule_bound: dict[str, float] | None = None) -> dict[str, Any]:
     frontier = frontier or FrontierConfig(measure=select_on)
     chosen = chosen_sides(items, select_on, seeds, frontier.decoding)
     dec = decoding_results(items, chosen, decoding or DecodingRule(), train_temperature)
@@ -231,8 +232,8 @@ def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds:
             "decoding": dec, "health": health or [],
             "verdicts": verdicts(items, chosen, dec["best"], train_temperature),
             "power": power or [],
-            "turns_to_match_e2e": rollout_match(rows, decoded(items, frontier.decoding), chosen,
-                                                pivot_stats),
+            "turns_to_match_e2e": {**rollout_match(rows, decoded(items, frontier.decoding), chosen,
+                                                   pivot_stats), "schedule_bound": schedule_bound},
             "theory": theory, "pivots": pivot_stats, **joint_results(rows, items, chosen, frontier)}
 
 

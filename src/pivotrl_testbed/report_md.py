@@ -173,6 +173,12 @@ def verdict_section(results: dict[str, Any]) -> list[str]:
                  f"{_f(wo.get('ratio'), 1)}× [{_f((wo.get('ci95') or [None])[0], 1)}, "
                  f"{_f((wo.get('ci95') or [None, None])[1], 1)}]) | ratio {r['ratio']:.1f}× "
                  f"[{r['ci95'][0]:.1f}, {r['ci95'][1]:.1f}] | **{r['verdict']}** |")
+    bound = (results.get("turns_to_match_e2e") or {}).get("schedule_bound")
+    if bound:
+        L += ["", f"The schedule could show at most {bound['with_profiling']:.2f}× with profiling "
+              f"and {bound['without_profiling']:.2f}× without (printed before training: PivotRL "
+              "reaching E2E RL's target at its first checkpoint, E2E RL at its cap); a bound below "
+              f"{PAPER['rollout_ratio']:g}× decides the rollout claim by the schedule, not the runs."]
     return L + [""]
 
 

@@ -10,29 +10,35 @@ from rich.console import Console
 from rich.table import Table
 
 from pivotrl.cli.console import console, fail
-from pivotrl.cli.evaluate import check_inputs
+from pivotrl.cli.evaluate import CONFIG_HELP, check_inputs
 from pivotrl.cli.guard import guarded
 from pivotrl.cli.options import config_fields, engine_option
 from pivotrl.evaluate.turns import TurnEvalConfig
 from pivotrl.sampling.vllm import VLLMOptions
 
 
-def compare_table(doc: dict[str, Any]) -> Table:
+def compare_table(doc: dict[str, Any]) -> tuple[Table, dict[str, str]]:
+    """The pairs, each model by a short label (#1, #2, … in order of appearance: a table cuts
+    long names at the terminal's width), and the labels (name → label) for the legend."""
+    labels: dict[str, str] = {}
+    for p in doc["pairs"]:
+        for name in (p["a"], p["b"]):
+            labels.setdefault(name, f"#{len(labels) + 1}")
     table = Table(title=f"pivotrl compare on {doc['turns_file']}")
-    for col in ("a", "b", "diff (a − b) pts", "95% CI (paired, by trajectory)", "verdict", "reading",
-                "turns paired"):
+    for col in ("a", "b", "diff a − b (pts)", "95% CI (paired by trajectory)", "reading", "turns paired"):
         table.add_column(col)
     for p in doc["pairs"]:
         ci = p["ci95"]
-        table.add_row(p["a"], p["b"], "–" if p["diff"] is None else f"{100 * p['diff']:+.1f}",
+        reading = {"met": f"{labels[p['a']]} better", "not met": f"{labels[p['b']]} better"}.get(
+            p["verdict"], p["verdict"])
+        table.add_row(labels[p["a"]], labels[p["b"]], "–" if p["diff"] is None else f"{100 * p['diff']:+.1f}",
                       "–" if ci is None else f"{100 * ci[0]:+.1f} … {100 * ci[1]:+.1f}",
-                      p["verdict"], p["reading"], str(p["pairs"]))
-    return table
+                      reading, str(p["pairs"]))
+    return table, labels
 
 
-@guarded(inputs=["turns", "verifier_config", "result"], outputs=["out"], with_sidecars=False)
-@config_fields(TurnEvalConfig, skip=("verifier_config", "engine", "chunk_turns", "base_url",
-                                     "served_model_name", "concurrency"))
+@guarded(inputs=["turns", "config", "result"], outputs=["out"], with_sidecars=False)
+@config_fields(TurnEvalConfig, skip=("engine", "chunk_turns", "base_url", "served_model_name", "concurrency"))
 def compare(
     out: Path = typer.Option(..., "--out", help="RESULT.json; with --model each model's own result goes "
                              "next to it (RESULT.model-I.json and its items)."),
@@ -41,7 +47,7 @@ def compare(
                                                "--model A --model B (a before b)."),
     result: Optional[list[Path]] = typer.Option(None, "--result", help="Instead: RESULT.json files of "
                                                 "`evaluate --turns` (one job per model, any backend); repeat."),
-    verifier_config: Optional[Path] = typer.Option(None, help="YAML of the verifier's options."),
+    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
     max_model_len: Optional[int] = engine_option(VLLMOptions, "max_model_len"),
     overrides: dict | None = None,
 ) -> None:
@@ -64,16 +70,17 @@ def compare(
         else:
             if max_model_len:
                 overrides["engine"] = {"max_model_len": max_model_len}
-            cfg, ver = check_inputs(model, turns, overrides.pop("verifier", "toolcall"), verifier_config,
-                                    overrides)
+            cfg, ver = check_inputs(model, turns, config, overrides)
             with console.status(f"scoring {len(model)} models on {turns.name}"):
                 doc = compare_models(turns, [str(m) for m in model], out, ver, cfg)
     except (SamplerError, ValueError, OSError) as exc:
         raise fail(str(exc), 1) from None
-    Console().print(compare_table(doc))
+    table, labels = compare_table(doc)
+    Console().print(table)
     for m in doc["models"]:
         acc = "–" if m["accuracy"] is None else f"{100 * m['accuracy']:.1f}%"
-        console.print(f"{m['model']}: turn accuracy {acc} on {m['turns']} turns"
+        label = f"{labels[m['model']]} = " if m["model"] in labels else ""
+        console.print(f"{label}{m['model']}: turn accuracy {acc} on {m['turns']} turns"
                       + (f" ({m['too_long']} prompts too long, set aside)" if m["too_long"] else "")
                       + f" → {m['result']}")
     console.print(f"wrote {out}")

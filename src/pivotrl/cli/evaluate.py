@@ -13,9 +13,8 @@ from rich.table import Table
 
 from pivotrl.cli.console import console, fail
 from pivotrl.cli.guard import guarded
-from pivotrl.cli.options import engine_option, option
+from pivotrl.cli.options import config_fields, engine_option
 from pivotrl.evaluate.turns import TurnEvalConfig, items_path, result_rejects_path
-from pivotrl.sampling.options import EngineConfig
 from pivotrl.sampling.vllm import VLLMOptions
 
 
@@ -31,42 +30,62 @@ def result_table(result: dict[str, Any], title: str) -> Table:
     return table
 
 
-def check_inputs(models: Sequence[Path], turns: Path, verifier: str, verifier_config: Path | None,
-                 options: dict[str, Any]):
-    """(TurnEvalConfig, verifier) from the command line; a bad input exits 2 naming it."""
+def run_settings(config: Path | None) -> dict[str, Any]:
+    """The options `--config` gives evaluate and compare: a YAML of TurnEvalConfig fields is taken
+    whole; a run config of `pivotrl profile` or `train` gives what must match how the model was
+    profiled and trained (chat-template kwargs, response format, verifier and its options, the
+    token budget: `max_new_tokens`, or train's `max_completion_length`), and nothing else
+    (evaluation keeps its own greedy sampling)."""
+    from pivotrl.formats.options import FormatOptions
+    from pivotrl.io.yaml_config import read_mapping
+    from pivotrl.verifiers.options import VerifierOptions
+
+    if config is None:
+        return {}
+    data = read_mapping(config)
+    if set(data) <= set(TurnEvalConfig.model_fields):
+        return data
+    shared = set(FormatOptions.model_fields) | set(VerifierOptions.model_fields) | {"max_new_tokens"}
+    out = {k: v for k, v in data.items() if k in shared}
+    if data.get("max_completion_length") is not None:
+        out["max_new_tokens"] = data["max_completion_length"]
+    return out
+
+
+def check_inputs(models: Sequence[Path], turns: Path, config: Path | None, options: dict[str, Any]):
+    """(TurnEvalConfig, verifier) from `--config` and the flags (defaults < config < flags); a bad
+    input exits 2 naming it."""
     from pivotrl.io.inputs import check_input_file, check_model
-    from pivotrl.io.yaml_config import build_model, read_mapping
-    from pivotrl.verifiers import get_verifier
+    from pivotrl.io.yaml_config import build_model
 
     try:
         for m in models:
             check_model(m)
         check_input_file(turns, "--turns", "`pivotrl extract --eval-fraction F` (TURNS.eval.jsonl)")
-        vopts = read_mapping(verifier_config) if verifier_config else {}
-        cfg = build_model(TurnEvalConfig, {"verifier": verifier, "verifier_config": vopts, **options},
-                          "options")
-        return cfg, get_verifier(cfg.verifier, **cfg.verifier_config)
+        cfg = build_model(TurnEvalConfig, {**run_settings(config), **options},
+                          config if config is not None else "options")
+        return cfg, cfg.build_verifier()
     except (KeyError, ValueError, TypeError, OSError) as exc:  # unknown verifier, bad options
         raise fail(f"pivotrl evaluate: {exc}", 2) from None
 
 
-@guarded(inputs=["turns", "verifier_config"], outputs=["out"], with_sidecars=False)
+CONFIG_HELP = ("YAML of TurnEvalConfig fields, or the run config of `pivotrl profile` / `train`: its "
+               "chat-template kwargs, response format, verifier and token budget are used, so the model "
+               "is scored as it was trained. Flags override it.")
+
+
+@guarded(inputs=["turns", "config"], outputs=["out"], with_sidecars=False)
+@config_fields(TurnEvalConfig, skip=("engine",))
 def evaluate(
     model: Path = typer.Option(..., "--model", help="Checkpoint dir (HF format: model + tokenizer)."),
     turns: Path = typer.Option(..., "--turns", help="Held-out Turn JSONL of any data set."),
     out: Path = typer.Option(..., "--out", help="RESULT.json (per-turn results go to RESULT.items.jsonl)."),
-    verifier: str = typer.Option("toolcall", help="The verifier."),
-    verifier_config: Optional[Path] = typer.Option(None, help="The verifier's YAML options."),
-    temperature: float = option(TurnEvalConfig, "temperature"),
-    seed: int = option(TurnEvalConfig, "seed"),
-    backend: str = option(EngineConfig, "backend"),
-    base_url: str = option(EngineConfig, "base_url"),
-    served_model_name: Optional[str] = option(EngineConfig, "served_model_name"),
-    batch_size: int = option(EngineConfig, "batch_size"),
+    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
     max_model_len: Optional[int] = engine_option(VLLMOptions, "max_model_len"),
     split: Optional[Path] = typer.Option(None, help="The split file of `pivotrl extract --eval-fraction` "
                                          "(default: the one beside TURNS); only turns of its eval "
                                          "trajectories are scored."),
+    overrides: dict | None = None,
 ) -> None:
     """Turn accuracy of a model on held-out turns, with an interval clustered by trajectory."""
     from pivotrl.evaluate import turns as turn_eval
@@ -76,10 +95,9 @@ def evaluate(
     from pivotrl.io.split import resolve_split
     from pivotrl.sampling import SamplerError
 
-    engine = {"max_model_len": max_model_len} if max_model_len else {}
-    cfg, ver = check_inputs([model], turns, verifier, verifier_config,
-                            dict(temperature=temperature, seed=seed, backend=backend, base_url=base_url,
-                                 served_model_name=served_model_name, batch_size=batch_size, engine=engine))
+    if max_model_len:
+        overrides["engine"] = {"max_model_len": max_model_len}
+    cfg, ver = check_inputs([model], turns, config, overrides)
     try:
         held_out = resolve_split(split, turns)
     except ValueError as exc:

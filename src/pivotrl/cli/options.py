@@ -31,7 +31,7 @@ def field_default(info: FieldInfo) -> Any:
 def option(model: type[BaseModel], field: str, *decls: str, help: str | None = None):
     """A typer option whose default and help come from a config model's field."""
     info = model.model_fields[field]
-    return typer.Option(field_default(info), *decls, help=help or info.description)
+    return typer.Option(field_default(info), *decls, help=escape(help or info.description or ""))
 
 
 def engine_option(model: type[BaseModel], field: str, *decls: str):
@@ -57,17 +57,56 @@ def _plain(annotation: Any) -> Any:
     return str  # Literal (pydantic checks the value), dict, list, nested models
 
 
-def _parse(annotation: Any, value: Any) -> Any:
-    """A str given for a structured field is YAML (`--lora '{enabled: true}'`, `--data '[a, b]'`)."""
-    if isinstance(value, str) and _plain(annotation) is str and annotation is not str:
-        args = typing.get_args(annotation)
-        if str in args or typing.get_origin(annotation) is typing.Literal:
-            return value
+def _is_mapping(annotation: Any) -> bool:
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        annotation = args[0]
+    return (annotation is dict or typing.get_origin(annotation) is dict
+            or (isinstance(annotation, type) and issubclass(annotation, BaseModel)))
+
+
+def mapping_value(flag: str, text: str) -> dict[str, Any]:
+    """A dict-valued flag (`--chat-template-kwargs`, `--verifier-config`, `--trl-overrides`,
+    `--lora`): inline YAML or JSON (`'{enable_thinking: false}'`, `'{"beta": 0.04}'`), or the path
+    of a YAML/JSON file holding the mapping."""
+    from pivotrl.io.yaml_config import read_mapping
+
+    try:
+        is_file = Path(text).is_file()
+    except OSError:  # inline text longer than a file name may be
+        is_file = False
+    if is_file:
         try:
-            return yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise typer.BadParameter(f"not YAML: {exc}") from None
+            return read_mapping(text)
+        except ValueError as exc:
+            raise typer.BadParameter(f"{flag}: {exc}") from None
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise typer.BadParameter(f"{flag}: not YAML or JSON: {exc}") from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise typer.BadParameter(f"{flag}: expected a mapping, inline YAML or JSON "
+                                 f"(e.g. '{{enable_thinking: false}}') or a YAML file; got {text!r}")
     return value
+
+
+def _parse(flag: str, annotation: Any, value: Any) -> Any:
+    """A str given for a structured field is YAML (`--lora '{enabled: true}'`, `--data '[a, b]'`);
+    a mapping may also be a file (`mapping_value`)."""
+    if not isinstance(value, str) or _plain(annotation) is not str or annotation is str:
+        return value
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal or (origin in (typing.Union, types.UnionType)
+                                    and str in typing.get_args(annotation)):
+        return value
+    if _is_mapping(annotation):
+        return mapping_value(flag, value)
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise typer.BadParameter(f"{flag}: not YAML: {exc}") from None
 
 
 def config_fields(model: type[BaseModel], *, skip: tuple[str, ...] = ()):
@@ -86,6 +125,10 @@ def config_fields(model: type[BaseModel], *, skip: tuple[str, ...] = ()):
             flag = "--" + name.replace("_", "-")
             decls = [f"{flag}/--no-{name.replace('_', '-')}"] if kind is bool else [flag]
             help_text = f"{info.description or ''} {default_of(model, name)}".strip()
+            if _is_mapping(info.annotation):
+                help_text += " Inline YAML or JSON, or a YAML file."
+            # Help is rich markup: a description's `pivotrl[vllm]` must not read as a style tag.
+            help_text = escape(help_text)
             extra.append(inspect.Parameter(
                 name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[kind],
                 default=typer.Option(None, *decls, help=help_text, rich_help_panel=CONFIG_PANEL)))
@@ -96,7 +139,8 @@ def config_fields(model: type[BaseModel], *, skip: tuple[str, ...] = ()):
             for p in extra:
                 value = kwargs.pop(p.name, None)
                 if value is not None:
-                    overrides[p.name] = _parse(model.model_fields[p.name].annotation, value)
+                    flag = "--" + p.name.replace("_", "-")
+                    overrides[p.name] = _parse(flag, model.model_fields[p.name].annotation, value)
             return fn(**kwargs, overrides=overrides)
 
         command.__signature__ = sig.replace(parameters=own + extra)

@@ -49,16 +49,15 @@ def progress_bar(show: bool):
         yield lambda done, total, rate: bar.update(task, completed=done, total=total, rate=rate)
 
 
-@guarded(inputs=["turns", "shard_files", "config", "verifier_config"], outputs=["out"])
-@config_fields(ProfileConfig, skip=("engine", "verifier_config"))
+@guarded(inputs=["turns", "shard_files", "config"], outputs=["out"])
+@config_fields(ProfileConfig, skip=("engine",))
 def profile(
     turns: Path = typer.Argument(..., help="Turns JSONL (from pivotrl extract)."),
     shard_files: Optional[list[Path]] = typer.Argument(None, help="With --merge: shard outputs to join."),
-    out: Path = typer.Option(..., "--out", help="Profile JSONL (appended; rerun the same command to resume)."),
+    out: Path = typer.Option(..., "--out", help="Profile JSONL (appended; rerun the same command with --resume to continue)."),
     model: Optional[str] = typer.Option(None, help="HF model dir: templates the prompts; hf/vllm load it."),
     config: Optional[Path] = typer.Option(None, help="YAML of ProfileConfig fields (configs/profile.yaml); "
                                           "flags override it."),
-    verifier_config: Optional[Path] = typer.Option(None, help="YAML of the verifier's options."),
     merge: bool = typer.Option(False, help="Join SHARD_FILES into --out, checking every turn of TURNS "
                                "appears exactly once."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
@@ -78,11 +77,9 @@ def profile(
     Shards: run `pivotrl profile TURNS --shard I/N --out p.I.jsonl …` for I in 0..N-1 (in parallel),
     then `pivotrl profile TURNS --merge --out profile.jsonl p.0.jsonl … p.N-1.jsonl`."""
     from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
-    from pivotrl.io.yaml_config import read_mapping
     from pivotrl.profile.runs import profile_file
     from pivotrl.sampling import SamplerError
     from pivotrl.sampling.options import build_sampler, engine_flags
-    from pivotrl.verifiers import get_verifier
 
     if merge or shard_files:
         return _merge_shards(turns, shard_files, out, merge)
@@ -91,8 +88,6 @@ def profile(
     try:
         check_input_file(turns, "TURNS", "`pivotrl extract`")
         check_model(model)
-        if verifier_config is not None:
-            overrides["verifier_config"] = read_mapping(verifier_config)
         engine = engine_flags(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
                               gpu_memory_utilization=gpu_memory_utilization, dtype=dtype,
                               enable_prefix_caching=prefix_caching, api_key_env=api_key_env,
@@ -101,8 +96,8 @@ def profile(
         raise fail(str(exc), 2) from None
     cfg = load_config(console, ProfileConfig, config, **overrides)
     cfg = cfg.model_copy(update={"engine": {**cfg.engine, **engine}})
-    ver = get_verifier(cfg.verifier, **cfg.verifier_config)
     try:
+        ver = cfg.build_verifier()
         sampler, tokenizer = build_sampler(cfg.backend, model, cfg.engine, base_url=cfg.base_url,
                                            batch_size=cfg.batch_size, concurrency=cfg.concurrency,
                                            served_model_name=cfg.served_model_name)
@@ -114,7 +109,7 @@ def profile(
         raise fail(str(exc), 1) from None
     except KeyboardInterrupt:
         console.print(f"[yellow]stopped; {out} keeps every finished turn — rerun the same command "
-                      "to resume[/yellow]")
+                      "with --resume to continue[/yellow]")
         raise typer.Exit(130) from None
     console.print(profile_table(doc, out))
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from pivotrl.cli.console import console
@@ -26,6 +27,18 @@ def print_train_summary(verb: str, summary: dict) -> None:
             value = f"{len(value)}" + (f" (first: {value[0][0]}: {value[0][1]})" if value else "")
         table.add_row(key, str(value))
     console.print(table)
+
+
+def warn_without_split(verb: str, split, data) -> None:
+    """`sft` and `e2e` read raw trajectories: without a split they train on the held-out ones too."""
+    from pivotrl.io.split import find_split, no_split_warning
+
+    try:
+        found = split is not None or find_split(data) is not None
+    except ValueError:  # several candidates: the stage itself says so
+        return
+    if not found and os.environ.get("RANK", "0") == "0":
+        console.print(f"[yellow]warning: {escape(no_split_warning(verb, data))}[/yellow]")
 
 
 def _run_training(verb: str, run, cfg):
@@ -56,5 +69,6 @@ def sft(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML o
     from pivotrl.train.sft import train_sft
 
     cfg = load_config(console, SFTRunConfig, config, **overrides)
+    warn_without_split("sft", cfg.split, cfg.data)
     print_train_summary("sft", _run_training("sft", train_sft, cfg))
     leave_process_group()

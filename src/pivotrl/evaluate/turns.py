@@ -26,6 +26,7 @@ turns share its batch, or on `limit`.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -34,6 +35,7 @@ from typing import Any
 
 from pydantic import Field
 
+from pivotrl.formats.options import recorded_template_settings, template_mismatch
 from pivotrl.io.records import Sample, Turn, rejects_path, sidecar_path, write_atomic
 from pivotrl.io.seeds import derive_seed
 from pivotrl.io.split import Split
@@ -45,6 +47,7 @@ from pivotrl.sampling.pipeline import prompt_limit
 from pivotrl.select import SUCCESS_THRESHOLD
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
+logger = logging.getLogger(__name__)
 
 
 class TurnEvalConfig(TurnSampling):
@@ -113,20 +116,33 @@ def score_turns(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: TurnEv
         yield score_item(turn, row, cfg.success_threshold)
 
 
+def turn_success(rewards: Sequence[float], success_threshold: float = SUCCESS_THRESHOLD) -> float:
+    """A turn's success: the fraction of its samples whose reward is >= the threshold (with a
+    shaped verifier, a reward of 0.4 is a failure, not 0.4 of a success)."""
+    return sum(r >= success_threshold for r in rewards) / len(rewards)
+
+
 def score_item(turn: Turn, row: Sequence[Sample], success_threshold: float = SUCCESS_THRESHOLD) -> dict[str, Any]:
     """A scored turn: its success (the fraction of its samples with reward >= the threshold) and
     the samples' rewards, validity, reasons, truncation and text."""
-    wins = [s.reward >= success_threshold for s in row]
     return {"id": turn.id, "trajectory_id": turn.trajectory_id or turn.id,
-            "success": sum(wins) / len(wins), "rewards": [s.reward for s in row],
+            "success": turn_success([s.reward for s in row], success_threshold),
+            "rewards": [s.reward for s in row],
             "valid": [s.valid for s in row], "reasons": [s.reason for s in row],
             "truncated": sum(s.finish_reason == "length" for s in row),
             "completions": [s.completion for s in row]}
 
 
+def turn_accuracy(successes: Sequence[float], clusters: Sequence[str]) -> dict[str, Any]:
+    """THE turn accuracy: the mean of per-turn successes (`turn_success`) with its 95% interval
+    clustered by trajectory (`clustered_accuracy`). `evaluate --turns`, `compare` and the testbed's
+    demo all report this one."""
+    return clustered_accuracy(successes, clusters)
+
+
 def summarize(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Turn accuracy with its clustered interval, plus mean reward and invalid/truncated counts."""
-    out = clustered_accuracy([it["success"] for it in items], [it["trajectory_id"] for it in items])
+    out = turn_accuracy([it["success"] for it in items], [it["trajectory_id"] for it in items])
     samples = [r for it in items for r in it["rewards"]]
     out.update(mean_reward=sum(samples) / len(samples) if samples else None, samples=len(samples),
                invalid_samples=sum(not v for it in items for v in it["valid"]),
@@ -177,7 +193,14 @@ def evaluate_turns_file(turns_path: str | Path, out_path: str | Path, sampler, v
     if not items:
         raise ValueError(f"{turns_path}: every prompt is longer than the engine takes "
                          f"({prompt_limit(sampler)} tokens; {len(too_long)} turns)")
-    result = {"model": model_name, "turns_file": str(turns_path), "settings": cfg.model_dump(),
+    # The budget as used (None in the config means the model's own): a result says how it was scored.
+    settings = {**cfg.model_dump(), "max_new_tokens": cfg.sampling(tokenizer).max_new_tokens}
+    trained = recorded_template_settings(model_name) if model_name else None
+    warning = template_mismatch(cfg.format_options(), trained, "evaluate", "training") if trained else None
+    if warning:
+        logger.warning(warning)
+    result = {"model": model_name, "turns_file": str(turns_path), "settings": settings,
+              **({"warnings": [warning]} if warning else {}),
               "rejected_lines": len(rejects), "prompt_limit": prompt_limit(sampler),
               "too_long": too_long, **summarize(items),
               "seconds": round(time.perf_counter() - t0, 3)}

@@ -5,11 +5,17 @@ and parser derived from them come from one place."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from pivotrl.formats.families import FormatParser, parser_for, token_budget
+from pivotrl.io.records import write_text_atomic
+
+# Written beside a trained model: the template settings it was trained with, for `evaluate`.
+SETTINGS_FILE = "template_settings.json"
 
 
 class FormatOptions(BaseModel):
@@ -35,3 +41,34 @@ class FormatOptions(BaseModel):
     def format_options(self) -> dict[str, Any]:
         """These fields as keyword arguments of another config (one config feeds the next)."""
         return {name: getattr(self, name) for name in FormatOptions.model_fields}
+
+
+def template_mismatch(ours: dict[str, Any], theirs: dict[str, Any], stage: str, other: str) -> str | None:
+    """A warning when `stage` renders prompts or reads completions otherwise than `other` did (its
+    chat-template variables or tool-call format; a missing key is the default), else None."""
+    diffs = [f"{key} {theirs.get(key) or default!r} there, {ours.get(key) or default!r} here"
+             for key, default in (("chat_template_kwargs", {}), ("response_format", None))
+             if (ours.get(key) or default) != (theirs.get(key) or default)]
+    if not diffs:
+        return None
+    return (f"{stage}: other template settings than {other} ({'; '.join(diffs)}): the model sees "
+            "other prompts than the ones it was measured or trained on; give the same ones")
+
+
+def write_template_settings(folder: str | Path, options: dict[str, Any]) -> None:
+    """Record a trained model's template settings in `folder` (SETTINGS_FILE)."""
+    keep = {k: options.get(k) for k in FormatOptions.model_fields}
+    write_text_atomic(Path(folder) / SETTINGS_FILE, json.dumps(keep, indent=1))
+
+
+def recorded_template_settings(model: str | Path) -> dict[str, Any] | None:
+    """The template settings a model folder (or its run folder, for a checkpoint-N inside one) was
+    trained with; None when pivotrl did not train it."""
+    path = Path(model)
+    for folder in (path, path.parent):
+        if (folder / SETTINGS_FILE).is_file():
+            try:
+                return json.loads((folder / SETTINGS_FILE).read_text())
+            except ValueError:
+                return None
+    return None

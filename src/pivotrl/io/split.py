@@ -89,6 +89,12 @@ def resolve_split(explicit: str | Path | None, data: str | Path | Iterable[str |
     return read_split(path) if path is not None else None
 
 
+def no_split_warning(verb: str, data: object) -> str:
+    """What a stage that reads raw trajectories says when it has no split: it trains on all of them."""
+    return (f"{verb}: no split (--split): every trajectory of {data} is trained on, including any that "
+            f"`pivotrl extract --eval-fraction` held out for evaluation; pass --split TURNS{SPLIT_ENDING}")
+
+
 class HeldOut:
     """Counts what a training stage drops because it belongs to an eval trajectory."""
 
@@ -106,5 +112,5 @@ class HeldOut:
 
     def summary(self) -> str:
         if self.split is None:
-            return "none (every record is trained on)"
+            return "none (no split given or found: every record is trained on)"
         return (f"{len(self.split.eval)} eval trajectories held out; {self.dropped} records of them dropped")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pivotrl.io.empty import check_input, require_some
-from pivotrl.io.outputs import output_lock
+from pivotrl.io.outputs import claim_output, output_lock
 from pivotrl.io.progress import ProgressLog
 from pivotrl.io.records import (AppendWriter, Profile, Reject, Turn, done_ids, is_blank, iter_lines,
                                 read_records, rejects_path, sidecar_path, stats_path, write_atomic,
@@ -80,6 +80,8 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
     t0 = time.perf_counter()
     shard = parse_shard(cfg.shard)
     out_path, spath = Path(out_path), stats_path(out_path)
+    claim_output(out_path, resume=cfg.resume, overwrite=cfg.overwrite,
+                 companions=[spath, sidecar_path(out_path, ".log"), rejects_path(out_path)])
     identity = _identity(cfg, model_name, getattr(sampler, "name", "?"))
     previous = json.loads(spath.read_text()) if spath.exists() else None
     if previous and Path(out_path).exists():
@@ -135,13 +137,13 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
         with AppendWriter(out_path) as writer, log.running():
             for i, rec in enumerate(profile_stream(todo, sampler, verifier, tokenizer, cfg, stats)):
                 writer.write(rec)
-                if (i + 1) % cfg.chunk_turns == 0:
-                    save(final=False)
                 rate = f"{stats.rollout_turns / max(time.perf_counter() - t0, 1e-9):,.1f} samples/s"
                 finished = len(lines) - n_todo + i + 1
+                log.note(finished, rate)  # before the slower work below: a chunk is noted as a whole
                 if on_progress is not None:
                     on_progress(finished, len(lines), rate)
-                log.note(finished, rate)
+                if (i + 1) % cfg.chunk_turns == 0:
+                    save(final=False)
         if n_todo:
             log.update(log.done, log.extra)  # the last line
     finally:

@@ -102,6 +102,10 @@ class SamplingOptions(BaseModel):
                                "itself (paper, TRL); 0 is greedy.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass (1.0 = off; TRL: 1.0).")
 
+    def sampling_options(self) -> dict[str, Any]:
+        """These fields as keyword arguments of another config (one config feeds the next)."""
+        return {name: getattr(self, name) for name in SamplingOptions.model_fields}
+
     def sampling_params(self, max_new_tokens: int, seed: int) -> SamplingParams:
         return SamplingParams(max_new_tokens=max_new_tokens, temperature=self.temperature,
                               top_p=self.top_p, seed=seed)

@@ -5,8 +5,8 @@ says where its default comes from. "paper" is PivotRL
 (arXiv 2603.21383) and its published τ² recipe; "TRL" is the TRL 1.16 default; "ours" is a choice
 made here, with the reason. Precedence: defaults < YAML < command line (io.yaml_config.YamlConfig).
 
-How the schedule counts (docs/DESIGN.md: "count steps and schedule by pivots, not by rows"): the train
-set holds ONE row per pivot. One optimizer step consumes
+How the schedule counts (docs/DESIGN.md, "Pitfalls designed against"): the train set holds ONE
+row per pivot. One optimizer step consumes
 `pivots_per_step = per_device_train_batch_size * num_processes * gradient_accumulation_steps
 / num_generations` pivots (each with its G completions). `num_epochs` passes over the pivot set
 therefore take `ceil(num_epochs * n_pivots / pivots_per_step)` optimizer steps, and that number
@@ -50,8 +50,9 @@ class ReprofileOptions(YamlConfig):
                           "policy has mastered (off: the paper profiles once).")
     threshold: float = Field(0.9, description="Batch reward mean that triggers a re-profile (train.reprofile.ReprofileHook).")
     every_n_steps: int = Field(50, description="Least number of optimizer steps between two re-profiles.")
-    options: dict[str, Any] = Field(default_factory=dict, description="Further ReprofileHook keyword "
-                                    "arguments (k, verifier, …), passed through.")
+    options: dict[str, Any] = Field(default_factory=dict, description="ProfileConfig fields of the "
+                                    "re-profiling (k, verifier, max_new_tokens, …); by default the "
+                                    "rollouts' verifier, sampling, format and budget, k = 8.")
 
 
 class _RunCommon(YamlConfig):
@@ -71,6 +72,8 @@ class _RunCommon(YamlConfig):
     save_steps: int = Field(50, description="Checkpoint every N optimizer steps (ours).")
     save_total_limit: int | None = Field(None, description="Keep at most N checkpoints (None: all; TRL).")
     resume: bool = Field(False, description="Continue from the last checkpoint-* in output_dir (--resume).")
+    overwrite: bool = Field(False, description="Delete what output_dir holds (an earlier run's checkpoints, "
+                            "metrics, log) first; without it or --resume a non-empty output_dir is an error.")
     report_to: Literal["none", "tensorboard", "wandb"] = Field("none", description="Experiment tracker "
                                                               "(ours: none; metrics.jsonl is always written).")
     logging_steps: int = Field(1, description="Log (and append to metrics.jsonl) every N steps (ours: every step).")
@@ -114,12 +117,8 @@ class _RunCommon(YamlConfig):
 
 
 class GRPORunConfig(_RunCommon, SamplingOptions, VerifierOptions, FormatOptions):
-    pivots: Path = Field(..., description="Pivots JSONL (Turn/Profile records, the output of `pivotrl select`).")
-    turns: Path | None = Field(None, description="All candidate turns (profile or turns JSONL); needed for "
-                               "pivot_set all|random.")
-    pivot_set: Literal["pivots", "all", "random"] = Field("pivots", description="Ablation switch: the selected "
-                                                         "pivots (paper), every turn (no filter), or as many "
-                                                         "random turns as there are pivots.")
+    pivots: Path = Field(..., description="Pivots JSONL (Turn/Profile records, the output of `pivotrl select`; "
+                         "its --strategy all|random gives the ablations' training states).")
     invalid_action_penalty: float = Field(0.0, description="Reward of an unparseable completion (docs/DESIGN.md: "
                                           "0, never more than a wrong action; use <0 to punish format errors).")
     num_generations: int = Field(16, description="G completions per pivot (paper τ² recipe: 16).")
@@ -169,7 +168,7 @@ class GRPORunConfig(_RunCommon, SamplingOptions, VerifierOptions, FormatOptions)
             self.per_device_train_batch_size = 4 * self.num_generations
         return self
 
-    path_fields: ClassVar[tuple[str, ...]] = ("model", "output_dir", "pivots", "turns", "split")
+    path_fields: ClassVar[tuple[str, ...]] = ("model", "output_dir", "pivots", "split")
 
     def pivots_per_step(self, num_processes: int = 1) -> float:
         return self.per_device_train_batch_size * num_processes * self.gradient_accumulation_steps / self.num_generations

@@ -13,8 +13,8 @@ generation on GPUs: all of that is TRL's, switched by the run config and the acc
 from __future__ import annotations
 
 import json
+import logging
 import os
-import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,16 +23,21 @@ from typing import Any
 from transformers.trainer_utils import get_last_checkpoint
 
 from pivotrl.formats.chat import load_tokenizer, prompt_text, prompt_token_ids
+from pivotrl.formats.options import template_mismatch, write_template_settings
 from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
-from pivotrl.io.records import Turn, iter_valid
+from pivotrl.io.outputs import claim_output
+from pivotrl.io.records import Turn, stats_path
 from pivotrl.sampling.pipeline import context_length
 from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.io.turn_files import iter_pivots
 from pivotrl.train.config import GRPORunConfig, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines
+from pivotrl.profile.loop import ProfileConfig
 from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
 from pivotrl.train.reward import PivotReward
 from pivotrl.train.trainer import PivotGRPOTrainer
+
+logger = logging.getLogger(__name__)
 
 _TURN_FIELDS = set(Turn.model_fields)
 
@@ -51,22 +56,15 @@ def turn_json(turn: Turn) -> str:
 
 
 def load_pivot_set(cfg: GRPORunConfig, held_out: HeldOut | None = None) -> Sequence[Turn]:
-    """The training states for the configured ablation arm (pivots | all | random), less the
-    turns of `held_out`'s eval trajectories (counted there)."""
+    """The training states: the pivots file (whatever `pivotrl select --strategy` kept: the
+    pivots, or the all/random ablations), less the turns of `held_out`'s eval trajectories
+    (counted there)."""
     held_out = held_out or HeldOut(None)
     # Read lazily (row offsets; a pivot is parsed when asked): a run holds no pivot set in memory.
     pivots = iter_pivots(cfg.pivots)
     if held_out.split is not None:
         pivots = pivots.where(lambda t: held_out.keep(t.trajectory_id))
-    if cfg.pivot_set == "pivots":
-        return pivots
-    if cfg.turns is None:
-        raise ValueError(f"pivot_set={cfg.pivot_set!r} needs `turns:` (all candidate turns) in the run config")
-    every = [t for t in iter_valid(cfg.turns, Turn) if held_out.keep(t.trajectory_id)]
-    if cfg.pivot_set == "all":
-        return every
-    # random: as many turns as there are pivots, so the arms get the same number of states
-    return random.Random(cfg.seed).sample(every, min(len(pivots), len(every)))
+    return pivots
 
 
 @dataclass
@@ -259,16 +257,38 @@ def merge_adapter(base_model: str, adapter_dir: Path, output_dir: Path, dtype: A
     PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload().save_pretrained(output_dir)
 
 
+def reprofile_config(cfg: GRPORunConfig) -> ProfileConfig:
+    """How re-profiling samples and scores: the rollouts' verifier, sampling, format and budget
+    (the run's blocks, as they are), then `reprofile.options` on top; a key ProfileConfig does not
+    have is an error naming it."""
+    from pivotrl.io.yaml_config import build_model
+
+    return build_model(ProfileConfig, {**cfg.verifier_options(), **cfg.format_options(), **cfg.sampling_options(),
+                                       "seed": cfg.seed, "max_new_tokens": cfg.max_completion_length,
+                                       **cfg.reprofile.options}, "reprofile.options")
+
+
+def pivots_profile_settings(pivots: str | Path) -> dict[str, Any]:
+    """The template settings the pivots were profiled with (their stats, from `select`); {} when unknown."""
+    try:
+        return json.loads(stats_path(pivots).read_text()).get("profile_settings") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
 def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     """Run (or resume) GRPO on the configured pivot set. Returns a summary dict."""
     output_dir = Path(cfg.output_dir)
+    claim_output(output_dir, resume=cfg.resume, overwrite=cfg.overwrite)
     check_input_file(cfg.pivots, "pivots", "`pivotrl select`")
-    check_input_file(cfg.turns, "turns", "`pivotrl extract` or `pivotrl profile`")
     check_model(cfg.model, "model")
     from trl import GRPOConfig
 
     with_trl_overrides({}, cfg.trl_overrides, GRPOConfig)  # a misspelt key fails before any work
-    held_out = HeldOut(resolve_split(cfg.split, [p for p in (cfg.pivots, cfg.turns) if p is not None]))
+    held_out = HeldOut(resolve_split(cfg.split, [cfg.pivots]))
+    warning = template_mismatch(cfg.format_options(), pivots_profile_settings(cfg.pivots), "train", "profiling")
+    if warning:
+        logger.warning(warning)
     turns = load_pivot_set(cfg, held_out)
     cfg, tokenizer = prepare(cfg)
     prompts = build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs,
@@ -279,11 +299,8 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     if cfg.reprofile.enabled:
         # Same verifier and sampling as the rollouts unless the options say otherwise; each pivot
         # is profiled once over all processes and all continue on the same pivots (train.reprofile).
-        options = dict(**cfg.verifier_options(), **cfg.format_options(), seed=cfg.seed,
-                       max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature, top_p=cfg.top_p)
-        options.update(cfg.reprofile.options)
         hook = ReprofileHook(threshold=cfg.reprofile.threshold, every_n_steps=cfg.reprofile.every_n_steps,
-                             **options)
+                             profile=reprofile_config(cfg))
     resume = get_last_checkpoint(str(output_dir)) if cfg.resume and output_dir.is_dir() else None
     if cfg.resume and resume is None:
         raise FileNotFoundError(f"--resume: no checkpoint-* folder in {output_dir}")
@@ -309,6 +326,8 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
         if not turns:
             break
     save_final(trainer, tokenizer, output_dir, base_model=cfg.model)
+    if trainer.accelerator.is_main_process:
+        write_template_settings(output_dir, cfg.format_options())
     return {"steps": trainer.state.global_step, "pivots": len(turns), "rows": n_rows,
             "held_out": held_out.summary(), "dropped": trainer.pivot_dropped, "rollout_turns": trainer.rollout_turns,
             "reprofiles": reprofiles, "output_dir": str(output_dir),

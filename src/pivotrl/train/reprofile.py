@@ -29,7 +29,6 @@ from pivotrl.io.turn_files import (  # noqa: F401 (API)
     shard_of,
 )
 from pivotrl.profile.loop import ProfileConfig, profile_stream
-from pivotrl.sampling.base import SamplingParams
 from pivotrl.select import SUCCESS_THRESHOLD, outcome
 
 T = TypeVar("T", bound=Turn)
@@ -74,16 +73,10 @@ def share_kept(ids: list[str], counts: dict[str, int], *, profiled_all: bool) ->
     return [i for part_ids, _ in parts for i in part_ids], dict(total)
 
 
-def reprofile(pivots: Sequence[Turn], sampler, verifier, tokenizer, k: int = 8,
-              params: SamplingParams | None = None, seed: int = 0,
-              threshold: float = SUCCESS_THRESHOLD, chat_template_kwargs: dict[str, Any] | None = None,
-              response_format: str | None = None) -> tuple[list[Profile], dict[str, int]]:
+def reprofile(pivots: Sequence[Turn], sampler, verifier, tokenizer, cfg: ProfileConfig,
+              threshold: float = SUCCESS_THRESHOLD) -> tuple[list[Profile], dict[str, int]]:
     """Re-profile pivots with the *current* policy (`sampler`) and drop those that became all-pass
     (they no longer teach anything: zero variance). Returns (kept, refreshed Profiles; counts)."""
-    params = params or SamplingParams()
-    cfg = ProfileConfig(k=k, seed=seed, max_new_tokens=params.max_new_tokens,
-                        temperature=params.temperature, top_p=params.top_p,
-                        chat_template_kwargs=chat_template_kwargs or {}, response_format=response_format)
     kept, counts = [], Counter()
     for prof in profile_stream(pivots, sampler, verifier, tokenizer, cfg):
         result = outcome([s.reward for s in prof.samples], threshold)
@@ -98,30 +91,15 @@ class ReprofileHook:
     `run(model, tokenizer, pivots)` returns the pivots still worth training on. It fires when the
     batch reward mean reaches `threshold`, at most once every `every_n_steps` steps.
 
-    verifier: a name (built with `verifier_config`) or a verifier object. Sampling: `params`
-    (SamplingParams or a dict of its fields) or the plain keywords max_new_tokens / temperature /
-    top_p, so a YAML config can hold every option.
+    profile: how to re-profile (a ProfileConfig: k, sampling, verifier and format; `train` builds
+    it from the run's rollout settings). verifier: a verifier object instead of `profile`'s.
     """
 
-    def __init__(self, threshold: float = 0.9, every_n_steps: int = 50, verifier: Any = "toolcall",
-                 verifier_config: dict[str, Any] | None = None, k: int = 8,
-                 params: SamplingParams | dict[str, Any] | None = None, seed: int = 0,
-                 batch_size: int = 64, max_new_tokens: int | None = None,
-                 temperature: float | None = None, top_p: float | None = None,
-                 chat_template_kwargs: dict[str, Any] | None = None, response_format: str | None = None):
-        if isinstance(verifier, str):
-            from pivotrl.verifiers import get_verifier
-
-            verifier = get_verifier(verifier, **(verifier_config or {}))
-        self.verifier = verifier
-        self.threshold, self.every_n_steps, self.k = threshold, every_n_steps, k
-        base = params.model_dump() if isinstance(params, SamplingParams) else dict(params or {})
-        base.update({key: val for key, val in (("max_new_tokens", max_new_tokens),
-                                               ("temperature", temperature), ("top_p", top_p))
-                     if val is not None})
-        self.params = SamplingParams(**base)
-        self.seed, self.batch_size = seed, batch_size
-        self.chat_template_kwargs, self.response_format = chat_template_kwargs or {}, response_format
+    def __init__(self, threshold: float = 0.9, every_n_steps: int = 50, profile: ProfileConfig | None = None,
+                 verifier: Any = None):
+        self.profile = profile or ProfileConfig()
+        self.verifier = verifier if verifier is not None else self.profile.build_verifier()
+        self.threshold, self.every_n_steps = threshold, every_n_steps
         self.step = 0
         self.last_run: int | None = None
         self.history: list[dict[str, int]] = []
@@ -142,11 +120,9 @@ class ReprofileHook:
         rank, world = dist_world()
         whole = world == 1 or is_sharded(model)
         mine = list(pivots) if whole else [p for p in pivots if shard_of(p.id, world) == rank]
-        sampler = sampler or HFSampler(model, tokenizer=tokenizer, batch_size=self.batch_size)
-        kept, counts = reprofile(mine, sampler, self.verifier, tokenizer, self.k, self.params,
-                                 seed=derive_seed(self.seed, self.step),
-                                 chat_template_kwargs=self.chat_template_kwargs,
-                                 response_format=self.response_format)
+        sampler = sampler or HFSampler(model, tokenizer=tokenizer, batch_size=self.profile.batch_size)
+        cfg = self.profile.model_copy(update={"seed": derive_seed(self.profile.seed, self.step)})
+        kept, counts = reprofile(mine, sampler, self.verifier, tokenizer, cfg)
         ids, counts = share_kept([p.id for p in kept], counts, profiled_all=whole)
         self.history.append({"step": self.step, **counts})
         keep = set(ids)

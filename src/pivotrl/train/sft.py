@@ -24,21 +24,23 @@ from trl import SFTTrainer
 
 from pivotrl.formats.chat import apply_template, load_tokenizer, template_messages
 from pivotrl.formats.families import training_chat_template
+from pivotrl.formats.options import write_template_settings
 from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
+from pivotrl.io.outputs import claim_output
 from pivotrl.io.records import Reject, Trajectory, read_records, rejects_path
 from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.train.config import SFTRunConfig, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.grpo import save_final, world_size
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines
-from pivotrl.train.resume import CPUResumable
+from pivotrl.train.resume import Resumable
 
 SFT_METRIC_KEYS = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm",
                    "mean_token_accuracy": "mean_token_accuracy", "entropy": "entropy",
                    "num_tokens": "num_tokens"}
 
 
-class PivotSFTTrainer(CPUResumable, SFTTrainer):
-    """TRL's SFTTrainer, resumable under multi-process CPU (train/resume.py)."""
+class PivotSFTTrainer(Resumable, SFTTrainer):
+    """TRL's SFTTrainer, with the resume fixes of train/resume.py."""
 
 
 @dataclass
@@ -165,6 +167,7 @@ def build_sft_trainer(cfg: SFTRunConfig, rows: list[dict[str, Any]], tokenizer, 
 def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     """Run (or resume) SFT on the configured trajectories. Returns a summary dict."""
     output_dir = Path(cfg.output_dir)
+    claim_output(output_dir, resume=cfg.resume, overwrite=cfg.overwrite)
     files = cfg.data if isinstance(cfg.data, list) else [cfg.data]
     for path in files:
         check_input_file(path, "data", "your trajectory file")
@@ -197,6 +200,8 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     finally:
         progress.stop()
     save_final(trainer, tokenizer, output_dir)
+    if trainer.accelerator.is_main_process:
+        write_template_settings(output_dir, {"chat_template_kwargs": cfg.chat_template_kwargs})
     return {"steps": trainer.state.global_step, "trajectories": len(data.rows),
             "held_out": held_out.summary(), "dropped": data.dropped, "train_loss": round(result.training_loss, 4),
             "output_dir": str(output_dir), "metrics": str(output_dir / "metrics.jsonl")}

@@ -9,7 +9,7 @@ import torch
 from trl import GRPOTrainer
 
 from pivotrl.formats.chat import prompt_token_ids
-from pivotrl.train.resume import CPUResumable
+from pivotrl.train.resume import Resumable
 from pivotrl.train.reward import group_stats
 from pivotrl.train.shared_prefix import (enable_shared_prefix_forward, has_shared_prefix_forward,
                                          rollout_fallback_reason, shared_prefill_rollouts,
@@ -43,7 +43,7 @@ def score_only_completions_on_cpu(enabled: bool = True) -> bool:
     return True
 
 
-class PivotGRPOTrainer(CPUResumable, GRPOTrainer):
+class PivotGRPOTrainer(Resumable, GRPOTrainer):
     """GRPOTrainer plus the metrics PivotRL reports: per-group reward std, fraction of zero-std
     groups, and rollout turns spent (one completion = one model turn), counted over all processes."""
 

@@ -33,10 +33,17 @@ def register(name: str) -> Callable[[VerifierFactory], VerifierFactory]:
     return deco
 
 
+class UnknownVerifierError(KeyError, ValueError):
+    """A verifier name nobody registered: a user's mistake (ValueError), one line at the CLI."""
+
+    def __str__(self) -> str:  # KeyError would print the message quoted
+        return str(self.args[0])
+
+
 def get_verifier(name: str, **config: Any) -> Verifier:
     """Build a registered verifier; `config` are its documented options (YAML keys)."""
     if name not in _REGISTRY:
-        raise KeyError(f"unknown verifier {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+        raise UnknownVerifierError(f"unknown verifier {name!r}; known: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name](**config)
 
 

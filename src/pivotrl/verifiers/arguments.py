@@ -36,11 +36,13 @@ Always on, each granted by the schema or by JSON itself:
 - Arrays in order; as sets only with `uniqueItems: true` (the schema says the items are a set).
 - Objects recursively with their own schema: a key the schema does not name (unless its
   `additionalProperties` allows more), a missing required key, or a key given on one side only
-  are differences, except that an omitted key equals the schema's own `default` for it.
+  are differences, except that an omitted key equals the schema's own `default` for it (the
+  schema says the tool takes that value when the key is absent).
 
-Opt-in (`normalize`, for an environment that normalises strings itself; each is wrong where the
-environment stores or executes the text as given: a padded name, a tab-delimited field, two
-spaces inside an SQL literal are other data there):
+Opt-in (`normalize`, for an environment that normalises strings itself). Each is safe exactly
+where the environment applies the same fold before it stores, compares or executes the value:
+the two calls then reach it as one value. Each is wrong where it takes the text as given: a
+padded name, a tab-delimited field, two spaces inside an SQL literal are other data there.
 - `whitespace`: in a one-line string that is not an identifier or code (see `schema`), runs of
   Unicode whitespace compare as one space and the ends are trimmed (never in a string of
   whitespace only: a tab delimiter is not a space).
@@ -49,12 +51,12 @@ spaces inside an SQL literal are other data there):
 - `unicode`: in the same strings, Unicode NFC (canonical equivalence: "é" as one or two code
   points). NFKC is never used: it merges different characters ("ﬁ" and "fi", "²" and "2").
 - `bfcl`: the string rule of BFCL's checker (`bfcl_eval`'s `ast_checker.standardize_string`,
-  applied there to every string, identifiers included): drop " ,./-_*^", lower-case, read "'" as
-  '"'; an int and a float as one value for a `number` parameter (BFCL converts an int
-  for a float parameter and compares by value); and a dotted tool name called with
-  underscores ("math.factorial" as "math_factorial"), which BFCL's harness does for APIs that
-  forbid dots. Safe only where BFCL's checker is the
-  environment: it pays "SAN FRANCISCO" for "San Francisco" and "-f" for "F".
+  applied there to every string, identifiers included): drop " ,./-_*^", lower-case, read "'"
+  as '"'; an int and a float as one value for a `number` parameter (BFCL converts an int for a
+  float parameter and compares by value); a dotted tool name called with underscores
+  ("math.factorial" as "math_factorial"), which BFCL's harness does for APIs that forbid dots.
+  Safe only where BFCL's checker is the environment: it pays "SAN FRANCISCO" for "San
+  Francisco" and "-f" for "F".
 Which environments normalise: BFCL's AST checker (all strings, as above). A backend that stores
 or executes arguments (a database record, a file name, a shell, an e-mail's subject) does not,
 and the default is for those.

@@ -56,7 +56,6 @@ import json
 import re
 import shlex
 import threading
-import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -66,13 +65,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.io.records import Message, Turn, message_text
-from pivotrl.sandbox.bwrap import (SandboxLimits, SandboxUnavailable, attempts_recorded,
-                                  copy_workspace, freeze_mtimes, materialize_workspace,
-                                  remove_workspace, require_sandbox, run_in_sandbox, snapshot_dir,
-                                  workspace_copy)
+from pivotrl.sandbox.bwrap import (SandboxLimits, copy_workspace, freeze_mtimes,
+                                  materialize_workspace, remove_workspace, require_recorded,
+                                  require_sandbox, run_in_sandbox, snapshot_dir, workspace_copy)
 from pivotrl.verifiers.base import Score, score_in_threads
 from pivotrl.verifiers.probes import (PROBES, UNVERIFIABLE, perturb_workspace, probe_seed,
                                      probes_to_compare, writes)
+from pivotrl.verifiers.schema import not_offered, schema_index
 from pivotrl.verifiers.toolcall import ToolcallVerifier
 
 DEFAULT_TOOL_NAMES = ["run", "bash", "shell", "execute", "terminal", "run_command",
@@ -239,6 +238,12 @@ class ShellVerifier:
             return Score(0.0, False, cand.reason)
         if exp.kind == "invalid":
             return Score(0.0, True, f"expert action unusable: {exp.reason}")
+        if turn.tools and cand.form == "call":  # only the turn's own tools pay (schema.not_offered)
+            index = schema_index(turn.tools)
+            for c in action.tool_calls or []:
+                why = not_offered(index, c.function.name, c.args())
+                if why:
+                    return Score(0.0, True, why)
         if exp.kind == "commands" and cand.kind != "commands":
             what = "a message" if cand.kind == "message" else "a non-shell tool"
             return Score(0.0, True, f"{what} where the expert ran a command")
@@ -462,17 +467,9 @@ class ShellVerifier:
                 return self._acquire(key)  # type: ignore[return-value]
 
     def _require_recording(self) -> None:
-        if self._recording_checked:
-            return
-        if self.config.compare_effects and not attempts_recorded():
-            if not self.config.allow_unrecorded_effects:
-                raise SandboxUnavailable(
-                    "the shell verifier cannot record attempts outside the workspace here (it "
-                    "needs a C compiler and seccomp user notification, Linux >= 5.9; see "
-                    "`sandbox_limits_in_force()`), so a command that tries harm and fails would "
-                    "be paid; set allow_unrecorded_effects: true to run anyway")
-            warnings.warn("shell verifier: attempts outside the workspace are NOT recorded here "
-                          "(allow_unrecorded_effects)", stacklevel=2)
+        if not self._recording_checked and self.config.compare_effects:
+            require_recorded(allow=self.config.allow_unrecorded_effects, who="the shell verifier",
+                             option="allow_unrecorded_effects: true")
         self._recording_checked = True
 
     def close(self) -> None:
