@@ -112,7 +112,8 @@ def score(p: Profile, threshold: float = SUCCESS_THRESHOLD) -> Scored:
                   p.reward_mean, p.reward_std, len(rewards), outcome(rewards, threshold),
                   any(r not in (0.0, 1.0) for r in rewards), sum(not s.valid for s in p.samples),
                   sum(s.finish_reason == "length" for s in p.samples),
-                  sum(s.valid and s.reward < threshold and is_unproven(s.reason) for s in p.samples))
+                  sum(s.valid and s.reward < threshold and is_unproven(s.reason) and s.finish_reason != "length"
+                      for s in p.samples))
 
 
 def is_pivot(s: Scored, cfg: SelectConfig) -> bool:
@@ -321,24 +322,24 @@ def no_pivot_causes(stats: dict[str, Any], cfg: SelectConfig) -> list[str]:
     """Why no turn was kept, the largest cause first, each with what helps: invalid samples (the
     format), samples cut at the token budget, turns that fail only on free text (a judge); only
     when none of these explains it, the rule's own knobs (more samples, λ_diff)."""
-    n = stats["samples"] or 1
-    causes = []
+    n, turns = stats["samples"] or 1, stats["turns"] or 1
+    causes = []  # (share of the samples or turns it explains, text)
     if stats.get("truncated_samples"):
-        causes.append((stats["truncated_samples"], f"{stats['truncated_samples']} of {stats['samples']} samples "
+        causes.append((stats["truncated_samples"] / n, f"{stats['truncated_samples']} of {stats['samples']} samples "
                        "were cut at the token budget (finish 'length'): raise --max-new-tokens in profile "
                        "(a thinking model spends it thinking: or pass its chat-template kwargs to turn "
                        "thinking off)"))
     if stats.get("invalid_samples"):
-        causes.append((stats["invalid_samples"], f"{stats['invalid_samples']} of {stats['samples']} samples "
+        causes.append((stats["invalid_samples"] / n, f"{stats['invalid_samples']} of {stats['samples']} samples "
                        "were invalid (no action the parser could read: see each sample's `reason` in the "
                        "profile; the tool-call format is chosen from the chat template, --response-format "
                        "sets it)"))
     if stats.get("all_fail_on_free_text"):
-        causes.append((n * stats["all_fail_on_free_text"], f"{stats['all_fail_on_free_text']} all-fail turns "
+        causes.append((stats["all_fail_on_free_text"] / turns, f"{stats['all_fail_on_free_text']} all-fail turns "
                        "failed only on free text (a message, or an argument such as an e-mail body, that "
                        "differs from the expert's word for word): no rule proves two texts mean the same, "
                        f"so such turns can never be pivots without a judge; {JUDGE_RECIPE}"))
-    if not causes or sum(c for c, _ in causes) < n / 2:
+    if not causes or max(c for c, _ in causes) < 0.5:
         causes.append((0, f"a larger K in profile (rare successes show up) or a higher --lambda-diff "
                        f"(now {cfg.lambda_diff}: keeps easier mixed turns) may keep some"))
     return [text for _, text in sorted(causes, key=lambda c: -c[0])]

@@ -98,7 +98,6 @@ class Evaluator:
               else {"kl": 0.0, "rank_corr": 1.0})
         return {**row, "kl_to_base": kl["kl"], "rank_corr": kl["rank_corr"]}, items
 
-
     def grid(self, model_dir: Path | None, world: str, rule: Any) -> list[dict[str, Any]]:
         """Item rows of the decoding rule's grid (`pivotrl_testbed.decoding`) at one chosen
         checkpoint: dev and eval at every temperature `__call__` does not already score there,
