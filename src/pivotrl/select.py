@@ -14,6 +14,10 @@ us (the two seed summaries and public descriptions of arXiv 2603.21383) gives no
 is our choice: with K = 8 it drops turns the reference policy already solves 6 or more times out
 of 8, and keeps every mixed turn it solves ≤ 5 times. Tune it with --lambda-diff.
 
+A turn the verifier marks unverifiable (`Profile.unverifiable`: e.g. no probe workspace changes
+the expert's outcome, so a memorised answer would be paid) is never kept, by any strategy: its
+rewards are no signal. The statistics count such turns (`unverifiable`, also per domain).
+
 Re-profiling during training (`reprofile`, `ReprofileHook`) lives in pivotrl.train.reprofile.
 """
 
@@ -104,6 +108,7 @@ class Scored(NamedTuple):
     invalid: int  # samples the parser or verifier could not use
     truncated: int  # samples cut at the token budget
     unproven: int  # failed samples whose only difference is free text no rule proves (a judge's question)
+    unverifiable: bool  # the verifier cannot verify the turn (Profile.unverifiable): never kept
 
 
 def score(p: Profile, threshold: float = SUCCESS_THRESHOLD) -> Scored:
@@ -113,11 +118,14 @@ def score(p: Profile, threshold: float = SUCCESS_THRESHOLD) -> Scored:
                   any(r not in (0.0, 1.0) for r in rewards), sum(not s.valid for s in p.samples),
                   sum(s.finish_reason == "length" for s in p.samples),
                   sum(s.valid and s.reward < threshold and is_unproven(s.reason) and s.finish_reason != "length"
-                      for s in p.samples))
+                      for s in p.samples), bool(p.unverifiable))
 
 
 def is_pivot(s: Scored, cfg: SelectConfig) -> bool:
-    return s.samples > 0 and s.std > cfg.min_std and s.success < cfg.lambda_diff
+    """The paper's rule, on turns the verifier can verify: a reward on an unverifiable turn
+    (a memorised answer would be paid there) is no signal, whatever its variance."""
+    return (not s.unverifiable and s.samples > 0 and s.std > cfg.min_std
+            and s.success < cfg.lambda_diff)
 
 
 class Selection:
@@ -136,11 +144,11 @@ class Selection:
     def add(self, s: Scored) -> None:
         pivot = is_pivot(s, self.cfg)
         self.pivots += pivot
-        if not self.per_profile and (pivot or self.cfg.strategy != "pivots"):
+        if not self.per_profile and not s.unverifiable and (pivot or self.cfg.strategy != "pivots"):
             self.candidates.append((s.success, s.std, s.id))
 
     def keeps(self, s: Scored) -> bool:
-        if self.per_profile:
+        if self.per_profile or s.unverifiable:
             return is_pivot(s, self.cfg)
         if self._ids is None:
             self._ids = self._decide()
@@ -176,8 +184,9 @@ class Tally:
     def __init__(self, cfg: SelectConfig):
         self.cfg = cfg
         self.outcomes: Counter = Counter()
-        self.per_domain: dict[str, dict[str, Any]] = defaultdict(lambda: {"turns": 0, "kept": 0})
-        self.turns = self.kept = self.too_easy = self.samples = 0
+        self.per_domain: dict[str, dict[str, Any]] = defaultdict(
+            lambda: {"turns": 0, "kept": 0, "unverifiable": 0})
+        self.turns = self.kept = self.too_easy = self.samples = self.unverifiable = 0
         self.invalid = self.truncated = self.free_text = 0
         self.shaped = False
         self.hist = {k: {"all": [0] * BINS, "kept": [0] * BINS} for k in ("reward_mean", "reward_std")}
@@ -191,6 +200,8 @@ class Tally:
         self.turns += 1
         self.outcomes[s.outcome] += 1
         self.per_domain[s.domain or "(none)"]["turns"] += 1
+        self.per_domain[s.domain or "(none)"]["unverifiable"] += s.unverifiable
+        self.unverifiable += s.unverifiable
         self.too_easy += s.outcome == "mixed" and s.success >= self.cfg.lambda_diff
         self.shaped = self.shaped or s.shaped
         self.samples += s.samples
@@ -214,7 +225,8 @@ class Tally:
             "kept_fraction": round(self.kept / n, 4) if n else 0.0,
             "all_fail": counts["all_fail"], "all_pass": counts["all_pass"],
             "mixed": counts["mixed"], "no_samples": counts["empty"],
-            "mixed_but_too_easy": self.too_easy, "shaped_rewards": self.shaped,
+            "mixed_but_too_easy": self.too_easy, "unverifiable": self.unverifiable,
+            "shaped_rewards": self.shaped,
             "samples": self.samples, "invalid_samples": self.invalid, "truncated_samples": self.truncated,
             "all_fail_on_free_text": self.free_text, "per_domain": dict(sorted(self.per_domain.items())),
         }
@@ -307,7 +319,8 @@ def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfi
                      f"none of {stats['turns']} profiled turns is kept by the {cfg.strategy} rule "
                      f"({stats['all_fail']} all fail, {stats['all_pass']} all pass, "
                      f"{stats['mixed_but_too_easy']} mixed but success ≥ λ_diff "
-                     f"{cfg.lambda_diff}; see {spath}); " + "; ".join(no_pivot_causes(stats, cfg))))
+                     f"{cfg.lambda_diff}, {stats['unverifiable']} unverifiable by the verifier; "
+                     f"see {spath}); " + "; ".join(no_pivot_causes(stats, cfg))))
     return stats
 
 
