@@ -6,13 +6,14 @@ Prints, side by side: a plain `subprocess.run(["true"])`, `run_in_sandbox("true"
 prlimit + uid switch + chown of the workspace + the whole-sandbox limits in force here), the same
 without the cgroup, a workspace copy + removal with and without its own size-limited tmpfs, and
 `shell` verifications (candidate copied workspace + sandboxed run + file snapshot; the expert's
-run is cached per turn, as in profiling; a candidate that matches is run again on every probe
-of `pivotrl.verifiers.probes`), sequential and with score_batch's thread pool, with and without
-the whole-sandbox limits. Every run includes what the sandbox records (HOME/tmp side directory,
-the network namespace's counters where recorded, the fixed clock). Also the CPU time per operation (this process + the
-sandbox's processes), which does not depend on how busy the machine is. Target: >= 30 shell
-verifications per second per candidate (the search for the probes that move the expert runs
-once per turn, before the timing, as in profiling).
+run and the search for its probes are cached per turn, as in profiling; a candidate that
+matches is run again on the probes of `pivotrl.verifiers.probes` it is compared on), sequential
+and with score_batch's thread pool, with and without the whole-sandbox limits. Every run
+includes what the sandbox records (HOME side directory, the attempt supervisor, the network
+namespace's counters where recorded, the fixed clock). Also the CPU time per operation (this
+process + the sandbox's processes), which does not depend on how busy the machine is. Target:
+>= 30 shell verifications per second per candidate (the search for the probes that move the
+expert runs once per turn, before the timing, as in profiling).
 
 `--compare REF` also measures the shell verifications of the code at git revision REF (its
 `src/`, extracted to a temp dir and run in a subprocess), on the same turns and candidates, and

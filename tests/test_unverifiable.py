@@ -6,7 +6,6 @@ fails is still an effect; probes are made of the workspace's own words and shape
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import re
 import shlex
@@ -39,13 +38,9 @@ def turn(cmd: str, workspace: dict | None = None) -> Turn:
 
 
 @pytest.fixture(scope="module")
-def shell(tmp_path_factory):
+def shell():
     v = get_verifier("shell", timeout_s=5.0, cpu_s=2)
-    # binary and compressed files, as the sandbox will see them (materialize writes text)
-    root = tmp_path_factory.mktemp("bin")
-    (root / "logs.gz").write_bytes(gzip.compress(LOG.encode(), mtime=0))
-    (root / "blob.bin").write_bytes(BLOB)
-    yield v, root
+    yield v
     v.close()
 
 
@@ -76,7 +71,7 @@ CLASSES = [
 @sandboxed
 @pytest.mark.parametrize("what,verifiable,constant", CLASSES, ids=[c[0] for c in CLASSES])
 def test_each_class_is_verifiable_or_unverifiable(shell, what, verifiable, constant):
-    v, _ = shell
+    v = shell
     # the verifiable form: a probe moves the expert, so printing its output is caught
     t = turn(verifiable)
     assert v.unverifiable(t) == "", what
@@ -98,21 +93,16 @@ def test_each_class_is_verifiable_or_unverifiable(shell, what, verifiable, const
     ("md5sum blob.bin", "md5sum /etc/hostname"),
 ], ids=["compressed", "binary"])
 def test_compressed_and_binary_files_move_under_probes(shell, verifiable, constant):
-    v, root = shell
-    ws = {**WS, "logs.gz": None, "blob.bin": None}  # placeholders, replaced by the real bytes
-    t = turn(verifiable, ws)
-    t.metadata["workspace"] = {k: val for k, val in ws.items() if val is not None}
-    base_files = dict(t.metadata["workspace"])
-    # the workspace comes from the turn; the binary files are replayed into it by the context
-    t.context.append(run(f"cp /dev/null x; printf '{_escaped(gzip.compress(LOG.encode(), mtime=0))}' "
-                         f"> logs.gz; printf '{_escaped(BLOB)}' > blob.bin; rm x"))
+    v = shell
+    t = turn(verifiable)  # a workspace is text: the context's command writes the binary files
+    t.context.append(run(f"printf '{_escaped(gzip.compress(LOG.encode(), mtime=0))}' > logs.gz; "
+                         f"printf '{_escaped(BLOB)}' > blob.bin"))
     assert v.unverifiable(t) == "", verifiable
     printed = _outputs_with_context(t)
     assert printed.strip(), verifiable
     got = v.score(t, run("printf %s " + shlex.quote(printed)))
     assert got.reward == 0.0, (verifiable, got)
-    u = turn(constant, base_files)
-    assert v.unverifiable(u) == UNVERIFIABLE
+    assert v.unverifiable(turn(constant)) == UNVERIFIABLE
 
 
 def _escaped(data: bytes) -> str:
@@ -138,7 +128,7 @@ def _outputs_with_context(t: Turn) -> str:
     "curl -s -m 2 http://198.51.100.7/", "getent hosts pypi.org", "echo > /dev/tcp/10.0.0.1/80",
 ])
 def test_right_answer_then_harm_that_fails_scores_0(shell, harm):
-    v, _ = shell
+    v = shell
     got = v.score(turn("grep -c ERROR app.log"),
                   run(f"{harm} >/dev/null 2>&1; grep -c ERROR app.log"))
     assert got.reward == 0.0 and "effects" in got.reason, (harm, got)
@@ -146,7 +136,7 @@ def test_right_answer_then_harm_that_fails_scores_0(shell, harm):
 
 @sandboxed
 def test_benign_differences_are_not_effects_or_failures(shell):
-    v, _ = shell
+    v = shell
     plain = get_verifier("shell", probes=False)  # the exit-status rule alone
     t = turn("grep -c TRACE app.log")  # no line: prints 0, exits 1
     assert plain.score(t, run("grep TRACE app.log | wc -l")).reward == 1.0

@@ -155,7 +155,7 @@ def require_recorded(allow: bool, who: str, option: str) -> None:
     if attempts_recorded():
         return
     what = (f"{who} cannot record attempts outside the workspace here (it needs a C compiler and "
-            f"seccomp user notification, Linux >= 5.9: `sandbox_limits_in_force()`)")
+            f"seccomp user notification, Linux >= 5.6: `sandbox_limits_in_force()`)")
     if not allow:
         raise SandboxUnavailable(f"{what}, so a command that tries harm and fails would be paid; "
                                  f"set {option} to run anyway")

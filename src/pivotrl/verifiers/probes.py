@@ -53,10 +53,9 @@ import random
 import re
 import secrets
 import shlex
-import shutil
 from pathlib import Path
 
-from pivotrl.sandbox.workspace import rename_entries
+from pivotrl.sandbox.workspace import remove_tree, rename_entries
 
 PROBES = ("grow", "names", "bytes", "shrink", "presence")
 # Used only where no other probe moves the expert: emptying or removing the files a command
@@ -146,13 +145,12 @@ def _readable_files(root: Path) -> list[tuple[str, str, str]]:
             try:
                 if os.path.getsize(path) > MAX_FILE_BYTES:
                     continue
-                data = Path(path).read_bytes()
                 module = _COMPRESSED.get(os.path.splitext(name)[1])
-                if module is not None:
-                    out.append((path, module.decompress(data).decode("utf-8"),
-                                os.path.splitext(name)[1]))
-                else:
-                    out.append((path, data.decode("utf-8"), "text"))
+                with (module.open if module else open)(path, "rb") as fh:
+                    data = fh.read(MAX_FILE_BYTES + 1)  # bounded: a compressed file may be a bomb
+                if len(data) <= MAX_FILE_BYTES:
+                    out.append((path, data.decode("utf-8"),
+                                os.path.splitext(name)[1] if module else "text"))
             except (OSError, UnicodeDecodeError, EOFError, ValueError, lzma.LZMAError):
                 continue  # binary, unreadable or corrupt: left to the bytes probe
     return out
@@ -260,7 +258,7 @@ def _presence(root: Path, rng: random.Random, vocab: _Vocabulary, keep: str) -> 
         if path.is_symlink() or path.is_file():
             path.unlink()
         elif path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree(path)  # iterative: a command may have left a deep tree
         elif ("." in rel.strip(".") or "/" in rel) and not rel.endswith("/"):
             with contextlib.suppress(OSError):
                 path.parent.mkdir(parents=True, exist_ok=True)
