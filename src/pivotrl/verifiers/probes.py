@@ -13,21 +13,24 @@ would be paid there, so such a turn is *unverifiable* and never a pivot
 
 The probes, each applied to its own copy of the workspace:
 
-0. grow: every text file but scripts (and every gzip/bzip2/xz file, decompressed and compressed
-   again) gets new lines in its own lines' shapes (each word replaced by another word of the
+0. grow: every text file (and every gzip/bzip2/xz file, decompressed and compressed again)
+   gets new lines in its own lines' shapes (each word replaced by another word of the
    workspace, each number by one beyond the file's largest or below its smallest), some lines
    repeated, near-miss lines (one letter dropped at either end or replaced, case swapped), an
    empty line, and a reordering in which no original line keeps its place from the start or
    the end: counts, sums, maxima and minima, deduplicated sets, first and last matches, sizes
    and weaker patterns move;
-1. names: every file and directory the expert's action does not mention is renamed after other
+1. data: grow on every file but scripts (`.py`, `.sh`, ...), where there are scripts: a
+   command that runs a script of the workspace is seen on what its script reads, while grow
+   shows what reads the script as text (`cat main.py`) and only breaks running it;
+2. names: every file and directory the expert's action does not mention is renamed after other
    words of the workspace (its extension kept), and each directory gets new files named the
    same way with lines in a sibling's shape: listings, globs, `grep -l` and `wc -l *` move;
-2. bytes: every other binary file gets bytes of its own inserted (size, checksums, dumps move);
-3. shrink (a last resort, `LAST_RESORT`: used only where no probe above moves the expert):
+3. bytes: every other binary file gets bytes of its own inserted (size, checksums, dumps move);
+4. shrink (a last resort, `LAST_RESORT`: used only where no probe above moves the expert):
    every text file but scripts keeps one new line of its shape: counts and sizes cross thresholds
    downwards, matches disappear;
-4. presence (a last resort too): every workspace entry the expert's action names is removed,
+5. presence (a last resort too): every workspace entry the expert's action names is removed,
    and every file name it names that does not exist is created (lines in a sibling's shape):
    existence tests move.
 
@@ -57,7 +60,7 @@ from pathlib import Path
 
 from pivotrl.sandbox.workspace import remove_tree, rename_entries
 
-PROBES = ("grow", "names", "bytes", "shrink", "presence")
+PROBES = ("grow", "data", "names", "bytes", "shrink", "presence")
 # Used only where no other probe moves the expert: emptying or removing the files a command
 # reads mostly tests how it fails or finds nothing, and commands that agree on every file with
 # content (`grep -c X f` and `grep X f | wc -l`) fail or find nothing with other exit codes.
@@ -74,7 +77,7 @@ MAX_FILE_BYTES = 1 << 20  # larger files are left as they are (a probe stays che
 MAX_SHUFFLES = 200
 _COMPRESSED = {".gz": gzip, ".bz2": bz2, ".xz": lzma}
 _FALLBACK_WORDS = ("alpha", "delta", "omega", "sigma")  # a workspace without any word
-# Programs the command may run are not data: new lines in them would only break them.
+# Programs a command may run: new lines in them would only break running them (`data` probe).
 _SCRIPTS = {"py", "sh", "bash", "pl", "rb", "js", "awk", "sed", "jq"}
 
 
@@ -293,11 +296,13 @@ def perturb_workspace(root: Path | str, probe: int, seed: str = "", keep: str = 
     rng = random.Random(f"{seed}|{probe}")
     vocab = _Vocabulary(root)
     kind = PROBES[probe]
-    if kind in ("grow", "shrink"):
-        change = _grow if kind == "grow" else _shrink
-        for path, text, how in vocab.files:
-            if _ext(path) not in _SCRIPTS:
-                _write(path, change(text, rng, vocab), how)
+    if kind in ("grow", "data", "shrink"):
+        change = _shrink if kind == "shrink" else _grow
+        data = [f for f in vocab.files if _ext(f[0]) not in _SCRIPTS]
+        if kind == "data" and len(data) == len(vocab.files):
+            return True  # no script: grow already did this (left unchanged: not run)
+        for path, text, how in (vocab.files if kind == "grow" else data):
+            _write(path, change(text, rng, vocab), how)
     elif kind == "names":
         _names(root, rng, vocab, keep)
     elif kind == "presence":
