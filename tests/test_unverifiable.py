@@ -147,6 +147,10 @@ def test_benign_differences_are_not_effects_or_failures(shell):
     assert v.score(t, run("sort names.txt > /tmp/s; uniq /tmp/s > out.txt")).reward == 1.0
     assert v.score(turn("python3 -c 'print(len(open(\"names.txt\").readlines()))'"),
                    run("wc -l < names.txt")).reward == 1.0
+    # importing a module of the workspace writes no bytecode cache (no file, no effect)
+    t = turn("python3 m.py", {**WS, "m.py": "print(len(open('app.log').readlines()))\n"})
+    assert v.unverifiable(t) == ""
+    assert v.score(t, run("python3 -c 'import m'")).reward == 1.0
 
 
 def test_probes_draw_names_and_lines_from_the_workspace(tmp_path):
@@ -220,3 +224,13 @@ def test_the_report_states_unverifiable_turns_per_world():
     text = "\n".join(data_section({"pivots": {"terminal": {"turns": 40, "unverifiable": 7,
                                                            "kept": 5}}}))
     assert "| unverifiable |" in text and "| terminal | — | 40 | 7 |" in text
+
+
+def test_the_presence_probe_removes_what_the_command_names_and_never_the_workspace(tmp_path):
+    root = materialize_workspace(dict(WS), tmp_path / "w")
+    perturb_workspace(root, PROBES.index("presence"), "s",
+                      keep="find . -newer ./app.log; ls .. ; cat out/new.txt; wc -l names.txt")
+    names = sorted(p.name for p in root.iterdir())
+    assert "app.log" not in names and "names.txt" not in names  # named: removed
+    assert {"data.csv", "conf.ini", "out"} <= set(names)  # the rest kept, a named file created
+    assert (root / "out" / "new.txt").read_text().strip()

@@ -13,8 +13,8 @@ would be paid there, so such a turn is *unverifiable* and never a pivot
 
 The probes, each applied to its own copy of the workspace:
 
-0. grow: every text file (and every gzip/bzip2/xz file, decompressed and compressed again)
-   gets new lines in its own lines' shapes (each word replaced by another word of the
+0. grow: every text file but scripts (and every gzip/bzip2/xz file, decompressed and compressed
+   again) gets new lines in its own lines' shapes (each word replaced by another word of the
    workspace, each number by one beyond the file's largest or below its smallest), some lines
    repeated, near-miss lines (one letter dropped at either end or replaced, case swapped), an
    empty line, and a reordering in which no original line keeps its place from the start or
@@ -25,7 +25,7 @@ The probes, each applied to its own copy of the workspace:
    same way with lines in a sibling's shape: listings, globs, `grep -l` and `wc -l *` move;
 2. bytes: every other binary file gets bytes of its own inserted (size, checksums, dumps move);
 3. shrink (a last resort, `LAST_RESORT`: used only where no probe above moves the expert):
-   every text file keeps one new line of its shape: counts and sizes cross thresholds
+   every text file but scripts keeps one new line of its shape: counts and sizes cross thresholds
    downwards, matches disappear;
 4. presence (a last resort too): every workspace entry the expert's action names is removed,
    and every file name it names that does not exist is created (lines in a sibling's shape):
@@ -74,6 +74,8 @@ MAX_FILE_BYTES = 1 << 20  # larger files are left as they are (a probe stays che
 MAX_SHUFFLES = 200
 _COMPRESSED = {".gz": gzip, ".bz2": bz2, ".xz": lzma}
 _FALLBACK_WORDS = ("alpha", "delta", "omega", "sigma")  # a workspace without any word
+# Programs the command may run are not data: new lines in them would only break them.
+_SCRIPTS = {"py", "sh", "bash", "pl", "rb", "js", "awk", "sed", "jq"}
 
 
 def probe_seed(key: str) -> str:
@@ -245,8 +247,8 @@ def _mentioned(keep: str) -> list[str]:
     out = []
     for w in words:
         for part in re.split(r"[<>|;&=]", w):
-            part = part.strip().removeprefix("./")
-            if part and not part.startswith(("-", "/", "$", "~")) and ".." not in part \
+            part = os.path.normpath(part.strip()) if part.strip() else ""
+            if part and part != "." and not part.startswith(("-", "/", "$", "~", "..")) \
                     and not re.search(r"[*?\[\]{}()'\"`\\]", part):
                 out.append(part)
     return out
@@ -254,11 +256,12 @@ def _mentioned(keep: str) -> list[str]:
 
 def _presence(root: Path, rng: random.Random, vocab: _Vocabulary, keep: str) -> None:
     for rel in sorted(set(_mentioned(keep))):
-        path = root / rel
+        path = root / rel  # never the root itself: "." and ".." are not names (_mentioned)
         if path.is_symlink() or path.is_file():
             path.unlink()
         elif path.is_dir():
-            remove_tree(path)  # iterative: a command may have left a deep tree
+            with contextlib.suppress(OSError):
+                remove_tree(path)  # iterative: a command may have left a deep tree
         elif ("." in rel.strip(".") or "/" in rel) and not rel.endswith("/"):
             with contextlib.suppress(OSError):
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -293,7 +296,8 @@ def perturb_workspace(root: Path | str, probe: int, seed: str = "", keep: str = 
     if kind in ("grow", "shrink"):
         change = _grow if kind == "grow" else _shrink
         for path, text, how in vocab.files:
-            _write(path, change(text, rng, vocab), how)
+            if _ext(path) not in _SCRIPTS:
+                _write(path, change(text, rng, vocab), how)
     elif kind == "names":
         _names(root, rng, vocab, keep)
     elif kind == "presence":
