@@ -278,10 +278,14 @@ class StateVerifier:
         if hit is _UNSET:
             exp_calls = [(c.function.name, c.args()) for c in turn.expected.tool_calls]
             own, results = self._effects(turn, None, exp_calls), []
+            original = _canonical_snapshot(self._world(turn, None).snapshot())
             for i in range(len(PROBES) + 8):  # a world may offer fewer probes (perturb -> False)
-                effects = self._effects(turn, i, exp_calls)
-                if effects is None:
+                probed = self._world(turn, i)
+                if probed is None:
                     break
+                if _canonical_snapshot(probed.snapshot()) == original:
+                    continue  # the probe found nothing to change here: no run needed
+                effects = self._effects(turn, i, exp_calls)
                 results.append((i, effects != own, (i, effects)))
             hit = probes_to_compare(results)
             with self._lock:
