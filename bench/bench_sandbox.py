@@ -1,17 +1,23 @@
 """Shell verifications per second, and what the bubblewrap sandbox alone costs.
 
-    python3 bench/bench_sandbox.py [--n 200]
+    python3 bench/bench_sandbox.py [--n 200] [--compare REF]
 
 Prints, side by side: a plain `subprocess.run(["true"])`, `run_in_sandbox("true")` (bwrap +
 prlimit + uid switch + chown of the workspace + the whole-sandbox limits in force here), the same
 without the cgroup, a workspace copy + removal with and without its own size-limited tmpfs, and
 `shell` verifications (candidate copied workspace + sandboxed run + file snapshot; the expert's
-run is cached per turn, as in profiling; a candidate that matches is run again on every probe
-of `pivotrl.verifiers.probes`), sequential and with score_batch's thread pool, with and without
-the whole-sandbox limits. Every run includes what the sandbox records (HOME/tmp side directory,
-the network namespace's counters where recorded, the fixed clock). Also the CPU time per operation (this process + the
-sandbox's processes), which does not depend on how busy the machine is. Target: >= 30 shell
-verifications per second.
+run and the search for its probes are cached per turn, as in profiling; a candidate that
+matches is run again on the probes of `pivotrl.verifiers.probes` it is compared on), sequential
+and with score_batch's thread pool, with and without the whole-sandbox limits. Every run
+includes what the sandbox records (HOME side directory, the attempt supervisor, the network
+namespace's counters where recorded, the fixed clock). Also the CPU time per operation (this
+process + the sandbox's processes), which does not depend on how busy the machine is. Target:
+>= 30 shell verifications per second per candidate (the search for the probes that move the
+expert runs once per turn, before the timing, as in profiling).
+
+`--compare REF` also measures the shell verifications of the code at git revision REF (its
+`src/`, extracted to a temp dir and run in a subprocess), on the same turns and candidates, and
+prints both side by side.
 """
 
 from __future__ import annotations
@@ -22,7 +28,10 @@ import json
 import os
 import resource
 import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -74,10 +83,57 @@ def limits_off(cgroup: bool, tmpfs: bool):
         sandbox.SandboxCgroup.create, workspace._quota_supported = create, quota
 
 
+def bench_turns() -> list[Turn]:
+    files = {f"data/f{i}.txt": f"line {i}\n" for i in range(20)}
+    files["notes.txt"] = "apple\nbanana\napple pie\ncherry\n" * 5
+    return [Turn(id=f"bench/{i}", trajectory_id="bench", turn=i, context=[],
+                 expected=run_msg("grep -c apple notes.txt"), metadata={"workspace": files})
+            for i in range(4)]
+
+
+def measure_verify(n: int) -> dict:
+    """Shell verifications per second with score_batch's threads (the turns prepared first)."""
+    turns = bench_turns()
+    cands = [run_msg(CANDIDATES[i % len(CANDIDATES)]) for i in range(n)]
+    v = get_verifier("shell")
+    v.score_batch(turns, [run_msg("true")] * len(turns))
+    ts = [turns[i % len(turns)] for i in range(n)]
+    par = rate(lambda k: v.score_batch(ts[:k], cands[:k]), n, "par")
+    rewards = [s.reward for s in v.score_batch(ts[:len(CANDIDATES)], cands[:len(CANDIDATES)])]
+    v.close()
+    return {"per_second": par, "cpu_ms": 1000 * CPU["par"], "rewards": rewards}
+
+
+def compare(ref: str, n: int) -> None:
+    """This code's and revision `ref`'s shell verifications, measured one after the other."""
+    repo = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(f"git -C {repo} archive {ref} src | tar -x -C {tmp}", shell=True,
+                       check=True)
+        env = {**os.environ, "PYTHONPATH": f"{tmp}/src"}
+        old = json.loads(subprocess.run([sys.executable, __file__, "--verify-only", "--n", str(n)],
+                                        env=env, check=True, capture_output=True,
+                                        text=True).stdout.splitlines()[-1])
+    new = measure_verify(n)
+    print(f"{'shell verify, score_batch':32s} {'per second':>11s} {'CPU ms each':>12s}  rewards")
+    for name, r in ((f"at {ref}", old), ("this code", new)):
+        print(f"{name:32s} {r['per_second']:11.1f} {r['cpu_ms']:12.2f}  {r['rewards']}")
+    print(f"cores here: {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=200, help="operations per measurement")
-    n = ap.parse_args().n
+    ap.add_argument("--compare", metavar="REF", help="also measure the code at git revision REF")
+    ap.add_argument("--verify-only", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    n = args.n
+    if args.verify_only:  # the subprocess of --compare
+        print(json.dumps(measure_verify(n)))
+        return
+    if args.compare:
+        compare(args.compare, n)
+        return
 
     limits = sandbox_limits_in_force()
     plain = rate(lambda k: [subprocess.run(["true"], check=True) for _ in range(k)], n, "plain")
@@ -94,11 +150,7 @@ def main() -> None:
                                  for _ in range(k)], n, "copy_d")
     workspace.remove_workspace(src)
 
-    files = {f"data/f{i}.txt": f"line {i}\n" for i in range(20)}
-    files["notes.txt"] = "apple\nbanana\napple pie\ncherry\n" * 5
-    turns = [Turn(id=f"bench/{i}", trajectory_id="bench", turn=i, context=[],
-                  expected=run_msg("grep -c apple notes.txt"), metadata={"workspace": files})
-             for i in range(4)]
+    turns = bench_turns()
     cands = [run_msg(CANDIDATES[i % len(CANDIDATES)]) for i in range(n)]
     seq_v = get_verifier("shell", workers=1)
     par_v = get_verifier("shell")  # default workers

@@ -134,6 +134,13 @@ def test_evaluate_and_compare_take_the_runs_config(verb, turns, tiny_model_dir, 
     assert seen["cfg"].max_new_tokens == 12
 
 
+def test_a_misspelt_key_in_the_config_is_an_error(turns, tiny_model_dir, tmp_path):
+    bad = tmp_path / "eval.yaml"
+    bad.write_text("temprature: 0.5\n")
+    result = run(*verb_args("evaluate", turns, tiny_model_dir, tmp_path), "--config", bad)
+    assert result.exit_code == 2 and "temprature" in result.output
+
+
 def test_compare_help_names_only_options_it_has():
     from typer.main import get_command
 

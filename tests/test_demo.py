@@ -273,13 +273,17 @@ def test_the_ablation_arms_train_on_what_select_strategy_keeps(method, strategy,
                          [Sample(completion="", reward=r, valid=True) for r in outcomes[i % 3]])
              for i in range(30)]
     (wdir / "profile.jsonl").write_text("".join(json.dumps(p.model_dump(mode="json")) + "\n" for p in rows))
+    run = CliRunner().invoke
+    assert run(app, ["select", str(wdir / "profile.jsonl"), "--out", str(wdir / "pivots.jsonl")]).exit_code == 0
     seen = {}
     monkeypatch.setattr(grpo, "train", lambda cfg: seen.setdefault("cfg", cfg))
     train_job(Job("toolshop", method, 1e-4, 3), tmp_path, tmp_path / "out", DemoConfig())
     expected = tmp_path / "selected.jsonl"
-    result = CliRunner().invoke(app, ["select", str(wdir / "profile.jsonl"), "--out", str(expected),
-                                      "--strategy", strategy, "--seed", "3", "--no-plot"])
+    # random: as many turns as the pivot arm trains on (10 pivots here)
+    size = ["--budget", "10"] if strategy == "random" else []
+    result = run(app, ["select", str(wdir / "profile.jsonl"), "--out", str(expected), "--strategy", strategy,
+                       "--seed", "3", "--no-plot", *size])
     assert result.exit_code == 0, result.output
     ids = [p.id for p in iter_valid(seen["cfg"].pivots, Profile)]
     assert ids == [p.id for p in iter_valid(expected, Profile)]
-    assert len(ids) == (30 if strategy == "all" else 10)  # random: as many as there are pivots
+    assert len(ids) == (30 if strategy == "all" else 10)

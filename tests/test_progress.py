@@ -101,6 +101,10 @@ def test_lines_come_while_one_long_unit_of_work_runs(tmp_path):
         log.note(5)
         time.sleep(0.15)
     lines = out.getvalue().splitlines()
+    every_step = ProgressLog("step", 3, every_s=0, stream=io.StringIO())  # --progress-seconds 0
+    with every_step.running(poll_s=0.01):
+        time.sleep(0.05)
+    assert every_step.stream.getvalue() == ""  # lines at updates only, none in between
     waiting = [line for line in lines if line.startswith("profile 0/10")]
     assert len(waiting) >= 2 and all("ETA" not in line and "– s/turn" in line for line in waiting)
     assert lines[-1].startswith("profile 5/10") and "ETA" in lines[-1]

@@ -72,7 +72,8 @@ def test_proc_shows_nothing_of_the_host(ws):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="process start times are the host's when not root")
-@pytest.mark.parametrize("cmd", ["ps aux", "ps -ef | cat", "ps -eo pid,etime,time,rss,vsz,args"])
+# (not in a pipeline: whether `cat` of `ps -ef | cat` has started when ps reads is the scheduler's)
+@pytest.mark.parametrize("cmd", ["ps aux", "ps -ef", "ps -eo pid,etime,time,rss,vsz,args"])
 def test_ps_reads_the_same_in_every_run(ws, cmd):
     outs = {run_in_sandbox(cmd, ws, FAST).stdout for _ in range(3)}
     assert len(outs) == 1, outs
@@ -105,3 +106,27 @@ def test_a_workspace_removed_from_outside_is_an_error_naming_it(tmp_path):
         run_in_sandbox("cat a.txt", gone, FAST)
     with pytest.raises(WorkspaceVanished, match=str(gone)):
         snapshot_dir(gone)
+
+
+def test_the_shell_verifier_refuses_where_attempts_are_not_recorded(monkeypatch):
+    import json
+
+    from pivotrl.io.records import FunctionCall, Message, ToolCall, Turn
+    from pivotrl.scoring import score_actions
+    from pivotrl.verifiers import get_verifier
+
+    def run(cmd):
+        return Message(role="assistant", tool_calls=[ToolCall(id="c", function=FunctionCall(
+            name="run", arguments=json.dumps({"command": cmd})))])
+
+    t = Turn(id="r/1", trajectory_id="r", turn=0, context=[], expected=run("grep -c x a.txt"),
+             metadata={"workspace": {"a.txt": "x\n"}})
+    monkeypatch.setattr(sandbox, "_recorded", False)
+    v = get_verifier("shell")
+    with pytest.raises(sandbox.SandboxUnavailable, match="allow_unrecorded_effects: true"):
+        score_actions(v, [t], [run("grep x a.txt | wc -l")])  # raised, never scored 0
+    v.close()
+    v = get_verifier("shell", allow_unrecorded_effects=True)
+    with pytest.warns(UserWarning, match="running anyway"):
+        assert v.score(t, run("grep x a.txt | wc -l")).reward == 1.0
+    v.close()

@@ -88,8 +88,10 @@ def test_select_file_statistics_plot_and_cli(tmp_path):
     assert (stats["all_fail"], stats["all_pass"], stats["mixed"]) == (2, 1, 4)
     assert stats["mixed_but_too_easy"] == 1 and stats["kept"] == 3 and stats["turns"] == 7
     assert stats["shaped_rewards"] is True and stats["rejected_lines"] == 1
-    assert stats["per_domain"]["bank"] == {"turns": 2, "kept": 1, "kept_fraction": 0.5}
-    assert stats["per_domain"]["shop"] == {"turns": 5, "kept": 2, "kept_fraction": 0.4}
+    assert stats["per_domain"]["bank"] == {"turns": 2, "kept": 1, "kept_fraction": 0.5,
+                                           "unverifiable": 0}
+    assert stats["per_domain"]["shop"] == {"turns": 5, "kept": 2, "kept_fraction": 0.4,
+                                           "unverifiable": 0}
     png = tmp_path / "pivots.hist.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     assert (tmp_path / "pivots.rejects.jsonl").exists()

@@ -13,7 +13,7 @@ from pivotrl.io.records import FunctionCall, Message, ToolCall, Turn
 from pivotrl.sandbox.bwrap import run_in_sandbox, sandbox_available, workspace_copy
 from pivotrl.sandbox.workspace import materialize_workspace
 from pivotrl.verifiers import get_verifier
-from pivotrl.verifiers.probes import PROBES, perturb_workspace, probe_seed
+from pivotrl.verifiers.probes import PROBES, UNVERIFIABLE, perturb_workspace, probe_seed
 
 pytestmark = pytest.mark.skipif(not sandbox_available(), reason="bubblewrap not usable here")
 
@@ -140,10 +140,10 @@ def test_probes_keep_the_names_the_expert_uses(tmp_path):
     root = materialize_workspace(dict(WS), tmp_path / "w")
     perturb_workspace(root, PROBES.index("names"), "s", keep="grep -c ERROR app.log")
     names = sorted(p.name for p in root.iterdir())
-    assert "app.log" in names and "data.csv" not in names
-    # three renamed, one kept, and one extra file per extension
-    assert sorted(n.rsplit(".", 1)[1] for n in names) == ["csv", "csv", "ini", "ini", "log",
-                                                          "log", "txt", "txt"]
+    assert "app.log" in names and not {"data.csv", "names.txt", "conf.ini"} & set(names)
+    # the others renamed (extensions kept), and new files of the same extensions
+    exts = [n.rsplit(".", 1)[1] for n in names]
+    assert set(exts) == {"log", "csv", "txt", "ini"} and len(names) > len(WS)
 
 
 # ---------------------------------------------------------------- state on the terminal world
@@ -282,8 +282,14 @@ def test_the_terminal_experts_equivalent_commands_score_1():
             last = (t, run(forms[-1])) if len(forms) > 1 else last
         state_pairs += [last] if last else []
     shell_v = get_verifier("shell")
+    verifiable = 0
     for t, cand, got in zip(shell_turns, shell_cands, shell_v.score_batch(shell_turns, shell_cands)):
+        if shell_v.unverifiable(t):  # e.g. `mkdir archive`: no probe moves it, only its own text pays
+            assert got.reason == UNVERIFIABLE, t.expected.tool_calls[0].args()
+            continue
+        verifiable += 1
         assert got.reward == 1.0, ("shell", t.expected.tool_calls[0].args(), cand, got.reason)
+    assert verifiable >= 20
     shell_v.close()
     # state replays the world per probe (~10 sandbox runs a pair): one pair per task
     state_v = get_verifier("state")

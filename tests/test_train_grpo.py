@@ -348,3 +348,18 @@ def test_train_warns_when_its_template_settings_are_not_profilings(tmp_path, tin
     assert template_mismatch({}, trained, "evaluate", "training") is not None
     assert template_mismatch({"chat_template_kwargs": {"enable_thinking": False}}, trained, "evaluate",
                              "training") is None
+
+
+def test_lora_all_linear_on_a_mamba_hybrid_leaves_out_what_peft_refuses(tmp_path):
+    """PEFT refuses LoRA on a Mamba mixer's out_proj (Nemotron-H): 'all-linear' leaves it out there."""
+    from peft import get_peft_model
+
+    from pivotrl.train.config import LoraOptions
+    from pivotrl_testbed.testbed.architectures import build_tiny
+
+    model = build_tiny("nemotron_h", 96)
+    model.config.save_pretrained(tmp_path)
+    lora = get_peft_model(model, LoraOptions(enabled=True, r=2).peft_config(model=str(tmp_path)))
+    names = [n for n, _ in lora.named_parameters() if "lora_A" in n]
+    assert names and not any(".mixer.out_proj." in n for n in names)
+    assert any("q_proj" in n for n in names)  # attention still adapted

@@ -175,8 +175,9 @@ def test_shell_expert_cached_and_samples_isolated(shell):
 
 @needs_bwrap
 def test_shell_options(tmp_path):
+    # a constant expert (its turn is unverifiable with probes): the options alone
     v = get_verifier("shell", order_insensitive_lines=True, tool_names=["terminal"],
-                     arg_names=["script"], workers=1)
+                     arg_names=["script"], workers=1, probes=False)
     turn = Turn(id="o/1", trajectory_id="o", turn=0, context=[],
                 expected=calls(call("terminal", script="printf 'b\\na\\n'")),
                 metadata={"world_config": {"workspace": {"x": "1"}}})

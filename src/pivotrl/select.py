@@ -14,6 +14,10 @@ us (the two seed summaries and public descriptions of arXiv 2603.21383) gives no
 is our choice: with K = 8 it drops turns the reference policy already solves 6 or more times out
 of 8, and keeps every mixed turn it solves ≤ 5 times. Tune it with --lambda-diff.
 
+A turn the verifier marks unverifiable (`Profile.unverifiable`: e.g. no probe workspace changes
+the expert's outcome, so a memorised answer would be paid) is never kept, by any strategy: its
+rewards are no signal. The statistics count such turns (`unverifiable`, also per domain).
+
 Re-profiling during training (`reprofile`, `ReprofileHook`) lives in pivotrl.train.reprofile.
 """
 
@@ -104,6 +108,7 @@ class Scored(NamedTuple):
     invalid: int  # samples the parser or verifier could not use
     truncated: int  # samples cut at the token budget
     unproven: int  # failed samples whose only difference is free text no rule proves (a judge's question)
+    unverifiable: bool  # the verifier cannot verify the turn (Profile.unverifiable): never kept
 
 
 def score(p: Profile, threshold: float = SUCCESS_THRESHOLD) -> Scored:
@@ -112,11 +117,15 @@ def score(p: Profile, threshold: float = SUCCESS_THRESHOLD) -> Scored:
                   p.reward_mean, p.reward_std, len(rewards), outcome(rewards, threshold),
                   any(r not in (0.0, 1.0) for r in rewards), sum(not s.valid for s in p.samples),
                   sum(s.finish_reason == "length" for s in p.samples),
-                  sum(s.valid and s.reward < threshold and is_unproven(s.reason) for s in p.samples))
+                  sum(s.valid and s.reward < threshold and is_unproven(s.reason) and s.finish_reason != "length"
+                      for s in p.samples), bool(p.unverifiable))
 
 
 def is_pivot(s: Scored, cfg: SelectConfig) -> bool:
-    return s.samples > 0 and s.std > cfg.min_std and s.success < cfg.lambda_diff
+    """The paper's rule, on turns the verifier can verify: a reward on an unverifiable turn
+    (a memorised answer would be paid there) is no signal, whatever its variance."""
+    return (not s.unverifiable and s.samples > 0 and s.std > cfg.min_std
+            and s.success < cfg.lambda_diff)
 
 
 class Selection:
@@ -135,11 +144,11 @@ class Selection:
     def add(self, s: Scored) -> None:
         pivot = is_pivot(s, self.cfg)
         self.pivots += pivot
-        if not self.per_profile and (pivot or self.cfg.strategy != "pivots"):
+        if not self.per_profile and not s.unverifiable and (pivot or self.cfg.strategy != "pivots"):
             self.candidates.append((s.success, s.std, s.id))
 
     def keeps(self, s: Scored) -> bool:
-        if self.per_profile:
+        if self.per_profile or s.unverifiable:
             return is_pivot(s, self.cfg)
         if self._ids is None:
             self._ids = self._decide()
@@ -175,8 +184,9 @@ class Tally:
     def __init__(self, cfg: SelectConfig):
         self.cfg = cfg
         self.outcomes: Counter = Counter()
-        self.per_domain: dict[str, dict[str, Any]] = defaultdict(lambda: {"turns": 0, "kept": 0})
-        self.turns = self.kept = self.too_easy = self.samples = 0
+        self.per_domain: dict[str, dict[str, Any]] = defaultdict(
+            lambda: {"turns": 0, "kept": 0, "unverifiable": 0})
+        self.turns = self.kept = self.too_easy = self.samples = self.unverifiable = 0
         self.invalid = self.truncated = self.free_text = 0
         self.shaped = False
         self.hist = {k: {"all": [0] * BINS, "kept": [0] * BINS} for k in ("reward_mean", "reward_std")}
@@ -190,6 +200,8 @@ class Tally:
         self.turns += 1
         self.outcomes[s.outcome] += 1
         self.per_domain[s.domain or "(none)"]["turns"] += 1
+        self.per_domain[s.domain or "(none)"]["unverifiable"] += s.unverifiable
+        self.unverifiable += s.unverifiable
         self.too_easy += s.outcome == "mixed" and s.success >= self.cfg.lambda_diff
         self.shaped = self.shaped or s.shaped
         self.samples += s.samples
@@ -213,7 +225,8 @@ class Tally:
             "kept_fraction": round(self.kept / n, 4) if n else 0.0,
             "all_fail": counts["all_fail"], "all_pass": counts["all_pass"],
             "mixed": counts["mixed"], "no_samples": counts["empty"],
-            "mixed_but_too_easy": self.too_easy, "shaped_rewards": self.shaped,
+            "mixed_but_too_easy": self.too_easy, "unverifiable": self.unverifiable,
+            "shaped_rewards": self.shaped,
             "samples": self.samples, "invalid_samples": self.invalid, "truncated_samples": self.truncated,
             "all_fail_on_free_text": self.free_text, "per_domain": dict(sorted(self.per_domain.items())),
         }
@@ -306,7 +319,8 @@ def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfi
                      f"none of {stats['turns']} profiled turns is kept by the {cfg.strategy} rule "
                      f"({stats['all_fail']} all fail, {stats['all_pass']} all pass, "
                      f"{stats['mixed_but_too_easy']} mixed but success ≥ λ_diff "
-                     f"{cfg.lambda_diff}; see {spath}); " + "; ".join(no_pivot_causes(stats, cfg))))
+                     f"{cfg.lambda_diff}, {stats['unverifiable']} unverifiable by the verifier; "
+                     f"see {spath}); " + "; ".join(no_pivot_causes(stats, cfg))))
     return stats
 
 
@@ -321,24 +335,24 @@ def no_pivot_causes(stats: dict[str, Any], cfg: SelectConfig) -> list[str]:
     """Why no turn was kept, the largest cause first, each with what helps: invalid samples (the
     format), samples cut at the token budget, turns that fail only on free text (a judge); only
     when none of these explains it, the rule's own knobs (more samples, λ_diff)."""
-    n = stats["samples"] or 1
-    causes = []
+    n, turns = stats["samples"] or 1, stats["turns"] or 1
+    causes = []  # (share of the samples or turns it explains, text)
     if stats.get("truncated_samples"):
-        causes.append((stats["truncated_samples"], f"{stats['truncated_samples']} of {stats['samples']} samples "
+        causes.append((stats["truncated_samples"] / n, f"{stats['truncated_samples']} of {stats['samples']} samples "
                        "were cut at the token budget (finish 'length'): raise --max-new-tokens in profile "
                        "(a thinking model spends it thinking: or pass its chat-template kwargs to turn "
                        "thinking off)"))
     if stats.get("invalid_samples"):
-        causes.append((stats["invalid_samples"], f"{stats['invalid_samples']} of {stats['samples']} samples "
+        causes.append((stats["invalid_samples"] / n, f"{stats['invalid_samples']} of {stats['samples']} samples "
                        "were invalid (no action the parser could read: see each sample's `reason` in the "
                        "profile; the tool-call format is chosen from the chat template, --response-format "
                        "sets it)"))
     if stats.get("all_fail_on_free_text"):
-        causes.append((n * stats["all_fail_on_free_text"], f"{stats['all_fail_on_free_text']} all-fail turns "
+        causes.append((stats["all_fail_on_free_text"] / turns, f"{stats['all_fail_on_free_text']} all-fail turns "
                        "failed only on free text (a message, or an argument such as an e-mail body, that "
                        "differs from the expert's word for word): no rule proves two texts mean the same, "
                        f"so such turns can never be pivots without a judge; {JUDGE_RECIPE}"))
-    if not causes or sum(c for c, _ in causes) < n / 2:
+    if not causes or max(c for c, _ in causes) < 0.5:
         causes.append((0, f"a larger K in profile (rare successes show up) or a higher --lambda-diff "
                        f"(now {cfg.lambda_diff}: keeps easier mixed turns) may keep some"))
     return [text for _, text in sorted(causes, key=lambda c: -c[0])]

@@ -340,7 +340,7 @@ def prepare_all(testbed: Path, out: Path, cfg: DemoConfig, log: Callable[[str], 
             pivot_stats[world] = s = fut.result()
             log(f"  {world}: {s.get('trajectories')} trajectories, {s.get('turns')} turns, "
                 f"{s.get('kept')} pivots ({s.get('all_fail')} all-fail, {s.get('all_pass')} "
-                f"all-pass, {s.get('mixed')} mixed)")
+                f"all-pass, {s.get('mixed')} mixed, {s.get('unverifiable')} unverifiable)")
     return pivot_stats
 
 

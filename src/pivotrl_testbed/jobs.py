@@ -76,12 +76,16 @@ def train_job(job: Job, testbed: Path, out: Path, cfg: Any, until: int | None = 
         strategy = {"pivotrl_no_filter": "all", "pivotrl_random": "random"}.get(job.method)
         if strategy is not None:
             # The ablations' training states are `pivotrl select --strategy all|random` over the
-            # same profile (one file per job: parallel jobs never share a writer).
+            # same profile, random drawing as many turns as the pivot arm trains on (one file per
+            # job: parallel jobs never share a writer).
+            from pivotrl.io.turn_files import iter_pivots
             from pivotrl.select import SelectConfig, select_file
 
-            pivots = wdir / f"pivots.{job.method}.lr{job.lr:g}.seed{job.seed}.jsonl"
-            select_file(wdir / "profile.jsonl", pivots, SelectConfig(strategy=strategy, seed=job.seed),
+            chosen = wdir / f"pivots.{job.method}.lr{job.lr:g}.seed{job.seed}.jsonl"
+            size = len(iter_pivots(pivots)) if strategy == "random" else None
+            select_file(wdir / "profile.jsonl", chosen, SelectConfig(strategy=strategy, seed=job.seed, budget=size),
                         plot_png=False, allow_empty=True)
+            pivots = chosen
         exact = job.method == "pivotrl_exact"  # the paper's strict string-match ablation
         train(GRPORunConfig(
             pivots=pivots, verifier="exact" if exact else cfg.verifier,

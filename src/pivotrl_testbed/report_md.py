@@ -54,10 +54,14 @@ def data_section(results: dict[str, Any]) -> list[str]:
          "themselves, E2E RL on their tasks, PivotRL on the pivots among all their turns (no "
          "filter: all the turns; random: as many random turns as pivots; exact: the pivots with "
          "the strict string-match reward).", "",
-         "| world | trajectories | turns profiled | all-fail | all-pass | mixed | pivots kept |",
-         "|---|---|---|---|---|---|---|"]
+         "Unverifiable: turns on which no probe changes the expert's outcome (a memorised answer "
+         "would be paid there); never pivots.", "",
+         "| world | trajectories | turns profiled | unverifiable | all-fail | all-pass | mixed | "
+         "pivots kept |",
+         "|---|---|---|---|---|---|---|---|"]
     for w, s in results.get("pivots", {}).items():
-        L.append(f"| {w} | {s.get('trajectories', '—')} | {s.get('turns')} | {s.get('all_fail')} | "
+        L.append(f"| {w} | {s.get('trajectories', '—')} | {s.get('turns')} | "
+                 f"{s.get('unverifiable', '—')} | {s.get('all_fail')} | "
                  f"{s.get('all_pass')} | {s.get('mixed')} | {s.get('kept')} |")
     return L + [""]
 

@@ -35,16 +35,23 @@ def run_settings(config: Path | None) -> dict[str, Any]:
     whole; a run config of `pivotrl profile` or `train` gives what must match how the model was
     profiled and trained (chat-template kwargs, response format, verifier and its options, the
     token budget: `max_new_tokens`, or train's `max_completion_length`), and nothing else
-    (evaluation keeps its own greedy sampling)."""
+    (evaluation keeps its own greedy sampling). A key of none of these configs is an error."""
     from pivotrl.formats.options import FormatOptions
     from pivotrl.io.yaml_config import read_mapping
     from pivotrl.verifiers.options import VerifierOptions
+
+    from pivotrl.profile.loop import ProfileConfig
+    from pivotrl.train.config import GRPORunConfig, SFTRunConfig
 
     if config is None:
         return {}
     data = read_mapping(config)
     if set(data) <= set(TurnEvalConfig.model_fields):
         return data
+    known = set().union(*(m.model_fields for m in (TurnEvalConfig, ProfileConfig, GRPORunConfig, SFTRunConfig)))
+    if unknown := sorted(set(data) - known):  # a misspelt key is an error, never silently dropped
+        raise ValueError(f"{config}: {', '.join(unknown)}: not a field of TurnEvalConfig, nor of a "
+                         "profile or train run config")
     shared = set(FormatOptions.model_fields) | set(VerifierOptions.model_fields) | {"max_new_tokens"}
     out = {k: v for k, v in data.items() if k in shared}
     if data.get("max_completion_length") is not None:

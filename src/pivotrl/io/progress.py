@@ -99,10 +99,13 @@ class ProgressLog:
     def running(self, poll_s: float = 1.0):
         """A line every `every_s` seconds while the block runs, whatever the caller is doing: the
         latest `note`d progress (before any, no rate and no ETA), from a daemon thread."""
+        if self.every_s <= 0:  # a line at every update already: nothing to add between them
+            yield self
+            return
         stop = threading.Event()
 
         def beat():
-            while not stop.wait(min(poll_s, self.every_s) if self.every_s > 0 else poll_s):
+            while not stop.wait(min(poll_s, self.every_s)):
                 self._write_if_due()
 
         thread = threading.Thread(target=beat, name=f"progress-{self.label}", daemon=True)

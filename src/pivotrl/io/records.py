@@ -105,6 +105,10 @@ class Profile(Turn):
     samples: list[Sample] = Field(..., description="The K samples with their rewards.")
     reward_mean: float = Field(..., description="Mean reward over the samples.")
     reward_std: float = Field(..., description="Population standard deviation of the rewards.")
+    unverifiable: str | None = Field(
+        None, description="Why the verifier cannot verify this turn at all (e.g. no probe "
+        "workspace changes the expert's outcome, so a memorised answer would be paid); "
+        "`pivotrl.select` never keeps such a turn. None: verifiable.")
 
 
 def parse_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any]:

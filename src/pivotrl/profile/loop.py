@@ -79,21 +79,29 @@ def score_samples(verifier, turns: Sequence[Turn], completions: Sequence[Sequenc
     return [[_sample(c, next(scores)) for c in comps] for comps in completions]
 
 
+def unverifiable(verifier, turn: Turn) -> str:
+    """Why `verifier` cannot verify `turn` ("" when it can, or when it does not say: the
+    optional `unverifiable(turn)` method of executable verifiers)."""
+    check = getattr(verifier, "unverifiable", None)
+    return str(check(turn) or "") if callable(check) else ""
+
+
 def _sample(c: Completion, s: Score) -> Sample:
     return Sample(completion=c.text, reward=s.reward, valid=s.valid, reason=s.reason,
                   finish_reason=c.finish_reason, tokens=c.completion_tokens)
 
 
-def make_profile(turn: Turn, samples: list[Sample]) -> Profile:
-    """The Profile record: reward mean and *population* std over the K samples. It shares the
-    turn's message objects (not copies): the writer sees they continue the previous row."""
+def make_profile(turn: Turn, samples: list[Sample], unverifiable: str = "") -> Profile:
+    """The Profile record: reward mean and *population* std over the K samples, and why the
+    turn cannot be verified when it cannot. It shares the turn's message objects (not copies):
+    the writer sees they continue the previous row."""
     rewards = [s.reward for s in samples]
     mean = statistics.fmean(rewards) if rewards else 0.0
     std = statistics.pstdev(rewards) if len(rewards) > 1 else 0.0
     data = turn.model_dump(mode="json", exclude_none=True, exclude={"context", "expected"})
     data.update(context=turn.context, expected=turn.expected,
                 k=len(samples), samples=[s.model_dump(mode="json") for s in samples],
-                reward_mean=mean, reward_std=std)
+                reward_mean=mean, reward_std=std, unverifiable=unverifiable or None)
     return Profile.model_validate(data)
 
 
@@ -108,6 +116,8 @@ class RunStats(BaseModel):
     prompt_tokens: int = Field(0, description="Prompt tokens read (once per turn).")
     invalid_samples: int = Field(0, description="Unparseable or unusable samples (reward 0).")
     truncated_samples: int = Field(0, description="Samples cut at max_new_tokens.")
+    unverifiable_turns: int = Field(0, description="Turns the verifier cannot verify at all "
+                                    "(its `unverifiable(turn)`): never pivots.")
     rejected_lines: int = Field(0, description="Bad lines of the Turn file (see the rejects file).")
     too_long: dict[str, int] = Field(default_factory=dict, description="Turns skipped because "
                                      "their prompt is longer than the engine takes (id: prompt "
@@ -157,4 +167,6 @@ def profile_stream(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: Pro
         stats.invalid_samples += sum(not s.valid for s in row)
         stats.truncated_samples += sum(c.finish_reason == "length" for c in comps)
         stats.turns_profiled += 1
-        yield make_profile(turn, row)
+        why = unverifiable(verifier, turn)
+        stats.unverifiable_turns += bool(why)
+        yield make_profile(turn, row, why)

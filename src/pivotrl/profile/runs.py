@@ -42,7 +42,7 @@ def _identity(cfg: ProfileConfig, model: str, backend: str) -> dict[str, Any]:
 def summarize_output(path: str | Path, threshold: float = SUCCESS_THRESHOLD) -> dict[str, Any]:
     """Outcome counts over a whole Profile file (binary outcome, as select uses)."""
     counts: Counter[str] = Counter()
-    n = samples = invalid = 0
+    n = samples = invalid = unverifiable = 0
     path = Path(path)
     if path.exists():
         for _, line, _ in iter_lines(path):
@@ -54,7 +54,9 @@ def summarize_output(path: str | Path, threshold: float = SUCCESS_THRESHOLD) -> 
             n += 1
             samples += len(rewards)
             invalid += sum(not s.get("valid", True) for s in rec.get("samples", []))
+            unverifiable += bool(rec.get("unverifiable"))
     return {"turns": n, "samples": samples, "invalid_samples": invalid,
+            "unverifiable_turns": unverifiable,
             "all_fail": counts["all_fail"], "all_pass": counts["all_pass"], "mixed": counts["mixed"],
             "success_threshold": threshold}
 
@@ -117,7 +119,7 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
         stats.samples_per_second = round(stats.rollout_turns / max(stats.wall_seconds, 1e-9), 3)
         all_runs = runs + [stats.model_dump()]
         keys = ("turns_profiled", "rollout_turns", "generated_tokens", "prompt_tokens",
-                "invalid_samples", "truncated_samples", "wall_seconds")
+                "invalid_samples", "truncated_samples", "unverifiable_turns", "wall_seconds")
         doc = {"settings": identity, "turns_file": str(turns_path),
                "totals": {k: sum(r.get(k, 0) for r in all_runs) for k in keys},
                "outcomes": summarize_output(out_path) if final else None, "runs": all_runs}

@@ -57,6 +57,7 @@ import signal
 import subprocess
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,6 +147,19 @@ def attempts_recorded() -> bool:
                     res = _run(["sh", "-c", ": > /etc/pivotrl-probe"], wd, SandboxLimits())
                 _recorded = "/etc/pivotrl-probe" in res.effects
         return _recorded
+
+
+def require_recorded(allow: bool, who: str, option: str) -> None:
+    """Raise SandboxUnavailable where attempts are not recorded (`attempts_recorded`), unless
+    `allow` (then warn): a command that tries harm and fails would pass for one that does not."""
+    if attempts_recorded():
+        return
+    what = (f"{who} cannot record attempts outside the workspace here (it needs a C compiler and "
+            f"seccomp user notification, Linux >= 5.6: `sandbox_limits_in_force()`)")
+    if not allow:
+        raise SandboxUnavailable(f"{what}, so a command that tries harm and fails would be paid; "
+                                 f"set {option} to run anyway")
+    warnings.warn(f"{what}; running anyway ({option})", stacklevel=3)
 
 
 def _probe() -> bool:

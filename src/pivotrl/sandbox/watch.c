@@ -163,7 +163,7 @@ static void handle(int listener) {
     unsigned long *a = (unsigned long *)req.data.args;
     char path[PATH_MAX], path2[PATH_MAX], out[PATH_MAX];
     const char *op = "?";
-    int kind = NONE, follow = 1, at = 0, arg = 0;
+    int kind = NONE, follow = 1, arg = 0;
     long nr = req.data.nr;
     switch (nr) {
 #ifdef SYS_open
@@ -188,7 +188,7 @@ static void handle(int listener) {
     case SYS_unlinkat: op = a[2] & 0x200 ? "rmdir" : "unlink"; kind = AT1; follow = 0; break;
     case SYS_renameat: case SYS_renameat2: op = "rename"; kind = AT1; follow = 0; break;
     case SYS_mkdirat: op = "mkdir"; kind = AT1; follow = 0; break;
-    case SYS_linkat: op = "link"; kind = AT1; follow = 0; at = 2; break;
+    case SYS_linkat: op = "link"; kind = AT1; follow = 0; break;
     case SYS_symlinkat: op = "symlink"; kind = PATH1_AT0; follow = 0; break;
     case SYS_fchmodat: op = "chmod"; kind = AT1; break;
     case SYS_fchownat: op = "chown"; kind = AT1; break;
@@ -247,7 +247,6 @@ static void handle(int listener) {
             && read_str(pid, a[3], path2, sizeof path2) == 0) {
             resolve(pid, (long)(int)a[2], path2, 0, out); emit(op, out);
         }
-        (void)at;
     }
 done:
     memset(&resp, 0, sizeof resp);

@@ -37,7 +37,7 @@ from its snapshot, `pivotrl.sandbox.effects`), to the harmless devices (/dev/nul
 the process's own descriptors) and Python's bytecode caches.
 
 `recording()` says whether attempts are recorded here (a C compiler and a kernel with seccomp
-user notification, Linux >= 5.9); without it the shell verifier refuses to run unless told to
+user notification, Linux >= 5.6); without it the shell verifier refuses to run unless told to
 (`allow_unrecorded_effects`).
 """
 

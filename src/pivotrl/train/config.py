@@ -36,13 +36,32 @@ class LoraOptions(YamlConfig):
     target_modules: list[str] | str = Field("all-linear", description="Modules that get adapters "
                                             "(PEFT's 'all-linear' covers attention and MLP).")
 
-    def peft_config(self, task_type: str = "CAUSAL_LM"):
+    def peft_config(self, task_type: str = "CAUSAL_LM", model: str | None = None):
+        """PEFT's LoraConfig; `model` (its folder or hub id) lets 'all-linear' leave out what PEFT
+        refuses on Mamba-based models (Nemotron-H, Falcon-H1: the Mamba mixer's out_proj)."""
         if not self.enabled:
             return None
         from peft import LoraConfig
 
+        exclude = None
+        if self.target_modules == "all-linear" and model is not None and _model_type(model) in MAMBA_MODEL_TYPES:
+            exclude = list(MAMBA_NO_LORA)
         return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
-                          target_modules=self.target_modules, task_type=task_type)
+                          target_modules=self.target_modules, exclude_modules=exclude, task_type=task_type)
+
+
+# PEFT 0.21 refuses LoRA on these modules of these model types (peft.tuners.tuners_utils).
+MAMBA_MODEL_TYPES = frozenset({"falcon_h1", "mamba", "mamba2", "falcon_mamba", "nemotron_h"})
+MAMBA_NO_LORA = ("out_proj", "conv1d")
+
+
+def _model_type(model: str) -> str | None:
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(model).model_type
+    except (OSError, ValueError):
+        return None
 
 
 class ReprofileOptions(YamlConfig):

@@ -213,7 +213,7 @@ def build_trainer(cfg: GRPORunConfig, turns: list[Turn], *, total_steps: int | N
     trainer = PivotGRPOTrainer(
         model=cfg.model, reward_funcs=reward, args=grpo_config(cfg, steps),
         train_dataset=prompts.dataset(Path(cfg.output_dir) / ".prompt_cache"), processing_class=tokenizer,
-        peft_config=cfg.lora.peft_config(), shared_prefix=cfg.shared_prefix_loss,
+        peft_config=cfg.lora.peft_config(model=cfg.model), shared_prefix=cfg.shared_prefix_loss,
         shared_rollouts=cfg.shared_rollouts,
     )
     trainer.add_callback(MetricsJSONL(Path(cfg.output_dir) / "metrics.jsonl", trainer=trainer))

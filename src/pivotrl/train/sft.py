@@ -159,7 +159,7 @@ def build_sft_trainer(cfg: SFTRunConfig, rows: list[dict[str, Any]], tokenizer, 
 
     trainer = PivotSFTTrainer(model=cfg.model, args=sft_config(cfg, total_steps),
                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-                         peft_config=cfg.lora.peft_config())
+                         peft_config=cfg.lora.peft_config(model=cfg.model))
     trainer.add_callback(MetricsJSONL(Path(cfg.output_dir) / "metrics.jsonl", keys=SFT_METRIC_KEYS))
     return trainer
 

@@ -1,58 +1,84 @@
-"""Perturbed workspaces: does a command read and write what the expert's command does?
+"""Probe workspaces: does a command read and write what the expert's command does?
 
 Two commands can print the same thing today for different reasons: `grep -c apple notes.txt`
 counts, `echo 4` only knows the answer; `grep -c E log` and `grep -c ERROR log` agree on a log
 where only ERROR lines hold an E. Comparing outputs on the one workspace the expert saw cannot
-tell them apart; comparing them on workspaces that change what any plausible command would
-read can. A candidate must match the expert on the original workspace *and on every probe*,
-whether or not the probe changes the expert's own outcome (a probe that leaves the expert's
-output alone is exactly the one that catches a command printing a memorised answer in a way
-that depends on the files: `ls` for `echo app.log`, `grep -c ERROR` for `grep -c E`):
+tell them apart; comparing them on workspaces that change what the expert's command reads can.
+A verifier runs the expert's command on each probe below (once per turn) and requires a
+candidate to match the expert on them too (`probes_to_compare`). A turn where no probe changes
+the expert's outcome (output, exit code, files, effects) reads nothing the probes can vary (a
+constant, the fixed clock, files outside the workspace): any command printing the same text
+would be paid there, so such a turn is *unverifiable* and never a pivot
+(`pivotrl.verifiers.shell`, `pivotrl.select`).
 
-0. contents: in every text file, every line repeated 2 or 3 times (chosen per line), lines
-   made of the file's own words changed slightly added (one letter dropped at either end, case
-   swapped, one letter replaced), an empty line and a marker line added, and the whole
-   reordered so that no original line keeps its position from the start or the end: counts,
-   sizes, heads, tails, cat, sort -u, wc and copies change, a weaker pattern (`grep -c E` for
-   `grep -c ERROR`), another case rule, a prefix match, `grep -c .` for `wc -l` and anything
-   order-dependent (`cat` for `sort`) count or print differently;
-1. names: every file and directory whose name the expert's action does not mention gets a
-   new name with the same extension (a file name printed from memory no longer exists), and
-   every directory gets, for each extension in it, a new file `<marker>.<ext>` holding a
-   reordered copy of a sibling (ls, globs, `grep -l`, `wc -l *` change).
+The probes, each applied to its own copy of the workspace:
 
-Files the expert names are never renamed (its action must still work), and no probe adds a
-dot-file (`ls` and `ls -A` stay equivalent where the workspace has none). The markers and every
-choice come from a seed that a verifier derives per turn from a secret drawn per process
-(`probe_seed`): a command cannot know the marker, so it cannot tell a probe from the original
-by looking for it.
+0. grow: every text file (and every gzip/bzip2/xz file, decompressed and compressed again)
+   gets new lines in its own lines' shapes (each word replaced by another word of the
+   workspace, each number by one beyond the file's largest or below its smallest), some lines
+   repeated, near-miss lines (one letter dropped at either end or replaced, case swapped), an
+   empty line, and a reordering in which no original line keeps its place from the start or
+   the end: counts, sums, maxima and minima, deduplicated sets, first and last matches, sizes
+   and weaker patterns move;
+1. data: grow on every file but scripts (`.py`, `.sh`, ...), where there are scripts: a
+   command that runs a script of the workspace is seen on what its script reads, while grow
+   shows what reads the script as text (`cat main.py`) and only breaks running it;
+2. names: every file and directory the expert's action does not mention is renamed after other
+   words of the workspace (its extension kept), and each directory gets new files named the
+   same way with lines in a sibling's shape: listings, globs, `grep -l` and `wc -l *` move;
+3. bytes: every other binary file gets bytes of its own inserted (size, checksums, dumps move);
+4. shrink (a last resort, `LAST_RESORT`: used only where no probe above moves the expert):
+   every text file but scripts keeps one new line of its shape: counts and sizes cross thresholds
+   downwards, matches disappear;
+5. presence (a last resort too): every workspace entry the expert's action names is removed,
+   and every file name it names that does not exist is created (lines in a sibling's shape):
+   existence tests move.
+
+Names and lines are made of the workspace's own vocabulary and shapes, with every choice drawn
+from a seed a verifier derives per turn from a secret of the process (`probe_seed`): a command
+cannot tell a probe from the original by a fixed marker, name pattern or line pattern.
 
 Known limit: a command can still tell the original workspace from a probe by what it knows of
-the original (a file name the context showed, a line count, the absence of an empty line) and
-print a memorised answer only there: probes catch memorised answers, luck and fixed markers,
-not a command written against the verifier. Each such test is extra program text that an
-honest command does not need.
+the original (a file name the context showed, a line count) and print a memorised answer only
+there: probes catch memorised answers and luck, not a command written against the verifier.
+Each such test is extra program text that an honest command does not need.
 """
 
 from __future__ import annotations
 
+import bz2
 import contextlib
+import gzip
 import hashlib
+import lzma
 import os
 import random
 import re
 import secrets
+import shlex
 from pathlib import Path
 
-from pivotrl.sandbox.workspace import rename_entries
+from pivotrl.sandbox.workspace import remove_tree, rename_entries
 
-PROBES = ("contents", "names")
-_SALT = secrets.token_hex(8)  # per process: markers cannot be learnt from past verifications
+PROBES = ("grow", "data", "names", "bytes", "shrink", "presence")
+# Used only where no other probe moves the expert: emptying or removing the files a command
+# reads mostly tests how it fails or finds nothing, and commands that agree on every file with
+# content (`grep -c X f` and `grep X f | wc -l`) fail or find nothing with other exit codes.
+LAST_RESORT = ("shrink", "presence")
+UNVERIFIABLE = ("turn unverifiable: no probe changes the expert's outcome (it reads nothing the "
+                "probes vary: a constant, the fixed clock or files outside the workspace), so a "
+                "memorised answer could not be told from a right one")
+_SALT = secrets.token_hex(8)  # per process: probes cannot be learnt from past verifications
 _WORD = re.compile(r"[A-Za-z]{2,}")
+_TOKEN = re.compile(r"(\d+|[A-Za-z]+)")
 MAX_NEAR_MISS_WORDS = 16
-# Reorderings tried until no original line stays at its position (from the start or the end);
-# with every line repeated and near-miss lines added, most shufflings succeed within a few.
+MAX_FILE_BYTES = 1 << 20  # larger files are left as they are (a probe stays cheap)
+# Reorderings tried until no original line stays at its position (from the start or the end).
 MAX_SHUFFLES = 200
+_COMPRESSED = {".gz": gzip, ".bz2": bz2, ".xz": lzma}
+_FALLBACK_WORDS = ("alpha", "delta", "omega", "sigma")  # a workspace without any word
+# Programs a command may run: new lines in them would only break running them (`data` probe).
+_SCRIPTS = {"py", "sh", "bash", "pl", "rb", "js", "awk", "sed", "jq"}
 
 
 def probe_seed(key: str) -> str:
@@ -60,12 +86,60 @@ def probe_seed(key: str) -> str:
     return hashlib.sha256(f"{_SALT}|{key}".encode()).hexdigest()[:16]
 
 
-def _marker(rng: random.Random) -> str:
-    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(8))
+class _Vocabulary:
+    """The workspace's words, numbers and line shapes, from which probes draw what they add."""
+
+    def __init__(self, root: Path):
+        self.files = _readable_files(root)
+        text = "\n".join(t for _, t, _ in self.files)
+        names = [p.name for p in root.rglob("*")] if root.is_dir() else []
+        self.words = sorted(set(_WORD.findall(text)) | {w for n in names for w in _WORD.findall(n)})
+        self.words = self.words or list(_FALLBACK_WORDS)
+        self.lines = [ln for _, t, _ in self.files for ln in t.splitlines() if ln.strip()]
+
+    def word(self, rng: random.Random, like: str = "") -> str:
+        w = rng.choice(self.words)
+        if like.isupper():
+            return w.upper()
+        if like[:1].isupper():
+            return w.capitalize()
+        return w.lower() if like.islower() else w
+
+    def name(self, rng: random.Random, ext: str, taken: set[str]) -> str:
+        for _ in range(50):
+            stem = self.word(rng, "x").lower()
+            if rng.random() < 0.5:
+                stem += rng.choice(("_", "-", "")) + self.word(rng, "x").lower()
+            name = stem + (f".{ext}" if ext else "")
+            if name not in taken:
+                taken.add(name)
+                return name
+        name = f"{self.word(rng, 'x').lower()}{rng.randrange(10, 99)}" + (f".{ext}" if ext else "")
+        taken.add(name)
+        return name
 
 
-def _text_files(root: Path) -> list[tuple[str, str]]:
-    """(path, text) of every regular UTF-8 file under `root`, sorted; never follows links."""
+def _numbers(text: str) -> tuple[int, int]:
+    nums = [int(n) for n in re.findall(r"\d+", text)[:10_000] if len(n) < 12]
+    return (min(nums), max(nums)) if nums else (0, 9)
+
+
+def _shaped(template: str, rng: random.Random, vocab: _Vocabulary, lo: int, hi: int) -> str:
+    """A new line in `template`'s shape: words replaced by workspace words, numbers by values
+    beyond the file's range (so maxima, minima, sums and sorts move)."""
+    def swap(m: re.Match) -> str:
+        tok = m.group(0)
+        if tok.isdigit():
+            if rng.random() < 0.5 or lo == 0:
+                return str(hi + rng.randrange(1, 10))
+            return str(rng.randrange(0, lo))
+        return vocab.word(rng, tok) if len(tok) > 1 else tok
+    return _TOKEN.sub(swap, template)
+
+
+def _readable_files(root: Path) -> list[tuple[str, str, str]]:
+    """(path, text, kind) of every regular text file ("text") or compressed text file (its
+    suffix) under `root`, sorted; never follows links."""
     out = []
     for dirpath, dirs, files in os.walk(root, followlinks=False):
         dirs.sort()
@@ -74,101 +148,183 @@ def _text_files(root: Path) -> list[tuple[str, str]]:
             if os.path.islink(path) or not os.path.isfile(path):
                 continue
             try:
-                with open(path, "rb") as fh:
-                    out.append((path, fh.read().decode("utf-8")))
-            except (OSError, UnicodeDecodeError):
-                continue  # binary or unreadable: left as it is
+                if os.path.getsize(path) > MAX_FILE_BYTES:
+                    continue
+                module = _COMPRESSED.get(os.path.splitext(name)[1])
+                with (module.open if module else open)(path, "rb") as fh:
+                    data = fh.read(MAX_FILE_BYTES + 1)  # bounded: a compressed file may be a bomb
+                if len(data) <= MAX_FILE_BYTES:
+                    out.append((path, data.decode("utf-8"),
+                                os.path.splitext(name)[1] if module else "text"))
+            except (OSError, UnicodeDecodeError, EOFError, ValueError, lzma.LZMAError):
+                continue  # binary, unreadable or corrupt: left to the bytes probe
     return out
 
 
-def _write(path: str, text: str) -> None:
-    with contextlib.suppress(OSError), open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
+def _write(path: str, text: str, kind: str = "text") -> None:
+    data = text.encode("utf-8")
+    if kind == ".gz":
+        data = gzip.compress(data, mtime=0)
+    elif kind in _COMPRESSED:
+        data = _COMPRESSED[kind].compress(data)
+    with contextlib.suppress(OSError), open(path, "wb") as fh:
+        fh.write(data)
 
 
-def _lines(text: str) -> tuple[list[str], str]:
-    """Lines without their ends, and the end the text had ("\\n" or "")."""
-    return text.splitlines(), "\n" if text.endswith("\n") or not text else ""
+def _keeps_a_line_in_place(lines: list[str], out: list[str]) -> bool:
+    """Whether some original line is still at its original position, counted from the start or
+    from the end: a read of those positions (`head -2`, `tail -1`) would see what it saw."""
+    return any(a == b for a, b in zip(lines, out)) or any(
+        a == b for a, b in zip(reversed(lines), reversed(out)))
 
 
-def _join(lines: list[str], end: str) -> str:
-    return "\n".join(lines) + (end if lines else "")
-
-
-def _contents(text: str, rng: random.Random, marker: str) -> str:
-    lines, _end = _lines(text)
-    out = [ln for ln in lines for _ in range(rng.choice((2, 3)))]
+def _grow(text: str, rng: random.Random, vocab: _Vocabulary) -> str:
+    lines = text.splitlines()
+    lo, hi = _numbers(text)
+    shapes = [ln for ln in lines if ln.strip()] or vocab.lines or vocab.words
+    times = [rng.choice((1, 2, 3)) for _ in lines]
+    if lines and max(times) == 1:  # some line repeated, always (`sort` against `sort -u`)
+        times[rng.randrange(len(lines))] = 2
+    out = [ln for ln, k in zip(lines, times) for _ in range(k)]
+    out += [_shaped(rng.choice(shapes), rng, vocab, lo, hi)
+            for _ in range(max(2, len(lines) // 2))]
     words = sorted(set(_WORD.findall(text)))
     rng.shuffle(words)
     for w in words[:MAX_NEAR_MISS_WORDS]:
         i = rng.randrange(len(w))
-        out += [w[:-1], w[1:], w.swapcase(), w[:i] + marker[0] + w[i + 1:]]
-    out += ["", f"{marker} {marker}"]
+        other = rng.choice([c for c in "abcdefghijklmnopqrstuvwxyz" if c != w[i].lower()])
+        out += [w[:-1], w[1:], w.swapcase(), w[:i] + other + w[i + 1:]]
+    out.append("")  # `grep -c .` counts lines with a character, `wc -l` every line
     original = list(out)
     for _ in range(MAX_SHUFFLES):
         rng.shuffle(out)
         if out != original and not _keeps_a_line_in_place(lines, out):
             break
-    while out == original:  # at least two distinct lines (the marker, the empty one)
-        rng.shuffle(out)
-    return _join(out, "\n")
+    return "\n".join(out) + "\n"
 
 
-def _keeps_a_line_in_place(lines: list[str], out: list[str]) -> bool:
-    """Whether the perturbed file still holds some original line at its original position,
-    counted from the start or from the end: a read of those positions (`head -2`, `tail -1`,
-    `sed -n 2p`) would then see what it saw in the original, and a command printing the
-    memorised answer would match the expert there by luck."""
-    return any(a == b for a, b in zip(lines, out)) or any(
-        a == b for a, b in zip(reversed(lines), reversed(out)))
+def _shrink(text: str, rng: random.Random, vocab: _Vocabulary) -> str:
+    lo, hi = _numbers(text)
+    shapes = [ln for ln in text.splitlines() if ln.strip()] or vocab.lines or vocab.words
+    old = set(text.splitlines())
+    line = _shaped(rng.choice(shapes), rng, vocab, lo, hi)
+    for _ in range(20):  # a line the file did not hold
+        if line not in old:
+            break
+        line = _shaped(rng.choice(shapes), rng, vocab, lo, hi) + " " + vocab.word(rng)
+    return line + "\n"
 
 
 def _ext(name: str) -> str:
     return name.rsplit(".", 1)[1] if "." in name.strip(".") else ""
 
 
-def _extra_files(root: Path, rng: random.Random, marker: str) -> None:
+def _sibling_body(dirpath: str, ext: str, rng: random.Random, vocab: _Vocabulary) -> str:
+    """Lines in the shape of a sibling with extension `ext` (or of any workspace line)."""
+    shapes = [ln for p, t, _ in vocab.files if os.path.dirname(p) == dirpath and _ext(p) == ext
+              for ln in t.splitlines() if ln.strip()] or vocab.lines or vocab.words
+    lo, hi = _numbers("\n".join(shapes))
+    return "".join(_shaped(rng.choice(shapes), rng, vocab, lo, hi) + "\n"
+                   for _ in range(rng.randrange(2, 6)))
+
+
+def _names(root: Path, rng: random.Random, vocab: _Vocabulary, keep: str) -> None:
+    taken = {p.name for p in root.rglob("*")}
+
+    def new_name(name: str, _index: int) -> str | None:
+        return None if name in keep else vocab.name(rng, _ext(name), taken)
+
+    rename_entries(root, new_name)
     for dirpath, _dirs, files in list(os.walk(root, followlinks=False)):
-        by_ext: dict[str, str] = {}
+        exts = sorted({_ext(n) for n in files}) or [""]
+        for ext in rng.sample(exts, min(len(exts), 2)):
+            _write(os.path.join(dirpath, vocab.name(rng, ext, taken)),
+                   _sibling_body(dirpath, ext, rng, vocab))
+
+
+def _mentioned(keep: str) -> list[str]:
+    try:
+        words = shlex.split(keep, comments=True)
+    except ValueError:
+        words = keep.split()
+    out = []
+    for w in words:
+        for part in re.split(r"[<>|;&=]", w):
+            part = os.path.normpath(part.strip()) if part.strip() else ""
+            if part and part != "." and not part.startswith(("-", "/", "$", "~", "..")) \
+                    and not re.search(r"[*?\[\]{}()'\"`\\]", part):
+                out.append(part)
+    return out
+
+
+def _presence(root: Path, rng: random.Random, vocab: _Vocabulary, keep: str) -> None:
+    for rel in sorted(set(_mentioned(keep))):
+        path = root / rel  # never the root itself: "." and ".." are not names (_mentioned)
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            with contextlib.suppress(OSError):
+                remove_tree(path)  # iterative: a command may have left a deep tree
+        elif ("." in rel.strip(".") or "/" in rel) and not rel.endswith("/"):
+            with contextlib.suppress(OSError):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                _write(str(path), _sibling_body(str(path.parent), _ext(rel), rng, vocab))
+
+
+def _bytes(root: Path, rng: random.Random, texts: set[str]) -> None:
+    for dirpath, _dirs, files in os.walk(root, followlinks=False):
         for name in sorted(files):
-            by_ext.setdefault(_ext(name), name)
-        if not by_ext:
-            by_ext[""] = ""
-        for ext, sibling in sorted(by_ext.items()):
-            text = ""
-            if sibling:
-                with contextlib.suppress(OSError, UnicodeDecodeError):
-                    text = Path(dirpath, sibling).read_bytes().decode("utf-8")
-            lines, _ = _lines(text)
-            body = _join(list(reversed(lines)) + [marker], "\n")
-            _write(os.path.join(dirpath, marker + (f".{ext}" if ext else "")), body)
-
-
-def _renamed(keep: str, marker: str):
-    def new_name(name: str, index: int) -> str | None:
-        if name in keep:
-            return None
-        ext = _ext(name)
-        return f"{marker}{index}" + (f".{ext}" if ext else "")
-    return new_name
+            path = os.path.join(dirpath, name)
+            if path in texts or os.path.islink(path) or not os.path.isfile(path):
+                continue
+            with contextlib.suppress(OSError):
+                data = bytearray(Path(path).read_bytes()[:MAX_FILE_BYTES])
+                for _ in range(max(1, len(data) // 16)):
+                    at = rng.randrange(len(data) + 1)
+                    data[at:at] = bytes([data[rng.randrange(len(data))] if data else
+                                         rng.randrange(256)])
+                Path(path).write_bytes(bytes(data))
 
 
 def perturb_workspace(root: Path | str, probe: int, seed: str = "", keep: str = "") -> bool:
-    """Apply probe number `probe` to the directory in place, its marker and choices drawn from
-    `seed`; files and directories whose name occurs in `keep` (the expert's action) are never
-    renamed. False when there is no such probe."""
+    """Apply probe number `probe` (module docstring) to the directory in place, every choice
+    drawn from `seed`; `keep` is the expert's action (the names it mentions are never renamed,
+    and are what the presence probe removes or creates). False when there is no such probe."""
     if not 0 <= probe < len(PROBES):
         return False
     root = Path(root)
     rng = random.Random(f"{seed}|{probe}")
-    marker = _marker(rng)
-    if probe == 0:
-        for path, text in _text_files(root):
-            _write(path, _contents(text, rng, marker))
+    vocab = _Vocabulary(root)
+    kind = PROBES[probe]
+    if kind in ("grow", "data", "shrink"):
+        change = _shrink if kind == "shrink" else _grow
+        data = [f for f in vocab.files if _ext(f[0]) not in _SCRIPTS]
+        if kind == "data" and len(data) == len(vocab.files):
+            return True  # no script: grow already did this (left unchanged: not run)
+        for path, text, how in (vocab.files if kind == "grow" else data):
+            _write(path, change(text, rng, vocab), how)
+    elif kind == "names":
+        _names(root, rng, vocab, keep)
+    elif kind == "presence":
+        _presence(root, rng, vocab, keep)
     else:
-        rename_entries(root, _renamed(keep, marker))
-        _extra_files(root, rng, marker)
+        _bytes(root, rng, {p for p, _, _ in vocab.files})
     return True
+
+
+def probes_to_compare(results: list[tuple[int, bool, object]]) -> list[object]:
+    """The probes a candidate is compared on, from (probe index, whether it moved the expert's
+    outcome, anything) of every probe the expert could be run on: none when no probe moved it
+    (the turn is unverifiable); else every regular probe, moved or not (a probe that leaves the
+    expert alone still catches `grep -c E` for `grep -c ERROR`), and a last-resort one only
+    where it is the one that moved the expert."""
+    if not any(moved for _, moved, _ in results):
+        return []
+    def last_resort(i: int) -> bool:  # a world may offer probes of its own past PROBES
+        return i < len(PROBES) and PROBES[i] in LAST_RESORT
+    regular = [r for r in results if not last_resort(r[0])]
+    last = [r for r in results if last_resort(r[0]) and r[1]]
+    return [x for _, _, x in (regular if any(m for _, m, _ in regular) else regular + last)]
 
 
 def writes(before: dict[str, str], after: dict[str, str]) -> dict[str, str | None]:

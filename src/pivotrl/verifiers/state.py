@@ -14,8 +14,10 @@ agent the same observations as executing the expert's calls:
   * Worlds whose actions are programs (a shell: `World.perturb`, see `pivotrl.verifiers.world`) judge them
     by behaviour: the calls must also agree with the expert's (changes and observations) on
     every perturbed copy of the world (`pivotrl.verifiers.probes`, seeded per turn from a secret
-    of the process), whether or not the probe changes the expert's outcome, so a call that only
-    reproduces the expert's output without its reads and writes, or matches by luck, scores 0.
+    of the process) that changes the expert's own outcome, so a call that only reproduces the
+    expert's output without its reads and writes, or matches by luck, scores 0. A turn where no
+    probe changes the expert's outcome is unverifiable (`unverifiable(turn)`): only the expert's
+    own calls pay there, and `pivotrl.select` never keeps it.
   * Other worlds: the same functions with arguments equal under the world's own rule
     (`World.canonical_call`) or, for calls it has no rule for, the `toolcall` verifier's schema
     rules.
@@ -47,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pivotrl.io.records import Message, Turn
 from pivotrl.sandbox.bwrap import BROKEN_ENVIRONMENT
 from pivotrl.verifiers.base import Score, score_in_threads
-from pivotrl.verifiers.probes import PROBES, probe_seed, writes
+from pivotrl.verifiers.probes import PROBES, UNVERIFIABLE, probe_seed, probes_to_compare, writes
 from pivotrl.verifiers.toolcall import ToolcallVerifier
 from pivotrl.verifiers.world import concurrent_world, keep_lru, world_at_turn
 
@@ -122,7 +124,7 @@ class StateVerifier:
         self.config = StateConfig(**config)
         self._cache: OrderedDict[str, tuple[str, list[str]] | str] = OrderedDict()
         self._verdicts: OrderedDict[tuple[str, str], Score] = OrderedDict()
-        self._probe_cache: OrderedDict[tuple[str, int], Any] = OrderedDict()
+        self._probe_cache: OrderedDict[str, list[tuple[int, Any]]] = OrderedDict()
         self._bases: OrderedDict[tuple[str, int | None], Any] = OrderedDict()
         self._lock = threading.Lock()
         self._fallback = None
@@ -255,25 +257,55 @@ class StateVerifier:
         return base.fork()
 
     def _probe_diff(self, turn: Turn, cand_calls) -> str:
-        """"" when the candidate matches the expert on every probe."""
-        key = _turn_key(turn)
-        for i in range(len(PROBES) + 8):  # a world may offer fewer probes (perturb -> False)
-            with self._lock:
-                hit = self._probe_cache.get((key, i), _UNSET)
-            if hit is _UNSET:
-                exp_calls = [(c.function.name, c.args()) for c in turn.expected.tool_calls]
-                hit = self._effects(turn, i, exp_calls)
-                hit = "end" if hit is None else hit
-                with self._lock:
-                    keep_lru(self._probe_cache, (key, i), hit, 8 * max(1, self.config.cache_turns))
-            if hit == "end":
-                return ""
+        """"" when the candidate matches the expert on every probe it is compared on."""
+        kept = self._kept_probes(turn)
+        if not kept:
+            return UNVERIFIABLE
+        for i, hit in kept:
             got = self._effects(turn, i, cand_calls)
             if got != hit:
                 what = "observations" if got is not None and got[0] == hit[0] else "changes"
                 return f"{what} differ from the expert's on a perturbed copy of the world " \
                        f"({PROBES[i] if i < len(PROBES) else i})"
         return ""
+
+    def _kept_probes(self, turn: Turn) -> list[tuple[int, Any]]:
+        """(probe, expert's effects there) of the probes a candidate is compared on
+        (`probes.probes_to_compare`; none: unverifiable), found once per turn."""
+        key = _turn_key(turn)
+        with self._lock:
+            hit = self._probe_cache.get(key, _UNSET)
+        if hit is _UNSET:
+            exp_calls = [(c.function.name, c.args()) for c in turn.expected.tool_calls]
+            own, results = self._effects(turn, None, exp_calls), []
+            original = _canonical_snapshot(self._world(turn, None).snapshot())
+            for i in range(len(PROBES) + 8):  # a world may offer fewer probes (perturb -> False)
+                probed = self._world(turn, i)
+                if probed is None:
+                    break
+                if _canonical_snapshot(probed.snapshot()) == original:
+                    continue  # the probe found nothing to change here: no run needed
+                effects = self._effects(turn, i, exp_calls)
+                results.append((i, effects != own, (i, effects)))
+            hit = probes_to_compare(results)
+            with self._lock:
+                keep_lru(self._probe_cache, key, hit, max(1, self.config.cache_turns))
+        return hit
+
+    def unverifiable(self, turn: Turn) -> str:
+        """Why no candidate can be verified at this turn ("" when it can): in a world whose
+        actions are programs (`perturb`), no probe changes the expert's effects. Profiling
+        records it per turn; `pivotrl.select` never keeps such a turn."""
+        if not turn.expected.tool_calls or not self.config.same_action:
+            return ""
+        try:
+            if not callable(getattr(self._world(turn, None), "perturb", None)):
+                return ""
+            return "" if self._kept_probes(turn) else UNVERIFIABLE
+        except BROKEN_ENVIRONMENT:
+            raise
+        except Exception:  # noqa: BLE001  (a world that cannot be rebuilt: every sample says so)
+            return ""
 
     def _expert(self, turn: Turn) -> tuple[str, list[str]] | str:
         """The expert's (snapshot, observations), or a reason string when it cannot be had."""
