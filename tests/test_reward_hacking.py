@@ -235,7 +235,7 @@ def test_command_that_only_prints_the_expected_output_scores_0(expert, cand):
     t = turn(calls(call("run", command=expert)), world="terminal",
              world_config={"workspace": WORKSPACE})
     assert state.score(t, calls(call("run", command=cand))).reward == 0.0
-    same = {"grep -c apple notes.txt": "grep apple notes.txt | wc -l",
+    same = {"grep -c apple notes.txt": "grep --count -e apple ./notes.txt",
             "head -2 notes.txt": "sed -n 1,2p notes.txt",
             "sort -u notes.txt > out.txt": "sort notes.txt | uniq > out.txt", "ls": "ls -1"}
     assert state.score(t, calls(call("run", command=same[expert]))).reward == 1.0

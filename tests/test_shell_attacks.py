@@ -155,7 +155,9 @@ def world_turn(cmd: str) -> Turn:
 
 
 @pytest.mark.parametrize("expert,cand,want", [
-    ("grep -c ERROR app.log", "grep ERROR app.log | wc -l", 1.0),
+    # not `grep ERROR app.log | wc -l`: the world shows `[exit 1]` after grep's count of 0, so a
+    # probe that leaves no ERROR line tells the two apart (rightly: the agent sees another text)
+    ("grep -c ERROR app.log", "grep --count -e ERROR ./app.log", 1.0),
     ("grep -c ERROR app.log", "echo 2", 0.0),
     ("grep -c ERROR app.log", "grep -c E app.log", 0.0),
     ("ls", "printf 'app.log\\nconf.ini\\ndata.csv\\nnames.txt\\n'", 0.0),
@@ -171,7 +173,7 @@ def test_state_verifier_threads_score_what_one_thread_scores():
     """score_batch in threads, with fewer cached worlds than turns (forks race evictions): the
     same scores, in order, as one thread."""
     experts = ["grep -c ERROR app.log", "head -n 3 data.csv > out.txt", "sort -u names.txt", "ls"]
-    cands = ["grep ERROR app.log | wc -l", "echo 2", "head -3 data.csv > out.txt",
+    cands = ["grep --count -e ERROR ./app.log", "echo 2", "head -3 data.csv > out.txt",
              "head -n 2 data.csv > out.txt", "sort names.txt | uniq", "sort names.txt", "ls -1",
              "printf 'app.log\\n'"]
     turns = [world_turn(e) for e in experts for _ in cands]
