@@ -3,7 +3,10 @@ A fresh model per depth trained on the first turns of a variants build's pretrai
 call's name the target), then scored greedily on 200 held-out variant first turns and on the
 worlds' own first turns (names it never saw); prints one JSON line per depth.
 
-    python3 scripts/probe_name_copy.py BUILD_DIR STEPS LAYERS   # e.g. runs/b 600 2,4
+    python3 scripts/probe_name_copy.py BUILD_DIR STEPS LAYERS [CONFIG]   # e.g. runs/b 600 2,4
+
+With CONFIG, a BUILD_DIR without pretraining data gets it first (the build's data and tokenizer
+steps only, no base), so a candidate's names can be probed before its build.
 """
 import json, sys, time
 from pathlib import Path
@@ -17,6 +20,11 @@ from pivotrl_testbed.testbed.tiny import TinyModelConfig, build_model
 from transformers import AutoTokenizer
 
 build, steps, layers = Path(sys.argv[1]), int(sys.argv[2]), [int(x) for x in sys.argv[3].split(",")]
+if len(sys.argv) > 4 and not (build / "base" / "tokenizer.json").exists():
+    from pivotrl_testbed.testbed.build import load_config, train_tokenizer, write_data
+    cfg = load_config(sys.argv[4])
+    expert, weak, _, ood_train = write_data(build, cfg, lambda m: print(m, file=sys.stderr))
+    train_tokenizer(cfg, expert, weak, ood_train).save_pretrained(build / "base")
 tok = AutoTokenizer.from_pretrained(str(build / "base"))
 
 def first_turn(t):

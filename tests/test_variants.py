@@ -18,17 +18,18 @@ def _names(traj):
     return called, keys
 
 
+@pytest.mark.parametrize("names", ["pools", "open"])
 @pytest.mark.parametrize("world", ["toolshop", "terminal"])
-def test_a_translated_trajectory_keeps_nothing_of_the_world(world):
+def test_a_translated_trajectory_keeps_nothing_of_the_world(world, names):
     mod = world_module(world)
     own_tools = {t["function"]["name"] for t in mod.TOOLS}
     own_keys = {k for t in mod.TOOLS for k in t["function"]["parameters"]["properties"]}
     trajs = [run_expert(t, 1, WEAK) for t in make_tasks(world, "train", 12, 100_000)]
-    out = translate_all(trajs, world, 3)
+    out = translate_all(trajs, world, 3, names=names)
     assert in_domain_examples(world, trajs) == len(trajs)
     assert in_domain_examples(world, out) == 0
     for before, after in zip(trajs, out):
-        v = make_variant(world, after.metadata["variant"])
+        v = make_variant(world, after.metadata["variant"], names=names)
         called, keys = _names(after)
         assert not called & own_tools and not keys & own_keys
         assert called <= set(v.tools.values()) and keys <= set(v.keys.values())
@@ -70,3 +71,16 @@ def test_variants_differ_and_are_deterministic():
 def test_the_variants_field_leaves_the_default_hash_alone():
     assert TestbedConfig(variants=0).digest() == TestbedConfig().digest()
     assert TestbedConfig(variants=8).digest() != TestbedConfig().digest()
+
+
+def test_open_names_are_not_memorisable_and_never_the_worlds_own():
+    """2,000 open variants: almost every name new, none a world's or a pool's name."""
+    own = {n for w in ("toolshop", "terminal") for t in world_module(w).TOOLS
+           for n in [t["function"]["name"], *t["function"]["parameters"]["properties"]]}
+    names = [n for i in range(2000) for v in [make_variant("toolshop", i, names="open")]
+             for n in [*v.tools.values(), *v.keys.values()]]
+    assert not own & set(names)
+    # pools give 69 names in all; here a name recurs ~1.4 times, each time for a random tool
+    assert len(set(names)) > 0.6 * len(names)
+    with pytest.raises(ValueError, match="unknown name space"):
+        make_variant("toolshop", 0, names="letters")

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -42,7 +42,7 @@ SKILL_K = 8
 SKILL_MAX_NEW_TOKENS = 64
 
 
-_HASHED_WHEN_SET = ("variants", "variant_seed")
+_HASHED_WHEN_SET = ("variants", "variant_seed", "variant_names")
 
 
 class TestbedConfig(BaseModel):
@@ -86,6 +86,10 @@ class TestbedConfig(BaseModel):
                           "round robin, and the tokenizer is trained on the pretraining text "
                           "only: the base meets the worlds only through the demo's data.")
     variant_seed: int = Field(0, description="Seed of the variants' names (variants > 0).")
+    variant_names: Literal["pools", "open"] = Field(
+        "pools", description="Where the variants' names come from (testbed/variants.py): small "
+        "synonym pools (the 2-layer base memorised them and never wrote an offered name it had "
+        "not seen, docs/RESULTS.md) or an open space of word compositions too large to memorise.")
     weak_task_start: int = Field(100_000, description="First task index of the weak expert's tasks "
                                                       "(disjoint from the expert's train tasks).")
     vocab_size: int = Field(2048, description="Tokenizer vocabulary (the testbed text saturates ~2k).")
@@ -178,7 +182,7 @@ def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tup
         weak[w] = _trajectories(w, "train", cfg.n_weak, cfg.weak_seed, weak_cfg,
                                 cfg.weak_task_start, cfg.workers)
         if cfg.variants:
-            weak[w] = translate_all(weak[w], w, cfg.variants, cfg.variant_seed)
+            weak[w] = translate_all(weak[w], w, cfg.variants, cfg.variant_seed, cfg.variant_names)
         write_atomic(out / "pretrain" / f"{w}.jsonl", weak[w])
     ood_counts = ood.write_ood(out / "ood", cfg.ood_train, cfg.ood_eval, seed=0,
                                families=cfg.ood_families)

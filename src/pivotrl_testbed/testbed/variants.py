@@ -9,8 +9,15 @@ the tool-call format, but not toolshop's or terminal's own names and conventions
 only read from the tool list or learn from the demo's trajectories, as the paper's general base
 meets a new agentic domain.
 
-A variant is a consistent renaming, drawn from fixed pools that never hold the world's own
-names, so no variant is the world itself. A trajectory of the world is translated into a
+A variant is a consistent renaming that never uses the world's own names, so no variant is the
+world itself. Its names come from one of two spaces (`NAME_SPACES`):
+- `pools`: each name drawn from a small synonym pool per tool or key (`TOOL_POOLS`,
+  `KEY_POOLS`). A 2-layer base memorises the pools and writes a pool name whatever the list
+  offers (docs/RESULTS.md, "Candidates": 0 % offered names on the worlds' own turns);
+- `open`: each name a fresh composition of two or three words from `OPEN_WORDS` (161 words:
+  25,760 ordered pairs and 4.1M triples, for ~20k names in a 2,000-trajectory mix), so no
+  name can be memorised and only
+  reading the tool list (the descriptions stay the world's) lowers the loss on names. A trajectory of the world is translated into a
 variant's trajectory message by message: the calls' names and argument keys, the keys of JSON
 observations, the system prompt and the tool list. The world's mechanics are untouched, so the
 translation is exactly what the variant world would have produced (`translate` is a bijection
@@ -70,6 +77,23 @@ KEY_POOLS: dict[str, dict[str, list[str]]] = {
     },
     "terminal": {"command": ["cmd", "script", "line", "input", "code", "shell_command"]},
 }
+# The open space's words: shop, file and generic programming vocabulary, so the worlds' own
+# names are compositions of words the base has seen in names (as a general base has), never the
+# compositions themselves (`_open_name` rejects them).
+OPEN_WORDS = sorted(set("""
+find get list read fetch show lookup search locate query load make create add new set update
+change edit modify move cancel void abort drop revoke return refund send ship buy order place
+put post run exec execute call start open close check view count scan pick take give hold
+customer client user member buyer account person shopper owner profile contact email mail
+address city town place location region zip street order purchase basket cart item product
+article goods stock sku unit qty quantity amount number count total price cost status state
+stage kind reason cause note why id ref key code token name title label tag text line entry
+record row field value data info details summary report history log file folder path dir
+command cmd script shell bash terminal prompt input output job task step action request
+query filter mode type flag option level group batch page list set map table store shop
+market catalog inventory invoice receipt payment wallet card bill delivery parcel package
+""".split()))
+NAME_SPACES = ("pools", "open")
 JSON_OBSERVATIONS = {"toolshop"}  # worlds whose observations are JSON with named keys
 SYSTEM_PROMPTS: dict[str, list[str]] = {
     "toolshop": [
@@ -110,17 +134,39 @@ class Variant:
         return self.keys.get(key, key)
 
 
-def make_variant(world: str, index: int, seed: int = 0) -> Variant:
-    """The `index`-th variant of `world` (deterministic in world, index and seed): each name
-    drawn from its pool, distinct names within the variant."""
+def _own_names(world: str) -> set[str]:
+    own = set(TOOL_POOLS[world]) | set(KEY_POOLS[world])
+    return own | {n for w in TOOL_POOLS for n in TOOL_POOLS[w]} | {k for w in KEY_POOLS for k in KEY_POOLS[w]}
+
+
+def _open_name(rng: random.Random, taken: set[str]) -> str:
+    """Two words (a third one time in four), none of the worlds' or pools' names, not `taken`."""
+    while True:
+        words = rng.sample(OPEN_WORDS, 3 if rng.random() < 0.25 else 2)
+        name = "_".join(words)
+        if name not in taken:
+            return name
+
+
+def make_variant(world: str, index: int, seed: int = 0, names: str = "pools") -> Variant:
+    """The `index`-th variant of `world` (deterministic in world, index, seed and name space):
+    distinct names within the variant, none of them the world's own."""
     if world not in TOOL_POOLS:
         raise KeyError(f"no variants for world {world!r}; known: {', '.join(TOOL_POOLS)}")
-    rng = random.Random(stable_int("variant", world, index, seed))
-    tools = {old: rng.choice(pool) for old, pool in TOOL_POOLS[world].items()}
-    keys = {old: rng.choice(pool) for old, pool in KEY_POOLS[world].items()}
-    for names in (tools, keys):  # pools of different entries may share a word; keep names apart
-        if len(set(names.values())) != len(names):
-            return make_variant(world, index, seed + 1000)
+    if names not in NAME_SPACES:
+        raise ValueError(f"unknown name space {names!r}; known: {', '.join(NAME_SPACES)}")
+    rng = random.Random(stable_int("variant", world, index, seed, *([names] if names != "pools" else [])))
+    if names == "open":
+        taken = _own_names(world)
+        tools = {old: _open_name(rng, taken) for old in TOOL_POOLS[world]}
+        taken |= set(tools.values())
+        keys = {old: _open_name(rng, taken) for old in KEY_POOLS[world]}
+    else:
+        tools = {old: rng.choice(pool) for old, pool in TOOL_POOLS[world].items()}
+        keys = {old: rng.choice(pool) for old, pool in KEY_POOLS[world].items()}
+    for named in (tools, keys):  # pools of different entries may share a word; keep names apart
+        if len(set(named.values())) != len(named):
+            return make_variant(world, index, seed + 1000, names)
     system = rng.choice(SYSTEM_PROMPTS[world]).format(tool=next(iter(tools.values())))
     return Variant(world, index, tools, keys, system, name=f"{world}~{index}")
 
@@ -193,7 +239,8 @@ def translate(traj: Trajectory, v: Variant) -> Trajectory:
         "metadata": {**traj.metadata, "variant": v.index}})
 
 
-def translate_all(trajs: list[Trajectory], world: str, n_variants: int, seed: int = 0) -> list[Trajectory]:
+def translate_all(trajs: list[Trajectory], world: str, n_variants: int, seed: int = 0,
+                  names: str = "pools") -> list[Trajectory]:
     """Trajectory i in variant i mod `n_variants` (round robin: every variant gets its share)."""
-    variants = [make_variant(world, i, seed) for i in range(n_variants)]
+    variants = [make_variant(world, i, seed, names) for i in range(n_variants)]
     return [translate(t, variants[i % n_variants]) for i, t in enumerate(trajs)]
