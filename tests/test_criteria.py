@@ -13,6 +13,7 @@ def _rows(method, world, measure, rate, *, step=0, seed=0, n=40, decoding="greed
 
 BUILD = {"config": {"worlds": ["toolshop", "terminal"]},
          "pretrain_in_domain": {"toolshop": 0, "terminal": 0},
+         "pretrain_world_lists": {"toolshop": 0, "terminal": 0},
          "base": {"by_position": {
              "toolshop": {"0": {"turns": 100, "q": 0.6}, "1": {"turns": 100, "q": 0.2},
                           "5": {"turns": 12, "q": 0.0}},
@@ -34,7 +35,8 @@ def items(sft_terminal=0.5, base_ood=0.95, base_episodes=0.3):
 def test_every_criterion_met_and_what_each_read():
     got = check(BUILD, items(), {0: 20})
     assert {k: v["verdict"] for k, v in got.items()} == {
-        "1_in_domain_only_through_demo_data": "met", "2_learning_is_possible": "met",
+        "1_in_domain_only_through_demo_data": "met", "1b_world_met_only_through_demo_data": "met",
+        "2_learning_is_possible": "met",
         "3_pivots_exist_everywhere": "met", "4_episodes_neither_solved_nor_hopeless": "met",
         "5_ood_is_there_to_lose": "met", "6_agentic_ood_can_move": "open",
         "7_default_demo_within_20_min": "open"}
@@ -53,6 +55,8 @@ def test_each_criterion_can_fail():
         "toolshop": {}, "terminal": {"2": 0.05}}
     seen = {**BUILD, "pretrain_in_domain": {"toolshop": 2000, "terminal": 0}}
     assert check(seen, items(), {0: 20})["1_in_domain_only_through_demo_data"]["verdict"] == "not met"
+    listed = {**BUILD, "pretrain_world_lists": {"toolshop": 0, "terminal": 3}}
+    assert check(listed, items(), {0: 20})["1b_world_met_only_through_demo_data"]["verdict"] == "not met"
     # no SFT checkpoint, no build record: open, not met
     assert check(BUILD, items(), None)["2_learning_is_possible"]["verdict"] == "open"
     assert check({"config": BUILD["config"]}, items(), {0: 20})[

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pivotrl_testbed.testbed.build import TestbedConfig, in_domain_examples
+from pivotrl_testbed.testbed.build import TestbedConfig, in_domain_examples, world_list_examples
 from pivotrl_testbed.testbed.experts import ExpertConfig, run_expert
 from pivotrl_testbed.testbed.tasks import make_tasks, world_module
 from pivotrl_testbed.testbed.variants import make_variant, translate, translate_all
@@ -84,3 +84,18 @@ def test_open_names_are_not_memorisable_and_never_the_worlds_own():
     assert len(set(names)) > 0.6 * len(names)
     with pytest.raises(ValueError, match="unknown name space"):
         make_variant("toolshop", 0, names="letters")
+
+
+@pytest.mark.parametrize("world", ["toolshop", "terminal"])
+def test_shared_names_meet_the_worlds_names_but_never_the_world(world):
+    """`shared`: the world's own names occur, each in other worlds; its tool list and system
+    prompt never do (criterion 1b), while the world's own trajectories hold them (the count can
+    fail)."""
+    trajs = [run_expert(t, 1, WEAK) for t in make_tasks(world, "train", 12, 100_000)]
+    assert world_list_examples(world, trajs) == len(trajs)
+    out = translate_all(trajs * 50, world, 600, names="shared")
+    assert world_list_examples(world, out) == 0
+    assert in_domain_examples(world, out) > 0 if world == "toolshop" else True
+    own = {t["function"]["name"] for t in world_module(world).TOOLS}
+    seen = {t["function"]["name"] for traj in out for t in traj.tools}
+    assert own <= seen

@@ -86,10 +86,12 @@ class TestbedConfig(BaseModel):
                           "round robin, and the tokenizer is trained on the pretraining text "
                           "only: the base meets the worlds only through the demo's data.")
     variant_seed: int = Field(0, description="Seed of the variants' names (variants > 0).")
-    variant_names: Literal["pools", "open"] = Field(
+    variant_names: Literal["pools", "open", "shared"] = Field(
         "pools", description="Where the variants' names come from (testbed/variants.py): small "
-        "synonym pools (the 2-layer base memorised them and never wrote an offered name it had "
-        "not seen, docs/RESULTS.md) or an open space of word compositions too large to memorise.")
+        "synonym pools without the world's names (the 2-layer base memorised them and never "
+        "wrote an offered name it had not seen, docs/RESULTS.md), an open space of word "
+        "compositions too large to memorise (no copying learnt either), or the pools with the "
+        "world's own names added, never the world's whole tool list or system prompt.")
     weak_task_start: int = Field(100_000, description="First task index of the weak expert's tasks "
                                                       "(disjoint from the expert's train tasks).")
     vocab_size: int = Field(2048, description="Tokenizer vocabulary (the testbed text saturates ~2k).")
@@ -288,6 +290,7 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
         "weak_success": {w: sum(t.metadata.get("success", False) for t in v) / max(1, len(v))
                          for w, v in weak.items()},
         "pretrain_in_domain": {w: in_domain_examples(w, v) for w, v in weak.items()},
+        "pretrain_world_lists": {w: world_list_examples(w, v) for w, v in weak.items()},
         "pretrain": stats,
         "base_source": "pretrained" if ship is None else f"shipped (build hash {ship['config_hash']})",
     }
@@ -346,6 +349,24 @@ def in_domain_examples(world: str, trajectories: list) -> int:
     mod = world_module(world)
     names = {t["function"]["name"] for t in mod.TOOLS}
     return sum(bool(names & {t["function"]["name"] for t in traj.tools or []})
+               or any(m.role == "system" and m.content == mod.SYSTEM_PROMPT for m in traj.messages)
+               for traj in trajectories)
+
+
+def world_list_examples(world: str, trajectories: list) -> int:
+    """How many pretraining trajectories hold `world`'s whole tool list (every tool name and
+    argument key the world has) or its system prompt: 0 when the base never met the world as
+    such, though it may have met some of its names elsewhere (`variant_names: shared`)."""
+    from pivotrl_testbed.testbed.tasks import world_module
+
+    mod = world_module(world)
+    own = {(t["function"]["name"], k) for t in mod.TOOLS for k in t["function"]["parameters"]["properties"]}
+
+    def listed(traj) -> set:
+        return {(t["function"]["name"], k) for t in traj.tools or []
+                for k in t["function"].get("parameters", {}).get("properties", {})}
+
+    return sum(own <= listed(traj)
                or any(m.role == "system" and m.content == mod.SYSTEM_PROMPT for m in traj.messages)
                for traj in trajectories)
 

@@ -52,6 +52,11 @@ def check(build: dict[str, Any], items: Sequence[dict[str, Any]],
         "pretraining_examples_with_world_names": seen,
         "verdict": _verdict(None if seen is None else all(v == 0 for v in seen.values()))}
 
+    lists = build.get("pretrain_world_lists")
+    out["1b_world_met_only_through_demo_data"] = {
+        "pretraining_examples_with_world_tool_list": lists,
+        "verdict": _verdict(None if lists is None else all(v == 0 for v in lists.values()))}
+
     base = dev_rates(base_items, "base", None, "turn")
     sft = dev_rates(items, "sft", sft_steps, "turn") if sft_steps else {}
     gains = {w: (sft[w] - base[w]) if sft.get(w) is not None and base.get(w) is not None else None

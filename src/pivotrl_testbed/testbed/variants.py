@@ -9,19 +9,26 @@ the tool-call format, but not toolshop's or terminal's own names and conventions
 only read from the tool list or learn from the demo's trajectories, as the paper's general base
 meets a new agentic domain.
 
-A variant is a consistent renaming that never uses the world's own names, so no variant is the
-world itself. Its names come from one of two spaces (`NAME_SPACES`):
+A variant is a consistent renaming, never the world itself. Its names come from one of three
+spaces (`NAME_SPACES`):
 - `pools`: each name drawn from a small synonym pool per tool or key (`TOOL_POOLS`,
-  `KEY_POOLS`). A 2-layer base memorises the pools and writes a pool name whatever the list
-  offers (docs/RESULTS.md, "Candidates": 0 % offered names on the worlds' own turns);
+  `KEY_POOLS`) that never holds the world's own names. A 2-layer base memorises the pools and
+  writes a pool name whatever the list offers (docs/RESULTS.md, "Candidates": 0 % offered
+  names on the worlds' own turns);
 - `open`: each name a fresh composition of two or three words from `OPEN_WORDS` (161 words:
-  25,760 ordered pairs and 4.1M triples, for ~20k names in a 2,000-trajectory mix), so no
-  name can be memorised and only
-  reading the tool list (the descriptions stay the world's) lowers the loss on names. A trajectory of the world is translated into a
-variant's trajectory message by message: the calls' names and argument keys, the keys of JSON
-observations, the system prompt and the tool list. The world's mechanics are untouched, so the
-translation is exactly what the variant world would have produced (`translate` is a bijection
-on names: `tests/test_variants.py` checks that no trace of the world's own names is left).
+  25,760 ordered pairs and 4.1M triples, for ~20k names in a 2,000-trajectory mix), so no name
+  can be memorised and only reading the tool list (the descriptions stay the world's) lowers
+  the loss on names. The 2- and 4-layer bases did not learn to copy a name in the probes (0 %);
+- `shared`: the pools with the world's own name added to each (one choice among 5–9), but no
+  variant is the world: a variant that draws every one of the world's names is drawn again, and
+  the system prompt is never the world's. The base sees each of the world's names in other
+  worlds, as a general base has seen common tool names, but never the world's tool list.
+
+A trajectory of the world is translated into a variant's trajectory message by message: the
+calls' names and argument keys, the keys of JSON observations, the system prompt and the tool
+list. The world's mechanics are untouched, so the translation is exactly what the variant world
+would have produced (`translate` is a bijection on names: `tests/test_variants.py` checks that
+no trace of the world's own names is left under `pools` and `open`).
 """
 
 from __future__ import annotations
@@ -93,7 +100,7 @@ command cmd script shell bash terminal prompt input output job task step action 
 query filter mode type flag option level group batch page list set map table store shop
 market catalog inventory invoice receipt payment wallet card bill delivery parcel package
 """.split()))
-NAME_SPACES = ("pools", "open")
+NAME_SPACES = ("pools", "open", "shared")
 JSON_OBSERVATIONS = {"toolshop"}  # worlds whose observations are JSON with named keys
 SYSTEM_PROMPTS: dict[str, list[str]] = {
     "toolshop": [
@@ -162,8 +169,11 @@ def make_variant(world: str, index: int, seed: int = 0, names: str = "pools") ->
         taken |= set(tools.values())
         keys = {old: _open_name(rng, taken) for old in KEY_POOLS[world]}
     else:
-        tools = {old: rng.choice(pool) for old, pool in TOOL_POOLS[world].items()}
-        keys = {old: rng.choice(pool) for old, pool in KEY_POOLS[world].items()}
+        own = names == "shared"
+        tools = {old: rng.choice(pool + [old] * own) for old, pool in TOOL_POOLS[world].items()}
+        keys = {old: rng.choice(pool + [old] * own) for old, pool in KEY_POOLS[world].items()}
+        if all(new == old for new_names in (tools, keys) for old, new in new_names.items()):
+            return make_variant(world, index, seed + 1000, names)  # the world itself
     for named in (tools, keys):  # pools of different entries may share a word; keep names apart
         if len(set(named.values())) != len(named):
             return make_variant(world, index, seed + 1000, names)
