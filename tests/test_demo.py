@@ -8,7 +8,7 @@ import time
 import pytest
 
 import pivotrl_testbed.demo as demo
-from pivotrl_testbed.demo import METHODS, DemoConfig, run_demo
+from pivotrl_testbed.demo import HEADLINE_ARMS, METHODS, DemoConfig, run_demo
 from pivotrl_testbed.decoding import DecodingRule
 from pivotrl_testbed.evaluate import EvalConfig, SampledConfig
 from pivotrl_testbed.testbed.build import TestbedConfig
@@ -140,9 +140,12 @@ def test_demo_yaml_is_the_default_and_typos_are_errors(tmp_path):
         DemoConfig.from_yaml(bad)
     # --full adds the ablation arms and seeds on top of the same per-run budget (cache reuse)
     full = DemoConfig().full()
-    assert full.methods == list(METHODS) and full.seeds == list(range(6))
+    assert full.methods == list(METHODS) and full.seeds == list(range(4))
     assert (full.steps, full.learning_rates) == (DemoConfig().steps, DemoConfig().learning_rates)
-    assert full.ablation_seeds == 1
+    assert full.ablation_seeds == 3  # ablations on three seeds, as many runs as 6 + 1 seeds
+    runs = lambda c: sum(len(c.seeds) if m in HEADLINE_ARMS else min(c.ablation_seeds, len(c.seeds))
+                         for m in c.methods)
+    assert runs(full) == 6 * len(HEADLINE_ARMS) + 1 * (len(METHODS) - len(HEADLINE_ARMS))
 
 
 def test_strict_exact_is_the_raw_text_ablation():
