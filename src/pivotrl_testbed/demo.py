@@ -443,6 +443,7 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
     from pivotrl_testbed.health import flags as health_flags
     from pivotrl_testbed.report import write_report
     from pivotrl_testbed.stats import paired_halfwidth
+    from pivotrl_testbed.testbed.agentic_ood import split_kinds
     from pivotrl_testbed.testbed.build import build_testbed
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -457,8 +458,8 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
 
     log(f"3/5 the base on dev ({cfg.dev_tasks} tasks/world) and eval; planning half-widths")
     rows, items, world_cost = base_rows(out, testbed, cfg)
-    power = [p for m in ("turn", "episode", "ood")
-             if (p := paired_halfwidth(decoded(items, cfg.select_decoding), measure=m,
+    power = [p for m in ("turn", "episode", "ood", "agentic_ood")  # the two OOD kinds apart
+             if (p := paired_halfwidth(split_kinds(decoded(items, cfg.select_decoding)), measure=m,
                                        seeds=len(cfg.seeds)))]
     log_power(power, log)
     bound = schedule_bound(cfg, pivot_stats, rows)
