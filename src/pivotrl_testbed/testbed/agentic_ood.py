@@ -113,17 +113,25 @@ class Offer:
 def offers(world: str, split: str, variants: int = 0, seed: int = 0,
            names: str = "pools") -> list[Offer]:
     """What `split`'s tasks of `world` are asked under: eval, the world's own list and system
-    prompt; train, each of `variants` (`DEFAULT_VARIANTS` when 0) variants of the world with the
-    build's variant seed and name space, never the world itself."""
+    prompt; train, `variants` (`DEFAULT_VARIANTS` when 0) variants of the world with the build's
+    variant seed and name space, never the world itself. A variant whose tool names are all the
+    world's (possible in the `shared` space, where only an argument key may differ: terminal's
+    one tool keeps `run` one time in nine) is passed over for the next one, so no training task
+    offers the world's own set of tool names."""
     from pivotrl_testbed.testbed.variants import make_variant, translate_tools
 
     mod = _world(world)
     if split == "eval":
         return [Offer(world, mod.TOOLS, mod.SYSTEM_PROMPT)]
-    out = []
-    for i in range(variants or DEFAULT_VARIANTS):
+    own = {t["function"]["name"] for t in mod.TOOLS}
+    out: list[Offer] = []
+    i = 0
+    while len(out) < (variants or DEFAULT_VARIANTS):
         v = make_variant(world, i, seed, names)
-        out.append(Offer(v.name, translate_tools(mod.TOOLS, v), v.system))
+        i += 1
+        tools = translate_tools(mod.TOOLS, v)
+        if {t["function"]["name"] for t in tools} != own:
+            out.append(Offer(v.name, tools, v.system))
     return out
 
 
