@@ -305,6 +305,16 @@ def _completions(model, tokenizer, contexts: Sequence[list[Any]], tools: Sequenc
     return policy.act_batch(list(contexts), list(tools))
 
 
+def _ood_context(task: Any) -> list[Any]:
+    """A task's chat before the answer: its messages (an OODTask's: the system prompt of an
+    agentic-format task, then the user's), or its prompt as one user message (any record with
+    `prompt`)."""
+    from pivotrl.io.records import Message
+
+    messages = getattr(task, "messages", None)
+    return list(messages) if messages is not None else [Message(role="user", content=task.prompt)]
+
+
 def evaluate_ood(model, tokenizer, tasks: Sequence[Any], batch_size: int = 64,
                  items: list[dict[str, Any]] | None = None,
                  sampled: "SampledConfig | None" = None) -> dict[str, Any]:
@@ -319,8 +329,9 @@ def evaluate_ood(model, tokenizer, tasks: Sequence[Any], batch_size: int = 64,
     max_new = max(8, max(len(tokenizer(t.answer)["input_ids"]) for t in tasks) + 4) if tasks else 8
     repeated = [t for t in tasks for _ in range(k)]  # a task's samples side by side
     temperature, seed = (sampled.temperature, sampled.seed) if sampled else (0.0, 0)
-    answers = _completions(model, tokenizer, [t.messages for t in repeated],
-                           [t.tools or [] for t in repeated], max_new, batch_size, temperature, seed)
+    answers = _completions(model, tokenizer, [_ood_context(t) for t in repeated],
+                           [getattr(t, "tools", None) or [] for t in repeated], max_new,
+                           batch_size, temperature, seed)
     hits = item_means([float(score(t, a)) for t, a in zip(repeated, answers)], k)
     by_family: dict[str, list[float]] = {}
     for task, hit in zip(tasks, hits):
@@ -500,6 +511,6 @@ def ood_texts(tokenizer, tasks: Sequence[Any]) -> list[str]:
     from pivotrl.io.records import Message
 
     return [tokenizer.apply_chat_template(
-        template_messages(t.messages + [Message(role="assistant", content=t.answer)]),
-        tools=t.tools or None, tokenize=False)
+        template_messages(_ood_context(t) + [Message(role="assistant", content=t.answer)]),
+        tools=getattr(t, "tools", None) or None, tokenize=False)
         for t in tasks]
