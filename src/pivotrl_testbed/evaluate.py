@@ -283,36 +283,20 @@ def evaluate_bfcl(model, tokenizer, path: str | Path, cfg: EvalConfig,
 # ---------------------------------------------------------------- OOD
 
 
-def ood_answers(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 16,
-                batch_size: int = 64, temperature: float = 0.0, seed: int = 0) -> list[str]:
-    """Answers to single-turn user prompts (no tools), with the model's chat template: greedy, or
-    sampled at `temperature` (the i-th prompt with seed derive_seed(seed, 0, i), ModelPolicy's)."""
+def ood_answers(model, tokenizer, prompts: Sequence[Any], max_new_tokens: int = 16,
+                batch_size: int = 64, temperature: float = 0.0, seed: int = 0,
+                tools: Sequence[list[dict[str, Any]]] | None = None) -> list[str]:
+    """Answers to single-turn prompts with the model's chat template, through ModelPolicy (the
+    worlds' own prompting): a prompt is a user message's text or a list of messages, each with
+    its tool list in `tools` (none by default). Greedy, or sampled at `temperature` (the i-th
+    prompt with seed derive_seed(seed, 0, i), ModelPolicy's)."""
     from pivotrl.io.records import Message
-
-    return _completions(model, tokenizer, [[Message(role="user", content=p)] for p in prompts],
-                        [[] for _ in prompts], max_new_tokens, batch_size, temperature, seed)
-
-
-def _completions(model, tokenizer, contexts: Sequence[list[Any]], tools: Sequence[list[dict]],
-                 max_new_tokens: int, batch_size: int, temperature: float = 0.0,
-                 seed: int = 0) -> list[str]:
-    """Completions of chat contexts, each with its tool list, through ModelPolicy: the chat
-    template and decoding the worlds' episodes use."""
     from pivotrl_testbed.episodes import ModelPolicy
 
     policy = ModelPolicy(model, tokenizer, max_new_tokens=max_new_tokens, batch_size=batch_size,
                          temperature=temperature, seed=seed)
-    return policy.act_batch(list(contexts), list(tools))
-
-
-def _ood_context(task: Any) -> list[Any]:
-    """A task's chat before the answer: its messages (an OODTask's: the system prompt of an
-    agentic-format task, then the user's), or its prompt as one user message (any record with
-    `prompt`)."""
-    from pivotrl.io.records import Message
-
-    messages = getattr(task, "messages", None)
-    return list(messages) if messages is not None else [Message(role="user", content=task.prompt)]
+    return policy.act_batch([[Message(role="user", content=p)] if isinstance(p, str) else list(p)
+                             for p in prompts], list(tools or [[] for _ in prompts]))
 
 
 def evaluate_ood(model, tokenizer, tasks: Sequence[Any], batch_size: int = 64,
@@ -329,9 +313,9 @@ def evaluate_ood(model, tokenizer, tasks: Sequence[Any], batch_size: int = 64,
     max_new = max(8, max(len(tokenizer(t.answer)["input_ids"]) for t in tasks) + 4) if tasks else 8
     repeated = [t for t in tasks for _ in range(k)]  # a task's samples side by side
     temperature, seed = (sampled.temperature, sampled.seed) if sampled else (0.0, 0)
-    answers = _completions(model, tokenizer, [_ood_context(t) for t in repeated],
-                           [getattr(t, "tools", None) or [] for t in repeated], max_new,
-                           batch_size, temperature, seed)
+    answers = ood_answers(model, tokenizer, [getattr(t, "messages", None) or t.prompt for t in repeated],
+                          max_new, batch_size, temperature, seed,
+                          [getattr(t, "tools", None) or [] for t in repeated])
     hits = item_means([float(score(t, a)) for t, a in zip(repeated, answers)], k)
     by_family: dict[str, list[float]] = {}
     for task, hit in zip(tasks, hits):
@@ -511,6 +495,7 @@ def ood_texts(tokenizer, tasks: Sequence[Any]) -> list[str]:
     from pivotrl.io.records import Message
 
     return [tokenizer.apply_chat_template(
-        template_messages(_ood_context(t) + [Message(role="assistant", content=t.answer)]),
+        template_messages(list(getattr(t, "messages", None) or [Message(role="user", content=t.prompt)])
+                          + [Message(role="assistant", content=t.answer)]),
         tools=getattr(t, "tools", None) or None, tokenize=False)
         for t in tasks]
