@@ -284,9 +284,11 @@ def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: 
     into `rows` in place. Returns the item rows scored here."""
     from pivotrl_testbed.frontier import matched_sides
     from pivotrl_testbed.report import chosen_sides
+    from pivotrl_testbed.testbed.agentic_ood import split_kinds
 
     chosen = chosen_sides(items, cfg.select_on, cfg.seeds, cfg.select_decoding)
-    targets = eval_targets(chosen, jobs, matched_sides(items, rows, cfg.frontier_config()))
+    # The report's frontier reads the non-agentic OOD families only: match on the same rows.
+    targets = eval_targets(chosen, jobs, matched_sides(split_kinds(items), rows, cfg.frontier_config()))
     grid = [(job, job.world, step) for job, step in eval_targets(chosen, jobs)]
     grid += [(None, w, 0) for w in cfg.worlds]
     log(f"  the eval split at the {len(targets)} dev-chosen and frontier-matched checkpoints; "
