@@ -119,10 +119,10 @@ def results_section(results: dict[str, Any]) -> list[str]:
     worlds = sorted({w for v in results["methods"].values() for w in v.get("in_domain", {})})
     fams = plain + agentic
     heads = [f"OOD {f}" for f in plain] + [f"agentic-format OOD {f}" for f in agentic]
-    kinds = ("per non-agentic OOD family and per agentic-format OOD family (the worlds' system "
+    kinds = (", per non-agentic OOD family and per agentic-format OOD family (the worlds' system "
              "prompt and tools offered; the right answer is plain text)" if agentic
-             else "per OOD family")
-    L += ["", f"Per world (episode success / turn accuracy) and {kinds}, same checkpoints:", "",
+             else " and per OOD family")
+    L += ["", f"Per world (episode success / turn accuracy){kinds}, same checkpoints:", "",
           "| method | " + " | ".join(worlds + heads) + " |",
           "|---|" + "---|" * (len(worlds) + len(fams))]
     for m, v in results["methods"].items():
