@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pivotrl_testbed.testbed.criteria import check
+from pivotrl_testbed.testbed.criteria import AGENTIC_OOD_FLOOR, check
 
 
 def _rows(method, world, measure, rate, *, step=0, seed=0, n=40, decoding="greedy", prefix="t"):
@@ -20,12 +20,15 @@ BUILD = {"config": {"worlds": ["toolshop", "terminal"]},
              "terminal": {"0": {"turns": 100, "q": 0.3}}}}}
 
 
-def items(sft_terminal=0.5, base_ood=0.95, base_episodes=0.3):
+def items(sft_terminal=0.5, base_ood=0.95, base_episodes=0.3, agentic=None):
+    """`agentic`: {family: the base's dev rate} of agentic-format OOD rows (none by default)."""
     out = []
     for w in ("toolshop", "terminal"):
         for seed in (0, 1):  # the base repeated under every seed: read once
             out += _rows("base", w, "turn", 0.4, seed=seed) + _rows("base", w, "episode", base_episodes, seed=seed)
             out += _rows("base", w, "ood", base_ood, seed=seed, prefix="next")
+            for fam, rate in (agentic or {}).items():  # ids as agentic_ood writes them
+                out += _rows("base", w, "ood", rate, seed=seed, prefix=f"{fam}-{w}-0")
         out += _rows("sft", w, "turn", 0.5 if w == "toolshop" else sft_terminal, step=20)
         out += _rows("sft", w, "turn", 0.9, step=30)  # not the chosen checkpoint: never read
         out += _rows("sft", w, "turn", 0.9, step=20, decoding="sampled")  # not greedy: never read
@@ -61,3 +64,21 @@ def test_each_criterion_can_fail():
     assert check(BUILD, items(), None)["2_learning_is_possible"]["verdict"] == "open"
     assert check({"config": BUILD["config"]}, items(), {0: 20})[
         "1_in_domain_only_through_demo_data"]["verdict"] == "open"
+
+
+def test_agentic_ood_criterion_is_computed_and_apart_from_criterion_5():
+    both = {"plain_with_tools": 0.7, "no_tool_fits": 0.65}
+    got = check(BUILD, items(agentic=both), {0: 20})
+    assert got["6_agentic_ood_can_move"]["verdict"] == "met"
+    assert got["6_agentic_ood_can_move"]["base"] == {"no_tool_fits": 0.65, "plain_with_tools": 0.7}
+    assert got["6_agentic_ood_can_move"]["floor"] == AGENTIC_OOD_FLOOR == 0.6
+    # criterion 5 reads the non-agentic families only: agentic rows below its 0.9 floor leave it met
+    assert got["5_ood_is_there_to_lose"] == {"base": {"next": 0.95}, "verdict": "met"}
+    low = check(BUILD, items(agentic={**both, "no_tool_fits": 0.55}), {0: 20})
+    assert low["6_agentic_ood_can_move"]["verdict"] == "not met"
+    assert low["5_ood_is_there_to_lose"]["verdict"] == "met"
+    # the non-agentic floor failing leaves criterion 6 to its own rows
+    mixed = check(BUILD, items(base_ood=0.5, agentic=both), {0: 20})
+    assert [mixed[k]["verdict"] for k in ("5_ood_is_there_to_lose", "6_agentic_ood_can_move")] == [
+        "not met", "met"]
+    assert check(BUILD, items(), {0: 20})["6_agentic_ood_can_move"]["verdict"] == "open"

@@ -166,3 +166,49 @@ def test_plots_label_their_split_tick_the_compute_axis_and_bar_the_frontier(tmp_
     first = saved["frontier.png"].axes[0]
     bars = [c for c in first.containers if isinstance(c, ErrorbarContainer)]
     assert bars and "95% interval over seeds" in first.get_title()
+
+
+def with_agentic(rows, items, rates):
+    """Agentic-format OOD rows added to `make`'s: {method: rate} of family no_tool_fits, on both
+    splits, in the rows' per-family rates and as item rows (ids as agentic_ood writes them)."""
+    rows = [{**r, "ood": {**r["ood"], "no_tool_fits": {"accuracy": rates[r["method"]], "ci95": [0, 1], "n": N}},
+             "dev": {**r["dev"], "ood": {**r["dev"]["ood"], "no_tool_fits": {
+                 "accuracy": rates[r["method"]], "ci95": [0, 1], "n": N}}}} for r in rows]
+    extra = [{**r, "item": f"no_tool_fits-toolshop-0-{r['item']}",
+              "outcome": outcomes(rates[r["method"]])[r["item"]]}
+             for r in items if r["measure"] == "ood"]
+    return rows, items + extra
+
+
+def test_agentic_format_ood_is_reported_apart(tmp_path):
+    """SFT keeps the non-agentic OOD (0.9 = the base's) but forgets the agentic-format one (0.8 →
+    0.3): each kind has its own verdicts, columns and per-family cells, and neither is pooled
+    into the other."""
+    rows, items = make({"base": {(0.0, 0): (0.3, 0.3, 0.9)}, "sft": {(1e-4, 10): (0.5, 0.5, 0.9)},
+                        "pivotrl": {(1e-4, 10): (0.6, 0.6, 0.9)}})
+    rows, items = with_agentic(rows, items, {"base": 0.8, "sft": 0.3, "pivotrl": 0.8})
+    res = report(tmp_path, rows, items)
+    by = {(v["a"]["method"], v["b"]["method"], v["measure"]): v for v in res["verdicts"]
+          if v["decoding"] == "greedy"}
+    assert by[("sft", "base", "ood")]["diff"] == 0.0 and by[("sft", "base", "ood")]["pairs"] == N
+    assert by[("sft", "base", "agentic_ood")]["diff"] == pytest.approx(0.3 - 0.8)
+    assert by[("sft", "base", "agentic_ood")]["verdict"] == "not met"  # it forgot
+    assert by[("pivotrl", "sft", "agentic_ood")]["verdict"] == "met"
+    assert by[("sft", "base", "agentic_ood")]["pairs"] == N
+    assert res["methods"]["sft"]["checkpoints"][0]["ood"] == 0.9  # the curve: non-agentic only
+    md = (tmp_path / "report.md").read_text()
+    assert "| non-agentic OOD | agentic-format OOD |" in md
+    assert "| OOD next | agentic-format OOD no_tool_fits |" in md
+    assert "| 0.900 | 0.300 |" in md  # SFT's two kinds, side by side
+    assert "| SFT's agentic-format OOD accuracy vs the base's (not met = it forgot) | " \
+           "agentic-format OOD accuracy (greedy) |" in md
+    assert "| SFT's OOD accuracy vs the base's (paper: −9.83; not met = it forgot) | " \
+           "non-agentic OOD accuracy (greedy) |" in md
+
+
+def test_without_agentic_rows_nothing_agentic_is_reported(tmp_path):
+    rows, items = make({"base": {(0.0, 0): (0.3, 0.3, 0.9)}, "sft": {(1e-4, 10): (0.5, 0.5, 0.6)}})
+    res = report(tmp_path, rows, items)
+    assert {v["measure"] for v in res["verdicts"]} == {"turn", "ood"}  # sft vs base only
+    md = (tmp_path / "report.md").read_text()
+    assert "agentic-format" not in md and "| non-agentic OOD | KL to base (OOD) |" in md

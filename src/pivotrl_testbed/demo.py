@@ -285,9 +285,11 @@ def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: 
     into `rows` in place. Returns the item rows scored here."""
     from pivotrl_testbed.frontier import matched_sides
     from pivotrl_testbed.report import chosen_sides
+    from pivotrl_testbed.testbed.agentic_ood import split_kinds
 
     chosen = chosen_sides(items, cfg.select_on, cfg.seeds, cfg.select_decoding)
-    targets = eval_targets(chosen, jobs, matched_sides(items, rows, cfg.frontier_config()))
+    # The report's frontier reads the non-agentic OOD families only: match on the same rows.
+    targets = eval_targets(chosen, jobs, matched_sides(split_kinds(items), rows, cfg.frontier_config()))
     grid = [(job, job.world, step) for job, step in eval_targets(chosen, jobs)]
     grid += [(None, w, 0) for w in cfg.worlds]
     log(f"  the eval split at the {len(targets)} dev-chosen and frontier-matched checkpoints; "
@@ -444,6 +446,7 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
     from pivotrl_testbed.health import flags as health_flags
     from pivotrl_testbed.report import write_report
     from pivotrl_testbed.stats import paired_halfwidth
+    from pivotrl_testbed.testbed.agentic_ood import split_kinds
     from pivotrl_testbed.testbed.build import build_testbed
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -458,8 +461,8 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
 
     log(f"3/5 the base on dev ({cfg.dev_tasks} tasks/world) and eval; planning half-widths")
     rows, items, world_cost = base_rows(out, testbed, cfg)
-    power = [p for m in ("turn", "episode", "ood")
-             if (p := paired_halfwidth(decoded(items, cfg.select_decoding), measure=m,
+    power = [p for m in ("turn", "episode", "ood", "agentic_ood")  # the two OOD kinds apart
+             if (p := paired_halfwidth(split_kinds(decoded(items, cfg.select_decoding)), measure=m,
                                        seeds=len(cfg.seeds)))]
     log_power(power, log)
     bound = schedule_bound(cfg, pivot_stats, rows)

@@ -7,7 +7,9 @@ build`, `evaluate_checkpoint` measures
   or sampling at `temperature` with a fixed seed), and per-turn accuracy on the expert's states
   of the same eval trajectories (one action per state, scored by the world's verifier:
   `toolcall` for toolshop, `shell` for terminal);
-- OOD, per family: exact-match accuracy of a greedy answer on the OOD eval tasks;
+- OOD, per family: exact-match accuracy of a greedy answer on the OOD eval tasks (the
+  agentic-format families, `testbed/agentic_ood.py`, asked with a world's system prompt and
+  tool list, through the same chat template as the worlds);
 each rate with a 95% Wilson score interval.
 
 With a BFCL trajectories file (`pivotrl data bfcl --out F`), `evaluate_bfcl` adds one in-domain
@@ -281,17 +283,20 @@ def evaluate_bfcl(model, tokenizer, path: str | Path, cfg: EvalConfig,
 # ---------------------------------------------------------------- OOD
 
 
-def ood_answers(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 16,
-                batch_size: int = 64, temperature: float = 0.0, seed: int = 0) -> list[str]:
-    """Answers to single-turn user prompts (no tools), with the model's chat template: greedy, or
-    sampled at `temperature` (the i-th prompt with seed derive_seed(seed, 0, i), ModelPolicy's)."""
-    from pivotrl_testbed.episodes import ModelPolicy
+def ood_answers(model, tokenizer, prompts: Sequence[Any], max_new_tokens: int = 16,
+                batch_size: int = 64, temperature: float = 0.0, seed: int = 0,
+                tools: Sequence[list[dict[str, Any]]] | None = None) -> list[str]:
+    """Answers to single-turn prompts with the model's chat template, through ModelPolicy (the
+    worlds' own prompting): a prompt is a user message's text or a list of messages, each with
+    its tool list in `tools` (none by default). Greedy, or sampled at `temperature` (the i-th
+    prompt with seed derive_seed(seed, 0, i), ModelPolicy's)."""
     from pivotrl.io.records import Message
+    from pivotrl_testbed.episodes import ModelPolicy
 
     policy = ModelPolicy(model, tokenizer, max_new_tokens=max_new_tokens, batch_size=batch_size,
                          temperature=temperature, seed=seed)
-    return policy.act_batch([[Message(role="user", content=p)] for p in prompts],
-                            [[] for _ in prompts])
+    return policy.act_batch([[Message(role="user", content=p)] if isinstance(p, str) else list(p)
+                             for p in prompts], list(tools or [[] for _ in prompts]))
 
 
 def evaluate_ood(model, tokenizer, tasks: Sequence[Any], batch_size: int = 64,
@@ -299,17 +304,19 @@ def evaluate_ood(model, tokenizer, tasks: Sequence[Any], batch_size: int = 64,
                  sampled: "SampledConfig | None" = None) -> dict[str, Any]:
     """Accuracy per OOD family; with `items`, one row per task is appended (each task is its own
     cluster: OOD problems are independent draws). Greedy, or with `sampled` the mean success of
-    its k samples per task (`SampledConfig`)."""
-    from pivotrl_testbed.testbed import ood
+    its k samples per task (`SampledConfig`). Agentic-format tasks (`agentic_ood`) are asked
+    with their system prompt and tool list and scored by their own checker (a tool call or an
+    unparseable completion scores 0); the others are one user message without tools."""
+    from pivotrl_testbed.testbed.agentic_ood import score
 
     k = sampled.k if sampled else 1
     max_new = max(8, max(len(tokenizer(t.answer)["input_ids"]) for t in tasks) + 4) if tasks else 8
-    prompts = [t.prompt for t in tasks for _ in range(k)]  # a task's samples side by side
-    answers = (ood_answers(model, tokenizer, prompts, max_new, batch_size, sampled.temperature,
-                           sampled.seed) if sampled
-               else ood_answers(model, tokenizer, prompts, max_new, batch_size))
-    hits = item_means([float(ood.check(t.family, a, t.answer))
-                       for t, a in zip((t for t in tasks for _ in range(k)), answers)], k)
+    repeated = [t for t in tasks for _ in range(k)]  # a task's samples side by side
+    temperature, seed = (sampled.temperature, sampled.seed) if sampled else (0.0, 0)
+    answers = ood_answers(model, tokenizer, [getattr(t, "messages", None) or t.prompt for t in repeated],
+                          max_new, batch_size, temperature, seed,
+                          [getattr(t, "tools", None) or [] for t in repeated])
+    hits = item_means([float(score(t, a)) for t, a in zip(repeated, answers)], k)
     by_family: dict[str, list[float]] = {}
     for task, hit in zip(tasks, hits):
         by_family.setdefault(task.family, []).append(hit)
@@ -323,6 +330,8 @@ def evaluate_ood(model, tokenizer, tasks: Sequence[Any], batch_size: int = 64,
 
 
 def load_ood_eval(testbed: Path, per_family: int = 0) -> list[Any]:
+    """The testbed's OOD eval tasks, the first `per_family` of each family (0 = all), agentic
+    ones (`agentic_ood`) with their system prompt and tool list."""
     from pivotrl_testbed.testbed.ood import load_ood
 
     tasks, counts = [], {}
@@ -486,6 +495,7 @@ def ood_texts(tokenizer, tasks: Sequence[Any]) -> list[str]:
     from pivotrl.io.records import Message
 
     return [tokenizer.apply_chat_template(
-        template_messages([Message(role="user", content=t.prompt),
-                           Message(role="assistant", content=t.answer)]), tokenize=False)
+        template_messages(list(getattr(t, "messages", None) or [Message(role="user", content=t.prompt)])
+                          + [Message(role="assistant", content=t.answer)]),
+        tools=getattr(t, "tools", None) or None, tokenize=False)
         for t in tasks]

@@ -125,7 +125,7 @@ def frontier_rule(c: dict[str, Any]) -> str:
     a, b = c["arms"]
     return (f"Rule (experiment/frontier.py, fixed before results): every checkpoint (lr × step, seeds "
             f"together) is a dev point: gain and retention are its paired differences against the "
-            f"base on {c['measure']} and OOD ({c['decoding']} decoding). For each point on {a}'s "
+            f"base on {c['measure']} and non-agentic OOD ({c['decoding']} decoding). For each point on {a}'s "
             f"frontier with gain > 0, the {b} checkpoint nearest on the matched coordinate within "
             f"±{c['tolerance']:g} (ties in {b}'s favour); of those pairs, the one at {a}'s largest "
             "gain. " + "; ".join(f"`{n}`: matched on {on}, judged on {m}" for n, (on, m, _) in MATCHES.items())

@@ -75,7 +75,7 @@ def plot_all(results: dict[str, Any], out: Path) -> list[str]:
                         xerr=_errors(front, key), yerr=_errors(front, "ood"), fmt="none",
                         ecolor=line.get_color(), alpha=0.6, capsize=3)
         ax.set_xlabel(f"dev {MEASURES[key]}, {decoding} (mean over worlds)")
-        ax.set_ylabel(f"dev OOD accuracy, {decoding} (mean over families)")
+        ax.set_ylabel(f"dev non-agentic OOD accuracy, {decoding} (mean over families)")
         seeds = max((p.get("seeds", 1) for c in curves.values() for p in c), default=1)
         bars = ("bars: 95% interval over seeds" if seeds > 1
                 else "one seed: no interval over seeds to draw")

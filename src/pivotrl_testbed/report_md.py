@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pivotrl_testbed.testbed.agentic_ood import AGENTIC_FAMILIES
+
 PAPER = {  # Published figures (Qwen3-30B-A3B), as docs/DESIGN.md reports them.
     "in_domain": {"base": 17.84, "sft": 27.77, "pivotrl": 31.95},
     "ood_change": {"sft": -9.83, "pivotrl": 0.21},
@@ -12,7 +14,8 @@ PAPER = {  # Published figures (Qwen3-30B-A3B), as docs/DESIGN.md reports them.
                       "sft": 58.44},
     "rollout_ratio": 4.0,
 }
-MEASURE_NAMES = {"turn": "turn accuracy", "episode": "episode success", "ood": "OOD accuracy"}
+MEASURE_NAMES = {"turn": "turn accuracy", "episode": "episode success",
+                 "ood": "non-agentic OOD accuracy", "agentic_ood": "agentic-format OOD accuracy"}
 RULE = ("Each verdict compares two methods' dev-chosen checkpoints on the SAME eval items under "
         "the same seeds: diff = mean over every (seed, item) pair of outcome_a − outcome_b; 95% "
         "interval = percentile bootstrap (2000 replicates, numpy default_rng(0)) that redraws the "
@@ -82,30 +85,45 @@ def power_section(results: dict[str, Any]) -> list[str]:
     return L + [""]
 
 
+def _ood_mean(ood: dict[str, Any], agentic: bool) -> float | None:
+    """Mean accuracy over one kind of OOD family (agentic-format or not); None when none."""
+    accs = [x["accuracy"] for f, x in ood.items() if (f in AGENTIC_FAMILIES) == agentic]
+    return sum(accs) / len(accs) if accs else None
+
+
 def results_section(results: dict[str, Any]) -> list[str]:
+    fams = sorted({f for v in results["methods"].values() for f in v.get("ood", {})})
+    plain = [f for f in fams if f not in AGENTIC_FAMILIES]
+    agentic = [f for f in fams if f in AGENTIC_FAMILIES]
     L = ["## Dev-chosen checkpoints, measured on eval", "",
          f"Each run's step and each method's lr were chosen on the dev split by "
          f"{MEASURE_NAMES.get(results.get('select_on', 'turn'))} "
          f"({results.get('select_decoding', 'greedy')}, the dev score); the numbers are on the "
          "disjoint eval split, greedy (means over worlds and seeds; [95% interval over seeds] "
          "with ≥ 2 seeds; the sampled ones are in the verdicts).", "",
-         "| method | lr | step per seed | dev score | turn accuracy | episode success | OOD | "
-         "KL to base (OOD) | rollout turns |", "|---|---|---|---|---|---|---|---|---|"]
+         "| method | lr | step per seed | dev score | turn accuracy | episode success | "
+         "non-agentic OOD | " + ("agentic-format OOD | " if agentic else "")
+         + "KL to base (OOD) | rollout turns |", "|---|---|---|---|---|---|---|---|---|"
+         + ("---|" if agentic else "")]
     for m, v in results["methods"].items():
         ind = v.get("in_domain", {})
         ta = [x.get("turn_accuracy") for x in ind.values()]
         ta = sum(ta) / len(ta) if ta and None not in ta else None
         ep = sum(x["success"] for x in ind.values()) / len(ind) if ind else None
         ood = v.get("ood", {})
-        oa = sum(x["accuracy"] for x in ood.values()) / len(ood) if ood else None
+        oa = _f(_ood_mean(ood, False)) + (f" | {_f(_ood_mean(ood, True))}" if agentic else "")
         c = v["chosen"]
         L.append(f"| {m} | {c['lr']:g} | {'/'.join(str(s) for s in c['steps'].values())} | "
-                 f"{_f(c.get('dev_score'))} | {_f(ta)} | {_f(ep)} | {_f(oa)} | "
+                 f"{_f(c.get('dev_score'))} | {_f(ta)} | {_f(ep)} | {oa} | "
                  f"{_f(v.get('kl_to_base'))} | {v.get('rollout_turns', '—')} |")
     worlds = sorted({w for v in results["methods"].values() for w in v.get("in_domain", {})})
-    fams = sorted({f for v in results["methods"].values() for f in v.get("ood", {})})
-    L += ["", "Per world (episode success / turn accuracy) and per OOD family, same checkpoints:", "",
-          "| method | " + " | ".join(worlds + [f"OOD {f}" for f in fams]) + " |",
+    fams = plain + agentic
+    heads = [f"OOD {f}" for f in plain] + [f"agentic-format OOD {f}" for f in agentic]
+    kinds = (", per non-agentic OOD family and per agentic-format OOD family (the worlds' system "
+             "prompt and tools offered; the right answer is plain text)" if agentic
+             else " and per OOD family")
+    L += ["", f"Per world (episode success / turn accuracy){kinds}, same checkpoints:", "",
+          "| method | " + " | ".join(worlds + heads) + " |",
           "|---|" + "---|" * (len(worlds) + len(fams))]
     for m, v in results["methods"].items():
         cells = [f"{_f(v.get('in_domain', {}).get(w, {}).get('success'))} / "

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from pivotrl_testbed.evaluate import EvalConfig
 from pivotrl.io.records import write_atomic, write_text_atomic
@@ -42,7 +42,7 @@ SKILL_K = 8
 SKILL_MAX_NEW_TOKENS = 64
 
 
-_HASHED_WHEN_SET = ("variants", "variant_seed", "variant_names")
+_HASHED_WHEN_SET = ("variants", "variant_seed", "variant_names", "agentic_ood_families")
 
 
 class TestbedConfig(BaseModel):
@@ -68,6 +68,12 @@ class TestbedConfig(BaseModel):
         "masters within the build. Measured in the 3,600-step build: reverse 0.96, upper 0.98, "
         "but add 0.28, sub 0.15, recall 0.11 — too low to show forgetting, so they are left out "
         "by default (all remain available).")
+    agentic_ood_families: list[str] = Field(
+        default_factory=list, description="Agentic-format OOD families (testbed/agentic_ood.py: "
+        "plain_with_tools, no_tool_fits) the base is pretrained on, under the variants' tool "
+        "lists, and judged on, under the worlds' own: the OOD that shares the worlds' format, "
+        "where narrowing on the worlds can show up as forgetting. Empty: none, the build as "
+        "before (its hash unchanged). `ood_train` / `ood_eval` tasks per family.")
     n_weak: int = Field(2000, description="Weak-expert trajectories per world in the base's "
                                           "pretraining mix (200 were memorised: train loss 0.14, "
                                           "toolshop turn accuracy 0.05; 4000 cost the OOD skills: "
@@ -102,6 +108,16 @@ class TestbedConfig(BaseModel):
     workers: int = Field(4, description="Threads generating trajectories (terminal commands run "
                                         "in a subprocess sandbox, so threads overlap them).")
 
+    @field_validator("agentic_ood_families")
+    @classmethod
+    def _known_agentic(cls, names: list[str]) -> list[str]:
+        from pivotrl_testbed.testbed.agentic_ood import AGENTIC_FAMILIES
+
+        unknown = [n for n in names if n not in AGENTIC_FAMILIES]
+        if unknown:
+            raise ValueError(f"unknown agentic OOD families {unknown}; known: {', '.join(AGENTIC_FAMILIES)}")
+        return names
+
     def quick(self) -> "TestbedConfig":
         """A much smaller build for tests (~1 minute): same pipeline, tiny sizes."""
         return self.model_copy(update={
@@ -116,7 +132,8 @@ class TestbedConfig(BaseModel):
         # Fields added after the shipped build hash only when set: a config that leaves them at
         # their defaults builds what it built before, and keeps its hash.
         dump = {k: v for k, v in self.model_dump().items()
-                if k not in _HASHED_WHEN_SET or v != type(self).model_fields[k].default}
+                if k not in _HASHED_WHEN_SET
+                or v != type(self).model_fields[k].get_default(call_default_factory=True)}
         blob = json.dumps({"v": BUILD_VERSION, **dump}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -155,10 +172,10 @@ def _trajectories(world: str, split: str, n: int, seed: int, expert_cfg=None, st
 
 
 def pretrain_examples(weak: dict[str, list], ood_tasks: list, ood_repeat: int = 1) -> list[dict[str, Any]]:
-    """The base's mixture: every OOD training task as a one-turn chat (`ood_repeat` times) + the
-    weak trajectories."""
-    examples = [{"messages": [{"role": "user", "content": t.prompt},
-                              {"role": "assistant", "content": t.answer}], "tools": None}
+    """The base's mixture: every OOD training task as a one-turn chat (`ood_repeat` times; an
+    agentic-format one with its system prompt and tool list) + the weak trajectories."""
+    examples = [{"messages": [{"role": m.role, "content": m.content} for m in t.messages]
+                 + [{"role": "assistant", "content": t.answer}], "tools": t.tools}
                 for t in ood_tasks] * ood_repeat
     for trajs in weak.values():
         examples += [{"messages": t.messages, "tools": t.tools} for t in trajs]
@@ -187,8 +204,20 @@ def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tup
             weak[w] = translate_all(weak[w], w, cfg.variants, cfg.variant_seed, cfg.variant_names)
         write_atomic(out / "pretrain" / f"{w}.jsonl", weak[w])
     ood_counts = ood.write_ood(out / "ood", cfg.ood_train, cfg.ood_eval, seed=0,
-                               families=cfg.ood_families)
+                               families=cfg.ood_families, extra=agentic_tasks(cfg))
     return expert, weak, ood_counts, ood.load_ood(out / "ood" / "train.jsonl")
+
+
+def agentic_tasks(cfg: TestbedConfig) -> dict[str, list]:
+    """{split: tasks} of the config's agentic-format OOD families: train tasks under the build's
+    variants of the worlds (its variant seed and name space), eval tasks under the worlds' own
+    tool lists and system prompts (`agentic_ood.offers`)."""
+    from pivotrl_testbed.testbed import agentic_ood
+
+    return {split: [t for f in cfg.agentic_ood_families
+                    for t in agentic_ood.generate(f, split, n, 0, cfg.worlds, cfg.variants,
+                                                  cfg.variant_seed, cfg.variant_names)]
+            for split, n in (("train", cfg.ood_train), ("eval", cfg.ood_eval))}
 
 
 def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: list):
@@ -208,7 +237,7 @@ def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: lis
     texts = [] if cfg.variants else [render(t.messages, t.tools) for (w, split), ts in expert.items()
                                       if split == "train" for t in ts]
     texts += [render(t.messages, t.tools) for ts in weak.values() for t in ts]
-    texts += [render(task.messages + [_answer(task.answer)], None) for task in ood_train]
+    texts += [render(task.messages + [_answer(task.answer)], task.tools) for task in ood_train]
     return build_tokenizer(texts, vocab_size=cfg.vocab_size)
 
 

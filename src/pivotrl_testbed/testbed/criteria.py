@@ -13,10 +13,16 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from pivotrl_testbed.testbed.agentic_ood import AGENTIC_FAMILIES, family_of
+
 GAIN = 0.05  # SFT − base, greedy dev turn accuracy, each world
 Q_FLOOR, Q_MIN_TURNS = 0.1, 20  # per-sample success at each turn position with ≥ 20 turns
 EPISODES = (0.10, 0.50)  # the base's greedy dev episode success, each world
 OOD_FLOOR = 0.9  # the base's greedy dev accuracy, each non-agentic family
+# The base's greedy dev accuracy, each agentic-format family (agentic_ood.py): high enough that a
+# drop after training on the worlds is the loss of a skill the base had, with room below it to
+# show that drop.
+AGENTIC_OOD_FLOOR = 0.6
 
 
 def _mean(rows: Sequence[dict[str, Any]]) -> float | None:
@@ -83,12 +89,14 @@ def check(build: dict[str, Any], items: Sequence[dict[str, Any]],
     for r in base_items:
         if (r["method"] == "base" and r["split"] == "dev" and r["measure"] == "ood"
                 and r.get("decoding", "greedy") == "greedy"):
-            fam[str(r["item"]).split("-")[0]].append(r)
-    ood = {f: _mean(rows) for f, rows in sorted(fam.items())}
+            fam[family_of(r["item"])].append(r)
+    ood = {f: _mean(rows) for f, rows in sorted(fam.items()) if f not in AGENTIC_FAMILIES}
     out["5_ood_is_there_to_lose"] = {
         "base": ood, "verdict": _verdict(all(v >= OOD_FLOOR for v in ood.values()) if ood else None)}
-    out["6_agentic_ood_can_move"] = {"verdict": "open",
-                                     "why": "the agentic-format OOD probes do not exist yet"}
+    agentic = {f: _mean(rows) for f, rows in sorted(fam.items()) if f in AGENTIC_FAMILIES}
+    out["6_agentic_ood_can_move"] = {
+        "base": agentic, "floor": AGENTIC_OOD_FLOOR,
+        "verdict": _verdict(all(v >= AGENTIC_OOD_FLOOR for v in agentic.values()) if agentic else None)}
     out["7_default_demo_within_20_min"] = {"verdict": "open",
                                            "why": "measured by a default demo run on the base"}
     return out

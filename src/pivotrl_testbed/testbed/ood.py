@@ -4,6 +4,8 @@ Families: `add` (a + b), `sub` (a - b, a ≥ b), `next` (n + 1), `reverse` (reve
 `upper` (a word in capitals), `recall` (key–value recall from a short list, one pair per line).
 Each task is one user message and an expected answer text. Train and eval are split by the
 *problem* (a hash of its canonical key), so no problem appears on both sides whatever the seed.
+The agentic-format families (`agentic_ood.py`) use the same record with a system prompt and a
+tool list.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pivotrl.io.records import Message, write_atomic
 from pivotrl_testbed.testbed.common import EVAL_PERCENT, stable_int
@@ -42,13 +45,27 @@ class OODTask:
     answer: str
     split: str
     key: str = ""  # the canonical problem ("add 3 4"): the unit of the train/eval split
+    # Agentic-format tasks only (agentic_ood.py); a plain task leaves them empty, and its record
+    # is written without them, as before they existed.
+    system: str = ""  # the system prompt the task is asked under
+    tools: list[dict[str, Any]] | None = field(default=None, hash=False)  # the offered tool list
+    world: str = ""  # whose tool list and system prompt (a world, or a variant "toolshop~3")
+    inner: str = ""  # plain_with_tools: the plain family whose question is asked
 
     @property
     def messages(self) -> list[Message]:
-        return [Message(role="user", content=self.prompt)]
+        head = [Message(role="system", content=self.system)] if self.system else []
+        return head + [Message(role="user", content=self.prompt)]
 
     def to_json(self) -> dict:
-        return {**asdict(self), "messages": [{"role": "user", "content": self.prompt}]}
+        d = asdict(self)
+        for name in _AGENTIC_FIELDS:
+            if not d[name]:
+                del d[name]
+        return {**d, "messages": [{"role": m.role, "content": m.content} for m in self.messages]}
+
+
+_AGENTIC_FIELDS = ("system", "tools", "world", "inner")
 
 
 def _word(rng: random.Random) -> str:
@@ -123,13 +140,15 @@ def check(family: str, answer_text: str, expected: str) -> bool:
 
 
 def write_ood(out_dir: str | Path, n_train: int = 500, n_eval: int = 100, seed: int = 0,
-              families: list[str] | None = None) -> dict[str, int]:
-    """Write `out_dir/train.jsonl` and `out_dir/eval.jsonl` (`families`, default all); return the
-    counts."""
+              families: list[str] | None = None,
+              extra: dict[str, list[OODTask]] | None = None) -> dict[str, int]:
+    """Write `out_dir/train.jsonl` and `out_dir/eval.jsonl` (`families`, default all, then the
+    tasks `extra` holds for that split: the agentic-format ones); return the counts."""
     out_dir = Path(out_dir)
     counts = {}
     for split, n in (("train", n_train), ("eval", n_eval)):
         tasks = [t for f in (families or FAMILIES) for t in generate(f, split, n, seed)]
+        tasks += (extra or {}).get(split, [])
         counts[split] = write_atomic(out_dir / f"{split}.jsonl", [t.to_json() for t in tasks])
     return counts
 
@@ -143,7 +162,8 @@ def load_ood(path: str | Path) -> list[OODTask]:
             try:
                 d = json.loads(line)
                 tasks.append(OODTask(d["id"], d["family"], d["prompt"], d["answer"], d["split"],
-                                     d.get("key", "")))
+                                     d.get("key", ""), d.get("system", ""), d.get("tools"),
+                                     d.get("world", ""), d.get("inner", "")))
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise ValueError(f"{path}:{lineno}: not an OOD task record ({exc})") from exc
     return tasks

@@ -1,0 +1,219 @@
+"""Agentic-format OOD probes: the worlds' own format (chat template, system prompt, tool list),
+but a behaviour the worlds never ask for.
+
+The non-agentic families (`ood.py`) are one-turn chats without tools: they share nothing with
+the agentic format, so a fine-tune that narrows the model on the worlds (always call a tool when
+tools are offered) cannot show up there as forgetting. These families can:
+
+- `plain_with_tools`: a world's tool list and system prompt, and a question of a non-agentic
+  family (`INNER_FAMILIES`: next, reverse, upper). Right: a plain-text answer, no tool call, and
+  the text passes that family's own exact checker (`ood.check`).
+- `no_tool_fits`: a world's tool list and system prompt, and a request none of its tools can
+  serve (the weather, a flight, a taxi: things outside the shop and outside a sandboxed shell).
+  Right: a plain-text message, no tool call, equal to one of `REFUSALS`.
+
+Why `no_tool_fits` is checked by equality with a closed set of forms: the request has no answer
+in text (no tool and no knowledge can give tomorrow's weather or book a flight), so the only
+right action is to decline, and the forms are the wording the base was pretrained to decline
+with, as `next` fixes "124" rather than "one hundred twenty-four". Equality (ends trimmed: end
+markers and outer white space) makes the probe a deterministic function of the completion with
+no judge, so a change of its rate is a change of behaviour, never of grading. The price: a
+refusal in other words fails (a near miss is a miss), which is what an exact probe measures.
+Requests a text answer could serve (translate a sentence, tell a joke) are left out for the same
+reason: declining them would not be the only right action.
+
+Split: by the question alone, whatever tool list it comes with (`ood.split_of` of the inner
+problem's key for `plain_with_tools`, of the request text for `no_tool_fits`), so a question the
+base pretrained on is never an eval question, under any list, and `plain_with_tools` splits its
+questions exactly as the plain families split the same ones.
+
+Tool lists: eval tasks carry the world's own `TOOLS` and `SYSTEM_PROMPT` (what the demo's arms
+train on: forgetting caused by that training is what the probe must show); training tasks (the
+base's pretraining) carry a variant of the world (`variants.py`: other tool names, argument keys
+and system prompt), so the base learns the behaviour under other tool lists and never meets a
+world's own list here.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from pivotrl_testbed.testbed import ood
+from pivotrl_testbed.testbed.common import stable_int
+
+AGENTIC_FAMILIES = ("plain_with_tools", "no_tool_fits")
+INNER_FAMILIES = ("next", "reverse", "upper")  # the plain families a 2-layer base masters
+REFUSALS = (
+    "Sorry, I can't do that with the tools I have.",
+    "Sorry, none of my tools can do that.",
+    "That is not something my tools can do.",
+)
+# With a build whose base pretrains on the worlds themselves (`variants: 0`), the probes'
+# training tasks still take other tool lists: this many variants per world.
+DEFAULT_VARIANTS = 8
+
+_CITIES = ["oslo", "lima", "cairo", "paris", "tokyo", "delhi", "perth", "quito", "rome", "dakar",
+           "seoul", "minsk", "hanoi", "accra", "bern", "riga", "kyiv", "doha", "nairobi", "lagos"]
+_DAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_PEOPLE = ["anna", "ben", "carla", "dev", "emma", "farid", "gina", "hugo", "ines", "jon",
+           "kemal", "lena"]
+_GENRES = ["jazz", "rock", "folk", "blues", "reggae", "techno", "opera", "salsa"]
+_SLOTS: dict[str, list[Any]] = {"city": _CITIES, "day": _DAYS, "person": _PEOPLE,
+                                "genre": _GENRES, "hour": list(range(1, 13)), "n": list(range(2, 10))}
+# Requests outside every offered tool: real-world actions and live data (the terminal's sandbox
+# has no network, the shop's tools only its orders and products).
+_COMMON = [
+    "What's the weather in {city} today?",
+    "Book me a flight to {city} on {day}.",
+    "Call a taxi to take me to {city} station.",
+    "Play some {genre} music.",
+    "Send a text to {person} saying I am late.",
+    "Set an alarm for {hour} o'clock tomorrow.",
+    "Reserve a table for {n} at a restaurant in {city}.",
+    "Remind {person} about the meeting on {day}.",
+]
+REQUESTS: dict[str, list[str]] = {
+    "toolshop": _COMMON + ["Pay my electricity bill for {day}.",
+                           "Turn on the lights in {person}'s kitchen."],
+    "terminal": _COMMON + ["Order a pizza for {n} people.",
+                           "Ring {person}'s phone for me."],
+}
+
+
+def _world(world: str):
+    from pivotrl_testbed.testbed.tasks import world_module
+
+    return world_module(world)
+
+
+def _question(family: str, world: str, rng: random.Random) -> tuple[str, str, str, str]:
+    """(split key: the question alone, prompt, answer, inner family) of one problem."""
+    if family == "plain_with_tools":
+        inner = rng.choice(INNER_FAMILIES)
+        key, fields, answer = ood._problem(inner, rng)
+        return key, rng.choice(ood._PROMPTS[inner]).format(**fields), answer, inner
+    if family == "no_tool_fits":
+        template = rng.choice(REQUESTS[world])
+        prompt = template.format(**{k: rng.choice(v) for k, v in _SLOTS.items()})
+        return f"request {prompt}", prompt, rng.choice(REFUSALS), ""
+    raise KeyError(f"unknown agentic OOD family {family!r}; known: {', '.join(AGENTIC_FAMILIES)}")
+
+
+@dataclass(frozen=True)
+class Offer:
+    """The tool list and system prompt a task is asked under, and the name of their world."""
+
+    name: str
+    tools: list[dict[str, Any]]
+    system: str
+
+
+def offers(world: str, split: str, variants: int = 0, seed: int = 0,
+           names: str = "pools") -> list[Offer]:
+    """What `split`'s tasks of `world` are asked under: eval, the world's own list and system
+    prompt; train, `variants` (`DEFAULT_VARIANTS` when 0) variants of the world with the build's
+    variant seed and name space, never the world itself. A variant whose tool names are all the
+    world's (possible in the `shared` space, where only an argument key may differ: terminal's
+    one tool keeps `run` one time in nine) is passed over for the next one, so no training task
+    offers the world's own set of tool names."""
+    from pivotrl_testbed.testbed.variants import make_variant, translate_tools
+
+    mod = _world(world)
+    if split == "eval":
+        return [Offer(world, mod.TOOLS, mod.SYSTEM_PROMPT)]
+    own = {t["function"]["name"] for t in mod.TOOLS}
+    out: list[Offer] = []
+    i = 0
+    while len(out) < (variants or DEFAULT_VARIANTS):
+        v = make_variant(world, i, seed, names)
+        i += 1
+        tools = translate_tools(mod.TOOLS, v)
+        if {t["function"]["name"] for t in tools} != own:
+            out.append(Offer(v.name, tools, v.system))
+    return out
+
+
+def generate(family: str, split: str, n: int, seed: int = 0, worlds: list[str] | None = None,
+             variants: int = 0, variant_seed: int = 0, variant_names: str = "pools") -> list[ood.OODTask]:
+    """`n` distinct tasks of agentic `family` on `split`, the worlds taken in turn (each world's
+    tasks asked under `offers(world, split, ...)`, the variants in turn); deterministic in every
+    argument. Ids are `<family>-<world>-<seed>-<i>`: the family comes first, before any '-'."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    if family not in AGENTIC_FAMILIES:
+        raise KeyError(f"unknown agentic OOD family {family!r}; known: {', '.join(AGENTIC_FAMILIES)}")
+    worlds = list(worlds or ["toolshop", "terminal"])
+    lists = {w: offers(w, split, variants, variant_seed, variant_names) for w in worlds}
+    out: list[ood.OODTask] = []
+    seen: set[str] = set()
+    i = 0
+    while len(out) < n:
+        world = worlds[len(out) % len(worlds)]
+        offer = lists[world][(len(out) // len(worlds)) % len(lists[world])]
+        rng = random.Random(stable_int("agentic-ood", family, world, seed, i))
+        question, prompt, answer, inner = _question(family, world, rng)
+        i += 1
+        if i > 50 * n + 1000:
+            raise ValueError(f"family {family!r} has too few distinct {split} problems for n={n}")
+        key = f"{family} {offer.name} {question}"  # one question once per tool list
+        if key in seen or ood.split_of(question) != split:
+            continue
+        seen.add(key)
+        out.append(ood.OODTask(f"{family}-{world}-{seed}-{i - 1}", family, prompt, answer, split,
+                               key, system=offer.system, tools=offer.tools, world=offer.name,
+                               inner=inner))
+    return out
+
+
+def question_key(task: ood.OODTask) -> str:
+    """The question of an agentic task without its tool list: the unit of the train/eval split."""
+    return task.key.split(" ", 2)[2]
+
+
+def check(task: ood.OODTask, completion: str) -> bool:
+    """Exact checker of an agentic task: the completion, read by the library's own parser
+    (`pivotrl.formats.actions.parse_completion`), is valid and calls no tool, and its text is
+    the inner family's exact answer (`plain_with_tools`) or one of `REFUSALS`, ends trimmed
+    (`no_tool_fits`). A tool call or an unparseable completion fails."""
+    from pivotrl.formats.actions import parse_completion
+
+    if task.family not in AGENTIC_FAMILIES:
+        raise KeyError(f"not an agentic OOD task: family {task.family!r}")
+    if not isinstance(completion, str):
+        return False
+    parsed = parse_completion(completion)
+    if not parsed.valid or parsed.message is None or parsed.message.tool_calls:
+        return False
+    text = parsed.message.content
+    if not isinstance(text, str):
+        return False
+    if task.family == "plain_with_tools":
+        return ood.check(task.inner, text, task.answer)
+    return ood._END.sub("", text).strip() in REFUSALS
+
+
+def score(task: ood.OODTask, completion: str) -> bool:
+    """Any OOD task's checker: agentic families here, the others `ood.check`."""
+    if task.family in AGENTIC_FAMILIES:
+        return check(task, completion)
+    return ood.check(task.family, completion, task.answer)
+
+
+def family_of(item: Any) -> str:
+    """The family of an OOD item id (`<family>-...`; no family name holds a '-')."""
+    return str(item).split("-")[0]
+
+
+def is_agentic(item: Any) -> bool:
+    """Whether an OOD item id belongs to an agentic-format family."""
+    return family_of(item) in AGENTIC_FAMILIES
+
+
+def split_kinds(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Item rows with the agentic-format OOD rows relabelled `measure: "agentic_ood"`, so every
+    rule that reads `"ood"` (verdicts, frontier, power) reads the non-agentic families only and
+    the agentic ones are judged apart. items.jsonl keeps `"ood"` for both."""
+    return [{**r, "measure": "agentic_ood"} if r.get("measure") == "ood" and is_agentic(r["item"])
+            else r for r in items]

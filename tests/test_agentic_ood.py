@@ -1,0 +1,207 @@
+"""Agentic-format OOD probes: exact checkers both ways, the split by question, the tool lists
+(the worlds' own on eval, never on pretraining), records that old files still load, the build's
+config hash, and evaluation through the worlds' chat template."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pivotrl_testbed.testbed import agentic_ood as aood
+from pivotrl_testbed.testbed import ood
+from pivotrl_testbed.testbed.tasks import world_module
+
+WORLDS = ["toolshop", "terminal"]
+
+
+def names(tools) -> frozenset[str]:
+    return frozenset(t["function"]["name"] for t in tools or [])
+
+
+def call(name: str, **args) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
+
+
+@pytest.mark.parametrize("family", aood.AGENTIC_FAMILIES)
+def test_generation_is_deterministic_family_prefixed_and_selectable(family):
+    a = aood.generate(family, "eval", 20, seed=0)
+    assert a == aood.generate(family, "eval", 20, seed=0)
+    assert a != aood.generate(family, "eval", 20, seed=1)
+    assert all(t.family == family and aood.family_of(t.id) == family and aood.is_agentic(t.id)
+               for t in a)
+    assert {t.world for t in a} == set(WORLDS)  # the worlds in turn
+    assert not aood.is_agentic("next-0-3") and aood.family_of("next-0-3") == "next"
+    assert all("-" not in f for f in aood.AGENTIC_FAMILIES)  # the item id's family rule
+    with pytest.raises(KeyError):
+        aood.generate("next", "eval", 1)
+    with pytest.raises(ValueError):
+        aood.generate(family, "dev", 1)
+
+
+def test_plain_with_tools_checker_both_ways():
+    tasks = aood.generate("plain_with_tools", "eval", 30, seed=0)
+    assert {t.inner for t in tasks} == set(aood.INNER_FAMILIES)
+    for t in tasks:
+        tool = names(t.tools)
+        assert aood.check(t, t.answer) and aood.check(t, f" {t.answer}.<|im_end|>")
+        assert ood.check(t.inner, t.answer, t.answer)  # the inner family's own checker agrees
+        assert not aood.check(t, t.answer + "x")  # a wrong answer
+        assert not aood.check(t, f"The answer is {t.answer}")
+        assert not aood.check(t, call(sorted(tool)[0], command=t.answer))  # a tool call
+        assert not aood.check(t, t.answer + "\n" + call(sorted(tool)[0]))  # the answer, and a call
+        assert not aood.check(t, "<tool_call>\n{" + t.answer)  # unparseable
+        assert not aood.check(t, "") and not aood.check(t, None)  # type: ignore[arg-type]
+
+
+def test_no_tool_fits_checker_is_exact():
+    tasks = aood.generate("no_tool_fits", "eval", 20, seed=0)
+    assert {t.answer for t in aood.generate("no_tool_fits", "train", 200)} == set(aood.REFUSALS)
+    for t in tasks:
+        for form in aood.REFUSALS:
+            assert aood.check(t, form) and aood.check(t, f"\n  {form}  <|im_end|>")
+        refusal = aood.REFUSALS[0]
+        for near in ("Sorry, I can't do that.", refusal.lower(), refusal.rstrip("."),
+                     refusal + " Anything else?", "I cannot help with that."):
+            assert not aood.check(t, near), near  # a near miss is a miss
+        tool = sorted(names(t.tools))[0]
+        assert not aood.check(t, refusal + "\n" + call(tool))  # declined, then called anyway
+        assert not aood.check(t, call(tool))
+        assert not aood.check(t, refusal + "<tool_call>")  # a cut-off call: unparseable
+
+
+def test_score_routes_each_task_to_its_checker():
+    plain = ood.generate("next", "eval", 1)[0]
+    agentic = aood.generate("no_tool_fits", "eval", 1)[0]
+    assert aood.score(plain, plain.answer) and not aood.score(plain, aood.REFUSALS[0])
+    assert aood.score(agentic, aood.REFUSALS[1]) and not aood.score(agentic, plain.answer)
+    with pytest.raises(KeyError):
+        aood.check(plain, plain.answer)
+
+
+@pytest.mark.parametrize("family", aood.AGENTIC_FAMILIES)
+def test_split_by_question_whatever_the_tool_list(family):
+    train = aood.generate(family, "train", 400, seed=0, variants=3)
+    ev = aood.generate(family, "eval", 100, seed=0)
+    assert len({t.key for t in train}) == 400 and len({t.key for t in ev}) == 100
+    questions = {aood.question_key(t) for t in train}
+    assert questions and not questions & {aood.question_key(t) for t in ev}
+    assert all(ood.split_of(aood.question_key(t)) == "eval" for t in ev)
+    if family == "plain_with_tools":  # the same questions, on the same side, as the plain families
+        plain_train = {t.key for f in aood.INNER_FAMILIES for t in ood.generate(f, "train", 400)}
+        assert not plain_train & {aood.question_key(t) for t in ev}
+
+
+@pytest.mark.parametrize("space", ["pools", "open", "shared"])
+@pytest.mark.parametrize("variants", [0, 3])
+def test_eval_uses_the_worlds_own_lists_and_pretraining_never(space, variants):
+    own = {w: (names(world_module(w).TOOLS), world_module(w).SYSTEM_PROMPT) for w in WORLDS}
+    for family in aood.AGENTIC_FAMILIES:
+        for t in aood.generate(family, "eval", 20, variant_names=space, variants=variants):
+            assert (names(t.tools), t.system) == own[t.world]
+            assert t.tools == world_module(t.world).TOOLS
+            assert [m.role for m in t.messages] == ["system", "user"]
+        train = aood.generate(family, "train", 60, variant_names=space, variants=variants, variant_seed=2)
+        assert len({t.world for t in train}) == 2 * (variants or aood.DEFAULT_VARIANTS)
+        for t in train:
+            world = t.world.split("~")[0]
+            assert names(t.tools) not in {n for n, _ in own.values()}
+            assert t.system not in {s for _, s in own.values()} and t.system
+            assert len(t.tools) == len(world_module(world).TOOLS)
+
+
+def test_records_round_trip_and_old_files_still_load(tmp_path):
+    extra = {"train": aood.generate("no_tool_fits", "train", 4),
+             "eval": aood.generate("plain_with_tools", "eval", 3)}
+    counts = ood.write_ood(tmp_path / "ood", n_train=2, n_eval=2, families=["next"], extra=extra)
+    assert counts == {"train": 6, "eval": 5}
+    back = ood.load_ood(tmp_path / "ood" / "eval.jsonl")
+    assert back == ood.generate("next", "eval", 2) + extra["eval"]
+    rec = json.loads((tmp_path / "ood" / "eval.jsonl").read_text().splitlines()[-1])
+    assert rec["messages"][0] == {"role": "system", "content": extra["eval"][-1].system}
+    # A plain record is written as before the agentic fields existed, and such a record loads.
+    plain = ood.generate("next", "eval", 1)[0]
+    assert set(plain.to_json()) == {"id", "family", "prompt", "answer", "split", "key", "messages"}
+    old = tmp_path / "old.jsonl"
+    old.write_text(json.dumps({"id": "next-0-1", "family": "next", "prompt": "Next number after 4?",
+                               "answer": "5", "split": "eval", "key": "next 4"}) + "\n")
+    (task,) = ood.load_ood(old)
+    assert task.tools is None and task.system == "" and [m.role for m in task.messages] == ["user"]
+
+
+def test_config_field_keeps_the_default_hash_and_feeds_pretraining():
+    from pivotrl_testbed.testbed.build import TestbedConfig, agentic_tasks, pretrain_examples
+    from pivotrl_testbed.testbed.shipped import shipped_info
+
+    default = TestbedConfig()
+    assert "agentic_ood_families" in default.model_dump()
+    assert default.digest() == shipped_info()["config_hash"]
+    on = TestbedConfig(agentic_ood_families=["plain_with_tools", "no_tool_fits"])
+    assert on.digest() != default.digest()
+    with pytest.raises(ValueError):
+        TestbedConfig(agentic_ood_families=["plain-with-tools"])
+    assert agentic_tasks(default) == {"train": [], "eval": []}
+
+    small = on.model_copy(update={"ood_train": 6, "ood_eval": 4})
+    got = agentic_tasks(small)
+    assert [len(got["train"]), len(got["eval"])] == [12, 8]
+    plain = ood.generate("next", "train", 2)
+    examples = pretrain_examples({}, plain + got["train"], ood_repeat=2)
+    assert len(examples) == 2 * 14
+    assert examples[0] == {"messages": [{"role": "user", "content": plain[0].prompt},
+                                        {"role": "assistant", "content": plain[0].answer}],
+                           "tools": None}  # the plain tasks' examples as before
+    agentic = examples[2:14]
+    own = {names(world_module(w).TOOLS) for w in WORLDS}
+    assert all(e["messages"][0]["role"] == "system" and e["tools"] for e in agentic)
+    assert not {names(e["tools"]) for e in agentic} & own
+    assert all(e["messages"][-1]["content"] == t.answer for e, t in zip(agentic, got["train"]))
+
+
+def test_evaluation_renders_tools_and_scores_by_the_parser(tiny_model_dir, monkeypatch):
+    from pivotrl.formats.chat import prompt_text
+    from pivotrl_testbed.episodes import ModelPolicy
+    from pivotrl_testbed.evaluate import evaluate_ood, ood_texts
+    from pivotrl_testbed.testbed.tiny import load_tiny
+
+    model, tok = load_tiny(tiny_model_dir)
+    pw = aood.generate("plain_with_tools", "eval", 2)
+    nf = aood.generate("no_tool_fits", "eval", 2)
+    nx = ood.generate("next", "eval", 1)
+    tasks = pw + nf + nx
+    completions = [pw[0].answer, call("run", command="echo " + pw[1].answer),  # text; a call
+                   aood.REFUSALS[2], "<tool_call>\n{broken", nx[0].answer]  # refusal; unparseable
+    prompts: list[str] = []
+
+    def fake(self, contexts, tools):
+        prompts.extend(prompt_text(self.tokenizer, c, t) for c, t in zip(contexts, tools))
+        return completions[:len(contexts)]
+
+    monkeypatch.setattr(ModelPolicy, "act_batch", fake)
+    items: list[dict] = []
+    got = evaluate_ood(model, tok, tasks, items=items)
+    assert [r["outcome"] for r in items] == [1.0, 0.0, 1.0, 0.0, 1.0]
+    assert {f: v["accuracy"] for f, v in got.items()} == {
+        "plain_with_tools": 0.5, "no_tool_fits": 0.5, "next": 1.0}
+    for task, prompt in zip(tasks, prompts):
+        mod = world_module(task.world) if task.world else None
+        if mod is None:  # the plain family: one user message, no tools
+            assert prompt == prompt_text(tok, task.messages, [])
+            assert "<tools>" not in prompt
+        else:  # the worlds' system prompt and tools, through the worlds' template
+            assert mod.SYSTEM_PROMPT in prompt and task.prompt in prompt
+            assert all(n in prompt for n in names(mod.TOOLS))
+    texts = ood_texts(tok, [nf[0], nx[0]])
+    assert nf[0].system in texts[0] and all(n in texts[0] for n in names(nf[0].tools))
+    assert nx[0].prompt in texts[1] and "<tools>" not in texts[1]
+
+
+def test_a_shared_variant_with_the_worlds_own_names_is_passed_over():
+    from pivotrl_testbed.testbed.variants import make_variant
+
+    kept = [seed for seed in range(20)
+            if any(make_variant("terminal", i, seed, "shared").tools["run"] == "run" for i in range(3))]
+    assert kept  # the shared space does draw terminal's own tool name: there is something to skip
+    for seed in kept:
+        offered = aood.offers("terminal", "train", 3, seed, "shared")
+        assert len(offered) == 3 and all(names(o.tools) != {"run"} for o in offered)
