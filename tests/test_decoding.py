@@ -92,3 +92,22 @@ def test_each_arm_is_judged_at_its_own_dev_best_temperature():
     assert head[0]["diff"] == 0.0 and head[0]["a_mean"] == 1.0
     assert greedy[0]["diff"] == -1.0
     assert vs[0]["decoding"] == DEV_BEST  # the headline first
+
+
+def test_ood_is_read_at_the_arms_dev_best_temperature_too():
+    """An arm chosen at T = 0.5 on turns is judged on OOD at 0.5: the grid scores OOD by default,
+    and without those rows the OOD verdict is not measurable (not read at another temperature)."""
+    assert "ood" in DecodingRule().measures
+    turns = (_rows("base", 0, "dev", "greedy", [1.0] * 8 + [0.0] * 2)
+             + _rows("pivotrl", 20, "dev", "T0.5", [1.0] * 9 + [0.0]))
+    ood = [{**r, "measure": "ood"} for r in _rows("base", 0, "eval", "greedy", [1.0] * 10)]
+    ood_at_half = [{**r, "measure": "ood"} for r in _rows("pivotrl", 20, "eval", "T0.5", [0.0] * 10)]
+    best = {"base": 0.0, "pivotrl": 0.5}
+
+    def ood_verdict(items):
+        return next(v for v in verdicts(items, _chosen(), best, 1.0)
+                    if v["decoding"] == DEV_BEST and v["claim"].startswith("PivotRL's OOD accuracy vs the base"))
+
+    assert ood_verdict(turns + ood)["verdict"] == "not measurable"
+    got = ood_verdict(turns + ood + ood_at_half)
+    assert (got["a_mean"], got["b_mean"]) == (0.0, 1.0)

@@ -54,8 +54,11 @@ class DecodingRule(BaseModel):
     pass_k: list[int] = Field(default_factory=lambda: [4, 16], description="The k of pass@k and "
                               "pass^k.")
     measures: list[Literal["turn", "ood"]] = Field(
-        default_factory=lambda: ["turn"], description="Measures scored over the grid and for "
-        "pass@k (the temperature is chosen on turn accuracy; OOD costs as much again).")
+        default_factory=lambda: ["turn", "ood"], description="Measures scored over the grid "
+        "(pass@k: turns only). The temperature is chosen on turn accuracy, and an arm deployed "
+        "there answers OOD questions there too: without OOD on the grid, an arm chosen at 0.5 "
+        "had no OOD rows at its temperature and its OOD verdicts were 'not measurable' (an SFT "
+        "run on a candidate base, docs/RESULTS.md).")
     seed: int = Field(0, description="Base seed of the samples' seeds.")
 
 
