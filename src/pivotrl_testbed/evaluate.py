@@ -322,11 +322,8 @@ def evaluate_ood(model, tokenizer, tasks: Sequence[Any], batch_size: int = 64,
         by_family.setdefault(task.family, []).append(hit)
         if items is not None:
             items.append({"measure": "ood", "item": task.id, "cluster": task.id, "outcome": hit})
-    out = {}
-    for family, hits in by_family.items():
-        acc, ci = _rate(sum(hits), len(hits))
-        out[family] = {"accuracy": acc, "ci95": ci, "n": len(hits)}
-    return out
+    rates = {family: _rate(sum(hits), len(hits)) for family, hits in by_family.items()}
+    return {f: {"accuracy": acc, "ci95": ci, "n": len(by_family[f])} for f, (acc, ci) in rates.items()}
 
 
 def load_ood_eval(testbed: Path, per_family: int = 0) -> list[Any]:
