@@ -142,6 +142,7 @@ class Variant:
 
 
 def _own_names(world: str) -> set[str]:
+    """The names an open name must not be: the world's own and every pool's."""
     own = set(TOOL_POOLS[world]) | set(KEY_POOLS[world])
     return own | {n for w in TOOL_POOLS for n in TOOL_POOLS[w]} | {k for w in KEY_POOLS for k in KEY_POOLS[w]}
 
@@ -157,7 +158,7 @@ def _open_name(rng: random.Random, taken: set[str]) -> str:
 
 def make_variant(world: str, index: int, seed: int = 0, names: str = "pools") -> Variant:
     """The `index`-th variant of `world` (deterministic in world, index, seed and name space):
-    distinct names within the variant, none of them the world's own."""
+    distinct names within the variant, never the world itself (module doc)."""
     if world not in TOOL_POOLS:
         raise KeyError(f"no variants for world {world!r}; known: {', '.join(TOOL_POOLS)}")
     if names not in NAME_SPACES:
