@@ -99,3 +99,13 @@ def test_shared_names_meet_the_worlds_names_but_never_the_world(world):
     own = {t["function"]["name"] for t in world_module(world).TOOLS}
     seen = {t["function"]["name"] for traj in out for t in traj.tools}
     assert own <= seen
+
+
+def test_the_worlds_own_share_sets_how_often_its_names_occur():
+    share = lambda s: sum(v.tools[t] == t for i in range(1000)
+                          for v in [make_variant("toolshop", i, names="shared", own_share=s)]
+                          for t in v.tools) / 10_000
+    assert share(None) == pytest.approx(1 / 7, abs=0.02)  # one choice of 7 (6 pool names + own)
+    assert share(0.3) == pytest.approx(0.3, abs=0.02)
+    assert make_variant("toolshop", 3, names="shared", own_share=0.3) != make_variant(
+        "toolshop", 3, names="shared")

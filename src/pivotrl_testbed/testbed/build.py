@@ -42,7 +42,8 @@ SKILL_K = 8
 SKILL_MAX_NEW_TOKENS = 64
 
 
-_HASHED_WHEN_SET = ("variants", "variant_seed", "variant_names", "agentic_ood_families")
+_HASHED_WHEN_SET = ("variants", "variant_seed", "variant_names", "variant_own_share",
+                    "agentic_ood_families")
 
 
 class TestbedConfig(BaseModel):
@@ -98,6 +99,11 @@ class TestbedConfig(BaseModel):
         "wrote an offered name it had not seen, docs/RESULTS.md), an open space of word "
         "compositions too large to memorise (no copying learnt either), or the pools with the "
         "world's own names added, never the world's whole tool list or system prompt.")
+    variant_own_share: float | None = Field(
+        None, ge=0.0, lt=1.0, description="`shared` only: the chance that a variant's name is "
+        "the world's own (None: one choice of its pool as any other, 1 in 5–9). At None the "
+        "4-layer base found toolshop's first call and terminal's first two at q < 0.1 "
+        "(docs/RESULTS.md, candidate D4).")
     weak_task_start: int = Field(100_000, description="First task index of the weak expert's tasks "
                                                       "(disjoint from the expert's train tasks).")
     vocab_size: int = Field(2048, description="Tokenizer vocabulary (the testbed text saturates ~2k).")
@@ -201,7 +207,8 @@ def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tup
         weak[w] = _trajectories(w, "train", cfg.n_weak, cfg.weak_seed, weak_cfg,
                                 cfg.weak_task_start, cfg.workers)
         if cfg.variants:
-            weak[w] = translate_all(weak[w], w, cfg.variants, cfg.variant_seed, cfg.variant_names)
+            weak[w] = translate_all(weak[w], w, cfg.variants, cfg.variant_seed, cfg.variant_names,
+                                    cfg.variant_own_share)
         write_atomic(out / "pretrain" / f"{w}.jsonl", weak[w])
     ood_counts = ood.write_ood(out / "ood", cfg.ood_train, cfg.ood_eval, seed=0,
                                families=cfg.ood_families, extra=agentic_tasks(cfg))
@@ -216,7 +223,8 @@ def agentic_tasks(cfg: TestbedConfig) -> dict[str, list]:
 
     return {split: [t for f in cfg.agentic_ood_families
                     for t in agentic_ood.generate(f, split, n, 0, cfg.worlds, cfg.variants,
-                                                  cfg.variant_seed, cfg.variant_names)]
+                                                  cfg.variant_seed, cfg.variant_names,
+                                                  cfg.variant_own_share)]
             for split, n in (("train", cfg.ood_train), ("eval", cfg.ood_eval))}
 
 

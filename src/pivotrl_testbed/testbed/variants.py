@@ -156,28 +156,38 @@ def _open_name(rng: random.Random, taken: set[str]) -> str:
             return name
 
 
-def make_variant(world: str, index: int, seed: int = 0, names: str = "pools") -> Variant:
+def make_variant(world: str, index: int, seed: int = 0, names: str = "pools",
+                 own_share: float | None = None) -> Variant:
     """The `index`-th variant of `world` (deterministic in world, index, seed and name space):
-    distinct names within the variant, never the world itself (module doc)."""
+    distinct names within the variant, never the world itself (module doc). `own_share`
+    (`shared` only): the chance that a name is the world's own; None: one pool choice as any
+    other."""
     if world not in TOOL_POOLS:
         raise KeyError(f"no variants for world {world!r}; known: {', '.join(TOOL_POOLS)}")
     if names not in NAME_SPACES:
         raise ValueError(f"unknown name space {names!r}; known: {', '.join(NAME_SPACES)}")
-    rng = random.Random(stable_int("variant", world, index, seed, *([names] if names != "pools" else [])))
+    rng = random.Random(stable_int("variant", world, index, seed, *([names] if names != "pools" else []),
+                                   *([own_share] if own_share is not None else [])))
     if names == "open":
         taken = _own_names(world)
         tools = {old: _open_name(rng, taken) for old in TOOL_POOLS[world]}
         taken |= set(tools.values())
         keys = {old: _open_name(rng, taken) for old in KEY_POOLS[world]}
     else:
-        own = names == "shared"
-        tools = {old: rng.choice(pool + [old] * own) for old, pool in TOOL_POOLS[world].items()}
-        keys = {old: rng.choice(pool + [old] * own) for old, pool in KEY_POOLS[world].items()}
+        def pick(old: str, pool: list[str]) -> str:
+            if names != "shared":
+                return rng.choice(pool)
+            if own_share is None:
+                return rng.choice(pool + [old])
+            return old if rng.random() < own_share else rng.choice(pool)
+
+        tools = {old: pick(old, pool) for old, pool in TOOL_POOLS[world].items()}
+        keys = {old: pick(old, pool) for old, pool in KEY_POOLS[world].items()}
         if all(new == old for new_names in (tools, keys) for old, new in new_names.items()):
-            return make_variant(world, index, seed + 1000, names)  # the world itself
+            return make_variant(world, index, seed + 1000, names, own_share)  # the world itself
     for named in (tools, keys):  # pools of different entries may share a word; keep names apart
         if len(set(named.values())) != len(named):
-            return make_variant(world, index, seed + 1000, names)
+            return make_variant(world, index, seed + 1000, names, own_share)
     system = rng.choice(SYSTEM_PROMPTS[world]).format(tool=next(iter(tools.values())))
     return Variant(world, index, tools, keys, system, name=f"{world}~{index}")
 
@@ -251,7 +261,7 @@ def translate(traj: Trajectory, v: Variant) -> Trajectory:
 
 
 def translate_all(trajs: list[Trajectory], world: str, n_variants: int, seed: int = 0,
-                  names: str = "pools") -> list[Trajectory]:
+                  names: str = "pools", own_share: float | None = None) -> list[Trajectory]:
     """Trajectory i in variant i mod `n_variants` (round robin: every variant gets its share)."""
-    variants = [make_variant(world, i, seed, names) for i in range(n_variants)]
+    variants = [make_variant(world, i, seed, names, own_share) for i in range(n_variants)]
     return [translate(t, variants[i % n_variants]) for i, t in enumerate(trajs)]
