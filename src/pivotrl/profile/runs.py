@@ -133,19 +133,22 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
     if on_progress is not None:
         on_progress(len(lines) - n_todo, len(lines), "")
     try:
-        # Profiles arrive a chunk at a time: lines come from the clock (`running`), not per turn.
+        # Profiles arrive a chunk at a time, and lines come from the clock (`running`): the log
+        # is told a whole chunk at once, so no line rates a chunk's time as a few turns' (the
+        # turns of a chunk are scored one by one, as fast as the machine allows).
+        rate = ""
         with AppendWriter(out_path) as writer, log.running():
             for i, rec in enumerate(profile_stream(todo, sampler, verifier, tokenizer, cfg, stats)):
                 writer.write(rec)
                 rate = f"{stats.rollout_turns / max(time.perf_counter() - t0, 1e-9):,.1f} samples/s"
                 finished = len(lines) - n_todo + i + 1
-                log.note(finished, rate)  # before the slower work below: a chunk is noted as a whole
                 if on_progress is not None:
                     on_progress(finished, len(lines), rate)
                 if (i + 1) % cfg.chunk_turns == 0:
+                    log.note(finished, rate)
                     save(final=False)
         if n_todo:
-            log.update(log.done, log.extra)  # the last line
+            log.update(len(lines), rate)  # the last line
     finally:
         doc = save(final=True)
     if stats.too_long:  # nothing lost: what the engine cannot take is listed with the reason
