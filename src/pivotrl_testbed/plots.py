@@ -96,7 +96,8 @@ def plot_all(results: dict[str, Any], out: Path) -> list[str]:
         ax.set_title(f"{MEASURES[key]} per checkpoint, dev split", fontsize=9)
         _turn_ticks(ax, [p["rollout_turns"] for m in ("pivotrl", "e2e_rl")
                          for p in curves.get(m, [])])
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # no RL arm ran (an SFT-only run): no legend
+            ax.legend(fontsize=8)
     save(fig, "compute.png")
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
