@@ -36,7 +36,7 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testb
     before = sorted((str(p), p.stat().st_mtime_ns) for p in testbed.rglob("*"))
     monkeypatch.setattr(demo, "prepare_world", ensure_pivots(demo.prepare_world))
     cfg = DemoConfig(worlds=["toolshop"], methods=list(METHODS), seeds=[0], learning_rates=[1e-3],
-                     steps=2, eval_every=1, k=2, profile_trajectories=2, num_generations=2,
+                     steps=2, e2e_steps=3, eval_every=1, k=2, profile_trajectories=2, num_generations=2,
                      pivots_per_step=2, max_completion_length=24, sft_batch_size=2,
                      e2e_tasks_per_step=1, dev_tasks=2, dev_ood_per_family=2,
                      eval=EvalConfig(episodes=2, turn_trajectories=1, ood_per_family=2,
@@ -102,8 +102,9 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testb
     assert {v["decoding"] for v in saved["verdicts"]} == {"dev-best", "greedy", "sampled"}
     assert saved["verdicts"][0]["decoding"] == "dev-best"  # the headline
     # The budget rule ran every job and says where it stopped; the frontier verdicts are there.
-    assert {(s["method"], s["stop_step"]) for s in saved["budget"]} <= {(m, st) for m in METHODS
-                                                                       for st in (1, 2)}
+    # E2E RL has its own cap (3 here); every other arm stops by the shared one (2).
+    assert {(s["method"], s["stop_step"]) for s in saved["budget"]} <= {
+        (m, st) for m in METHODS for st in ((1, 2, 3) if m == "e2e_rl" else (1, 2))}
     assert len(saved["budget"]) == len(METHODS)
     assert set(saved["joint"]["verdicts"]) == {"ood_at_matched_gain", "gain_at_matched_ood",
                                                "ood_at_matched_kl", "gain_at_matched_kl"}

@@ -59,7 +59,7 @@ def largest_rollout_ratio(cfg: Any, pivot_stats: dict[str, Any],
 
     The ratio is read at checkpoints: PivotRL can at best reach E2E RL's target at its first
     checkpoint (`eval_every` steps of G one-turn rollouts on `pivots_per_step` pivots, plus its
-    profiling), and E2E RL can at most spend its cap (`steps` × `e2e_tasks_per_step` × G
+    profiling), and E2E RL can at most spend its cap (`cap("e2e_rl")` × `e2e_tasks_per_step` × G
     episodes of `turns_per_episode` model turns each), pooled over worlds as the report pools
     them. A schedule whose bound is below the paper's 4× decides the claim before any run.
     None when no world has pivots or an episode length is unknown."""
@@ -67,7 +67,7 @@ def largest_rollout_ratio(cfg: Any, pivot_stats: dict[str, Any],
     if not worlds or any(w not in turns_per_episode for w in cfg.worlds):
         return None
     g = cfg.num_generations
-    e2e = sum(cfg.steps * cfg.e2e_tasks_per_step * g * turns_per_episode[w] for w in cfg.worlds)
+    e2e = sum(cfg.cap("e2e_rl") * cfg.e2e_tasks_per_step * g * turns_per_episode[w] for w in cfg.worlds)
     bare = sum(cfg.eval_every * cfg.pivots_per_step * g for _ in worlds)
     profiling = sum(pivot_stats[w].get("profile_rollout_turns", 0) for w in worlds)
     return {"with_profiling": e2e / (bare + profiling), "without_profiling": e2e / bare,

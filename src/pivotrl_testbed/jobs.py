@@ -42,7 +42,7 @@ class Job:
 
 
 def train_job(job: Job, testbed: Path, out: Path, cfg: Any, until: int | None = None) -> Path:
-    """Train one run to step `until` (default: the cap, `cfg.steps`), continuing from its last
+    """Train one run to step `until` (default: its cap, `cfg.cap(method)`), continuing from its last
     checkpoint when there is one; checkpoints land in job_dir/checkpoint-<step>. Returns
     job_dir. Every arm trains on the same trajectories (data/<world>/trajectories.jsonl) or
     their turns."""
@@ -54,7 +54,7 @@ def train_job(job: Job, testbed: Path, out: Path, cfg: Any, until: int | None = 
     # Continue from a checkpoint; a folder without one holds only a start that was stopped early.
     resume = any(job_dir.glob("checkpoint-*"))
     common = dict(model=base, output_dir=job_dir, learning_rate=job.lr,
-                  max_steps=cfg.steps if until is None else until, save_steps=cfg.eval_every,
+                  max_steps=cfg.cap(job.method) if until is None else until, save_steps=cfg.eval_every,
                   seed=job.seed, logging_steps=1, warmup_steps=0, resume=resume, overwrite=not resume)
     trl_only = dict(precision="fp32", lr_scheduler_type="constant_with_warmup")
     if job.method == "sft":
@@ -144,7 +144,8 @@ def run_job(job: Job, testbed: Path, out: Path, cfg: Any, pivot_stats: dict[str,
     key = dict(method=job.method, world=job.world, seed=job.seed, lr=job.lr)
     rows, items, scores = [], [], []
     evaluator, train_s, eval_s, stop, why = None, 0.0, 0.0, None, "running"
-    for step in range(cfg.eval_every, cfg.steps + 1, cfg.eval_every):
+    cap = cfg.cap(job.method)
+    for step in range(cfg.eval_every, cap + 1, cfg.eval_every):
         cache = job_dir / f"dev-step{step}.json"
         if cache.exists():
             got = json.loads(cache.read_text())
@@ -166,7 +167,7 @@ def run_job(job: Job, testbed: Path, out: Path, cfg: Any, pivot_stats: dict[str,
         rows.append(got["row"])
         items += got["items"]
         scores.append((step, dev_score(got["items"], cfg)))
-        stop, why = stop_step(scores, cfg.budget, cap=cfg.steps, start=start)
+        stop, why = stop_step(scores, cfg.budget, cap=cap, start=start)
         if stop is not None:
             break
     rows[-1].update(train_seconds=train_s, eval_seconds=eval_s, stop_step=stop, stop_reason=why)

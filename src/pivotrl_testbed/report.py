@@ -48,7 +48,7 @@ CLAIMS = (
     ("pivotrl", "pivotrl_random", "turn", "Ablation: pivots beat as many random turns"),
     ("pivotrl", "pivotrl_exact", "turn", "Ablation: the functional reward beats strict string "
                                          "match (paper τ²: 63.81 vs 57.34)"),
-    ("pivotrl", "e2e_rl", "turn", "PivotRL vs end-to-end RL in-domain, same steps"),
+    ("pivotrl", "e2e_rl", "turn", "PivotRL vs end-to-end RL in-domain, each at its dev-chosen checkpoint"),
 )
 
 # t quantiles (two-sided 95%) for small numbers of seeds; a normal quantile past that.

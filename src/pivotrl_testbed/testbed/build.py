@@ -43,7 +43,7 @@ SKILL_MAX_NEW_TOKENS = 64
 
 
 _HASHED_WHEN_SET = ("variants", "variant_seed", "variant_names", "variant_own_share",
-                    "agentic_ood_families")
+                    "agentic_ood_families", "tokenizer_isolate_names")
 
 
 class TestbedConfig(BaseModel):
@@ -107,6 +107,11 @@ class TestbedConfig(BaseModel):
     weak_task_start: int = Field(100_000, description="First task index of the weak expert's tasks "
                                                       "(disjoint from the expert's train tasks).")
     vocab_size: int = Field(2048, description="Tokenizer vocabulary (the testbed text saturates ~2k).")
+    tokenizer_isolate_names: bool = Field(
+        False, description="Quoted identifiers (tool names, argument keys) are tokens of their "
+        "own (testbed/tiny.py, build_tokenizer). False: merges span them, so a call's name and "
+        "key are fused with the JSON around them into tokens the tool list never holds, and the "
+        "base cannot copy them from the list (docs/RESULTS.md, \"Candidates\").")
     model: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Base model shape.")
     pretrain: PretrainConfig = Field(default_factory=PretrainConfig, description="Base pretraining loop.")
     eval: EvalConfig = Field(default_factory=lambda: EvalConfig(episodes=50, turn_trajectories=30),
@@ -234,7 +239,7 @@ def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: lis
     from pivotrl.formats.chat import template_messages
     from pivotrl_testbed.testbed.tiny import build_tokenizer
 
-    seed_tok = build_tokenizer([], vocab_size=300)  # only to render texts with the template
+    seed_tok = build_tokenizer([], vocab_size=300, isolate_names=cfg.tokenizer_isolate_names)  # only to render texts with the template
 
     def render(messages, tools):
         return seed_tok.apply_chat_template(template_messages(messages), tools=tools or None,
@@ -246,7 +251,7 @@ def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: lis
                                       if split == "train" for t in ts]
     texts += [render(t.messages, t.tools) for ts in weak.values() for t in ts]
     texts += [render(task.messages + [_answer(task.answer)], task.tools) for task in ood_train]
-    return build_tokenizer(texts, vocab_size=cfg.vocab_size)
+    return build_tokenizer(texts, vocab_size=cfg.vocab_size, isolate_names=cfg.tokenizer_isolate_names)
 
 
 def pretrain_base(cfg: TestbedConfig, tokenizer, weak: dict, ood_train: list,

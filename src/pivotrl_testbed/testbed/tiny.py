@@ -117,10 +117,21 @@ def _short_word_letter() -> str:
 
 _SHORT_WORD_LETTER = _short_word_letter()
 
+# JSON's and the tool schema's own words: these stay merged with the boilerplate around them.
+_SCHEMA_WORDS = ("type", "function", "name", "description", "parameters", "properties",
+                 "required", "arguments", "object", "string", "integer", "number", "boolean",
+                 "array", "items", "enum")
+# An identifier standing alone in double quotes (a tool name, an argument key, an id-like value)
+# that is not one of the schema's words.
+_QUOTED_NAME = (r'(?<=")(?!(?:' + "|".join(_SCHEMA_WORDS) + r')")[A-Za-z_][A-Za-z0-9_]*(?=")')
 
-def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048, min_frequency: int = 2):
+
+def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048, min_frequency: int = 2,
+                    isolate_names: bool = False):
     """A byte-level BPE tokenizer trained on `texts`, with pad `<|endoftext|>`, eos `<|im_end|>`
-    and CHAT_TEMPLATE."""
+    and CHAT_TEMPLATE. `isolate_names`: quoted identifiers (tool names, argument keys) are pieces
+    of their own, never merged with the JSON around them, so a name is the same tokens in the tool
+    list and in a call."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -131,9 +142,15 @@ def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048, min_frequency:
     # one by one, which helps with ids and arithmetic; so are the letters of short all-lower or
     # all-upper words standing alone (the OOD families reverse/uppercase them: with merged
     # letters a tiny model would first have to learn every token's spelling).
+    # With merges across punctuation, `{"name": "run", "arguments": {"` and `command": "ls"}}`
+    # are single tokens: the call's name and key are fused with boilerplate and values, tokens
+    # that occur nowhere in the tool list, so a model can only memorise them, not copy them from
+    # the list (`isolate_names` splits them out; docs/RESULTS.md, "Candidates").
+    names = [pre_tokenizers.Split(Regex(_QUOTED_NAME), behavior="isolated")] if isolate_names else []
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split("\n", behavior="isolated"),
         pre_tokenizers.Split(Regex(_SHORT_WORD_LETTER), behavior="isolated"),
+        *names,
         pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
