@@ -128,3 +128,14 @@ def test_ood_logprob_stats(tiny_model_dir):
     assert moved["kl"] > 0.01 and moved["rank_corr"] < 0.99
     assert moved["positions"] == same["positions"] > 0
     assert math.isfinite(moved["kl"])
+
+
+def test_the_summary_keeps_the_agentic_format_families_apart():
+    from pivotrl_testbed.evaluate import summary
+
+    result = {"in_domain": {"toolshop": {"success": 0.5}},
+              "ood": {"next": {"accuracy": 1.0}, "reverse": {"accuracy": 0.8},
+                      "plain_with_tools": {"accuracy": 0.2}}}
+    s = summary(result)
+    assert s["ood"] == pytest.approx(0.9) and s["agentic_ood"] == pytest.approx(0.2)
+    assert "agentic_ood" not in summary({"ood": {"next": {"accuracy": 1.0}}})

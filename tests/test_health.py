@@ -79,3 +79,17 @@ def test_evaluation_records_the_failure_on_the_items_it_decided(monkeypatch):
     assert episodes_rows and all("OSError: backend down" in r["failure"] for r in episodes_rows)
     turn_rows = [r for r in items if r["measure"] == "turn"]
     assert any("backend down" in r.get("failure", "") for r in turn_rows)
+
+
+def test_the_two_ood_kinds_are_checked_against_their_own_reference():
+    """A base at 0 on the agentic-format families is judged against the build record's agentic
+    accuracy, not against the non-agentic families' pooled with it."""
+    build = {"base": {"in_domain": {}, "ood": {"next": {"accuracy": 0.97}, "reverse": {"accuracy": 0.95},
+                                               "no_tool_fits": {"accuracy": 0.03}}}}
+    agentic = [{**r, "item": f"no_tool_fits-{i}", "cluster": f"no_tool_fits-{i}"}
+               for i, r in enumerate(_rows("base", 100, 0, measure="ood"))]
+    assert flags(agentic, build) == []  # 0.97^100 ≈ 0.05: plausible at its own reference
+    plain = [{**r, "item": f"next-{i}", "cluster": f"next-{i}"}
+             for i, r in enumerate(_rows("base", 100, 0, measure="ood"))]
+    got = flags(plain, build)
+    assert len(got) == 1 and got[0]["measure"] == "ood" and "had 0.960" in got[0]["why"]

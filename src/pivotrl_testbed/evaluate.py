@@ -393,10 +393,20 @@ def evaluate_checkpoint(model_dir: str | Path, testbed: str | Path | None = None
 
 
 def summary(result: dict[str, Any]) -> dict[str, float]:
-    """Mean in-domain success over worlds and mean OOD accuracy over families."""
+    """Mean in-domain success over worlds, mean OOD accuracy over the non-agentic families and,
+    apart (never pooled with them), over the agentic-format ones when there are any."""
+    from pivotrl_testbed.testbed.agentic_ood import AGENTIC_FAMILIES
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs) if xs else 0.0
+
     ind = [v["success"] for v in result.get("in_domain", {}).values()]
-    ood = [v["accuracy"] for v in result.get("ood", {}).values()]
-    return {"in_domain": sum(ind) / len(ind) if ind else 0.0, "ood": sum(ood) / len(ood) if ood else 0.0}
+    ood = result.get("ood", {})
+    out = {"in_domain": mean(ind), "ood": mean([v["accuracy"] for f, v in ood.items() if f not in AGENTIC_FAMILIES])}
+    agentic = [v["accuracy"] for f, v in ood.items() if f in AGENTIC_FAMILIES]
+    if agentic:
+        out["agentic_ood"] = mean(agentic)
+    return out
 
 
 def markdown(result: dict[str, Any], title: str = "Evaluation") -> str:
@@ -418,7 +428,9 @@ def markdown(result: dict[str, Any], title: str = "Evaluation") -> str:
         lines.append(f"| {family} | {pct(v['accuracy'])} | {pct(v['ci95'][0])}–{pct(v['ci95'][1])} "
                      f"| {v['n']} |")
     s = summary(result)
-    lines += ["", f"Mean in-domain success {pct(s['in_domain'])}%, mean OOD accuracy {pct(s['ood'])}%.",
+    agentic = (f", mean agentic-format OOD accuracy {pct(s['agentic_ood'])}%" if "agentic_ood" in s else "")
+    lines += ["", f"Mean in-domain success {pct(s['in_domain'])}%, mean OOD accuracy {pct(s['ood'])}% "
+              f"(non-agentic families){agentic}.",
               "Intervals: 95% Wilson score intervals over episodes / tasks.", ""]
     return "\n".join(lines)
 

@@ -24,6 +24,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pivotrl_testbed.testbed.agentic_ood import AGENTIC_FAMILIES, split_kinds
+
 IMPLAUSIBLE = 1e-3
 # An observation the episode runner wrote because the world raised ("error: OSError: ..."), or
 # bubblewrap's own complaint: not the command's output, the sandbox's failure.
@@ -74,9 +76,11 @@ def record_reference(build: dict[str, Any] | None) -> dict[tuple, float]:
             out[(world, "episode")] = m["success"]
         if m.get("turn_accuracy") is not None:
             out[(world, "turn")] = m["turn_accuracy"]
-    ood = [f["accuracy"] for f in (base.get("ood") or {}).values() if "accuracy" in f]
-    if ood:
-        out[("*", "ood")] = sum(ood) / len(ood)
+    for measure, agentic in (("ood", False), ("agentic_ood", True)):  # as `split_kinds` reads them
+        accs = [f["accuracy"] for name, f in (base.get("ood") or {}).items()
+                if "accuracy" in f and (name in AGENTIC_FAMILIES) == agentic]
+        if accs:
+            out[("*", measure)] = sum(accs) / len(accs)
     return out
 
 
@@ -85,6 +89,7 @@ def flags(items: Sequence[dict[str, Any]], build: dict[str, Any] | None = None) 
     "measure", "decoding", "items", "successes", "failures", "kind", "why"}."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     base_seed = min((r["seed"] for r in items if r["method"] == "base"), default=None)
+    items = split_kinds(list(items))  # the two OOD kinds apart, as the verdicts read them
     for r in items:
         if r["method"] != "base" or r["seed"] == base_seed:  # the base: the same rows per seed
             groups[_key(r)].append(r)
