@@ -88,7 +88,9 @@ def test_dev_is_scored_greedy_only_when_asked_and_eval_always_both_ways(monkeypa
 
     monkeypatch.setattr(ev, "evaluate_world", fake_world)
     monkeypatch.setattr(ev, "evaluate_ood", fake_ood)
-    monkeypatch.setattr(ev, "ood_logprob_stats", lambda *a, **k: {"kl": 0.1, "rank_corr": 0.9})
+    import pivotrl_testbed.drift as drift
+
+    monkeypatch.setattr(drift, "ood_logprob_stats", lambda *a, **k: {"kl": 0.1, "rank_corr": 0.9})
     evaluator = Evaluator.__new__(Evaluator)
     evaluator.cfg = DemoConfig(dev_greedy=dev_greedy)
     evaluator.dev_greedy = Evaluator.wants_dev_greedy(evaluator.cfg)

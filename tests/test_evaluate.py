@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from pivotrl_testbed.evaluate import _spearman_rows, markdown, wilson
+from pivotrl_testbed.drift import _spearman_rows
+from pivotrl_testbed.evaluate import markdown, wilson
 
 
 @pytest.mark.parametrize("k,n,lo,hi", [
@@ -112,7 +113,7 @@ def test_evaluate_cli_rejects_missing_dirs(tmp_path):
 def test_ood_logprob_stats(tiny_model_dir):
     import torch
 
-    from pivotrl_testbed.evaluate import ood_logprob_stats
+    from pivotrl_testbed.drift import ood_logprob_stats
     from pivotrl_testbed.testbed.tiny import load_tiny
 
     model, tok = load_tiny(tiny_model_dir)

@@ -36,7 +36,9 @@ class Evaluator:
     config (dev_tasks, dev_ood_per_family, kl_prompts, worlds, eval)."""
 
     def __init__(self, testbed: Path, cfg: Any):
-        from pivotrl_testbed.evaluate import load_ood_eval, load_trajectories, ood_texts
+        from pivotrl_testbed.drift import ood_texts
+        from pivotrl_testbed.testbed.agentic_ood import AGENTIC_FAMILIES
+        from pivotrl_testbed.evaluate import load_ood_eval, load_trajectories
         from pivotrl_testbed.testbed.tiny import load_tiny
 
         self.cfg, self.testbed = cfg, testbed
@@ -50,7 +52,8 @@ class Evaluator:
             for split, got in split_tasks(tasks, cfg.dev_ood_per_family, cfg.eval.ood_per_family,
                                           f"OOD family {family}").items():
                 self.ood[split] += got
-        ood_eval = self.ood["eval"]
+        # Drift is measured on the non-agentic OOD text, the "OOD" every verdict reads.
+        ood_eval = [t for t in self.ood["eval"] if t.family not in AGENTIC_FAMILIES]
         self.kl_texts = ood_texts(self.tokenizer, ood_eval[:: max(1, len(ood_eval) // cfg.kl_prompts)])
         n_eval = max(cfg.eval.episodes, cfg.eval.turn_trajectories)
         self.trajs = {w: split_tasks(load_trajectories(testbed / w / "eval.jsonl"), cfg.dev_tasks,
@@ -69,7 +72,8 @@ class Evaluator:
         """(checkpoint row, per-item rows). The row holds the eval split's rates in evaluate's
         shape (`in_domain`, `ood`) when eval is scored, the dev split's under `dev`, and the KL to
         the base on OOD text (None = the base itself)."""
-        from pivotrl_testbed.evaluate import evaluate_ood, evaluate_world, ood_logprob_stats
+        from pivotrl_testbed.drift import ood_logprob_stats
+        from pivotrl_testbed.evaluate import evaluate_ood, evaluate_world
         from pivotrl_testbed.testbed.tiny import load_tiny
 
         model, tok = (self.base, self.tokenizer) if model_dir is None else load_tiny(model_dir)

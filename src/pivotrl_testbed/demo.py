@@ -31,12 +31,9 @@ import os
 import time
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from pivotrl_testbed.budget import BudgetRule, schedule_bound
-from pivotrl_testbed.decoding import DecodingRule
+from pivotrl_testbed.budget import schedule_bound
 from pivotrl_testbed.checkpoint_eval import (
     Evaluator,
     decoded,
@@ -45,13 +42,9 @@ from pivotrl_testbed.checkpoint_eval import (
     merge_eval,
     write_jsonl,
 )
-from pivotrl_testbed.evaluate import EvalConfig, SampledConfig
-from pivotrl_testbed.frontier import FrontierConfig
 from pivotrl_testbed.jobs import Job, eval_at, grid_at, run_job, train_job  # noqa: F401 - scripts import them here
 from pivotrl.io.progress import duration
 from pivotrl.io.records import write_text_atomic
-from pivotrl.io.yaml_config import field_like, load_model
-from pivotrl.verifiers.options import VerifierOptions
 
 
 class _InThisProcess(Executor):
@@ -75,143 +68,7 @@ def workers_pool(n: int) -> Executor:
     return ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
 
 
-METHODS = ("sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact", "e2e_rl")
-PIVOT_SET_ARMS = ("pivotrl", "pivotrl_exact", "pivotrl_random")  # sized by the pivot set
-HEADLINE_ARMS = ("sft", "pivotrl", "e2e_rl")  # the paper's comparison; the rest are ablations
-
-
-class DemoConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # a misspelt YAML key is an error, not ignored
-
-    worlds: list[str] = Field(default_factory=lambda: ["toolshop", "terminal"],
-                              description="Agentic worlds; one model is trained per world, as the "
-                              "paper trains one model per domain.")
-    methods: list[str] = Field(
-        default_factory=lambda: ["sft", "pivotrl", "e2e_rl"], description="Arms to train (the "
-        "base is always scored). The default grid holds the paper's three headline arms; the "
-        "ablations (pivotrl_no_filter: every turn; pivotrl_random: random turns, as many as the "
-        "pivots; pivotrl_exact: strict string-match reward) are in --full.")
-    seeds: list[int] = Field(default_factory=lambda: [0], description="Training seeds (--full: 4).")
-    ablation_seeds: int = Field(0, ge=0, description="The ablation arms (pivotrl_no_filter, "
-                                "pivotrl_random, pivotrl_exact) train on the first N seeds only "
-                                "(0: every seed). Their verdicts pair them with PivotRL on those "
-                                "seeds; the headline arms' power is what the seeds are for.")
-    learning_rates: list[float] = Field(
-        default_factory=lambda: [1e-4], description="The lr grid, the same for every method. On "
-        "the shipped base a run of the grid {1e-4, 3e-4} (1 seed, docs/RESULTS.md) chose 1e-4 on "
-        "dev for every arm (3e-4 lowered every arm's dev score), so the default and --full train "
-        "at 1e-4; `learning_rates: [0.0001, 0.0003]` in a --config reruns the grid. "
-        "docs/DESIGN.md: keep RL at ≤ 3e-4 on these tiny models (a constant 1e-3 collapsed "
-        "one-turn GRPO within 10 steps, OOD 0.96 → 0.28).")
-    select_on: Literal["turn", "episode"] = Field(
-        "turn", description="Dev measure that chooses each run's checkpoint and each method's lr, "
-        "stops a run (`budget`) and matches the frontiers (turn accuracy: the finer one).")
-    select_decoding: Literal["greedy", "sampled"] = Field(
-        "sampled", description="Decoding of that dev measure (both are scored and judged). "
-        "Sampled, at the training temperature: what GRPO optimises (the expected reward) and how "
-        "thinking models are scored. With greedy selection on the shipped base every run stopped "
-        "by step 30 while PivotRL's sampled dev score still rose (docs/RESULTS.md).")
-    steps: int = Field(60, description="The cap: most optimizer steps per training run. A dev probe "
-                       "(toolshop, 3 seeds): PivotRL (16 pivots/step, lr 3e-4) peaked by step 40, SFT's dev "
-                       "accuracy still rose at 30 and matched it near 60.")
-    e2e_steps: int = Field(150, description="E2E RL's own cap (the budget rule still stops it when "
-                           "dev stops improving). At the shared cap of 60 the schedule could show "
-                           "at most 2.09x fewer rollout turns for PivotRL with its profiling "
-                           "(candidate D4, docs/RESULTS.md): the paper's 4x was ruled out before "
-                           "any run. 150 lets E2E RL spend ~2.5x that, so the runs decide it.")
-    budget: BudgetRule = Field(default_factory=BudgetRule, description="Each run stops when its dev "
-                               "score has not improved for `patience` checkpoints (experiment/"
-                               "budget.py), the same rule for every arm.")
-    match_tolerance: float = Field(0.02, description="Frontier matching: largest dev difference for "
-                                   "two checkpoints to count as matched (experiment/frontier.py).")
-    decoding: DecodingRule = Field(default_factory=DecodingRule, description="The decoding "
-                                   "each arm is judged at, fixed by rule: the dev-best temperature "
-                                   "of a grid at its chosen checkpoints, and pass@k / pass^k at "
-                                   "the training temperature (pivotrl_testbed/decoding.py).")
-    sampled: SampledConfig = Field(default_factory=SampledConfig, description="Sampled scoring "
-                                   "beside greedy: k samples per item at the training temperature "
-                                   "(turn accuracy and OOD; episodes off: k episodes per task).")
-    dev_greedy: bool = Field(False, description="Score the dev split greedily too at every "
-                             "checkpoint (episodes, turns, OOD), beside the sampled scoring. Off, "
-                             "nothing the demo decides loses an input: the budget rule, each "
-                             "checkpoint and lr choice and the frontier's matching read the dev split "
-                             "in `select_decoding`, and every verdict reads the eval split, scored "
-                             "both ways where it is read. Greedy dev scoring was half of each "
-                             "checkpoint's dev evaluation (terminal: 12 of 17.6 s); on, the dev "
-                             "curves are drawn greedy as well. Always on with greedy selection.")
-    eval_every: int = Field(10, description="Checkpoint every N steps; every checkpoint is scored "
-                            "on dev, the dev-chosen one on eval (experiment/checkpoint_eval.py).")
-    k: int = Field(8, description="Profiling samples per turn (the paper profiles with K samples of π0).")
-    profile_trajectories: int = Field(100, description="Expert trajectories per world that every "
-                                      "arm trains on: all their turns are PivotRL's candidates "
-                                      "(~430 turns, the profiling cost of the 480 turns measured "
-                                      "before), SFT's data and E2E RL's tasks. 0 = all of "
-                                      "train.jsonl.")
-    dev_tasks: int = Field(40, description="The first N tasks of each world's eval.jsonl are the "
-                           "dev split (checkpoint and lr choice); the next `eval.episodes` are "
-                           "the eval split the verdicts are measured on.")
-    dev_ood_per_family: int = Field(40, description="OOD dev tasks per family (the first N); the "
-                                    "next `eval.ood_per_family` are the eval split.")
-    verifier: str = field_like(VerifierOptions, "verifier", default="state", note="Here execution-based "
-                               "equivalence in the world (the testbed worlds are executable).")
-    num_generations: int = Field(8, description="G rollouts per pivot (paper: 16; 8 on 2 cores).")
-    pivots_per_step: int = Field(16, description="Pivots per optimizer step (batch = G × this). "
-                                 "A dev probe (toolshop, 3 seeds): 4 pivots at lr ≤ 3e-4 left PivotRL flat "
-                                 "(+0.014 turn accuracy); 16 at 3e-4 gained +0.057 greedy, +0.111 "
-                                 "sampled by step 40. 2 pivots were too noisy (probe_pivotrl.py).")
-    max_completion_length: int = Field(64, description="Tokens per one-turn rollout (a testbed "
-                                       "action is < 60 tokens).")
-    sft_batch_size: int = Field(8, description="Trajectories per SFT step.")
-    e2e_tasks_per_step: int = Field(4, description="E2E RL: tasks per step, each with G episodes "
-                                    "(as pivots_per_step: the same batch noise for both RL methods).")
-    eval: EvalConfig = Field(default_factory=lambda: EvalConfig(
-        episodes=100, turn_trajectories=100, ood_per_family=60, batch_size=30,
-        verifiers={"toolshop": "state", "terminal": "state"}),
-        description="Evaluation of a checkpoint on the eval split: greedy episodes on 100 tasks per "
-        "world and turn accuracy on the expert states of the same 100 tasks, 60 OOD tasks per "
-        "family: with the 40 dev tasks, the testbed's whole eval file (140 per world, 100 OOD). "
-        "Every seed is scored on the same items, so their clusters set the headline interval: "
-        "at 60 tasks per world it stayed ±0.0215 from 5 to 8 seeds; at 100 it is ±0.016 at 6 "
-        "(docs/RESULTS.md).")
-    kl_prompts: int = Field(40, description="OOD texts for KL / rank correlation to the base.")
-    theory_turns: int = Field(32, description="Profiled states (half pivots, half not) in "
-                              "the theory checks.")
-    theory_samples: int = Field(16, description="Actions sampled per state in the theory checks.")
-    workers: int = Field(2, description="Training jobs run in parallel (one per core, 1 thread each).")
-
-    @classmethod
-    def from_yaml(cls, path: Path) -> "DemoConfig":
-        return load_model(cls, path)
-
-    def cap(self, method: str) -> int:
-        """The most optimizer steps a run of `method` may take."""
-        return self.e2e_steps if method == "e2e_rl" else self.steps
-
-    def full(self) -> "DemoConfig":
-        """Every arm (ablations included) and four seeds, at the default's budget per run, so a
-        --full run into a folder that holds the default run trains only what it adds (finished
-        jobs are cached). The seeds buy little power on the headline turn accuracy: every seed
-        is scored on the same eval items, whose clusters set the interval (measured on 60 eval
-        tasks per world: ±0.0235 at two seeds, ±0.0216 at six, ±0.0215 at eight; on 100:
-        ±0.0177 at one, ±0.0159 at six), so four keep it within ±0.021; they make the verdicts
-        hold across training noise. The ablations train on the first three seeds, so each
-        ablation verdict holds across seeds too: 4 × 3 headline + 3 × 3 ablation runs per world
-        are the 6 × 3 + 1 × 3 of the six-seed grid, the same 2-h budget."""
-        return self.model_copy(update={"seeds": list(range(4)), "methods": list(METHODS),
-                                       "ablation_seeds": 3})
-
-    def frontier_config(self) -> FrontierConfig:
-        """The frontier rule on this demo's selection measure and decoding."""
-        return FrontierConfig(measure=self.select_on, decoding=self.select_decoding,
-                              tolerance=self.match_tolerance)
-
-    @field_validator("methods")
-    @classmethod
-    def _known_methods(cls, methods: list[str]) -> list[str]:
-        unknown = sorted(set(methods) - set(METHODS))
-        if unknown:
-            raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}")
-        return methods
+from pivotrl_testbed.demo_config import HEADLINE_ARMS, METHODS, PIVOT_SET_ARMS, DemoConfig  # noqa: F401 - imported from here
 
 
 def say(msg: str) -> None:
