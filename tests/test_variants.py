@@ -73,6 +73,18 @@ def test_the_variants_field_leaves_the_default_hash_alone():
     assert TestbedConfig(variants=8).digest() != TestbedConfig().digest()
 
 
+def test_a_configs_hash_does_not_depend_on_which_values_are_defaults():
+    """A candidate made the default keeps the hash it was built (and shipped) under."""
+
+    class CandidateAsDefault(TestbedConfig):
+        variants: int = 2000
+        variant_names: str = "shared"
+        tokenizer_isolate_names: bool = True
+
+    as_set = TestbedConfig(variants=2000, variant_names="shared", tokenizer_isolate_names=True)
+    assert CandidateAsDefault().digest() == as_set.digest() != TestbedConfig().digest()
+
+
 def test_open_names_are_not_memorisable_and_never_the_worlds_own():
     """2,000 open variants: almost every name new, none a world's or a pool's name."""
     own = {n for w in ("toolshop", "terminal") for t in world_module(w).TOOLS

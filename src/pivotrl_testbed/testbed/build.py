@@ -42,8 +42,12 @@ SKILL_K = 8
 SKILL_MAX_NEW_TOKENS = 64
 
 
-_HASHED_WHEN_SET = ("variants", "variant_seed", "variant_names", "variant_own_share",
-                    "agentic_ood_families", "tokenizer_isolate_names")
+# Fields added after the first shipped build, with the value every build had before them: a
+# field enters the hash only when it differs from that value, so an older config keeps its hash,
+# and a config's hash does not depend on which of its values are the current defaults.
+_HASHED_UNLESS: dict[str, Any] = {"variants": 0, "variant_seed": 0, "variant_names": "pools",
+                                  "variant_own_share": None, "agentic_ood_families": [],
+                                  "tokenizer_isolate_names": False}
 
 
 class TestbedConfig(BaseModel):
@@ -140,11 +144,8 @@ class TestbedConfig(BaseModel):
         })
 
     def digest(self) -> str:
-        # Fields added after the shipped build hash only when set: a config that leaves them at
-        # their defaults builds what it built before, and keeps its hash.
         dump = {k: v for k, v in self.model_dump().items()
-                if k not in _HASHED_WHEN_SET
-                or v != type(self).model_fields[k].get_default(call_default_factory=True)}
+                if k not in _HASHED_UNLESS or v != _HASHED_UNLESS[k]}
         blob = json.dumps({"v": BUILD_VERSION, **dump}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
