@@ -127,7 +127,7 @@ _QUOTED_NAME = (r'(?<=")(?!(?:' + "|".join(_SCHEMA_WORDS) + r')")[A-Za-z_][A-Za-
 
 
 def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048, min_frequency: int = 2,
-                    isolate_names: bool = False):
+                    isolate_names: bool = False, spell_values: bool = False):
     """A byte-level BPE tokenizer trained on `texts`, with pad `<|endoftext|>`, eos `<|im_end|>`
     and CHAT_TEMPLATE. `isolate_names`: quoted identifiers (tool names, argument keys) are pieces
     of their own, never merged with the JSON around them, so a name is the same tokens in the tool
@@ -147,6 +147,8 @@ def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048, min_frequency:
     # that occur nowhere in the tool list, so a model can only memorise them, not copy them from
     # the list (`isolate_names` splits them out; docs/RESULTS.md, "Candidates").
     names = [pre_tokenizers.Split(Regex(_QUOTED_NAME), behavior="isolated")] if isolate_names else []
+    if spell_values:  # a letter run joined to a digit (an id, an e-mail's name): letter by letter
+        names.append(pre_tokenizers.Split(Regex(r"[A-Za-z](?=[A-Za-z]*[0-9])"), behavior="isolated"))
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split("\n", behavior="isolated"),
         pre_tokenizers.Split(Regex(_SHORT_WORD_LETTER), behavior="isolated"),
