@@ -27,7 +27,7 @@ for w in ("toolshop", "terminal"):
             p = parse_completion(x)
             c = p.message.tool_calls[0].function if p.valid and p.message and p.message.tool_calls else None
             if c is None: continue
-            ga, ca = json.loads(g.arguments), c.args() if hasattr(c, "args") else json.loads(c.arguments)
+            ga, ca = json.loads(g.arguments), json.loads(c.arguments)
             name += c.name == g.name
             key += set(ca) == set(ga)
             val += sorted(map(str, ca.values())) == sorted(map(str, ga.values()))

@@ -39,11 +39,11 @@ def score(model, tok, rows):
     hits = {"name": 0, "keys": 0, "values": 0}
     for (_, _, m), x in zip(rows, texts):
         p = parse_completion(x)
-        got = p.message.tool_calls[0].function if p.valid and p.message and p.message.tool_calls else None
+        got = p.message.tool_calls[0] if p.valid and p.message and p.message.tool_calls else None
         if got is None:
             continue
-        want, args = m.tool_calls[0].function, got.args()
-        hits["name"] += got.name == want.name
+        want, args = m.tool_calls[0], got.args()
+        hits["name"] += got.function.name == want.function.name
         hits["keys"] += set(args) == set(want.args())
         hits["values"] += sorted(map(str, args.values())) == sorted(map(str, want.args().values()))
     return {k: v / len(rows) for k, v in hits.items()} | {"example": texts[0][:90]}

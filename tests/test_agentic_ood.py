@@ -161,7 +161,8 @@ def test_config_field_keeps_the_default_hash_and_feeds_pretraining():
 def test_evaluation_renders_tools_and_scores_by_the_parser(tiny_model_dir, monkeypatch):
     from pivotrl.formats.chat import prompt_text
     from pivotrl_testbed.episodes import ModelPolicy
-    from pivotrl_testbed.evaluate import evaluate_ood, ood_texts
+    from pivotrl_testbed.drift import ood_texts
+    from pivotrl_testbed.evaluate import evaluate_ood
     from pivotrl_testbed.testbed.tiny import load_tiny
 
     model, tok = load_tiny(tiny_model_dir)

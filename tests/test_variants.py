@@ -121,3 +121,37 @@ def test_the_worlds_own_share_sets_how_often_its_names_occur():
     assert share(0.3) == pytest.approx(0.3, abs=0.02)
     assert make_variant("toolshop", 3, names="shared", own_share=0.3) != make_variant(
         "toolshop", 3, names="shared")
+
+
+def test_composed_prompts_are_many_never_the_worlds_and_leave_the_names_alone():
+    for world in ("toolshop", "terminal"):
+        own = world_module(world).SYSTEM_PROMPT
+        fixed = [make_variant(world, i, names="shared") for i in range(300)]
+        composed = [make_variant(world, i, names="shared", prompts="composed") for i in range(300)]
+        assert len({v.system for v in composed}) >= 50 > len({v.system for v in fixed})
+        assert own not in {v.system for v in composed}
+        assert [(v.tools, v.keys) for v in composed] == [(v.tools, v.keys) for v in fixed]
+        assert all(v.tool(next(iter(v.tools))) in v.system for v in composed if world == "terminal")
+    with pytest.raises(ValueError, match="prompt style"):
+        make_variant("terminal", 0, prompts="free")
+
+
+def test_the_tokenizer_options_make_names_and_values_copyable():
+    """A call's name and key are the same tokens as in the tool list (`isolate_names`); a
+    letter run joined to a digit is spelled out, as its digits are (`spell_values`)."""
+    from pivotrl_testbed.testbed.tiny import build_tokenizer
+
+    tools = ('{"type": "function", "function": {"name": "find_customer", "parameters": {"type": '
+             '"object", "properties": {"email": {"type": "string"}}}}}')
+    call = '{"name": "find_customer", "arguments": {"email": "Gus7@shop.io"}}'
+    texts = [f"{tools}\nI am Gus7@shop.io.\n{call}"] * 50
+
+    def pieces(tok, s):
+        return [tok.decode([i]) for i in tok(s, add_special_tokens=False)["input_ids"]]
+
+    merged = build_tokenizer(texts, vocab_size=400)
+    assert "find_customer" not in pieces(merged, call)  # fused with the JSON around it
+    split = build_tokenizer(texts, vocab_size=400, isolate_names=True, spell_values=True)
+    assert {"find_customer", "email"} <= set(pieces(split, call)) & set(pieces(split, tools))
+    assert pieces(split, "Gus7@shop.io")[:4] == ["G", "u", "s", "7"]
+    assert pieces(split, "ls -A") == pieces(merged, "ls -A")  # no digit: as before

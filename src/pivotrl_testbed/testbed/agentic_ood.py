@@ -111,7 +111,8 @@ class Offer:
 
 
 def offers(world: str, split: str, variants: int = 0, seed: int = 0,
-           names: str = "pools", own_share: float | None = None) -> list[Offer]:
+           names: str = "pools", own_share: float | None = None, *,
+           prompts: str = "fixed") -> list[Offer]:
     """What `split`'s tasks of `world` are asked under: eval, the world's own list and system
     prompt; train, `variants` (`DEFAULT_VARIANTS` when 0) variants of the world with the build's
     variant seed and name space, never the world itself. A variant whose tool names are all the
@@ -127,7 +128,7 @@ def offers(world: str, split: str, variants: int = 0, seed: int = 0,
     out: list[Offer] = []
     i = 0
     while len(out) < (variants or DEFAULT_VARIANTS):
-        v = make_variant(world, i, seed, names, own_share)
+        v = make_variant(world, i, seed, names, own_share, prompts=prompts)
         i += 1
         tools = translate_tools(mod.TOOLS, v)
         if {t["function"]["name"] for t in tools} != own:
@@ -137,7 +138,7 @@ def offers(world: str, split: str, variants: int = 0, seed: int = 0,
 
 def generate(family: str, split: str, n: int, seed: int = 0, worlds: list[str] | None = None,
              variants: int = 0, variant_seed: int = 0, variant_names: str = "pools",
-             own_share: float | None = None) -> list[ood.OODTask]:
+             own_share: float | None = None, *, prompts: str = "fixed") -> list[ood.OODTask]:
     """`n` distinct tasks of agentic `family` on `split`, the worlds taken in turn (each world's
     tasks asked under `offers(world, split, ...)`, the variants in turn); deterministic in every
     argument. Ids are `<family>-<world>-<seed>-<i>`: the family comes first, before any '-'."""
@@ -146,7 +147,8 @@ def generate(family: str, split: str, n: int, seed: int = 0, worlds: list[str] |
     if family not in AGENTIC_FAMILIES:
         raise KeyError(f"unknown agentic OOD family {family!r}; known: {', '.join(AGENTIC_FAMILIES)}")
     worlds = list(worlds or ["toolshop", "terminal"])
-    lists = {w: offers(w, split, variants, variant_seed, variant_names, own_share) for w in worlds}
+    lists = {w: offers(w, split, variants, variant_seed, variant_names, own_share, prompts=prompts)
+             for w in worlds}
     out: list[ood.OODTask] = []
     seen: set[str] = set()
     i = 0

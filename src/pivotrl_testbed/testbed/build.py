@@ -47,7 +47,8 @@ SKILL_MAX_NEW_TOKENS = 64
 # and a config's hash does not depend on which of its values are the current defaults.
 _HASHED_UNLESS: dict[str, Any] = {"variants": 0, "variant_seed": 0, "variant_names": "pools",
                                   "variant_own_share": None, "agentic_ood_families": [],
-                                  "tokenizer_isolate_names": False}
+                                  "tokenizer_isolate_names": False, "tokenizer_spell_values": False,
+                                  "variant_prompts": "fixed"}
 
 
 class TestbedConfig(BaseModel):
@@ -108,9 +109,18 @@ class TestbedConfig(BaseModel):
         "the world's own (None: one choice of its pool as any other, 1 in 5–9). At None the "
         "4-layer base found toolshop's first call and terminal's first two at q < 0.1 "
         "(docs/RESULTS.md, candidate D4).")
+    variant_prompts: Literal["fixed", "composed"] = Field(
+        "fixed", description="The variants' system prompts (testbed/variants.py): one of three "
+        "per world, or composed of an opener, a tools sentence and a closer (80 per world). With "
+        "three, candidate G's base wrote one fixed tool name under terminal's own prompt "
+        "(docs/RESULTS.md).")
     weak_task_start: int = Field(100_000, description="First task index of the weak expert's tasks "
                                                       "(disjoint from the expert's train tasks).")
     vocab_size: int = Field(2048, description="Tokenizer vocabulary (the testbed text saturates ~2k).")
+    tokenizer_spell_values: bool = Field(
+        False, description="A letter run joined to a digit (an e-mail's name, an id) is spelled "
+        "letter by letter (testbed/tiny.py, build_tokenizer), as the digits are: candidate G's "
+        "base copied the digit of the user's e-mail but not its name (docs/RESULTS.md).")
     tokenizer_isolate_names: bool = Field(
         False, description="Quoted identifiers (tool names, argument keys) are tokens of their "
         "own (testbed/tiny.py, build_tokenizer). False: merges span them, so a call's name and "
@@ -214,7 +224,7 @@ def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tup
                                 cfg.weak_task_start, cfg.workers)
         if cfg.variants:
             weak[w] = translate_all(weak[w], w, cfg.variants, cfg.variant_seed, cfg.variant_names,
-                                    cfg.variant_own_share)
+                                    cfg.variant_own_share, prompts=cfg.variant_prompts)
         write_atomic(out / "pretrain" / f"{w}.jsonl", weak[w])
     ood_counts = ood.write_ood(out / "ood", cfg.ood_train, cfg.ood_eval, seed=0,
                                families=cfg.ood_families, extra=agentic_tasks(cfg))
@@ -230,7 +240,7 @@ def agentic_tasks(cfg: TestbedConfig) -> dict[str, list]:
     return {split: [t for f in cfg.agentic_ood_families
                     for t in agentic_ood.generate(f, split, n, 0, cfg.worlds, cfg.variants,
                                                   cfg.variant_seed, cfg.variant_names,
-                                                  cfg.variant_own_share)]
+                                                  cfg.variant_own_share, prompts=cfg.variant_prompts)]
             for split, n in (("train", cfg.ood_train), ("eval", cfg.ood_eval))}
 
 
@@ -240,7 +250,9 @@ def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: lis
     from pivotrl.formats.chat import template_messages
     from pivotrl_testbed.testbed.tiny import build_tokenizer
 
-    seed_tok = build_tokenizer([], vocab_size=300, isolate_names=cfg.tokenizer_isolate_names)  # only to render texts with the template
+    # only to render texts with the template
+    seed_tok = build_tokenizer([], vocab_size=300, isolate_names=cfg.tokenizer_isolate_names,
+                               spell_values=cfg.tokenizer_spell_values)
 
     def render(messages, tools):
         return seed_tok.apply_chat_template(template_messages(messages), tools=tools or None,
@@ -252,7 +264,8 @@ def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: lis
                                       if split == "train" for t in ts]
     texts += [render(t.messages, t.tools) for ts in weak.values() for t in ts]
     texts += [render(task.messages + [_answer(task.answer)], task.tools) for task in ood_train]
-    return build_tokenizer(texts, vocab_size=cfg.vocab_size, isolate_names=cfg.tokenizer_isolate_names)
+    return build_tokenizer(texts, vocab_size=cfg.vocab_size, isolate_names=cfg.tokenizer_isolate_names,
+                           spell_values=cfg.tokenizer_spell_values)
 
 
 def pretrain_base(cfg: TestbedConfig, tokenizer, weak: dict, ood_train: list,

@@ -122,6 +122,38 @@ SYSTEM_PROMPTS: dict[str, list[str]] = {
     ],
 }
 
+# `composed` prompts: an opener, a sentence on the tools (and toolshop's policy) and a closer, one
+# of each (80 prompts per world): with only the three above, a base tied its choice of tool name
+# to their wording and wrote one fixed name under the world's own prompt (docs/RESULTS.md,
+# candidate G), as no general base would after meeting many system prompts. None of the parts
+# is the world's own sentence.
+PROMPT_PARTS: dict[str, tuple[list[str], list[str], list[str]]] = {
+    "toolshop": (
+        ["You are a store helper.", "You help the customers of an online shop.",
+         "Shop support agent.", "You are the assistant of a web store.",
+         "Customer service for an online shop."],
+        ["Use the tools to serve the customer. Policy: only pending orders can be cancelled or "
+         "changed; only delivered orders can be returned.",
+         "Act for the user with the tools. Rules: cancel or change only pending orders; return "
+         "only delivered orders.",
+         "Call the tools to act for the user. Only pending orders may be cancelled or changed, "
+         "only delivered orders returned.",
+         "The tools below act on the shop. Pending orders alone can be cancelled or changed; "
+         "delivered orders alone can be returned."],
+        ["Reply to the user when finished.", "Finish with a reply to the user.",
+         "End with a message to the user.", "Tell the user when it is done."]),
+    "terminal": (
+        ["You are a command-line helper.", "Shell agent.", "You work in the user's directory.",
+         "You help with files in a terminal.", "Command-line assistant."],
+        ["Use the {tool} tool to run bash commands in the user's folder.",
+         "Call {tool} to execute bash in the working directory.",
+         "Run bash commands through the {tool} tool.",
+         "The {tool} tool runs a bash command in the current directory."],
+        ["Reply to the user when finished.", "Finish with a reply to the user.",
+         "Then answer the user.", "Tell the user when it is done."]),
+}
+PROMPT_STYLES = ("fixed", "composed")
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -157,15 +189,18 @@ def _open_name(rng: random.Random, taken: set[str]) -> str:
 
 
 def make_variant(world: str, index: int, seed: int = 0, names: str = "pools",
-                 own_share: float | None = None) -> Variant:
+                 own_share: float | None = None, *, prompts: str = "fixed") -> Variant:
     """The `index`-th variant of `world` (deterministic in world, index, seed and name space):
     distinct names within the variant, never the world itself (module doc). `own_share`
     (`shared` only): the chance that a name is the world's own; None: one pool choice as any
-    other."""
+    other. `prompts`: its system prompt one of three per world (`fixed`) or composed of parts
+    (`composed`, `PROMPT_PARTS`); drawn after the names, which it leaves as they were."""
     if world not in TOOL_POOLS:
         raise KeyError(f"no variants for world {world!r}; known: {', '.join(TOOL_POOLS)}")
     if names not in NAME_SPACES:
         raise ValueError(f"unknown name space {names!r}; known: {', '.join(NAME_SPACES)}")
+    if prompts not in PROMPT_STYLES:
+        raise ValueError(f"unknown prompt style {prompts!r}; known: {', '.join(PROMPT_STYLES)}")
     rng = random.Random(stable_int("variant", world, index, seed, *([names] if names != "pools" else []),
                                    *([own_share] if own_share is not None else [])))
     if names == "open":
@@ -184,11 +219,15 @@ def make_variant(world: str, index: int, seed: int = 0, names: str = "pools",
         tools = {old: pick(old, pool) for old, pool in TOOL_POOLS[world].items()}
         keys = {old: pick(old, pool) for old, pool in KEY_POOLS[world].items()}
         if all(new == old for new_names in (tools, keys) for old, new in new_names.items()):
-            return make_variant(world, index, seed + 1000, names, own_share)  # the world itself
+            return make_variant(world, index, seed + 1000, names, own_share, prompts=prompts)  # the world
     for named in (tools, keys):  # pools of different entries may share a word; keep names apart
         if len(set(named.values())) != len(named):
-            return make_variant(world, index, seed + 1000, names, own_share)
-    system = rng.choice(SYSTEM_PROMPTS[world]).format(tool=next(iter(tools.values())))
+            return make_variant(world, index, seed + 1000, names, own_share, prompts=prompts)
+    if prompts == "fixed":
+        system = rng.choice(SYSTEM_PROMPTS[world])
+    else:
+        system = " ".join(rng.choice(part) for part in PROMPT_PARTS[world])
+    system = system.format(tool=next(iter(tools.values())))
     return Variant(world, index, tools, keys, system, name=f"{world}~{index}")
 
 
@@ -261,7 +300,8 @@ def translate(traj: Trajectory, v: Variant) -> Trajectory:
 
 
 def translate_all(trajs: list[Trajectory], world: str, n_variants: int, seed: int = 0,
-                  names: str = "pools", own_share: float | None = None) -> list[Trajectory]:
+                  names: str = "pools", own_share: float | None = None, *,
+                  prompts: str = "fixed") -> list[Trajectory]:
     """Trajectory i in variant i mod `n_variants` (round robin: every variant gets its share)."""
-    variants = [make_variant(world, i, seed, names, own_share) for i in range(n_variants)]
+    variants = [make_variant(world, i, seed, names, own_share, prompts=prompts) for i in range(n_variants)]
     return [translate(t, variants[i % n_variants]) for i, t in enumerate(trajs)]
