@@ -37,8 +37,8 @@ class Evaluator:
 
     def __init__(self, testbed: Path, cfg: Any):
         from pivotrl_testbed.drift import ood_texts
-        from pivotrl_testbed.testbed.agentic_ood import AGENTIC_FAMILIES
         from pivotrl_testbed.evaluate import load_ood_eval, load_trajectories
+        from pivotrl_testbed.testbed.agentic_ood import AGENTIC_FAMILIES
         from pivotrl_testbed.testbed.tiny import load_tiny
 
         self.cfg, self.testbed = cfg, testbed

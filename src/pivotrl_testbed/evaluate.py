@@ -393,13 +393,11 @@ def evaluate_checkpoint(model_dir: str | Path, testbed: str | Path | None = None
 def summary(result: dict[str, Any]) -> dict[str, float]:
     """Mean in-domain success over worlds, mean OOD accuracy over the non-agentic families and,
     apart (never pooled with them), over the agentic-format ones when there are any."""
-    from pivotrl_testbed.testbed.agentic_ood import AGENTIC_FAMILIES
+    from pivotrl_testbed.testbed.agentic_ood import mean_by_kind
 
-    ood = result.get("ood", {})
-    groups = {"in_domain": [v["success"] for v in result.get("in_domain", {}).values()],
-              "ood": [v["accuracy"] for f, v in ood.items() if f not in AGENTIC_FAMILIES],
-              "agentic_ood": [v["accuracy"] for f, v in ood.items() if f in AGENTIC_FAMILIES]}
-    return {k: sum(v) / len(v) if v else 0.0 for k, v in groups.items() if v or k != "agentic_ood"}
+    ind = [v["success"] for v in result.get("in_domain", {}).values()]
+    return {"in_domain": sum(ind) / len(ind) if ind else 0.0, "ood": 0.0,
+            **mean_by_kind(result.get("ood", {}))}
 
 
 def markdown(result: dict[str, Any], title: str = "Evaluation") -> str:

@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pivotrl_testbed.testbed.agentic_ood import AGENTIC_FAMILIES, split_kinds
+from pivotrl_testbed.testbed.agentic_ood import mean_by_kind, split_kinds
 
 IMPLAUSIBLE = 1e-3
 # An observation the episode runner wrote because the world raised ("error: OSError: ..."), or
@@ -76,11 +76,8 @@ def record_reference(build: dict[str, Any] | None) -> dict[tuple, float]:
             out[(world, "episode")] = m["success"]
         if m.get("turn_accuracy") is not None:
             out[(world, "turn")] = m["turn_accuracy"]
-    for measure, agentic in (("ood", False), ("agentic_ood", True)):  # as `split_kinds` reads them
-        accs = [f["accuracy"] for name, f in (base.get("ood") or {}).items()
-                if "accuracy" in f and (name in AGENTIC_FAMILIES) == agentic]
-        if accs:
-            out[("*", measure)] = sum(accs) / len(accs)
+    for measure, rate in mean_by_kind(base.get("ood") or {}).items():
+        out[("*", measure)] = rate
     return out
 
 

@@ -22,7 +22,7 @@ from pivotrl_testbed.decoding import DEV_BEST, DecodingRule, at_dev_best, decodi
 from pivotrl_testbed.frontier import FrontierConfig
 from pivotrl_testbed.joint_report import joint_markdown, joint_results
 from pivotrl_testbed.report_md import PAPER, render_markdown
-from pivotrl_testbed.testbed.agentic_ood import AGENTIC_FAMILIES, split_kinds
+from pivotrl_testbed.testbed.agentic_ood import mean_by_kind, split_kinds
 
 METHODS = ("base", "sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact",
            "e2e_rl")
@@ -67,8 +67,7 @@ def ci95(values: list[float]) -> list[float] | None:
 def row_ood(row: dict[str, Any]) -> float | None:
     """Mean accuracy over a row's non-agentic OOD families (None when it has none): the
     agentic-format families are reported apart, never pooled into "OOD"."""
-    accs = [v["accuracy"] for f, v in row["ood"].items() if f not in AGENTIC_FAMILIES]
-    return mean(accs) if accs else None
+    return mean_by_kind(row["ood"]).get("ood")
 
 
 def checkpoint_curve(rows: list[dict[str, Any]], method: str, decoding: str = "greedy"

@@ -214,6 +214,19 @@ def is_agentic(item: Any) -> bool:
     return family_of(item) in AGENTIC_FAMILIES
 
 
+def mean_by_kind(families: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """{"ood": mean accuracy over the non-agentic families, "agentic_ood": over the agentic-format
+    ones}, each present only where such families have an accuracy: the two kinds are never
+    pooled (`split_kinds` is the same rule for item rows)."""
+    out: dict[str, float] = {}
+    for kind, agentic in (("ood", False), ("agentic_ood", True)):
+        accs = [v["accuracy"] for f, v in families.items()
+                if "accuracy" in v and (f in AGENTIC_FAMILIES) == agentic]
+        if accs:
+            out[kind] = sum(accs) / len(accs)
+    return out
+
+
 def split_kinds(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Item rows with the agentic-format OOD rows relabelled `measure: "agentic_ood"`, so every
     rule that reads `"ood"` (verdicts, frontier, power) reads the non-agentic families only and

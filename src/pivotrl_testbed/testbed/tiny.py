@@ -124,14 +124,15 @@ _SCHEMA_WORDS = ("type", "function", "name", "description", "parameters", "prope
 # An identifier standing alone in double quotes (a tool name, an argument key, an id-like value)
 # that is not one of the schema's words.
 _QUOTED_NAME = (r'(?<=")(?!(?:' + "|".join(_SCHEMA_WORDS) + r')")[A-Za-z_][A-Za-z0-9_]*(?=")')
+# A letter of a run joined to a digit (an e-mail's name, an id): spelled out, as digits are.
+_LETTER_BEFORE_DIGIT = r"[A-Za-z](?=[A-Za-z]*[0-9])"
 
 
 def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048, min_frequency: int = 2,
                     isolate_names: bool = False, spell_values: bool = False):
     """A byte-level BPE tokenizer trained on `texts`, with pad `<|endoftext|>`, eos `<|im_end|>`
     and CHAT_TEMPLATE. `isolate_names`: quoted identifiers (tool names, argument keys) are pieces
-    of their own, never merged with the JSON around them, so a name is the same tokens in the tool
-    list and in a call."""
+    of their own; `spell_values`: letter runs joined to digits are spelled out."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -146,13 +147,12 @@ def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048, min_frequency:
     # are single tokens: the call's name and key are fused with boilerplate and values, tokens
     # that occur nowhere in the tool list, so a model can only memorise them, not copy them from
     # the list (`isolate_names` splits them out; docs/RESULTS.md, "Candidates").
-    names = [pre_tokenizers.Split(Regex(_QUOTED_NAME), behavior="isolated")] if isolate_names else []
-    if spell_values:  # a letter run joined to a digit (an id, an e-mail's name): letter by letter
-        names.append(pre_tokenizers.Split(Regex(r"[A-Za-z](?=[A-Za-z]*[0-9])"), behavior="isolated"))
+    options = [pattern for pattern, on in ((_QUOTED_NAME, isolate_names),
+                                           (_LETTER_BEFORE_DIGIT, spell_values)) if on]
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split("\n", behavior="isolated"),
         pre_tokenizers.Split(Regex(_SHORT_WORD_LETTER), behavior="isolated"),
-        *names,
+        *(pre_tokenizers.Split(Regex(p), behavior="isolated") for p in options),
         pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
