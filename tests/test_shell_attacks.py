@@ -318,3 +318,24 @@ def test_the_contents_probe_moves_every_line_from_its_place(tmp_path):
     # a file whose lines cannot all move still gets its probe (bounded tries, then any shuffle)
     (tmp_path / "notes.txt").write_text("\n\n")
     assert perturb_workspace(tmp_path, 0, "s0") and (tmp_path / "notes.txt").read_text() != "\n\n"
+
+
+@pytest.mark.parametrize("text", ["ann\nbob\nbob\ncat\n", "3 pears\n10 figs\n7 plums\nBob\n"])
+def test_the_contents_probe_keeps_both_ends_off_every_sort_orders_ends(tmp_path, text):
+    """`head -n 1 f` against `sort f | head -n 1`: where the shuffled first line was also the
+    sorted first (the probe's empty line sorts first; 1 in ~25 seeds), the sorting command
+    matched the expert on the probe and was paid. No seed may leave an end of the file at an
+    end of the byte, case-folded or numeric order (the sandbox sorts in C.UTF-8)."""
+    def number(ln: str) -> float:
+        head = ln.split(" ", 1)[0]
+        return float(head) if head.lstrip("-").isdigit() else 0.0
+
+    orders = (lambda ln: ln, lambda ln: (ln.casefold(), ln), lambda ln: (number(ln), ln))
+    for seed in range(300):
+        path = tmp_path / "names.txt"
+        path.write_text(text)
+        assert perturb_workspace(tmp_path, 0, f"s{seed}")
+        got = path.read_text().split("\n")[:-1]
+        for key in orders:
+            ends = {min(got, key=key), max(got, key=key)}
+            assert got[0] not in ends and got[-1] not in ends, (seed, got)

@@ -18,7 +18,8 @@ The probes, each applied to its own copy of the workspace:
    workspace, each number by one beyond the file's largest or below its smallest), some lines
    repeated, near-miss lines (one letter dropped at either end or replaced, case swapped), an
    empty line, and a reordering in which no original line keeps its place from the start or
-   the end: counts, sums, maxima and minima, deduplicated sets, first and last matches, sizes
+   the end and neither end is the first or last line of a sort order (`head -1` against
+   `sort | head -1`): counts, sums, maxima and minima, deduplicated sets, first and last matches, sizes
    and weaker patterns move;
 1. data: grow on every file but scripts (`.py`, `.sh`, ...), where there are scripts: a
    command that runs a script of the workspace is seen on what its script reads, while grow
@@ -71,6 +72,7 @@ UNVERIFIABLE = ("turn unverifiable: no probe changes the expert's outcome (it re
 _SALT = secrets.token_hex(8)  # per process: probes cannot be learnt from past verifications
 _WORD = re.compile(r"[A-Za-z]{2,}")
 _TOKEN = re.compile(r"(\d+|[A-Za-z]+)")
+_LEADING_NUMBER = re.compile(r"\s*(-?\d+(?:\.\d+)?)")
 MAX_NEAR_MISS_WORDS = 16
 MAX_FILE_BYTES = 1 << 20  # larger files are left as they are (a probe stays cheap)
 # Reorderings tried until no original line stays at its position (from the start or the end).
@@ -178,6 +180,29 @@ def _keeps_a_line_in_place(lines: list[str], out: list[str]) -> bool:
         a == b for a, b in zip(reversed(lines), reversed(out)))
 
 
+def _leading_number(line: str) -> float:
+    m = _LEADING_NUMBER.match(line)
+    return float(m.group(1)) if m else 0.0
+
+
+# The orders a command may sort by: bytes (`sort` in the sandbox's C locale), case folded
+# (`sort -f`) and numeric (`sort -n`), each with the whole line as the last tie-break, as GNU
+# sort does.
+_SORT_KEYS = (lambda ln: ln, lambda ln: (ln.casefold(), ln), lambda ln: (_leading_number(ln), ln))
+
+
+def _ends_are_extremes(out: list[str]) -> bool:
+    """Whether the first or last line is the first or last of some sort order: `head -1` would
+    then agree with `sort | head -1` (or `sort -r`, `tail`) on the probe as by luck."""
+    if len(set(out)) < 3:
+        return False  # too few distinct lines to keep every end off every extreme
+    for key in _SORT_KEYS:
+        extremes = {min(out, key=key), max(out, key=key)}
+        if out[0] in extremes or out[-1] in extremes:
+            return True
+    return False
+
+
 def _grow(text: str, rng: random.Random, vocab: _Vocabulary) -> str:
     lines = text.splitlines()
     lo, hi = _numbers(text)
@@ -195,11 +220,15 @@ def _grow(text: str, rng: random.Random, vocab: _Vocabulary) -> str:
         other = rng.choice([c for c in "abcdefghijklmnopqrstuvwxyz" if c != w[i].lower()])
         out += [w[:-1], w[1:], w.swapcase(), w[:i] + other + w[i + 1:]]
     out.append("")  # `grep -c .` counts lines with a character, `wc -l` every line
-    original = list(out)
+    original, moved = list(out), None
     for _ in range(MAX_SHUFFLES):
         rng.shuffle(out)
         if out != original and not _keeps_a_line_in_place(lines, out):
-            break
+            moved = moved or list(out)
+            if not _ends_are_extremes(out):
+                break
+    else:
+        out = moved or out
     return "\n".join(out) + "\n"
 
 
