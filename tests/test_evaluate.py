@@ -71,6 +71,12 @@ def test_build_writes_the_contract_layout_and_is_cached(quick_testbed):
         assert sum(p["turns"] for p in by_position.values()) == sum(
             m.role == "assistant" for t in turns for m in t.messages)
         assert all(0 <= p["q"] <= 1 and 0 <= p["mixed"] <= 1 for p in by_position.values())
+    # the build's log: each stage with its time, pretraining with its rate and ETA
+    log = (out / "build.log").read_text()
+    steps = build["config"]["pretrain"]["steps"]
+    for stage in ("expert trajectories", "tokenizer", "pretraining the base", "measuring the base"):
+        assert stage in log, stage
+    assert f"pretraining the base: step {steps}/{steps} · " in log and "ETA" in log
     before = (out / "build.json").stat().st_mtime_ns
     again = build_testbed(out, TestbedConfig().quick())
     assert again["cached"] and (out / "build.json").stat().st_mtime_ns == before

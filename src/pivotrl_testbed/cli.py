@@ -91,7 +91,7 @@ def testbed_build(
                                       "built base when it is exactly what pretraining would make here."),
 ) -> None:
     """Build the testbed: worlds' data, OOD tasks and the tiny base model (cached)."""
-    from pivotrl_testbed.testbed.build import build_testbed, load_config
+    from pivotrl_testbed.testbed.build import BUILD_LOG, build_testbed, load_config
 
     try:
         cfg = load_config(config)
@@ -100,6 +100,7 @@ def testbed_build(
         raise typer.Exit(2)
     if quick:
         cfg = cfg.quick()
+    console.print(f"progress, with rate and ETA: {out / BUILD_LOG}")
     with Progress(TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("testbed", total=None)
         info = build_testbed(out, cfg, force=force, use_shipped_base=shipped_base,

@@ -37,6 +37,7 @@ BUILD_VERSION = 2  # bump when the build's code changes the data or the weights 
 # The build record's per-position skill measure: the demo's own profile of its shared data (the
 # first 100 train trajectories per world, K = 8 samples at T = 1, the world's state verifier), so
 # the record says where pivots can exist before any arm trains.
+BUILD_LOG = "build.log"  # the stages and pretraining's progress, with times
 SKILL_TRAJECTORIES = 100
 SKILL_K = 8
 SKILL_MAX_NEW_TOKENS = 64
@@ -269,23 +270,31 @@ def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: lis
 
 
 def pretrain_base(cfg: TestbedConfig, tokenizer, weak: dict, ood_train: list,
-                  say: Callable[[str], None], checkpoint: Path | None = None):
+                  say: Callable[[str], None], checkpoint: Path | None = None,
+                  log_file: Path | None = None, live: Callable[[str], None] | None = None):
     """A fresh tiny model (seeded init) pretrained on the mixture; returns (model, stats). With
-    `checkpoint`, the loop saves its state there and resumes a killed build of this config."""
+    `checkpoint`, the loop saves its state there and resumes a killed build of this config;
+    `log_file` gets a line with rate and ETA every 30 s (a build runs for up to an hour), `live`
+    one every 5 s (a progress bar's text; default `say`)."""
     import torch
 
+    from pivotrl.io.progress import ProgressLog
     from pivotrl_testbed.testbed.pretrain import pretrain
     from pivotrl_testbed.testbed.tiny import build_model
 
     say("pretraining the base")
     torch.set_num_threads(cfg.pretrain.threads)
     model = build_model(tokenizer, cfg.model)
-    last = [0.0]
+    last, log = [0.0], []
 
     def on_step(step: int, loss: float) -> None:
+        if not log:  # opened at the first step run, so a resumed build's rate counts new steps
+            log.append(ProgressLog("pretraining the base: step", cfg.pretrain.steps,
+                                   log_file=log_file, echo=False, start=step - 1))
+        log[0].update(step, f"loss {loss:.3f}")
         if time.time() - last[0] > 5 or step == cfg.pretrain.steps:
             last[0] = time.time()
-            say(f"pretraining the base: step {step}/{cfg.pretrain.steps} loss {loss:.3f}")
+            (live or say)(f"{log[0].line(step)} · loss {loss:.3f}")
 
     stats = pretrain(model, tokenizer, pretrain_examples(weak, ood_train, cfg.ood_repeat),
                      cfg.pretrain, on_step, checkpoint=checkpoint, checkpoint_key=cfg.digest())
@@ -306,7 +315,15 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
 
     cfg = cfg or TestbedConfig()
     out = Path(out_dir)
-    say = progress or (lambda msg: None)
+    show = progress or (lambda msg: None)
+    log_file = out / BUILD_LOG
+
+    def say(msg: str) -> None:  # the stages, also in the build's log (pretraining: every 30 s)
+        show(msg)
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with log_file.open("a", encoding="utf-8") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}\n")
+
     if not force and is_built(out, cfg):
         info = json.loads((out / "build.json").read_text(encoding="utf-8"))
         return {**info, "cached": True}
@@ -332,7 +349,8 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
         stats = ship["pretrain"]
     else:
         state = out / "pretrain" / "state.pt"
-        model, stats = pretrain_base(cfg, tokenizer, weak, ood_train, say, checkpoint=state)
+        model, stats = pretrain_base(cfg, tokenizer, weak, ood_train, say, checkpoint=state,
+                                     log_file=log_file, live=show)
         save_tiny(model, tokenizer, out / "base")
         state.unlink(missing_ok=True)
     t0 = lap("pretrain", t0)
