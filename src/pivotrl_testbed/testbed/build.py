@@ -49,7 +49,7 @@ SKILL_MAX_NEW_TOKENS = 64
 _HASHED_UNLESS: dict[str, Any] = {"variants": 0, "variant_seed": 0, "variant_names": "pools",
                                   "variant_own_share": None, "agentic_ood_families": [],
                                   "tokenizer_isolate_names": False, "tokenizer_spell_values": False,
-                                  "variant_prompts": "fixed"}
+                                  "variant_prompts": "fixed", "variant_replies": "world"}
 
 
 class TestbedConfig(BaseModel):
@@ -115,6 +115,13 @@ class TestbedConfig(BaseModel):
         "per world, or composed of an opener, a tools sentence and a closer (80 per world). With "
         "three, candidate G's base wrote one fixed tool name under terminal's own prompt "
         "(docs/RESULTS.md).")
+    variant_replies: Literal["world", "shared"] = Field(
+        "world", description="The variants' final-answer wording (testbed/replies.py): the "
+        "world's own forms, or per kind one of three other conventions or the world's, uniformly "
+        "(`shared`). Every other variant difference is in the context (tool list, prompt), so a "
+        "base that reads it already knows the worlds, and SFT on the demo's data gained +0.01 "
+        "over it (docs/RESULTS.md); a reply convention is in no context and only the world's "
+        "trajectories teach it.")
     weak_task_start: int = Field(100_000, description="First task index of the weak expert's tasks "
                                                       "(disjoint from the expert's train tasks).")
     vocab_size: int = Field(2048, description="Tokenizer vocabulary (the testbed text saturates ~2k).")
@@ -225,7 +232,8 @@ def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tup
                                 cfg.weak_task_start, cfg.workers)
         if cfg.variants:
             weak[w] = translate_all(weak[w], w, cfg.variants, cfg.variant_seed, cfg.variant_names,
-                                    cfg.variant_own_share, prompts=cfg.variant_prompts)
+                                    cfg.variant_own_share, prompts=cfg.variant_prompts,
+                                    replies=cfg.variant_replies)
         write_atomic(out / "pretrain" / f"{w}.jsonl", weak[w])
     ood_counts = ood.write_ood(out / "ood", cfg.ood_train, cfg.ood_eval, seed=0,
                                families=cfg.ood_families, extra=agentic_tasks(cfg))

@@ -37,18 +37,25 @@ def _pattern(template: str) -> re.Pattern:
     return re.compile("".join(parts))
 
 
-def read_answer(text: str, families: dict[str, list[str]]) -> tuple[str, dict[str, str]] | None:
-    """(family, slots) of the first template `text` is an instance of (whitespace runs count as
-    one space), or None. Slots are returned exactly as written: a world decides which it folds."""
+def match_answer(text: str, families: dict[str, list[str]]) -> tuple[str, int, dict[str, str]] | None:
+    """(family, template index, slots) of the first template `text` is an instance of
+    (whitespace runs count as one space), or None. Slots are returned exactly as written."""
     if not isinstance(text, str):
         return None
     text = " ".join(text.split())
     for family, templates in families.items():
-        for template in templates:
+        for index, template in enumerate(templates):
             m = _PATTERNS.setdefault(template, _pattern(template)).fullmatch(text)
             if m:
-                return family, m.groupdict()
+                return family, index, m.groupdict()
     return None
+
+
+def read_answer(text: str, families: dict[str, list[str]]) -> tuple[str, dict[str, str]] | None:
+    """(family, slots) of the first template `text` is an instance of, or None
+    (`match_answer`): a world decides which slots it folds."""
+    got = match_answer(text, families)
+    return None if got is None else (got[0], got[2])
 
 
 _PATTERNS: dict[str, re.Pattern] = {}

@@ -41,6 +41,7 @@ from typing import Any
 
 from pivotrl.io.records import FunctionCall, Message, ToolCall, Trajectory
 from pivotrl_testbed.testbed.common import compact, stable_int
+from pivotrl_testbed.testbed.replies import draw_replies, translate_reply
 
 # Synonym pools, per world: tool names, then keys (arguments and observations share one map, so
 # an id read from an observation is passed under the same key it was read as).
@@ -165,6 +166,7 @@ class Variant:
     keys: dict[str, str]
     system: str
     name: str = field(default="")
+    replies: dict[str, list[str]] | None = None  # its final-answer forms (testbed/replies.py)
 
     def tool(self, name: str) -> str:
         return self.tools.get(name, name)
@@ -189,12 +191,14 @@ def _open_name(rng: random.Random, taken: set[str]) -> str:
 
 
 def make_variant(world: str, index: int, seed: int = 0, names: str = "pools",
-                 own_share: float | None = None, *, prompts: str = "fixed") -> Variant:
+                 own_share: float | None = None, *, prompts: str = "fixed",
+                 replies: str = "world") -> Variant:
     """The `index`-th variant of `world` (deterministic in world, index, seed and name space):
     distinct names within the variant, never the world itself (module doc). `own_share`
     (`shared` only): the chance that a name is the world's own; None: one pool choice as any
     other. `prompts`: its system prompt one of three per world (`fixed`) or composed of parts
-    (`composed`, `PROMPT_PARTS`); drawn after the names, which it leaves as they were."""
+    (`composed`, `PROMPT_PARTS`); drawn after the names, which it leaves as they were.
+    `replies`: its final answers in the world's forms or drawn (`replies.draw_replies`)."""
     if world not in TOOL_POOLS:
         raise KeyError(f"no variants for world {world!r}; known: {', '.join(TOOL_POOLS)}")
     if names not in NAME_SPACES:
@@ -219,16 +223,19 @@ def make_variant(world: str, index: int, seed: int = 0, names: str = "pools",
         tools = {old: pick(old, pool) for old, pool in TOOL_POOLS[world].items()}
         keys = {old: pick(old, pool) for old, pool in KEY_POOLS[world].items()}
         if all(new == old for new_names in (tools, keys) for old, new in new_names.items()):
-            return make_variant(world, index, seed + 1000, names, own_share, prompts=prompts)  # the world
+            return make_variant(world, index, seed + 1000, names, own_share, prompts=prompts,
+                                replies=replies)  # the world
     for named in (tools, keys):  # pools of different entries may share a word; keep names apart
         if len(set(named.values())) != len(named):
-            return make_variant(world, index, seed + 1000, names, own_share, prompts=prompts)
+            return make_variant(world, index, seed + 1000, names, own_share, prompts=prompts,
+                                replies=replies)
     if prompts == "fixed":
         system = rng.choice(SYSTEM_PROMPTS[world])
     else:
         system = " ".join(rng.choice(part) for part in PROMPT_PARTS[world])
     system = system.format(tool=next(iter(tools.values())))
-    return Variant(world, index, tools, keys, system, name=f"{world}~{index}")
+    forms = None if replies == "world" else draw_replies(world, index, seed, replies)
+    return Variant(world, index, tools, keys, system, name=f"{world}~{index}", replies=forms)
 
 
 def _rename_keys(obj: Any, keys: dict[str, str]) -> Any:
@@ -279,7 +286,8 @@ def translate_message(m: Message, v: Variant) -> Message:
         return m
     update: dict[str, Any] = {}
     if isinstance(m.content, str) and m.content:
-        update["content"] = _rename_in_text(m.content, v)
+        reply = translate_reply(m.content, v.world, v.replies) if v.replies and not m.tool_calls else None
+        update["content"] = reply if reply is not None else _rename_in_text(m.content, v)
     if m.tool_calls:
         update["tool_calls"] = [ToolCall(id=c.id, function=FunctionCall(
             name=v.tool(c.function.name),
@@ -301,7 +309,8 @@ def translate(traj: Trajectory, v: Variant) -> Trajectory:
 
 def translate_all(trajs: list[Trajectory], world: str, n_variants: int, seed: int = 0,
                   names: str = "pools", own_share: float | None = None, *,
-                  prompts: str = "fixed") -> list[Trajectory]:
+                  prompts: str = "fixed", replies: str = "world") -> list[Trajectory]:
     """Trajectory i in variant i mod `n_variants` (round robin: every variant gets its share)."""
-    variants = [make_variant(world, i, seed, names, own_share, prompts=prompts) for i in range(n_variants)]
+    variants = [make_variant(world, i, seed, names, own_share, prompts=prompts, replies=replies)
+                for i in range(n_variants)]
     return [translate(t, variants[i % n_variants]) for i, t in enumerate(trajs)]
