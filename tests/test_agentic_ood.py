@@ -11,6 +11,7 @@ import pytest
 from pivotrl_testbed.testbed import agentic_ood as aood
 from pivotrl_testbed.testbed import ood
 from pivotrl_testbed.testbed.tasks import world_module
+from pivotrl_testbed.testbed.variants import VariantSpec
 
 WORLDS = ["toolshop", "terminal"]
 
@@ -81,7 +82,7 @@ def test_score_routes_each_task_to_its_checker():
 
 @pytest.mark.parametrize("family", aood.AGENTIC_FAMILIES)
 def test_split_by_question_whatever_the_tool_list(family):
-    train = aood.generate(family, "train", 400, seed=0, variants=3)
+    train = aood.generate(family, "train", 400, seed=0, spec=VariantSpec(3))
     ev = aood.generate(family, "eval", 100, seed=0)
     assert len({t.key for t in train}) == 400 and len({t.key for t in ev}) == 100
     questions = {aood.question_key(t) for t in train}
@@ -97,11 +98,11 @@ def test_split_by_question_whatever_the_tool_list(family):
 def test_eval_uses_the_worlds_own_lists_and_pretraining_never(space, variants):
     own = {w: (names(world_module(w).TOOLS), world_module(w).SYSTEM_PROMPT) for w in WORLDS}
     for family in aood.AGENTIC_FAMILIES:
-        for t in aood.generate(family, "eval", 20, variant_names=space, variants=variants):
+        for t in aood.generate(family, "eval", 20, spec=VariantSpec(variants, names=space)):
             assert (names(t.tools), t.system) == own[t.world]
             assert t.tools == world_module(t.world).TOOLS
             assert [m.role for m in t.messages] == ["system", "user"]
-        train = aood.generate(family, "train", 60, variant_names=space, variants=variants, variant_seed=2)
+        train = aood.generate(family, "train", 60, spec=VariantSpec(variants, 2, space))
         assert len({t.world for t in train}) == 2 * (variants or aood.DEFAULT_VARIANTS)
         for t in train:
             world = t.world.split("~")[0]
@@ -204,5 +205,5 @@ def test_a_shared_variant_with_the_worlds_own_names_is_passed_over():
             if any(make_variant("terminal", i, seed, "shared").tools["run"] == "run" for i in range(3))]
     assert kept  # the shared space does draw terminal's own tool name: there is something to skip
     for seed in kept:
-        offered = aood.offers("terminal", "train", 3, seed, "shared")
+        offered = aood.offers("terminal", "train", VariantSpec(3, seed, "shared"))
         assert len(offered) == 3 and all(names(o.tools) != {"run"} for o in offered)

@@ -7,7 +7,7 @@ import pytest
 from pivotrl_testbed.testbed.build import TestbedConfig, in_domain_examples, world_list_examples
 from pivotrl_testbed.testbed.experts import ExpertConfig, run_expert
 from pivotrl_testbed.testbed.tasks import make_tasks, world_module
-from pivotrl_testbed.testbed.variants import make_variant, translate, translate_all
+from pivotrl_testbed.testbed.variants import VariantSpec, make_variant, translate, translate_all
 
 WEAK = ExpertConfig(noise=0.5, habit=0.7)  # mistakes of every kind, malformed calls included
 
@@ -25,7 +25,7 @@ def test_a_translated_trajectory_keeps_nothing_of_the_world(world, names):
     own_tools = {t["function"]["name"] for t in mod.TOOLS}
     own_keys = {k for t in mod.TOOLS for k in t["function"]["parameters"]["properties"]}
     trajs = [run_expert(t, 1, WEAK) for t in make_tasks(world, "train", 12, 100_000)]
-    out = translate_all(trajs, world, 3, names=names)
+    out = translate_all(trajs, world, VariantSpec(3, names=names))
     assert in_domain_examples(world, trajs) == len(trajs)
     assert in_domain_examples(world, out) == 0
     for before, after in zip(trajs, out):
@@ -105,7 +105,7 @@ def test_shared_names_meet_the_worlds_names_but_never_the_world(world):
     fail)."""
     trajs = [run_expert(t, 1, WEAK) for t in make_tasks(world, "train", 12, 100_000)]
     assert world_list_examples(world, trajs) == len(trajs)
-    out = translate_all(trajs * 50, world, 600, names="shared")
+    out = translate_all(trajs * 50, world, VariantSpec(600, names="shared"))
     assert world_list_examples(world, out) == 0
     assert in_domain_examples(world, out) > 0 if world == "toolshop" else True
     own = {t["function"]["name"] for t in world_module(world).TOOLS}

@@ -38,10 +38,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pivotrl_testbed.testbed import ood
 from pivotrl_testbed.testbed.common import stable_int
+
+if TYPE_CHECKING:
+    from pivotrl_testbed.testbed.variants import VariantSpec
 
 AGENTIC_FAMILIES = ("plain_with_tools", "no_tool_fits")
 INNER_FAMILIES = ("next", "reverse", "upper")  # the plain families a 2-layer base masters
@@ -110,25 +113,24 @@ class Offer:
     system: str
 
 
-def offers(world: str, split: str, variants: int = 0, seed: int = 0,
-           names: str = "pools", own_share: float | None = None, *,
-           prompts: str = "fixed") -> list[Offer]:
+def offers(world: str, split: str, spec: VariantSpec | None = None) -> list[Offer]:
     """What `split`'s tasks of `world` are asked under: eval, the world's own list and system
-    prompt; train, `variants` (`DEFAULT_VARIANTS` when 0) variants of the world with the build's
-    variant seed and name space, never the world itself. A variant whose tool names are all the
+    prompt; train, `spec.count` (`DEFAULT_VARIANTS` when 0) of the build's variants of the
+    world, never the world itself. A variant whose tool names are all the
     world's (possible in the `shared` space, where only an argument key may differ: terminal's
     one tool keeps `run` one time in nine) is passed over for the next one, so no training task
     offers the world's own set of tool names."""
-    from pivotrl_testbed.testbed.variants import make_variant, translate_tools
+    from pivotrl_testbed.testbed.variants import VariantSpec, translate_tools
 
+    spec = spec or VariantSpec()
     mod = _world(world)
     if split == "eval":
         return [Offer(world, mod.TOOLS, mod.SYSTEM_PROMPT)]
     own = {t["function"]["name"] for t in mod.TOOLS}
     out: list[Offer] = []
     i = 0
-    while len(out) < (variants or DEFAULT_VARIANTS):
-        v = make_variant(world, i, seed, names, own_share, prompts=prompts)
+    while len(out) < (spec.count or DEFAULT_VARIANTS):
+        v = spec.variant(world, i)
         i += 1
         tools = translate_tools(mod.TOOLS, v)
         if {t["function"]["name"] for t in tools} != own:
@@ -137,8 +139,7 @@ def offers(world: str, split: str, variants: int = 0, seed: int = 0,
 
 
 def generate(family: str, split: str, n: int, seed: int = 0, worlds: list[str] | None = None,
-             variants: int = 0, variant_seed: int = 0, variant_names: str = "pools",
-             own_share: float | None = None, *, prompts: str = "fixed") -> list[ood.OODTask]:
+             spec: VariantSpec | None = None) -> list[ood.OODTask]:
     """`n` distinct tasks of agentic `family` on `split`, the worlds taken in turn (each world's
     tasks asked under `offers(world, split, ...)`, the variants in turn); deterministic in every
     argument. Ids are `<family>-<world>-<seed>-<i>`: the family comes first, before any '-'."""
@@ -147,8 +148,7 @@ def generate(family: str, split: str, n: int, seed: int = 0, worlds: list[str] |
     if family not in AGENTIC_FAMILIES:
         raise KeyError(f"unknown agentic OOD family {family!r}; known: {', '.join(AGENTIC_FAMILIES)}")
     worlds = list(worlds or ["toolshop", "terminal"])
-    lists = {w: offers(w, split, variants, variant_seed, variant_names, own_share, prompts=prompts)
-             for w in worlds}
+    lists = {w: offers(w, split, spec) for w in worlds}
     out: list[ood.OODTask] = []
     seen: set[str] = set()
     i = 0

@@ -141,6 +141,13 @@ class TestbedConfig(BaseModel):
     workers: int = Field(4, description="Threads generating trajectories (terminal commands run "
                                         "in a subprocess sandbox, so threads overlap them).")
 
+    def variant_spec(self):
+        """The variant fields as one `variants.VariantSpec`."""
+        from pivotrl_testbed.testbed.variants import VariantSpec
+
+        return VariantSpec(self.variants, self.variant_seed, self.variant_names, self.variant_own_share,
+                           self.variant_prompts, self.variant_replies)
+
     @field_validator("agentic_ood_families")
     @classmethod
     def _known_agentic(cls, names: list[str]) -> list[str]:
@@ -231,9 +238,7 @@ def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tup
         weak[w] = _trajectories(w, "train", cfg.n_weak, cfg.weak_seed, weak_cfg,
                                 cfg.weak_task_start, cfg.workers)
         if cfg.variants:
-            weak[w] = translate_all(weak[w], w, cfg.variants, cfg.variant_seed, cfg.variant_names,
-                                    cfg.variant_own_share, prompts=cfg.variant_prompts,
-                                    replies=cfg.variant_replies)
+            weak[w] = translate_all(weak[w], w, cfg.variant_spec())
         write_atomic(out / "pretrain" / f"{w}.jsonl", weak[w])
     ood_counts = ood.write_ood(out / "ood", cfg.ood_train, cfg.ood_eval, seed=0,
                                families=cfg.ood_families, extra=agentic_tasks(cfg))
@@ -247,9 +252,7 @@ def agentic_tasks(cfg: TestbedConfig) -> dict[str, list]:
     from pivotrl_testbed.testbed import agentic_ood
 
     return {split: [t for f in cfg.agentic_ood_families
-                    for t in agentic_ood.generate(f, split, n, 0, cfg.worlds, cfg.variants,
-                                                  cfg.variant_seed, cfg.variant_names,
-                                                  cfg.variant_own_share, prompts=cfg.variant_prompts)]
+                    for t in agentic_ood.generate(f, split, n, 0, cfg.worlds, cfg.variant_spec())]
             for split, n in (("train", cfg.ood_train), ("eval", cfg.ood_eval))}
 
 

@@ -307,10 +307,24 @@ def translate(traj: Trajectory, v: Variant) -> Trajectory:
         "metadata": {**traj.metadata, "variant": v.index}})
 
 
-def translate_all(trajs: list[Trajectory], world: str, n_variants: int, seed: int = 0,
-                  names: str = "pools", own_share: float | None = None, *,
-                  prompts: str = "fixed", replies: str = "world") -> list[Trajectory]:
-    """Trajectory i in variant i mod `n_variants` (round robin: every variant gets its share)."""
-    variants = [make_variant(world, i, seed, names, own_share, prompts=prompts, replies=replies)
-                for i in range(n_variants)]
-    return [translate(t, variants[i % n_variants]) for i, t in enumerate(trajs)]
+@dataclass(frozen=True)
+class VariantSpec:
+    """How a build draws its variants: `TestbedConfig`'s `variants` (count) and `variant_*`
+    fields, documented there (`TestbedConfig.variant_spec()`)."""
+
+    count: int = 0
+    seed: int = 0
+    names: str = "pools"
+    own_share: float | None = None
+    prompts: str = "fixed"
+    replies: str = "world"
+
+    def variant(self, world: str, index: int) -> Variant:
+        return make_variant(world, index, self.seed, self.names, self.own_share,
+                            prompts=self.prompts, replies=self.replies)
+
+
+def translate_all(trajs: list[Trajectory], world: str, spec: VariantSpec) -> list[Trajectory]:
+    """Trajectory i in variant i mod `spec.count` (round robin: every variant gets its share)."""
+    variants = [spec.variant(world, i) for i in range(spec.count)]
+    return [translate(t, variants[i % spec.count]) for i, t in enumerate(trajs)]
