@@ -19,8 +19,8 @@ The probes, each applied to its own copy of the workspace:
    repeated, near-miss lines (one letter dropped at either end or replaced, case swapped), an
    empty line, and a reordering in which no original line keeps its place from the start or
    the end and neither end is the first or last line of a sort order (`head -1` against
-   `sort | head -1`): counts, sums, maxima and minima, deduplicated sets, first and last matches, sizes
-   and weaker patterns move;
+   `sort | head -1`): counts, sums, maxima and minima, deduplicated sets, first and last
+   matches, sizes and weaker patterns move;
 1. data: grow on every file but scripts (`.py`, `.sh`, ...), where there are scripts: a
    command that runs a script of the workspace is seen on what its script reads, while grow
    shows what reads the script as text (`cat main.py`) and only breaks running it;
