@@ -191,16 +191,12 @@ def _leading_number(line: str) -> float:
 _SORT_KEYS = (lambda ln: ln, lambda ln: (ln.casefold(), ln), lambda ln: (_leading_number(ln), ln))
 
 
-def _ends_are_extremes(out: list[str]) -> bool:
-    """Whether the first or last line is the first or last of some sort order: `head -1` would
-    then agree with `sort | head -1` (or `sort -r`, `tail`) on the probe as by luck."""
-    if len(set(out)) < 3:
-        return False  # too few distinct lines to keep every end off every extreme
-    for key in _SORT_KEYS:
-        extremes = {min(out, key=key), max(out, key=key)}
-        if out[0] in extremes or out[-1] in extremes:
-            return True
-    return False
+def _sort_extremes(lines: list[str]) -> set[str]:
+    """The first and last line of each sort order; empty when there are too few distinct lines
+    to keep every end off every extreme. A shuffle keeps the lines, so this is computed once."""
+    if len(set(lines)) < 3:
+        return set()
+    return {pick(lines, key=key) for key in _SORT_KEYS for pick in (min, max)}
 
 
 def _grow(text: str, rng: random.Random, vocab: _Vocabulary) -> str:
@@ -220,12 +216,12 @@ def _grow(text: str, rng: random.Random, vocab: _Vocabulary) -> str:
         other = rng.choice([c for c in "abcdefghijklmnopqrstuvwxyz" if c != w[i].lower()])
         out += [w[:-1], w[1:], w.swapcase(), w[:i] + other + w[i + 1:]]
     out.append("")  # `grep -c .` counts lines with a character, `wc -l` every line
-    original, moved = list(out), None
+    original, moved, extremes = list(out), None, _sort_extremes(out)
     for _ in range(MAX_SHUFFLES):
         rng.shuffle(out)
         if out != original and not _keeps_a_line_in_place(lines, out):
             moved = moved or list(out)
-            if not _ends_are_extremes(out):
+            if out[0] not in extremes and out[-1] not in extremes:  # `head -1` ≠ `sort | head -1`
                 break
     else:
         out = moved or out
