@@ -18,7 +18,7 @@ from pivotrl.sandbox.bwrap import attempts_recorded, sandbox_available
 from pivotrl.sandbox.workspace import materialize_workspace
 from pivotrl.select import SelectConfig, select, score
 from pivotrl.verifiers import get_verifier
-from pivotrl.verifiers.probes import PROBES, UNVERIFIABLE, perturb_workspace
+from pivotrl.verifiers.probes import IRREPRODUCIBLE, PROBES, UNVERIFIABLE, perturb_workspace
 
 LOG = "ERROR db down\nWARN slow query\nINFO started\nERROR disk full\nINFO user login\n"
 BLOB = bytes(range(7, 250, 3)) * 3
@@ -81,10 +81,22 @@ def test_each_class_is_verifiable_or_unverifiable(shell, what, verifiable, const
     assert v.score(t, run(verifiable + " ")).reward == 1.0, what
     # the unverifiable form: nothing a probe varies; only the expert's own command pays
     u = turn(constant)
-    assert v.unverifiable(u) == UNVERIFIABLE, what
+    why = v.unverifiable(u)  # `ps aux` may print another RSS on a probe: irreproducible then
+    assert why in (UNVERIFIABLE, IRREPRODUCIBLE), what
     same = v.score(u, run("printf %s " + shlex.quote(_outputs(constant, WS))))
-    assert (same.reward, same.reason) == (0.0, UNVERIFIABLE), what
+    assert (same.reward, same.reason) == (0.0, why), what
     assert v.score(u, run(constant)).reward == 1.0
+
+
+@sandboxed
+def test_an_expert_whose_outcome_moves_by_itself_is_irreproducible_not_verifiable(shell):
+    # every probe moves the count, and the random bytes move on every run besides: without the
+    # second runs the turn would be kept, its probes' differences owed to chance
+    t = turn("grep -c ERROR app.log; head -c 8 /dev/urandom | od -An -tx1")
+    assert shell.unverifiable(t) == IRREPRODUCIBLE
+    got = shell.score(t, run("grep -c ERROR app.log ; head -c 8 /dev/urandom | od -An -tx1"))
+    assert (got.reward, got.reason) == (0.0, IRREPRODUCIBLE)
+    assert shell.unverifiable(turn("grep -c ERROR app.log; head -c 8 /dev/zero | od -An -tx1")) == ""
 
 
 @sandboxed

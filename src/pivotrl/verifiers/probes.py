@@ -69,6 +69,9 @@ LAST_RESORT = ("shrink", "presence")
 UNVERIFIABLE = ("turn unverifiable: no probe changes the expert's outcome (it reads nothing the "
                 "probes vary: a constant, the fixed clock or files outside the workspace), so a "
                 "memorised answer could not be told from a right one")
+IRREPRODUCIBLE = ("turn unverifiable: the expert's outcome changes from one run to the next on the "
+                  "same workspace (it reads processes, randomness or timing), so no probe can "
+                  "show what it reads")
 _SALT = secrets.token_hex(8)  # per process: probes cannot be learnt from past verifications
 _WORD = re.compile(r"[A-Za-z]{2,}")
 _TOKEN = re.compile(r"(\d+|[A-Za-z]+)")

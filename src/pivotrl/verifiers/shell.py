@@ -31,10 +31,11 @@ trees (`snapshot_dir`) are equal.
   that matches on the original must match the expert's outcome on each of them too. `echo 4`
   prints what `grep -c apple notes.txt` printed, but not what it prints once the file changes;
   `grep -c E` counts what `grep -c ERROR` counts only until a line holds an E and no ERROR.
-- A turn on which no probe changes the expert's outcome (or the expert's command times out) is
-  unverifiable: a memorised answer would be paid there. Every candidate but the expert's own
-  command scores 0 with the reason, `unverifiable(turn)` says why, profiling records it and
-  `pivotrl.select` never keeps the turn.
+- A turn on which no probe changes the expert's outcome (or the expert's command times out, or
+  its outcome changes between two runs on the same workspace: `ps aux`, `$RANDOM`) is
+  unverifiable: a memorised answer would be paid there, or a probe's effect not be told from
+  chance. Every candidate but the expert's own command scores 0 with the reason,
+  `unverifiable(turn)` says why, profiling records it and `pivotrl.select` never keeps the turn.
 - Side effects are part of the action (`pivotrl.sandbox.effects`, `pivotrl.sandbox.watch`):
   what a command changes in HOME and every attempt to write, delete, reach a device, a socket
   or the network outside the workspace, succeeded or not, are compared with the expert's, so
@@ -69,8 +70,8 @@ from pivotrl.sandbox.bwrap import (SandboxLimits, copy_workspace, freeze_mtimes,
                                   materialize_workspace, remove_workspace, require_recorded,
                                   require_sandbox, run_in_sandbox, snapshot_dir, workspace_copy)
 from pivotrl.verifiers.base import Score, score_in_threads
-from pivotrl.verifiers.probes import (PROBES, UNVERIFIABLE, perturb_workspace, probe_seed,
-                                     probes_to_compare, writes)
+from pivotrl.verifiers.probes import (IRREPRODUCIBLE, PROBES, UNVERIFIABLE, perturb_workspace,
+                                     probe_seed, probes_to_compare, writes)
 from pivotrl.verifiers.schema import not_offered, schema_index
 from pivotrl.verifiers.toolcall import ToolcallVerifier
 
@@ -270,9 +271,9 @@ class ShellVerifier:
                                         f"verified")
             if cand.commands == exp.commands:
                 return Score(1.0, True, "")  # the expert's own action
-            probes = self._probe_set(base, exp.commands, probe_seed(key), expert)
-            if probes == []:
-                return Score(0.0, True, UNVERIFIABLE)
+            probes, why = self._probe_set(base, exp.commands, probe_seed(key), expert)
+            if why:
+                return Score(0.0, True, why)
             got = self._execute(base, cand.commands)
             if got.problem:
                 return Score(0.0, True, f"candidate command {got.problem}")
@@ -294,8 +295,7 @@ class ShellVerifier:
         try:
             if expert.problem:
                 return f"expert command {expert.problem}"
-            return UNVERIFIABLE if not self._probe_set(base, exp.commands, probe_seed(key),
-                                                       expert) else ""
+            return self._probe_set(base, exp.commands, probe_seed(key), expert)[1]
         finally:
             self._release(base)
 
@@ -322,12 +322,16 @@ class ShellVerifier:
         return ""
 
     def _probe_set(self, base: Path, commands: list[str], seed: str,
-                   expert: Outcome) -> list[tuple[str, Path, Outcome]] | None:
-        """The probes a candidate is compared on (`probes.probes_to_compare`): (name, workspace,
-        expert outcome there); [] when none changes the expert's outcome (unverifiable), None
-        when probes are off. Searched once per turn: the expert runs on every probe."""
+                   expert: Outcome) -> tuple[list[tuple[str, Path, Outcome]] | None, str]:
+        """(the probes a candidate is compared on (`probes.probes_to_compare`): (name, workspace,
+        expert outcome there), why the turn is unverifiable ("" when it is not)); None when
+        probes are off. Searched once per turn: the expert runs on every probe.
+
+        A probe counts only when the expert does the same thing twice there and twice on the
+        original: an expert whose outcome moves by itself (`ps aux`, a random number) would
+        otherwise look moved by a probe, and its turn be kept as verifiable."""
         if not self.config.probes:
-            return None
+            return None, ""
         with self._lock:
             entry = self._probes.setdefault(base, {"lock": threading.Lock()})
         with entry["lock"]:
@@ -335,6 +339,7 @@ class ShellVerifier:
                 results, paths = [], entry.setdefault("paths", [])
                 original = snapshot_dir(base)
                 own = self._moves(original, expert)
+                entry["why"] = ""
                 for i, name in enumerate(PROBES):
                     where = copy_workspace(base)
                     results.append((i, False, (name, where, None)))
@@ -346,15 +351,28 @@ class ShellVerifier:
                     out = self._execute(where, commands)
                     # unverifiable there, or only broken (now writing errors): not used
                     broke = any(st[2] for st in out.steps) and not any(st[2] for st in expert.steps)
-                    if not (out.problem or broke):
-                        results[-1] = (i, self._moves(before, out) != own, (name, where, out))
-                entry["kept"] = probes_to_compare([r for r in results if r[2][2] is not None])
+                    if out.problem or broke:
+                        continue
+                    moved = self._moves(before, out)
+                    if moved != own:
+                        checked_original = any(r[1] for r in results)
+                        if (self._moves(before, self._execute(where, commands)) != moved or not
+                                (checked_original
+                                 or self._moves(original, self._execute(base, commands)) == own)):
+                            entry["why"] = IRREPRODUCIBLE
+                            break
+                    results[-1] = (i, moved != own, (name, where, out))
+                if entry["why"]:
+                    entry["kept"] = []
+                else:
+                    entry["kept"] = probes_to_compare([r for r in results if r[2][2] is not None])
+                    entry["why"] = "" if entry["kept"] else UNVERIFIABLE
                 for _, _, (_, where, _) in results:  # keep the workspaces of the probes in use
                     if any(where is k[1] for k in entry["kept"]):
                         paths.append(where)
                     else:
                         remove_workspace(where)
-            return entry["kept"]
+            return entry["kept"], entry["why"]
 
     def _moves(self, before: dict[str, str], out: Outcome) -> tuple:  # steps, files changed
         return (out.steps, writes(before, out.files) if self.config.compare_files else {})
