@@ -31,7 +31,7 @@ def test_generation_is_deterministic_family_prefixed_and_selectable(family):
     assert a != aood.generate(family, "eval", 20, seed=1)
     assert all(t.family == family and aood.family_of(t.id) == family and aood.is_agentic(t.id)
                for t in a)
-    assert {t.world for t in a} == set(WORLDS)  # the worlds in turn
+    assert {t.world.split("~")[0] for t in a} == set(WORLDS)  # the worlds in turn
     assert not aood.is_agentic("next-0-3") and aood.family_of("next-0-3") == "next"
     assert all("-" not in f for f in aood.AGENTIC_FAMILIES)  # the item id's family rule
     with pytest.raises(KeyError):
@@ -71,6 +71,34 @@ def test_no_tool_fits_checker_is_exact():
         assert not aood.check(t, refusal + "<tool_call>")  # a cut-off call: unparseable
 
 
+def test_held_out_world_pays_only_the_experts_first_call_as_the_variant_names_it():
+    from pivotrl_testbed.testbed.experts import STEPS, FixedChooser
+    from pivotrl_testbed.testbed.tasks import make_task
+
+    tasks = aood.generate("held_out_world", "eval", 40, seed=0)
+    assert {t.world.split("~")[0] for t in tasks} == set(WORLDS)
+    for t in tasks:
+        forms = json.loads(t.answer)
+        assert forms and all(f["name"] in names(t.tools) for f in forms)
+        for f in forms:
+            assert aood.check(t, call(f["name"], **f["arguments"]))
+            args = dict(reversed(list(f["arguments"].items())))  # key order is not the answer
+            assert aood.check(t, " " + call(f["name"], **args) + "<|im_end|>")
+            assert not aood.check(t, call(f["name"], **f["arguments"]) + "\n" + call(f["name"], **f["arguments"]))
+            assert aood.check(t, "Sure.\n" + call(f["name"], **f["arguments"]))  # words beside it
+            assert not aood.check(t, call(f["name"], **{k: v + "x" for k, v in f["arguments"].items()}))
+            assert not aood.check(t, call(f["name"], **f["arguments"], extra=1))
+            assert not aood.check(t, call(f["name"] + "_x", **f["arguments"]))
+        # the world's own first call (the names the demo's arms train on) fails here
+        world, task_id = t.world.split("~")[0], aood.question_key(t).split(" ")[1]
+        step = STEPS[world](make_task(world, task_id).metadata["task"], [], FixedChooser(0))
+        assert not aood.check(t, call(step[1], **step[2]))
+        assert not aood.check(t, forms[0]["arguments"].get("command", "ls"))  # text
+        assert not aood.check(t, "<tool_call>\n{" + json.dumps(forms[0]))  # unparseable
+    assert aood.reply_text(tasks[0]) == call(json.loads(tasks[0].answer)[0]["name"],
+                                             **json.loads(tasks[0].answer)[0]["arguments"])
+
+
 def test_score_routes_each_task_to_its_checker():
     plain = ood.generate("next", "eval", 1)[0]
     agentic = aood.generate("no_tool_fits", "eval", 1)[0]
@@ -98,11 +126,20 @@ def test_split_by_question_whatever_the_tool_list(family):
 def test_eval_uses_the_worlds_own_lists_and_pretraining_never(space, variants):
     own = {w: (names(world_module(w).TOOLS), world_module(w).SYSTEM_PROMPT) for w in WORLDS}
     for family in aood.AGENTIC_FAMILIES:
-        for t in aood.generate(family, "eval", 20, spec=VariantSpec(variants, names=space)):
-            assert (names(t.tools), t.system) == own[t.world]
-            assert t.tools == world_module(t.world).TOOLS
-            assert [m.role for m in t.messages] == ["system", "user"]
         train = aood.generate(family, "train", 60, spec=VariantSpec(variants, 2, space))
+        for t in aood.generate(family, "eval", 20, spec=VariantSpec(variants, 2, space)):
+            assert [m.role for m in t.messages] == ["system", "user"]
+            if family != "held_out_world":
+                assert (names(t.tools), t.system) == own[t.world]
+                assert t.tools == world_module(t.world).TOOLS
+                continue
+            # held out: a variant past every build's index, never the world's own list (in the
+            # small pools a name set can recur; in the open space every name is new)
+            world, index = t.world.split("~")
+            assert int(index) >= aood.HELD_OUT_VARIANT_START
+            assert names(t.tools) != own[world][0] and t.system != own[world][1]
+            if space == "open":
+                assert not names(t.tools) & {n for x in train for n in names(x.tools)}
         assert len({t.world for t in train}) == 2 * (variants or aood.DEFAULT_VARIANTS)
         for t in train:
             world = t.world.split("~")[0]
@@ -159,6 +196,23 @@ def test_config_field_keeps_the_default_hash_and_feeds_pretraining():
     assert all(e["messages"][-1]["content"] == t.answer for e, t in zip(agentic, got["train"]))
 
 
+def test_held_out_world_pretrains_and_drifts_on_its_call(tiny_model_dir):
+    from pivotrl_testbed.drift import ood_texts
+    from pivotrl_testbed.testbed.build import TestbedConfig, agentic_tasks, pretrain_examples
+    from pivotrl_testbed.testbed.tiny import load_tiny
+
+    got = agentic_tasks(TestbedConfig(agentic_ood_families=["held_out_world"], ood_train=4,
+                                      ood_eval=2, variants=3))
+    for e, t in zip(pretrain_examples({}, got["train"]), got["train"]):
+        (c,) = e["messages"][-1]["tool_calls"]  # a call, not the answer's JSON as text
+        assert "content" not in e["messages"][-1]
+        assert {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])} \
+            == json.loads(t.answer)[0]
+    _, tok = load_tiny(tiny_model_dir)
+    (text,) = ood_texts(tok, got["eval"][:1])
+    assert aood.reply_text(got["eval"][0]) in text
+
+
 def test_evaluation_renders_tools_and_scores_by_the_parser(tiny_model_dir, monkeypatch):
     from pivotrl.formats.chat import prompt_text
     from pivotrl_testbed.episodes import ModelPolicy
@@ -170,9 +224,11 @@ def test_evaluation_renders_tools_and_scores_by_the_parser(tiny_model_dir, monke
     pw = aood.generate("plain_with_tools", "eval", 2)
     nf = aood.generate("no_tool_fits", "eval", 2)
     nx = ood.generate("next", "eval", 1)
-    tasks = pw + nf + nx
+    ho = aood.generate("held_out_world", "eval", 2)
+    tasks = pw + nf + nx + ho
     completions = [pw[0].answer, call("run", command="echo " + pw[1].answer),  # text; a call
-                   aood.REFUSALS[2], "<tool_call>\n{broken", nx[0].answer]  # refusal; unparseable
+                   aood.REFUSALS[2], "<tool_call>\n{broken", nx[0].answer,  # refusal; unparseable
+                   aood.reply_text(ho[0]), ho[1].prompt]  # the held-out call; text
     prompts: list[str] = []
 
     def fake(self, contexts, tools):
@@ -182,10 +238,13 @@ def test_evaluation_renders_tools_and_scores_by_the_parser(tiny_model_dir, monke
     monkeypatch.setattr(ModelPolicy, "act_batch", fake)
     items: list[dict] = []
     got = evaluate_ood(model, tok, tasks, items=items)
-    assert [r["outcome"] for r in items] == [1.0, 0.0, 1.0, 0.0, 1.0]
+    assert [r["outcome"] for r in items] == [1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0]
     assert {f: v["accuracy"] for f, v in got.items()} == {
-        "plain_with_tools": 0.5, "no_tool_fits": 0.5, "next": 1.0}
+        "plain_with_tools": 0.5, "no_tool_fits": 0.5, "next": 1.0, "held_out_world": 0.5}
     for task, prompt in zip(tasks, prompts):
+        if task.family == "held_out_world":  # the variant's own system prompt and tools
+            assert task.system in prompt and all(n in prompt for n in names(task.tools))
+            continue
         mod = world_module(task.world) if task.world else None
         if mod is None:  # the plain family: one user message, no tools
             assert prompt == prompt_text(tok, task.messages, [])

@@ -63,9 +63,10 @@ def ood_texts(tokenizer, tasks: Sequence[Any]) -> list[str]:
     """OOD eval prompts with their answers as chat text (the input `ood_logprob_stats` wants)."""
     from pivotrl.formats.chat import template_messages
     from pivotrl.io.records import Message
+    from pivotrl_testbed.testbed.agentic_ood import expected_reply
 
     return [tokenizer.apply_chat_template(
         template_messages(list(getattr(t, "messages", None) or [Message(role="user", content=t.prompt)])
-                          + [Message(role="assistant", content=t.answer)]),
+                          + [expected_reply(t)]),
         tools=getattr(t, "tools", None) or None, tokenize=False)
         for t in tasks]

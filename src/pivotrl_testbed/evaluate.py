@@ -305,10 +305,10 @@ def evaluate_ood(model, tokenizer, tasks: Sequence[Any], batch_size: int = 64,
     its k samples per task (`SampledConfig`). Agentic-format tasks (`agentic_ood`) are asked
     with their system prompt and tool list and scored by their own checker (a tool call or an
     unparseable completion scores 0); the others are one user message without tools."""
-    from pivotrl_testbed.testbed.agentic_ood import score
+    from pivotrl_testbed.testbed.agentic_ood import reply_text, score
 
     k = sampled.k if sampled else 1
-    max_new = max(8, max(len(tokenizer(t.answer)["input_ids"]) for t in tasks) + 4) if tasks else 8
+    max_new = max(8, max(len(tokenizer(reply_text(t))["input_ids"]) for t in tasks) + 4) if tasks else 8
     repeated = [t for t in tasks for _ in range(k)]  # a task's samples side by side
     temperature, seed = (sampled.temperature, sampled.seed) if sampled else (0.0, 0)
     answers = ood_answers(model, tokenizer, [getattr(t, "messages", None) or t.prompt for t in repeated],

@@ -54,18 +54,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import shlex
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pivotrl.io.records import Message, Turn, message_text
+from pivotrl.io.records import Message, Turn
 from pivotrl.sandbox.bwrap import (SandboxLimits, copy_workspace, freeze_mtimes,
                                   materialize_workspace, remove_workspace, require_recorded,
                                   require_sandbox, run_in_sandbox, snapshot_dir, workspace_copy)
@@ -73,13 +71,8 @@ from pivotrl.verifiers.base import Score, score_in_threads
 from pivotrl.verifiers.probes import (IRREPRODUCIBLE, PROBES, UNVERIFIABLE, perturb_workspace,
                                      probe_seed, probes_to_compare, writes)
 from pivotrl.verifiers.schema import not_offered, schema_index
+from pivotrl.verifiers.shell_actions import DEFAULT_ARG_NAMES, DEFAULT_TOOL_NAMES, extract_action
 from pivotrl.verifiers.toolcall import ToolcallVerifier
-
-DEFAULT_TOOL_NAMES = ["run", "bash", "shell", "execute", "terminal", "run_command",
-                      "execute_command", "run_shell_command", "exec", "sh"]
-DEFAULT_ARG_NAMES = ["command", "cmd", "script", "commands", "code"]
-_FENCE = re.compile(r"```[ \t]*(bash|sh|shell|console|zsh)[ \t]*\n(.*?)```", re.S | re.I)
-
 
 class ShellConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -138,50 +131,6 @@ class ShellConfig(BaseModel):
         return SandboxLimits(timeout_s=self.timeout_s, memory_mb=self.memory_mb,
                              max_processes=self.max_processes,
                              max_output_bytes=self.max_output_bytes, cpu_s=self.cpu_s)
-
-
-@dataclass
-class Action:
-    kind: str  # "commands" | "message" | "other" | "invalid"
-    commands: list[str] = field(default_factory=list)
-    reason: str = ""
-    form: str = ""  # for commands: "call" (a shell tool call) or "fenced" (blocks in a message)
-
-
-def extract_action(message: Message, cfg: ShellConfig) -> Action:
-    """What a message does: shell commands, a plain message, other tool calls, or invalid."""
-    calls = message.tool_calls or []
-    if calls:
-        names = set(cfg.tool_names)
-        if any(c.function.name not in names for c in calls):
-            return Action("other")
-        commands = []
-        for c in calls:
-            try:
-                args = c.args()
-            except (ValueError, TypeError) as exc:
-                return Action("invalid", reason=f"arguments of {c.function.name!r}: {exc}")
-            cmd = next((args[a] for a in cfg.arg_names if a in args), None)
-            if isinstance(cmd, list) and cmd and all(isinstance(x, str) for x in cmd):
-                cmd = shlex.join(cmd)
-            if not isinstance(cmd, str) or not cmd.strip():
-                return Action("invalid", reason=f"{c.function.name!r} call without a command "
-                                                f"(one of {', '.join(cfg.arg_names)})")
-            commands.append(cmd)
-        return Action("commands", commands, form="call")
-    if cfg.fenced_blocks:
-        blocks = [_block(lang, body) for lang, body in _FENCE.findall(message_text(message))]
-        blocks = [b for b in blocks if b.strip()]
-        if blocks:
-            return Action("commands", blocks, form="fenced")
-    return Action("message")
-
-
-def _block(lang: str, body: str) -> str:
-    if lang.lower() != "console":
-        return body
-    lines = [ln[2:] for ln in body.splitlines() if ln.startswith("$ ")]
-    return "\n".join(lines)
 
 
 def normalize_output(text: str, collapse: bool, sort_lines: bool) -> str:

@@ -12,6 +12,22 @@ tools are offered) cannot show up there as forgetting. These families can:
   serve (the weather, a flight, a taxi: things outside the shop and outside a sandboxed shell).
   Right: a plain-text message, no tool call, equal to one of `REFUSALS`.
 
+- `held_out_world`: a world's task, its first turn, asked under a variant of the world drawn
+  apart from the build's own (indices from `HELD_OUT_VARIANT_START`: other tool names,
+  argument keys and system prompt; in the small name pools a set of names can recur, in the
+  open space every name is new). Right: one tool call, the expert's first call in one of its own equivalent
+  forms (`experts.FixedChooser`), renamed as that variant names things. The demo's arms train on
+  the world's own names; an arm that has stopped reading the tool list calls the world's names
+  here and fails: the narrowing "always the tools I was trained on" shows up as forgetting.
+
+Why `held_out_world` is checked by equality with the expert's forms: each accepted call is one
+the world's own expert makes at that step (the forms it picks among at random: the world's rule
+of equivalence), renamed by the variant's one-to-one renaming of names and keys; argument
+values are compared as parsed JSON, so key order and spacing are not the answer, nor are words
+written beside the call (the world's harness runs the call alone). Anything else (another
+argument, another tool, a second call, text without a call) scores 0: a miss, never a payment
+for a wrong call.
+
 Why `no_tool_fits` is checked by equality with a closed set of forms: the request has no answer
 in text (no tool and no knowledge can give tomorrow's weather or book a flight), so the only
 right action is to decline, and the forms are the wording the base was pretrained to decline
@@ -27,26 +43,31 @@ problem's key for `plain_with_tools`, of the request text for `no_tool_fits`), s
 base pretrained on is never an eval question, under any list, and `plain_with_tools` splits its
 questions exactly as the plain families split the same ones.
 
+`held_out_world` splits by task (its tasks are drawn past `HELD_OUT_TASK_START`, beyond the
+ids of the worlds' and weak experts' tasks).
+
 Tool lists: eval tasks carry the world's own `TOOLS` and `SYSTEM_PROMPT` (what the demo's arms
-train on: forgetting caused by that training is what the probe must show); training tasks (the
-base's pretraining) carry a variant of the world (`variants.py`: other tool names, argument keys
-and system prompt), so the base learns the behaviour under other tool lists and never meets a
-world's own list here.
+train on: forgetting caused by that training is what the probe must show), except
+`held_out_world`'s, which carry held-out variants; training tasks (the base's pretraining) carry
+a variant of the world (`variants.py`: other tool names, argument keys and system prompt), so
+the base learns the behaviour under other tool lists and never meets a world's own list here.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pivotrl.io.records import FunctionCall, Message, ToolCall
 from pivotrl_testbed.testbed import ood
 from pivotrl_testbed.testbed.common import stable_int
 
 if TYPE_CHECKING:
-    from pivotrl_testbed.testbed.variants import VariantSpec
+    from pivotrl_testbed.testbed.variants import Variant, VariantSpec
 
-AGENTIC_FAMILIES = ("plain_with_tools", "no_tool_fits")
+AGENTIC_FAMILIES = ("plain_with_tools", "no_tool_fits", "held_out_world")
 INNER_FAMILIES = ("next", "reverse", "upper")  # the plain families a 2-layer base masters
 REFUSALS = (
     "Sorry, I can't do that with the tools I have.",
@@ -56,6 +77,10 @@ REFUSALS = (
 # With a build whose base pretrains on the worlds themselves (`variants: 0`), the probes'
 # training tasks still take other tool lists: this many variants per world.
 DEFAULT_VARIANTS = 8
+# `held_out_world`: its eval variants' indices start here, past any build's `variants` (the
+# field's bound), and its tasks' ids, past the worlds' and the weak experts' task ids.
+HELD_OUT_VARIANT_START = 1_000_000
+HELD_OUT_TASK_START = 1_000_000
 
 _CITIES = ["oslo", "lima", "cairo", "paris", "tokyo", "delhi", "perth", "quito", "rome", "dakar",
            "seoul", "minsk", "hanoi", "accra", "bern", "riga", "kyiv", "doha", "nairobi", "lagos"]
@@ -91,8 +116,32 @@ def _world(world: str):
     return world_module(world)
 
 
-def _question(family: str, world: str, rng: random.Random) -> tuple[str, str, str, str]:
+def _first_calls(world: str, task_id: str, offer: "Offer") -> tuple[str, str]:
+    """(the task's request, the JSON list of the expert's first-call forms as `offer` names
+    them: [{"name", "arguments"}])."""
+    from pivotrl_testbed.testbed.experts import STEPS, FixedChooser, step_message
+    from pivotrl_testbed.testbed.tasks import make_task
+    from pivotrl_testbed.testbed.variants import translate_message
+
+    task = make_task(world, task_id)
+    forms: list[dict[str, Any]] = []
+    for i in range(8):  # FixedChooser(i): the i-th form at every choice, the last when fewer
+        msg = step_message(STEPS[world](task.metadata["task"], [], FixedChooser(i)), 0)
+        call = translate_message(msg, offer.variant).tool_calls[0].function if offer.variant \
+            else msg.tool_calls[0].function
+        form = {"name": call.name, "arguments": json.loads(call.arguments)}
+        if form not in forms:
+            forms.append(form)
+    return str(task.messages[-1].content), json.dumps(forms)
+
+
+def _question(family: str, world: str, rng: random.Random,
+              offer: "Offer") -> tuple[str, str, str, str]:
     """(split key: the question alone, prompt, answer, inner family) of one problem."""
+    if family == "held_out_world":
+        task_id = f"{world}-{HELD_OUT_TASK_START + rng.randrange(1_000_000)}"
+        prompt, answer = _first_calls(world, task_id, offer)
+        return f"task {task_id}", prompt, answer, ""
     if family == "plain_with_tools":
         inner = rng.choice(INNER_FAMILIES)
         key, fields, answer = ood._problem(inner, rng)
@@ -111,12 +160,15 @@ class Offer:
     name: str
     tools: list[dict[str, Any]]
     system: str
+    variant: Variant | None = None  # None: the world itself
 
 
-def offers(world: str, split: str, spec: VariantSpec | None = None) -> list[Offer]:
+def offers(world: str, split: str, spec: VariantSpec | None = None,
+           held_out: bool = False) -> list[Offer]:
     """What `split`'s tasks of `world` are asked under: eval, the world's own list and system
-    prompt; train, `spec.count` (`DEFAULT_VARIANTS` when 0) of the build's variants of the
-    world, never the world itself. A variant whose tool names are all the
+    prompt (`held_out`: `DEFAULT_VARIANTS` variants from `HELD_OUT_VARIANT_START` on, past any
+    build's own indices); train, `spec.count` (`DEFAULT_VARIANTS` when 0) of the build's variants
+    of the world, never the world itself. A variant whose tool names are all the
     world's (possible in the `shared` space, where only an argument key may differ: terminal's
     one tool keeps `run` one time in nine) is passed over for the next one, so no training task
     offers the world's own set of tool names."""
@@ -124,17 +176,17 @@ def offers(world: str, split: str, spec: VariantSpec | None = None) -> list[Offe
 
     spec = spec or VariantSpec()
     mod = _world(world)
-    if split == "eval":
+    if split == "eval" and not held_out:
         return [Offer(world, mod.TOOLS, mod.SYSTEM_PROMPT)]
     own = {t["function"]["name"] for t in mod.TOOLS}
     out: list[Offer] = []
-    i = 0
-    while len(out) < (spec.count or DEFAULT_VARIANTS):
+    i = HELD_OUT_VARIANT_START if split == "eval" else 0
+    while len(out) < (DEFAULT_VARIANTS if split == "eval" else spec.count or DEFAULT_VARIANTS):
         v = spec.variant(world, i)
         i += 1
         tools = translate_tools(mod.TOOLS, v)
         if {t["function"]["name"] for t in tools} != own:
-            out.append(Offer(v.name, tools, v.system))
+            out.append(Offer(v.name, tools, v.system, v))
     return out
 
 
@@ -148,7 +200,7 @@ def generate(family: str, split: str, n: int, seed: int = 0, worlds: list[str] |
     if family not in AGENTIC_FAMILIES:
         raise KeyError(f"unknown agentic OOD family {family!r}; known: {', '.join(AGENTIC_FAMILIES)}")
     worlds = list(worlds or ["toolshop", "terminal"])
-    lists = {w: offers(w, split, spec) for w in worlds}
+    lists = {w: offers(w, split, spec, held_out=family == "held_out_world") for w in worlds}
     out: list[ood.OODTask] = []
     seen: set[str] = set()
     i = 0
@@ -156,7 +208,7 @@ def generate(family: str, split: str, n: int, seed: int = 0, worlds: list[str] |
         world = worlds[len(out) % len(worlds)]
         offer = lists[world][(len(out) // len(worlds)) % len(lists[world])]
         rng = random.Random(stable_int("agentic-ood", family, world, seed, i))
-        question, prompt, answer, inner = _question(family, world, rng)
+        question, prompt, answer, inner = _question(family, world, rng, offer)
         i += 1
         if i > 50 * n + 1000:
             raise ValueError(f"family {family!r} has too few distinct {split} problems for n={n}")
@@ -179,7 +231,8 @@ def check(task: ood.OODTask, completion: str) -> bool:
     """Exact checker of an agentic task: the completion, read by the library's own parser
     (`pivotrl.formats.actions.parse_completion`), is valid and calls no tool, and its text is
     the inner family's exact answer (`plain_with_tools`) or one of `REFUSALS`, ends trimmed
-    (`no_tool_fits`). A tool call or an unparseable completion fails."""
+    (`no_tool_fits`); for `held_out_world`, it is exactly one tool call equal to one of the
+    answer's forms (name, and arguments as parsed JSON). An unparseable completion fails."""
     from pivotrl.formats.actions import parse_completion
 
     if task.family not in AGENTIC_FAMILIES:
@@ -187,6 +240,8 @@ def check(task: ood.OODTask, completion: str) -> bool:
     if not isinstance(completion, str):
         return False
     parsed = parse_completion(completion)
+    if task.family == "held_out_world":
+        return parsed.valid and _one_of_the_calls(parsed.message, task.answer)
     if not parsed.valid or parsed.message is None or parsed.message.tool_calls:
         return False
     text = parsed.message.content
@@ -195,6 +250,37 @@ def check(task: ood.OODTask, completion: str) -> bool:
     if task.family == "plain_with_tools":
         return ood.check(task.inner, text, task.answer)
     return ood._END.sub("", text).strip() in REFUSALS
+
+
+def _one_of_the_calls(message: Any, answer: str) -> bool:
+    calls = (message.tool_calls or []) if message is not None else []
+    if len(calls) != 1:
+        return False
+    try:
+        args = json.loads(calls[0].function.arguments)
+    except (TypeError, ValueError):
+        return False
+    return {"name": calls[0].function.name, "arguments": args} in json.loads(answer)
+
+
+def expected_reply(task: ood.OODTask) -> Message:
+    """The assistant message that answers any OOD task (what pretraining learns and drift
+    scores): `held_out_world`'s first form as a tool call, every other family's answer as text."""
+    if task.family != "held_out_world":
+        return Message(role="assistant", content=task.answer)
+    form = json.loads(task.answer)[0]
+    return Message(role="assistant", tool_calls=[ToolCall(id="call_0", function=FunctionCall(
+        name=form["name"], arguments=json.dumps(form["arguments"])))])
+
+
+def reply_text(task: ood.OODTask) -> str:
+    """`expected_reply` as the model writes it (a call in the `<tool_call>` form the testbed's
+    template renders and `parse_completion` reads): what bounds a reply's length."""
+    reply = expected_reply(task)
+    return "\n".join([reply.content or ""] + [
+        "<tool_call>\n" + json.dumps({"name": c.function.name,
+                                     "arguments": json.loads(c.function.arguments)}) + "\n</tool_call>"
+        for c in reply.tool_calls or []]).strip()
 
 
 def score(task: ood.OODTask, completion: str) -> bool:

@@ -212,8 +212,10 @@ def _trajectories(world: str, split: str, n: int, seed: int, expert_cfg=None, st
 def pretrain_examples(weak: dict[str, list], ood_tasks: list, ood_repeat: int = 1) -> list[dict[str, Any]]:
     """The base's mixture: every OOD training task as a one-turn chat (`ood_repeat` times; an
     agentic-format one with its system prompt and tool list) + the weak trajectories."""
+    from pivotrl_testbed.testbed.agentic_ood import expected_reply
+
     examples = [{"messages": [{"role": m.role, "content": m.content} for m in t.messages]
-                 + [{"role": "assistant", "content": t.answer}], "tools": t.tools}
+                 + [expected_reply(t).model_dump(exclude_none=True)], "tools": t.tools}
                 for t in ood_tasks] * ood_repeat
     for trajs in weak.values():
         examples += [{"messages": t.messages, "tools": t.tools} for t in trajs]
@@ -261,6 +263,7 @@ def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: lis
     """The testbed tokenizer, trained on the rendered train text (expert — unless the base
     pretrains on variants —, weak and OOD)."""
     from pivotrl.formats.chat import template_messages
+    from pivotrl_testbed.testbed.agentic_ood import expected_reply
     from pivotrl_testbed.testbed.tiny import build_tokenizer
 
     # only to render texts with the template
@@ -276,7 +279,7 @@ def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: lis
     texts = [] if cfg.variants else [render(t.messages, t.tools) for (w, split), ts in expert.items()
                                       if split == "train" for t in ts]
     texts += [render(t.messages, t.tools) for ts in weak.values() for t in ts]
-    texts += [render(task.messages + [_answer(task.answer)], task.tools) for task in ood_train]
+    texts += [render(task.messages + [expected_reply(task)], task.tools) for task in ood_train]
     return build_tokenizer(texts, vocab_size=cfg.vocab_size, isolate_names=cfg.tokenizer_isolate_names,
                            spell_values=cfg.tokenizer_spell_values)
 
@@ -457,7 +460,3 @@ def world_list_examples(world: str, trajectories: list) -> int:
                for traj in trajectories)
 
 
-def _answer(text: str):
-    from pivotrl.io.records import Message
-
-    return Message(role="assistant", content=text)
