@@ -49,7 +49,8 @@ SKILL_MAX_NEW_TOKENS = 64
 _HASHED_UNLESS: dict[str, Any] = {"variants": 0, "variant_seed": 0, "variant_names": "pools",
                                   "variant_own_share": None, "agentic_ood_families": [],
                                   "tokenizer_isolate_names": False, "tokenizer_spell_values": False,
-                                  "variant_prompts": "fixed", "variant_replies": "world"}
+                                  "variant_prompts": "fixed", "variant_replies": "world",
+                                  "weak_slips": 0.0}
 
 
 class TestbedConfig(BaseModel):
@@ -90,6 +91,11 @@ class TestbedConfig(BaseModel):
                               "success 0.03 at turn 3, 0 after) and solved 7% of its episodes; "
                               "at 0.1 every turn position is ≥ 0.2 (docs/RESULTS.md).")
     weak_habit: float = Field(0.7, description="Weak expert's habit: its own preferred form (experts.ExpertConfig).")
+    weak_slips: float = Field(0.0, ge=0.0, le=1.0, description="Weak expert's slips "
+                              "(experts.ExpertConfig, testbed/slips.py): the chance of its world's "
+                              "one plausible wrong action at each step that has one, so the base "
+                              "pretrains on a habit the demo's expert lacks. 0: none (no draw, the "
+                              "data as before).")
     weak_seed: int = Field(1, description="Seed of the weak expert.")
     variants: int = Field(0, ge=0, description="0: the base is pretrained on the weak expert's "
                           "trajectories of the worlds themselves (it already knows them: no arm "
@@ -231,7 +237,7 @@ def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tup
 
     say("expert trajectories")
     expert, weak = {}, {}
-    weak_cfg = ExpertConfig(noise=cfg.weak_noise, habit=cfg.weak_habit)
+    weak_cfg = ExpertConfig(noise=cfg.weak_noise, habit=cfg.weak_habit, slips=cfg.weak_slips)
     for w in cfg.worlds:
         for split, n in (("train", cfg.n_train), ("eval", cfg.n_eval)):
             trajs = _trajectories(w, split, n, cfg.expert_seed, None, 0, cfg.workers)

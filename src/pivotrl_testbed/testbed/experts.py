@@ -14,7 +14,8 @@ functional verifier is needed, as with real SFT data.
 The weaker expert (`ExpertConfig(noise=…, habit=…)`) is what the tiny base model is pretrained
 on: it has habits of its own (prefers one form), sometimes calls with a wrong id or file name
 and then recovers, sometimes stops early or writes a malformed call. Its trajectories are
-recorded with `metadata["success"]`.
+recorded with `metadata["success"]`. With `slips` it also makes its world's slip
+(`testbed/slips.py`): the same plausible wrong action, as a habit.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pydantic import BaseModel, Field
 
 from pivotrl.io.records import FunctionCall, Message, ToolCall, Trajectory
 from pivotrl_testbed.testbed.common import stable_int
+from pivotrl_testbed.testbed.slips import slip
 from pivotrl_testbed.testbed.tasks import make_tasks
 from pivotrl_testbed.testbed.terminal import ANSWERS as TM_ANSWERS
 from pivotrl_testbed.testbed.toolshop import ANSWERS as TS_ANSWERS
@@ -41,6 +43,9 @@ class ExpertConfig(BaseModel):
                          "the testbed's base learns from 0.1: TestbedConfig.weak_noise).")
     habit: float = Field(0.0, description="Probability of using its habitual (last-listed) form "
                          "instead of a uniformly random one: the base's own style.")
+    slips: float = Field(0.0, description="Probability of the world's slip at a step that has one "
+                         "(testbed/slips.py: the same plausible wrong action each time, then on as "
+                         "if right): a habit the base learns and the worlds' expert lacks. 0 = none.")
     mistakes: dict[str, float] = Field(
         default_factory=lambda: {"wrong_id": 0.6, "stop_early": 0.25, "malformed": 0.15},
         description="Relative weights of the mistake kinds of the weak expert.")
@@ -297,12 +302,18 @@ def run_expert(task: Trajectory, seed: int, config: ExpertConfig | None = None) 
     world.reset(task.metadata["world_config"])
     params = task.metadata["task"]
     rng = random.Random(stable_int("noise", seed, task.id))
+    slip_rng = random.Random(stable_int("slip", seed, task.id))  # drawn only where a slip is
     messages = list(task.messages)
     plan_context = list(task.messages)  # what the expert plans from: its good steps only
     final = None
     n_calls = 0
     for _ in range(MAX_TURNS):
         msg = expert_message(name, params, plan_context, seed, cfg.habit)
+        if cfg.slips and msg.tool_calls:
+            right = ("call", msg.tool_calls[0].function.name, msg.tool_calls[0].args())
+            slipped = slip(name, params, observations(plan_context), right)
+            if slipped is not None and slip_rng.random() < cfg.slips:
+                msg = step_message(slipped, n_calls)
         mistake = _mistake(rng, cfg) if cfg.noise else None
         if mistake == "stop_early" or (mistake == "malformed" and msg.tool_calls):
             final = _stop_early(name, rng) if mistake == "stop_early" else None
@@ -328,10 +339,11 @@ def run_expert(task: Trajectory, seed: int, config: ExpertConfig | None = None) 
             plan_context.append(tool_msg)
             n_calls += 1
     ok = world.success(task.metadata["goal"], final if isinstance(final, str) else None)
-    tag = f"w{seed}" if cfg.noise or cfg.habit else f"{seed}"
-    return Trajectory(id=f"{task.id}.{tag}", messages=messages, tools=task.tools, domain=name,
+    weak = bool(cfg.noise or cfg.habit or cfg.slips)
+    return Trajectory(id=f"{task.id}.{'w' if weak else ''}{seed}", messages=messages,
+                      tools=task.tools, domain=name,
                       metadata={**task.metadata, "expert_seed": seed, "success": ok,
-                                "expert": "weak" if cfg.noise or cfg.habit else "expert"})
+                                "expert": "weak" if weak else "expert"})
 
 
 def _mistake(rng: random.Random, cfg: ExpertConfig) -> str | None:
