@@ -32,7 +32,7 @@ trees (`snapshot_dir`) are equal.
   prints what `grep -c apple notes.txt` printed, but not what it prints once the file changes;
   `grep -c E` counts what `grep -c ERROR` counts only until a line holds an E and no ERROR.
 - A turn on which no probe changes the expert's outcome (or the expert's command times out, or
-  its outcome changes between two runs on the same workspace: `ps aux`, `$RANDOM`) is
+  its outcome changes between two runs on the same workspace: `ps aux`, `/dev/urandom`) is
   unverifiable: a memorised answer would be paid there, or a probe's effect not be told from
   chance. Every candidate but the expert's own command scores 0 with the reason,
   `unverifiable(turn)` says why, profiling records it and `pivotrl.select` never keeps the turn.
