@@ -15,10 +15,11 @@ tools are offered) cannot show up there as forgetting. These families can:
 - `held_out_world`: a world's task, its first turn, asked under a variant of the world drawn
   apart from the build's own (indices from `HELD_OUT_VARIANT_START`: other tool names,
   argument keys and system prompt; in the small name pools a set of names can recur, in the
-  open space every name is new). Right: one tool call, the expert's first call in one of its own equivalent
-  forms (`experts.FixedChooser`), renamed as that variant names things. The demo's arms train on
-  the world's own names; an arm that has stopped reading the tool list calls the world's names
-  here and fails: the narrowing "always the tools I was trained on" shows up as forgetting.
+  open space every name is new). Right: one tool call, the expert's first call in one of its
+  own equivalent forms (`experts.FixedChooser`), renamed as that variant names things. The
+  demo's arms train on the world's own names; an arm that has stopped reading the tool list
+  calls the world's names here and fails: the narrowing "always the tools I was trained on"
+  shows up as forgetting.
 
 Why `held_out_world` is checked by equality with the expert's forms: each accepted call is one
 the world's own expert makes at that step (the forms it picks among at random: the world's rule
