@@ -288,7 +288,7 @@ class ShellVerifier:
                 results, paths = [], entry.setdefault("paths", [])
                 original = snapshot_dir(base)
                 own = self._moves(original, expert)
-                entry["why"] = ""
+                entry["why"], original_rerun = "", False
                 for i, name in enumerate(PROBES):
                     where = copy_workspace(base)
                     results.append((i, False, (name, where, None)))
@@ -303,11 +303,12 @@ class ShellVerifier:
                     if out.problem or broke:
                         continue
                     moved = self._moves(before, out)
-                    if moved != own:
-                        checked_original = any(r[1] for r in results)
-                        if (self._moves(before, self._execute(where, commands)) != moved or not
-                                (checked_original
-                                 or self._moves(original, self._execute(base, commands)) == own)):
+                    if moved != own:  # the probe's doing only if both reruns agree
+                        same_there = self._moves(before, self._execute(where, commands)) == moved
+                        same_here = original_rerun or \
+                            self._moves(original, self._execute(base, commands)) == own
+                        original_rerun = True
+                        if not (same_there and same_here):
                             entry["why"] = IRREPRODUCIBLE
                             break
                     results[-1] = (i, moved != own, (name, where, out))

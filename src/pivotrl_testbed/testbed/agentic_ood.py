@@ -120,18 +120,17 @@ def _world(world: str):
 def _first_calls(world: str, task_id: str, offer: "Offer") -> tuple[str, str]:
     """(the task's request, the JSON list of the expert's first-call forms as `offer` names
     them: [{"name", "arguments"}])."""
-    from pivotrl_testbed.testbed.experts import STEPS, FixedChooser, step_message
+    from pivotrl_testbed.testbed.experts import step_forms, step_message
     from pivotrl_testbed.testbed.tasks import make_task
     from pivotrl_testbed.testbed.variants import translate_message
 
     task = make_task(world, task_id)
     forms: list[dict[str, Any]] = []
-    for i in range(8):  # FixedChooser(i): the i-th form at every choice, the last when fewer
-        msg = step_message(STEPS[world](task.metadata["task"], [], FixedChooser(i)), 0)
-        call = translate_message(msg, offer.variant).tool_calls[0].function if offer.variant \
-            else msg.tool_calls[0].function
+    for step in step_forms(world, task.metadata["task"], []):
+        msg = step_message(step, 0)
+        call = (translate_message(msg, offer.variant) if offer.variant else msg).tool_calls[0].function
         form = {"name": call.name, "arguments": json.loads(call.arguments)}
-        if form not in forms:
+        if form not in forms:  # two steps can differ only in a name the variant maps alike
             forms.append(form)
     return str(task.messages[-1].content), json.dumps(forms)
 
@@ -275,13 +274,11 @@ def expected_reply(task: ood.OODTask) -> Message:
 
 
 def reply_text(task: ood.OODTask) -> str:
-    """`expected_reply` as the model writes it (a call in the `<tool_call>` form the testbed's
-    template renders and `parse_completion` reads): what bounds a reply's length."""
-    reply = expected_reply(task)
-    return "\n".join([reply.content or ""] + [
-        "<tool_call>\n" + json.dumps({"name": c.function.name,
-                                     "arguments": json.loads(c.function.arguments)}) + "\n</tool_call>"
-        for c in reply.tool_calls or []]).strip()
+    """`expected_reply` as the model writes it (`formats.actions.render_action`: the Hermes form
+    the testbed's template renders and `parse_completion` reads): what bounds a reply's length."""
+    from pivotrl.formats.actions import render_action
+
+    return render_action(expected_reply(task))
 
 
 def score(task: ood.OODTask, completion: str) -> bool:

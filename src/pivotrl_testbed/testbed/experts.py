@@ -31,7 +31,7 @@ from pivotrl.io.records import FunctionCall, Message, ToolCall, Trajectory
 from pivotrl_testbed.testbed.common import stable_int
 from pivotrl_testbed.testbed.slips import slip
 from pivotrl_testbed.testbed.tasks import make_tasks
-from pivotrl_testbed.testbed.terminal import ANSWERS as TM_ANSWERS
+from pivotrl_testbed.testbed.terminal import ANSWERS as TM_ANSWERS, file_in
 from pivotrl_testbed.testbed.toolshop import ANSWERS as TS_ANSWERS
 from pivotrl.verifiers.world import make_world
 
@@ -167,10 +167,6 @@ def _ls(ch: Chooser) -> Step:
     return ("call", "run", {"command": ch.pick(["ls", "ls -1", "ls .", "ls -A"])})
 
 
-def _file(listing: str, ext: str) -> str:
-    return next(n for n in listing.split() if n.endswith("." + ext))
-
-
 def terminal_step(task: dict[str, Any], obs: list[str], ch: Chooser) -> Step:
     kind, k = task["kind"], len(obs)
     if any(o.rstrip().endswith("]") and "[exit" in o for o in obs):
@@ -190,7 +186,7 @@ def terminal_step(task: dict[str, Any], obs: list[str], ch: Chooser) -> Step:
         return _ls(ch)
     ext = {"count": "log", "move": "log", "head": "csv", "lines": "csv", "sort": "txt",
            "config": "ini"}[kind]
-    f = _file(obs[0], ext)
+    f = file_in(obs[0], ext)
     if kind == "count":
         lv = task["level"]
         if k == 1:
@@ -248,20 +244,25 @@ class FixedChooser(Chooser):
         return dict(pairs)
 
 
-def answer_forms(world: str, task: dict[str, Any], context: list[Message]) -> list[str]:
-    """Every final message the expert may send after `context` (its equivalent templates), or []
-    when its next step is a call: the pairs a world's answer rule must accept as the same."""
-    out: list[str] = []
-    for i in range(8):
+def step_forms(world: str, task: dict[str, Any], context: list[Message]) -> list[Step]:
+    """Every step the expert may take after `context`: its equivalent forms, in order, without
+    repeats ([] when it cannot act on that context)."""
+    out: list[Step] = []
+    for i in range(8):  # FixedChooser(i): the i-th form at every choice, the last when fewer
         try:
             step = STEPS[world](task, observations(context), FixedChooser(i))
         except (KeyError, IndexError, TypeError, StopIteration, AttributeError):
             return []
-        if step[0] != "say":
-            return []
-        if step[1] not in out:
-            out.append(step[1])
+        if step not in out:
+            out.append(step)
     return out
+
+
+def answer_forms(world: str, task: dict[str, Any], context: list[Message]) -> list[str]:
+    """Every final message the expert may send after `context` (its equivalent templates), or []
+    when its next step is a call: the pairs a world's answer rule must accept as the same."""
+    forms = step_forms(world, task, context)
+    return [s[1] for s in forms] if forms and forms[0][0] == "say" else []
 
 
 def step_message(step: Step, call_index: int) -> Message:

@@ -24,11 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pivotrl_testbed.testbed.terminal import file_in
+
 Step = tuple[str, Any, Any]  # an expert step (experts.Step): ("call", name, args) or ("say", text)
-
-
-def _file(listing: str, ext: str) -> str:
-    return next(n for n in listing.split() if n.endswith("." + ext))
 
 
 def slip(world: str, task: dict[str, Any], obs: list[str], step: Step) -> Step | None:
@@ -41,7 +39,7 @@ def slip(world: str, task: dict[str, Any], obs: list[str], step: Step) -> Step |
     if world == "toolshop" and name in ("place_order", "return_item") and int(task.get("qty", 1)) > 1:
         return ("call", name, {a: v for a, v in args.items() if a != "qty"})
     if world == "terminal" and kind == "sort" and k == 1:
-        return ("call", name, {"command": f"sort {_file(obs[0], 'txt')} > {task['out']}"})
+        return ("call", name, {"command": f"sort {file_in(obs[0], 'txt')} > {task['out']}"})
     if world == "terminal" and kind == "move" and k == 2:
-        return ("call", name, {"command": f"cp {_file(obs[0], 'log')} {task['dir']}/"})
+        return ("call", name, {"command": f"cp {file_in(obs[0], 'log')} {task['dir']}/"})
     return None

@@ -166,6 +166,11 @@ class TerminalWorld:
         return all(mentions(final_message, m) for m in goal.get("mention", []))
 
 
+def file_in(listing: str, ext: str) -> str:
+    """The file with extension `ext` in an `ls` listing (a workspace has one of each)."""
+    return next(n for n in listing.split() if n.endswith("." + ext))
+
+
 def observation(res: sandbox.SandboxResult) -> str:
     # The processes of a pipeline write stderr concurrently, in an order the scheduler picks
     # (`cat a | nosuch` shows either error first), and a world must be deterministic: its
