@@ -77,8 +77,19 @@ def test_proc_shows_nothing_of_the_host(ws):
 # (not in a pipeline: whether `cat` of `ps -ef | cat` has started when ps reads is the scheduler's)
 @pytest.mark.parametrize("cmd", ["ps aux", "ps -ef", "ps -eo pid,etime,time,rss,vsz,args"])
 def test_ps_reads_the_same_in_every_run(ws, cmd):
-    outs = {run_in_sandbox(cmd, ws, LIMITS).stdout for _ in range(3)}
+    # the clock's promise: start times, elapsed and CPU times, PIDs and commands. Memory is not
+    # the clock's: under load `ps`'s own RSS has differed by a page between runs (an expert that
+    # prints it is irreproducible, which the shell verifier finds out; test_unverifiable.py)
+    outs = {_without_memory(run_in_sandbox(cmd, ws, LIMITS).stdout) for _ in range(3)}
     assert len(outs) == 1, outs
+
+
+def _without_memory(ps_output: str) -> tuple:
+    header, *rows = ps_output.splitlines()
+    names = header.split()
+    keep = [i for i, n in enumerate(names) if n not in ("RSS", "VSZ", "%MEM")]
+    return tuple(tuple(cols[i] for i in keep if i < len(cols))
+                 for cols in (row.split(None, len(names) - 1) for row in [header] + rows))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root stages workspaces for another uid")

@@ -28,7 +28,8 @@ uptime never gives the real time and `uptime`, `ps` and `top` read the same numb
 run. Processes' start times (`/proc/<pid>/stat`) count from boot: as root the sandbox gets a time
 namespace whose boot clock starts about one second before the run (`boottime_prefix`), so `ps`
 shows every process started at the fixed boot time, with no CPU use over the fixed uptime, in
-every run (not as root the host's boot clock shows through there).
+every run (not as root the host's boot clock shows through there). Memory columns (RSS, VSZ)
+are the processes' own, not the clock's: they can differ by a page from run to run.
 """
 
 from __future__ import annotations
