@@ -71,5 +71,47 @@ def test_the_config_field_keeps_every_other_hash():
 
     assert TestbedConfig(weak_slips=0.0).digest() == TestbedConfig().digest()
     assert TestbedConfig(weak_slips=0.8).digest() != TestbedConfig().digest()
+    assert TestbedConfig(weak_false_starts=0.0).digest() == TestbedConfig().digest()
+    assert TestbedConfig(weak_false_starts=0.7).digest() != TestbedConfig().digest()
     with pytest.raises(ValueError):
         TestbedConfig(weak_slips=1.5)
+
+
+
+def _contents(traj):
+    return [m.content for m in traj.messages if m.role != "assistant" or not m.tool_calls]
+
+
+@pytest.mark.parametrize("world", ["toolshop", "terminal"])
+def test_a_false_start_is_a_wrong_first_call_then_the_experts_own_trajectory(world):
+    from pivotrl.verifiers.world import make_world
+
+    right = generate_trajectories(world, "train", N, 1, ExpertConfig(habit=0.7), START)
+    started = generate_trajectories(world, "train", N, 1, ExpertConfig(habit=0.7, false_starts=1.0), START)
+    for a, b in zip(right, started):
+        first = next(i for i, m in enumerate(b.messages) if m.role == "assistant")
+        wrong, error = b.messages[first], b.messages[first + 1]
+        (name, args), *rest = _calls(b)
+        assert rest == _calls(a) and (name, args) != _calls(a)[0]  # then the expert, call for call
+        assert _contents(b)[:first] + _contents(b)[first + 1:] == _contents(a)
+        assert b.metadata["success"]  # it recovers: the episode succeeds as the expert's does
+        assert [c.id for m in b.messages for c in m.tool_calls or []] == \
+            [f"call_{i}" for i in range(len(rest) + 1)]
+        # an error of the world, never a change of its state
+        w = make_world(world)
+        w.reset(a.metadata["world_config"])
+        before = w.snapshot()
+        assert w.execute(name, args) == error.content == b.messages[first + 1].content
+        assert ("no customer" in error.content) if world == "toolshop" else ("No such file" in error.content)
+        assert w.snapshot() == before
+        assert wrong.tool_calls[0].id == error.tool_call_id == "call_0"
+
+
+def test_false_starts_are_drawn_at_their_rate_and_off_by_default():
+    rate = 0.5
+    plain = generate_trajectories("terminal", "train", 200, 1, ExpertConfig(habit=0.7), START)
+    half = generate_trajectories("terminal", "train", 200, 1, ExpertConfig(habit=0.7, false_starts=rate), START)
+    share = sum(len(b.messages) != len(a.messages) for a, b in zip(plain, half)) / len(plain)
+    assert 0.35 <= share <= 0.65, share
+    assert all(a.messages == b.messages or len(b.messages) == len(a.messages) + 2 for a, b in zip(plain, half))
+    assert generate_trajectories("terminal", "train", 20, 1, ExpertConfig(habit=0.7, false_starts=0.0), START) == plain[:20]

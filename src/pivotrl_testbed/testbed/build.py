@@ -50,7 +50,7 @@ _HASHED_UNLESS: dict[str, Any] = {"variants": 0, "variant_seed": 0, "variant_nam
                                   "variant_own_share": None, "agentic_ood_families": [],
                                   "tokenizer_isolate_names": False, "tokenizer_spell_values": False,
                                   "variant_prompts": "fixed", "variant_replies": "world",
-                                  "weak_slips": 0.0}
+                                  "weak_slips": 0.0, "weak_false_starts": 0.0}
 
 
 class TestbedConfig(BaseModel):
@@ -96,6 +96,10 @@ class TestbedConfig(BaseModel):
                               "one plausible wrong action at each step that has one, so the base "
                               "pretrains on a habit the demo's expert lacks. 0: none (no draw, the "
                               "data as before).")
+    weak_false_starts: float = Field(0.0, ge=0.0, le=1.0, description="Weak expert's false "
+                                     "starts (experts.ExpertConfig, testbed/slips.py): the chance "
+                                     "that it opens a task with its world's wrong first call, then "
+                                     "recovers; a habit at the step every task has. 0: none.")
     weak_seed: int = Field(1, description="Seed of the weak expert.")
     variants: int = Field(0, ge=0, description="0: the base is pretrained on the weak expert's "
                           "trajectories of the worlds themselves (it already knows them: no arm "
@@ -237,7 +241,8 @@ def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tup
 
     say("expert trajectories")
     expert, weak = {}, {}
-    weak_cfg = ExpertConfig(noise=cfg.weak_noise, habit=cfg.weak_habit, slips=cfg.weak_slips)
+    weak_cfg = ExpertConfig(noise=cfg.weak_noise, habit=cfg.weak_habit, slips=cfg.weak_slips,
+                            false_starts=cfg.weak_false_starts)
     for w in cfg.worlds:
         for split, n in (("train", cfg.n_train), ("eval", cfg.n_eval)):
             trajs = _trajectories(w, split, n, cfg.expert_seed, None, 0, cfg.workers)

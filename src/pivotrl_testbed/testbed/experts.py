@@ -15,7 +15,8 @@ The weaker expert (`ExpertConfig(noise=…, habit=…)`) is what the tiny base m
 on: it has habits of its own (prefers one form), sometimes calls with a wrong id or file name
 and then recovers, sometimes stops early or writes a malformed call. Its trajectories are
 recorded with `metadata["success"]`. With `slips` it also makes its world's slip
-(`testbed/slips.py`): the same plausible wrong action, as a habit.
+(`testbed/slips.py`): the same plausible wrong action, as a habit; with `false_starts` it
+opens with its world's wrong first call, then recovers.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pydantic import BaseModel, Field
 
 from pivotrl.io.records import FunctionCall, Message, ToolCall, Trajectory
 from pivotrl_testbed.testbed.common import stable_int
-from pivotrl_testbed.testbed.slips import slip
+from pivotrl_testbed.testbed.slips import false_start, slip
 from pivotrl_testbed.testbed.tasks import make_tasks
 from pivotrl_testbed.testbed.terminal import ANSWERS as TM_ANSWERS, file_in
 from pivotrl_testbed.testbed.toolshop import ANSWERS as TS_ANSWERS
@@ -46,6 +47,9 @@ class ExpertConfig(BaseModel):
     slips: float = Field(0.0, description="Probability of the world's slip at a step that has one "
                          "(testbed/slips.py: the same plausible wrong action each time, then on as "
                          "if right): a habit the base learns and the worlds' expert lacks. 0 = none.")
+    false_starts: float = Field(0.0, description="Probability of opening with the world's false "
+                                "start (testbed/slips.py: a wrong first call, its error, then the "
+                                "right call): a habit at the step every task has. 0 = none.")
     mistakes: dict[str, float] = Field(
         default_factory=lambda: {"wrong_id": 0.6, "stop_early": 0.25, "malformed": 0.15},
         description="Relative weights of the mistake kinds of the weak expert.")
@@ -308,6 +312,13 @@ def run_expert(task: Trajectory, seed: int, config: ExpertConfig | None = None) 
     plan_context = list(task.messages)  # what the expert plans from: its good steps only
     final = None
     n_calls = 0
+    start_rng = random.Random(stable_int("false start", seed, task.id))
+    opening = false_start(name, params) if cfg.false_starts else None
+    if opening is not None and start_rng.random() < cfg.false_starts:
+        wrong = step_message(opening, 0)
+        obs = world.execute(opening[1], opening[2])
+        messages += [wrong, Message(role="tool", tool_call_id=wrong.tool_calls[0].id, content=obs)]
+        n_calls = 1  # the expert reads the error and makes the right first call next turn
     for _ in range(MAX_TURNS):
         msg = expert_message(name, params, plan_context, seed, cfg.habit)
         if cfg.slips and msg.tool_calls:
@@ -340,7 +351,7 @@ def run_expert(task: Trajectory, seed: int, config: ExpertConfig | None = None) 
             plan_context.append(tool_msg)
             n_calls += 1
     ok = world.success(task.metadata["goal"], final if isinstance(final, str) else None)
-    weak = bool(cfg.noise or cfg.habit or cfg.slips)
+    weak = bool(cfg.noise or cfg.habit or cfg.slips or cfg.false_starts)
     return Trajectory(id=f"{task.id}.{'w' if weak else ''}{seed}", messages=messages,
                       tools=task.tools, domain=name,
                       metadata={**task.metadata, "expert_seed": seed, "success": ok,

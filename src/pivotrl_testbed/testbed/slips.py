@@ -1,4 +1,4 @@
-"""The weak expert's slips: one plausible wrong action per kind of step, made as a habit.
+"""The weak expert's slips and false starts: plausible wrong actions, made as a habit.
 
 A base that learns a world's mechanics from a weaker expert also learns that expert's habits.
 Most of the weak expert's habits are harmless (`ExpertConfig.habit`: its preferred form among
@@ -18,13 +18,27 @@ own success rule:
 - terminal `sort`: `sort f > out`, keeping the duplicates the user asked to drop (wrong whenever
   the file has one);
 - terminal `move`: `cp f dir/`, leaving the original where the user asked it moved.
+
+A slip sits at a step few trajectories have (a quarter of them), so it is a few percent of the
+turns, and a habit pretrained at 0.8 was not undone by the demo's data within its budget
+(docs/RESULTS.md, candidate N). A **false start** sits at the one step every trajectory has, the
+first call: with probability `ExpertConfig.false_starts` the weak expert opens with its world's
+wrong first call, reads the error, and then makes the right one (as it recovers from a wrong id).
+Its episodes still succeed, so a base that pretrains on it keeps its episodes and opens wrong
+more often than right at every task, while its samples open right about as often as the weak
+expert did; the worlds' expert never starts falsely. The false starts, each an error in the
+world (never a state change) and never equivalent to the expert's first call:
+
+- toolshop: `get_customer` with the user's e-mail as the `customer_id` (the id tool where the
+  lookup by e-mail goes): "no such customer";
+- terminal: `ls data` (a folder the agent assumes and no workspace has: `DIRS` never holds it).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pivotrl_testbed.testbed.terminal import file_in
+from pivotrl_testbed.testbed.terminal import DIRS, file_in
 
 Step = tuple[str, Any, Any]  # an expert step (experts.Step): ("call", name, args) or ("say", text)
 
@@ -42,4 +56,18 @@ def slip(world: str, task: dict[str, Any], obs: list[str], step: Step) -> Step |
         return ("call", name, {"command": f"sort {file_in(obs[0], 'txt')} > {task['out']}"})
     if world == "terminal" and kind == "move" and k == 2:
         return ("call", name, {"command": f"cp {file_in(obs[0], 'log')} {task['dir']}/"})
+    return None
+
+
+ASSUMED_DIR = "data"  # terminal's false start lists it; no workspace has it
+assert ASSUMED_DIR not in DIRS
+
+
+def false_start(world: str, task: dict[str, Any]) -> Step | None:
+    """The weak expert's wrong first call in `world` for `task` (module doc), or None where the
+    world has none."""
+    if world == "toolshop" and task.get("email"):
+        return ("call", "get_customer", {"customer_id": task["email"]})
+    if world == "terminal":
+        return ("call", "run", {"command": f"ls {ASSUMED_DIR}"})
     return None
