@@ -107,6 +107,13 @@ def test_a_false_start_is_a_wrong_first_call_then_the_experts_own_trajectory(wor
         assert wrong.tool_calls[0].id == error.tool_call_id == "call_0"
 
 
+def test_terminals_false_start_lists_a_folder_no_task_makes():
+    from pivotrl_testbed.testbed.slips import ASSUMED_DIR
+    from pivotrl_testbed.testbed.terminal import DIRS
+
+    assert ASSUMED_DIR not in DIRS
+
+
 def test_false_starts_are_drawn_at_their_rate_and_off_by_default():
     rate = 0.5
     plain = generate_trajectories("terminal", "train", 200, 1, ExpertConfig(habit=0.7), START)

@@ -24,13 +24,13 @@ turns, and a habit pretrained at 0.8 was not undone by the demo's data within it
 (docs/RESULTS.md, candidate N). A **false start** sits at the one step every trajectory has, the
 first call: with probability `ExpertConfig.false_starts` the weak expert opens with its world's
 wrong first call, reads the error, and then makes the right one (as it recovers from a wrong id).
-Its episodes still succeed, so a base that pretrains on it keeps its episodes and opens wrong
-more often than right at every task, while its samples open right about as often as the weak
-expert did; the worlds' expert never starts falsely. The false starts, each an error in the
+Its episodes still succeed, so a base that pretrains on it keeps its episodes; at a rate above
+one half its greedy first call is the false start, while its samples open right about as often
+as the weak expert did; the worlds' expert never starts falsely. The false starts, each an error in the
 world (never a state change) and never equivalent to the expert's first call:
 
 - toolshop: `get_customer` with the user's e-mail as the `customer_id` (the id tool where the
-  lookup by e-mail goes): "no such customer";
+  lookup by e-mail goes): "no customer …";
 - terminal: `ls data` (a folder the agent assumes and no workspace has: `DIRS` never holds it).
 """
 
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pivotrl_testbed.testbed.terminal import DIRS, file_in
+from pivotrl_testbed.testbed.terminal import file_in
 
 Step = tuple[str, Any, Any]  # an expert step (experts.Step): ("call", name, args) or ("say", text)
 
@@ -59,8 +59,7 @@ def slip(world: str, task: dict[str, Any], obs: list[str], step: Step) -> Step |
     return None
 
 
-ASSUMED_DIR = "data"  # terminal's false start lists it; no workspace has it
-assert ASSUMED_DIR not in DIRS
+ASSUMED_DIR = "data"  # terminal's false start lists it; no workspace has it (not in DIRS)
 
 
 def false_start(world: str, task: dict[str, Any]) -> Step | None:
