@@ -77,7 +77,6 @@ def test_the_config_field_keeps_every_other_hash():
         TestbedConfig(weak_slips=1.5)
 
 
-
 def _contents(traj):
     return [m.content for m in traj.messages if m.role != "assistant" or not m.tool_calls]
 
@@ -101,7 +100,7 @@ def test_a_false_start_is_a_wrong_first_call_then_the_experts_own_trajectory(wor
         w = make_world(world)
         w.reset(a.metadata["world_config"])
         before = w.snapshot()
-        assert w.execute(name, args) == error.content == b.messages[first + 1].content
+        assert w.execute(name, args) == error.content
         assert ("no customer" in error.content) if world == "toolshop" else ("No such file" in error.content)
         assert w.snapshot() == before
         assert wrong.tool_calls[0].id == error.tool_call_id == "call_0"
