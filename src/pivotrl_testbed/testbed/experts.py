@@ -315,9 +315,7 @@ def run_expert(task: Trajectory, seed: int, config: ExpertConfig | None = None) 
     start_rng = random.Random(stable_int("false start", seed, task.id))
     opening = false_start(name, params) if cfg.false_starts else None
     if opening is not None and start_rng.random() < cfg.false_starts:
-        wrong = step_message(opening, 0)
-        obs = world.execute(opening[1], opening[2])
-        messages += [wrong, Message(role="tool", tool_call_id=wrong.tool_calls[0].id, content=obs)]
+        messages += _played(world, step_message(opening, 0))
         n_calls = 1  # the expert reads the error and makes the right first call next turn
     for _ in range(MAX_TURNS):
         msg = expert_message(name, params, plan_context, seed, cfg.habit)
@@ -334,8 +332,7 @@ def run_expert(task: Trajectory, seed: int, config: ExpertConfig | None = None) 
             break
         wrong = _wrong_id(name, msg, rng, n_calls) if mistake == "wrong_id" else None
         if wrong is not None:
-            obs = world.execute(wrong.tool_calls[0].function.name, wrong.tool_calls[0].args())
-            messages += [wrong, Message(role="tool", tool_call_id=wrong.tool_calls[0].id, content=obs)]
+            messages += _played(world, wrong)
             n_calls += 1
             continue  # the expert reads the error and retries with the right call next turn
         msg = _renumber(msg, n_calls)
@@ -356,6 +353,12 @@ def run_expert(task: Trajectory, seed: int, config: ExpertConfig | None = None) 
                       tools=task.tools, domain=name,
                       metadata={**task.metadata, "expert_seed": seed, "success": ok,
                                 "expert": "weak" if weak else "expert"})
+
+
+def _played(world: Any, call: Message) -> list[Message]:
+    """A one-call message the expert will not plan from (a mistake), and the world's answer."""
+    tc = call.tool_calls[0]
+    return [call, Message(role="tool", tool_call_id=tc.id, content=world.execute(tc.function.name, tc.args()))]
 
 
 def _mistake(rng: random.Random, cfg: ExpertConfig) -> str | None:
