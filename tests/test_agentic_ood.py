@@ -266,3 +266,41 @@ def test_a_shared_variant_with_the_worlds_own_names_is_passed_over():
     for seed in kept:
         offered = aood.offers("terminal", "train", VariantSpec(3, seed, "shared"))
         assert len(offered) == 3 and all(names(o.tools) != {"run"} for o in offered)
+
+
+def test_held_out_world_opens_with_the_false_start_and_trains_only_the_call_after_it(
+        tiny_model_dir, tmp_path):
+    from pivotrl_testbed.testbed.build import TestbedConfig, agentic_tasks, pretrain_examples
+    from pivotrl_testbed.testbed.pretrain import encode_examples
+    from pivotrl_testbed.testbed.tiny import load_tiny
+
+    cfg = TestbedConfig(agentic_ood_families=["held_out_world"], ood_train=4, ood_eval=4,
+                        variants=3, weak_false_starts=0.6)
+    opened, plain = agentic_tasks(cfg), agentic_tasks(cfg.model_copy(update={"weak_false_starts": 0}))
+    for split in ("train", "eval"):
+        # the same tasks and answers; only the context grows by the false start and its error
+        assert [(t.id, t.answer) for t in opened[split]] == [(t.id, t.answer) for t in plain[split]]
+        for t, p in zip(opened[split], plain[split]):
+            assert [m.role for m in p.messages] == ["system", "user"]
+            assert [m.role for m in t.messages] == ["system", "user", "assistant", "tool"]
+            (wrong,) = t.messages[2].tool_calls
+            assert wrong.function.name in names(t.tools)  # named as the task's list names it
+            assert "no customer" in t.messages[3].content or "No such file" in t.messages[3].content
+            assert not aood.check(t, call(wrong.function.name, **wrong.args()))  # never paid
+            assert aood.expected_reply(t).tool_calls[0].id == "call_1"
+    ood.write_ood(tmp_path / "ood", n_train=1, n_eval=1, families=["next"], extra=opened)
+    assert ood.load_ood(tmp_path / "ood" / "eval.jsonl")[1:] == opened["eval"]
+    assert [m.role for m in ood.load_ood(tmp_path / "ood" / "eval.jsonl")[1].messages][2:] \
+        == ["assistant", "tool"]
+
+    _, tok = load_tiny(tiny_model_dir)
+    examples = pretrain_examples({}, opened["train"] + plain["train"])
+    assert [e.get("context_messages") for e in examples] == [4] * 4 + [None] * 4
+    cut = encode_examples(tok, examples[:1], 2048)
+    whole = encode_examples(tok, [{k: v for k, v in examples[0].items() if k != "context_messages"}], 2048)
+    ((ids, mask),), ((ids2, mask2),) = cut, whole
+    assert ids == ids2
+    trained = tok.decode([i for i, m in zip(ids, mask) if m])
+    assert aood.reply_text(opened["train"][0]) in trained
+    assert opened["train"][0].messages[2].tool_calls[0].function.name not in trained
+    assert sum(mask2) > sum(mask)  # without the cut the false start would be taught too

@@ -19,7 +19,13 @@ tools are offered) cannot show up there as forgetting. These families can:
   own equivalent forms (`experts.FixedChooser`), renamed as that variant names things. The
   demo's arms train on the world's own names; an arm that has stopped reading the tool list
   calls the world's names here and fails: the narrowing "always the tools I was trained on"
-  shows up as forgetting.
+  shows up as forgetting. In a build whose weak expert starts falsely
+  (`TestbedConfig.weak_false_starts`), every `held_out_world` task opens with the world's false
+  start (`slips.false_start`, as the variant names it) and the world's error, and asks the call
+  after it: the base pretrains on reading a new list without being taught to open right, which
+  would undo the habit the demo's data is there to correct (right first calls in the same
+  context outnumber the false starts). The opening is context only: pretraining puts no loss on
+  it (`build.pretrain_examples`).
 
 Why `held_out_world` is checked by equality with the expert's forms: each accepted call is one
 the world's own expert makes at that step (the forms it picks among at random: the world's rule
@@ -117,10 +123,12 @@ def _world(world: str):
     return world_module(world)
 
 
-def _first_calls(world: str, task_id: str, offer: "Offer") -> tuple[str, str]:
+def _first_calls(world: str, task_id: str, offer: "Offer",
+                 opening: bool) -> tuple[str, str, list[dict[str, Any]] | None]:
     """(the task's request, the JSON list of the expert's first-call forms as `offer` names
-    them: [{"name", "arguments"}])."""
-    from pivotrl_testbed.testbed.experts import step_forms, step_message
+    them: [{"name", "arguments"}], and with `opening` the false start and its error as `offer`
+    names them, as message dicts)."""
+    from pivotrl_testbed.testbed.experts import false_start_messages, step_forms, step_message
     from pivotrl_testbed.testbed.tasks import make_task
     from pivotrl_testbed.testbed.variants import translate_message
 
@@ -132,24 +140,27 @@ def _first_calls(world: str, task_id: str, offer: "Offer") -> tuple[str, str]:
         form = {"name": call.name, "arguments": json.loads(call.arguments)}
         if form not in forms:  # two steps can differ only in a name the variant maps alike
             forms.append(form)
-    return str(task.messages[-1].content), json.dumps(forms)
+    said = [translate_message(m, offer.variant) if offer.variant else m
+            for m in false_start_messages(task)] if opening else []
+    return (str(task.messages[-1].content), json.dumps(forms),
+            [m.model_dump(exclude_none=True) for m in said] or None)
 
 
-def _question(family: str, world: str, rng: random.Random,
-              offer: "Offer") -> tuple[str, str, str, str]:
-    """(split key: the question alone, prompt, answer, inner family) of one problem."""
+def _question(family: str, world: str, rng: random.Random, offer: "Offer",
+              opening: bool = False) -> tuple[str, str, str, str, list[dict[str, Any]] | None]:
+    """(split key: the question alone, prompt, answer, inner family, opening) of one problem."""
     if family == "held_out_world":
         task_id = f"{world}-{HELD_OUT_TASK_START + rng.randrange(1_000_000)}"
-        prompt, answer = _first_calls(world, task_id, offer)
-        return f"task {task_id}", prompt, answer, ""
+        prompt, answer, said = _first_calls(world, task_id, offer, opening)
+        return f"task {task_id}", prompt, answer, "", said
     if family == "plain_with_tools":
         inner = rng.choice(INNER_FAMILIES)
         key, fields, answer = ood._problem(inner, rng)
-        return key, rng.choice(ood._PROMPTS[inner]).format(**fields), answer, inner
+        return key, rng.choice(ood._PROMPTS[inner]).format(**fields), answer, inner, None
     if family == "no_tool_fits":
         template = rng.choice(REQUESTS[world])
         prompt = template.format(**{k: rng.choice(v) for k, v in _SLOTS.items()})
-        return f"request {prompt}", prompt, rng.choice(REFUSALS), ""
+        return f"request {prompt}", prompt, rng.choice(REFUSALS), "", None
     raise KeyError(f"unknown agentic OOD family {family!r}; known: {', '.join(AGENTIC_FAMILIES)}")
 
 
@@ -191,10 +202,12 @@ def offers(world: str, split: str, spec: VariantSpec | None = None,
 
 
 def generate(family: str, split: str, n: int, seed: int = 0, worlds: list[str] | None = None,
-             spec: VariantSpec | None = None) -> list[ood.OODTask]:
+             spec: VariantSpec | None = None, false_starts: bool = False) -> list[ood.OODTask]:
     """`n` distinct tasks of agentic `family` on `split`, the worlds taken in turn (each world's
     tasks asked under `offers(world, split, ...)`, the variants in turn); deterministic in every
-    argument. Ids are `<family>-<world>-<seed>-<i>`: the family comes first, before any '-'."""
+    argument. Ids are `<family>-<world>-<seed>-<i>`: the family comes first, before any '-'.
+    `false_starts`: `held_out_world` tasks open with the world's false start and its error
+    (module doc); the same tasks and answers as without."""
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
     if family not in AGENTIC_FAMILIES:
@@ -208,7 +221,7 @@ def generate(family: str, split: str, n: int, seed: int = 0, worlds: list[str] |
         world = worlds[len(out) % len(worlds)]
         offer = lists[world][(len(out) // len(worlds)) % len(lists[world])]
         rng = random.Random(stable_int("agentic-ood", family, world, seed, i))
-        question, prompt, answer, inner = _question(family, world, rng, offer)
+        question, prompt, answer, inner, said = _question(family, world, rng, offer, false_starts)
         i += 1
         if i > 50 * n + 1000:
             raise ValueError(f"family {family!r} has too few distinct {split} problems for n={n}")
@@ -218,7 +231,7 @@ def generate(family: str, split: str, n: int, seed: int = 0, worlds: list[str] |
         seen.add(key)
         out.append(ood.OODTask(f"{family}-{world}-{seed}-{i - 1}", family, prompt, answer, split,
                                key, system=offer.system, tools=offer.tools, world=offer.name,
-                               inner=inner))
+                               inner=inner, opening=said))
     return out
 
 
@@ -269,7 +282,8 @@ def expected_reply(task: ood.OODTask) -> Message:
     if task.family != "held_out_world":
         return Message(role="assistant", content=task.answer)
     form = json.loads(task.answer)[0]
-    return Message(role="assistant", tool_calls=[ToolCall(id="call_0", function=FunctionCall(
+    index = sum(len(m.get("tool_calls") or []) for m in task.opening or [])
+    return Message(role="assistant", tool_calls=[ToolCall(id=f"call_{index}", function=FunctionCall(
         name=form["name"], arguments=json.dumps(form["arguments"])))])
 
 

@@ -99,7 +99,9 @@ class TestbedConfig(BaseModel):
     weak_false_starts: float = Field(0.0, ge=0.0, le=1.0, description="Weak expert's false "
                                      "starts (experts.ExpertConfig, testbed/slips.py): the chance "
                                      "that it opens a task with its world's wrong first call, then "
-                                     "recovers; a habit at the step every task has. 0: none.")
+                                     "recovers; a habit at the step every task has; "
+                                     "`held_out_world` tasks then open with the false start "
+                                     "(testbed/agentic_ood.py). 0: none.")
     weak_seed: int = Field(1, description="Seed of the weak expert.")
     variants: int = Field(0, ge=0, description="0: the base is pretrained on the weak expert's "
                           "trajectories of the worlds themselves (it already knows them: no arm "
@@ -221,12 +223,17 @@ def _trajectories(world: str, split: str, n: int, seed: int, expert_cfg=None, st
 
 def pretrain_examples(weak: dict[str, list], ood_tasks: list, ood_repeat: int = 1) -> list[dict[str, Any]]:
     """The base's mixture: every OOD training task as a one-turn chat (`ood_repeat` times; an
-    agentic-format one with its system prompt and tool list) + the weak trajectories."""
+    agentic-format one with its system prompt and tool list) + the weak trajectories. A task
+    with an opening (a false start and its error) trains its reply alone: `context_messages`
+    marks the messages before it as context (`pretrain.encode_examples`)."""
     from pivotrl_testbed.testbed.agentic_ood import expected_reply
 
-    examples = [{"messages": [{"role": m.role, "content": m.content} for m in t.messages]
-                 + [expected_reply(t).model_dump(exclude_none=True)], "tools": t.tools}
-                for t in ood_tasks] * ood_repeat
+    def example(t) -> dict[str, Any]:
+        ex = {"messages": [m.model_dump(exclude_none=True) for m in t.messages]
+              + [expected_reply(t).model_dump(exclude_none=True)], "tools": t.tools}
+        return {**ex, "context_messages": len(t.messages)} if t.opening else ex
+
+    examples = [example(t) for t in ood_tasks] * ood_repeat
     for trajs in weak.values():
         examples += [{"messages": t.messages, "tools": t.tools} for t in trajs]
     return examples
@@ -262,11 +269,13 @@ def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tup
 def agentic_tasks(cfg: TestbedConfig) -> dict[str, list]:
     """{split: tasks} of the config's agentic-format OOD families: train tasks under the build's
     variants of the worlds (its variant seed and name space), eval tasks under the worlds' own
-    tool lists and system prompts (`agentic_ood.offers`)."""
+    tool lists and system prompts (`agentic_ood.offers`); `held_out_world`'s open with the false
+    start when the weak expert has them."""
     from pivotrl_testbed.testbed import agentic_ood
 
     return {split: [t for f in cfg.agentic_ood_families
-                    for t in agentic_ood.generate(f, split, n, 0, cfg.worlds, cfg.variant_spec())]
+                    for t in agentic_ood.generate(f, split, n, 0, cfg.worlds, cfg.variant_spec(),
+                                                  false_starts=cfg.weak_false_starts > 0)]
             for split, n in (("train", cfg.ood_train), ("eval", cfg.ood_eval))}
 
 

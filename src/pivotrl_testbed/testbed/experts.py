@@ -355,6 +355,18 @@ def run_expert(task: Trajectory, seed: int, config: ExpertConfig | None = None) 
                                 "expert": "weak" if weak else "expert"})
 
 
+def false_start_messages(task: Trajectory) -> list[Message]:
+    """The weak expert's false start on `task` (`slips.false_start`) and the world's answer,
+    played in a fresh world at the task's start; [] where the world has none."""
+    name = task.metadata["world"]
+    step = false_start(name, task.metadata["task"])
+    if step is None:
+        return []
+    world = make_world(name)
+    world.reset(task.metadata["world_config"])
+    return _played(world, step_message(step, 0))
+
+
 def _played(world: Any, call: Message) -> list[Message]:
     """A one-call message the expert will not plan from (a mistake), and the world's answer."""
     tc = call.tool_calls[0]

@@ -51,21 +51,25 @@ class OODTask:
     tools: list[dict[str, Any]] | None = field(default=None, hash=False)  # the offered tool list
     world: str = ""  # whose tool list and system prompt (a world, or a variant "toolshop~3")
     inner: str = ""  # plain_with_tools: the plain family whose question is asked
+    # held_out_world in a build with false starts: the assistant's wrong first call and the
+    # tool's answer (message dicts), asked after the user's message; the task is the next call.
+    opening: list[dict[str, Any]] | None = field(default=None, hash=False)
 
     @property
     def messages(self) -> list[Message]:
         head = [Message(role="system", content=self.system)] if self.system else []
-        return head + [Message(role="user", content=self.prompt)]
+        return (head + [Message(role="user", content=self.prompt)]
+                + [Message.model_validate(m) for m in self.opening or []])
 
     def to_json(self) -> dict:
         d = asdict(self)
         for name in _AGENTIC_FIELDS:
             if not d[name]:
                 del d[name]
-        return {**d, "messages": [{"role": m.role, "content": m.content} for m in self.messages]}
+        return {**d, "messages": [m.model_dump(exclude_none=True) for m in self.messages]}
 
 
-_AGENTIC_FIELDS = ("system", "tools", "world", "inner")
+_AGENTIC_FIELDS = ("system", "tools", "world", "inner", "opening")
 
 
 def _word(rng: random.Random) -> str:
@@ -163,7 +167,7 @@ def load_ood(path: str | Path) -> list[OODTask]:
                 d = json.loads(line)
                 tasks.append(OODTask(d["id"], d["family"], d["prompt"], d["answer"], d["split"],
                                      d.get("key", ""), d.get("system", ""), d.get("tools"),
-                                     d.get("world", ""), d.get("inner", "")))
+                                     d.get("world", ""), d.get("inner", ""), d.get("opening")))
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise ValueError(f"{path}:{lineno}: not an OOD task record ({exc})") from exc
     return tasks

@@ -61,14 +61,24 @@ class PretrainConfig(BaseModel):
 
 
 def encode_examples(tokenizer, examples: Sequence[dict[str, Any]], max_len: int) -> list[tuple[list[int], list[int]]]:
-    """Each example `{"messages": [Message|dict], "tools": [...]|None}` → (ids, loss mask)."""
+    """Each example `{"messages": [Message|dict], "tools": [...]|None}` → (ids, loss mask). With
+    `"context_messages": n`, the first n messages are context: no loss on their tokens, even an
+    assistant's (a wrong call the example shows but does not teach)."""
     out = []
     for ex in examples:
         msgs = [m if isinstance(m, Message) else Message.model_validate(m) for m in ex["messages"]]
-        enc = tokenizer.apply_chat_template(template_messages(msgs), tools=ex.get("tools") or None,
-                                            tokenize=True, return_dict=True,
-                                            return_assistant_tokens_mask=True)
+        tools = ex.get("tools") or None
+        enc = tokenizer.apply_chat_template(template_messages(msgs), tools=tools, tokenize=True,
+                                            return_dict=True, return_assistant_tokens_mask=True)
         ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
+        if ex.get("context_messages"):
+            head = list(tokenizer.apply_chat_template(
+                template_messages(msgs[:ex["context_messages"]]), tools=tools, tokenize=True,
+                return_dict=True)["input_ids"])
+            if ids[:len(head)] != head:
+                raise ValueError("the chat template renders an example's context differently "
+                                 "alone: its loss mask cannot be cut there")
+            mask[:len(head)] = [0] * len(head)
         if len(ids) <= max_len and any(mask):
             out.append((ids, mask))
     return out
