@@ -113,3 +113,44 @@ def test_greedy_selection_always_scores_dev_greedy():
 
     cfg = DemoConfig(dev_greedy=False, select_decoding="greedy")
     assert Evaluator.wants_dev_greedy(cfg) and not Evaluator.wants_dev_greedy(DemoConfig())
+
+
+def test_the_grid_scores_dev_turns_and_eval_only_at_an_asked_temperature(monkeypatch):
+    """Dev over the grid's temperatures not already scored there, turns only (what an arm's
+    temperature is chosen by); eval at one temperature on request, turns and OOD; never again
+    at greedy or the training temperature, which every chosen checkpoint has."""
+    import pivotrl_testbed.evaluate as ev
+    from pivotrl_testbed.checkpoint_eval import Evaluator
+    from pivotrl_testbed.decoding import DecodingRule
+    from pivotrl_testbed.demo import DemoConfig
+
+    scored: list[tuple[str, str, float]] = []  # (split, measure, temperature)
+
+    def fake_turns(policy, trajs, verifier, items, k):
+        scored.append((trajs[0], "turn", policy.temperature))
+        items.append({"measure": "turn", "item": 0, "cluster": 0, "outcome": 1.0})
+
+    def fake_ood(model, tok, tasks, batch_size, items, sampled=None):
+        scored.append((tasks, "ood", sampled.temperature if sampled else 0.0))
+        return {}
+
+    monkeypatch.setattr(ev, "evaluate_turns", fake_turns)
+    monkeypatch.setattr(ev, "evaluate_ood", fake_ood)
+    evaluator = Evaluator.__new__(Evaluator)
+    evaluator.cfg = DemoConfig()
+    evaluator.dev_greedy = False
+    evaluator.base, evaluator.tokenizer = object(), object()
+    evaluator.trajs = {"toolshop": {"dev": ["dev"], "eval": []}}
+    evaluator.ood = {"dev": "dev", "eval": "eval"}
+    rule = DecodingRule(temperatures=[0.0, 0.5, 1.0])
+    rows = evaluator.grid(None, "toolshop", rule)
+    assert sorted(scored) == [("dev", "turn", 0.0), ("dev", "turn", 0.5)]
+    assert {(r["split"], r["decoding"]) for r in rows} == {("dev", "greedy"), ("dev", "T0.5")}
+    scored.clear()
+    evaluator.trajs = {"toolshop": {"dev": [], "eval": ["eval"]}}
+    rows = evaluator.at_temperature(None, "toolshop", 0.5, rule)
+    assert sorted(scored) == [("eval", "ood", 0.5), ("eval", "turn", 0.5)]
+    assert {(r["split"], r["decoding"]) for r in rows} == {("eval", "T0.5")}
+    for t in (0.0, 1.0):
+        with pytest.raises(ValueError):
+            evaluator.at_temperature(None, "toolshop", t, rule)

@@ -111,3 +111,41 @@ def test_ood_is_read_at_the_arms_dev_best_temperature_too():
     assert ood_verdict(turns + ood)["verdict"] == "not measurable"
     got = ood_verdict(turns + ood + ood_at_half)
     assert (got["a_mean"], got["b_mean"]) == (0.0, 1.0)
+
+
+def test_the_eval_split_is_scored_at_a_grid_temperature_only_where_an_arm_chose_it(monkeypatch, tmp_path):
+    """The demo scores dev over the grid first; then eval at T = 0.5 only at the chosen
+    checkpoints of the arms whose dev-best is 0.5 (here PivotRL's, not SFT's or the base's)."""
+    import pivotrl_testbed.demo as demo
+    import pivotrl_testbed.frontier as frontier
+    import pivotrl_testbed.report as report
+    from pivotrl_testbed.demo import DemoConfig
+    from pivotrl_testbed.jobs import Job
+
+    worlds = ["toolshop", "terminal"]
+    jobs = [Job(w, m, 1e-4, 0) for w in worlds for m in ("pivotrl", "sft")]
+    chosen = {m: {"method": m, "lr": 1e-4 if m != "base" else 0.0, "steps": {0: 20 if m != "base" else 0}}
+              for m in ("pivotrl", "sft", "base")}
+    monkeypatch.setattr(report, "chosen_sides", lambda *a, **k: chosen)
+    monkeypatch.setattr(frontier, "matched_sides", lambda *a, **k: [])
+    monkeypatch.setattr(demo, "merge_eval", lambda *a, **k: None)
+
+    def dev_rows(method, world, step, decoding, rate):
+        return [{"method": method, "world": world, "seed": 0, "lr": 1e-4 if method != "base" else 0.0,
+                 "step": step, "split": "dev", "measure": "turn", "item": i, "cluster": i,
+                 "outcome": float(i < rate * 10), "decoding": decoding} for i in range(10)]
+
+    items = [r for m in ("pivotrl", "sft", "base") for w in worlds
+             for r in dev_rows(m, w, chosen[m]["steps"][0], "sampled", 0.5)]
+    at_half = {"pivotrl": 0.9, "sft": 0.2, "base": 0.2}  # only PivotRL is best at 0.5
+    monkeypatch.setattr(demo, "eval_at", lambda job, step, *a: ({}, []))
+    monkeypatch.setattr(demo, "grid_at", lambda job, world, step, *a: (
+        dev_rows(job.method if job else "base", world, step, "T0.5", at_half[job.method if job else "base"])
+        + dev_rows(job.method if job else "base", world, step, "greedy", 0.3)))
+    calls: list[tuple[str, str, int, float]] = []
+    monkeypatch.setattr(demo, "temperature_at", lambda job, world, step, t, *a: calls.append(
+        (job.method if job else "base", world, step, t)) or [])
+    logged: list[str] = []
+    demo.score_chosen(jobs, [], items, tmp_path, tmp_path, DemoConfig(worlds=worlds, workers=1), logged.append)
+    assert sorted(calls) == [("pivotrl", "terminal", 20, 0.5), ("pivotrl", "toolshop", 20, 0.5)]
+    assert any("dev-best temperatures: " in line and "pivotrl 0.5" in line for line in logged)

@@ -84,15 +84,18 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testb
     assert all(set(r) == keys | {"position", "samples", "successes"} and r["samples"] == 4
                and r["outcome"] == r["successes"] / 4 for r in items if r["decoding"] == "pass")
     # Dev is scored in the selection's decoding (sampled) at every checkpoint, eval both ways
-    # (dev_greedy off); at the chosen checkpoints, the decoding grid's other temperatures on
-    # both splits and pass@k's samples on eval.
+    # (dev_greedy off); at the chosen checkpoints, dev at the decoding grid's other temperatures
+    # and pass@k's samples on eval; eval at 0.5 only for the arms whose dev-best it is.
+    assert set(saved["decoding"]["best"]) == {"base", *METHODS}
+    at_half = {m for m, t in saved["decoding"]["best"].items() if t == 0.5}
     assert {(r["method"], r["split"], r["decoding"]) for r in items} == {
         (m, s, d) for m in ("base", *METHODS) for s, d in
         (("dev", "sampled"), ("eval", "greedy"), ("eval", "sampled"), ("dev", "greedy"),
-         ("dev", "T0.5"), ("eval", "T0.5"), ("eval", "pass"))}
-    assert {r["measure"] for r in items if r["decoding"] == "T0.5"} == {"turn", "ood"}
+         ("dev", "T0.5"), ("eval", "pass"))} | {(m, "eval", "T0.5") for m in at_half}
+    assert {r["measure"] for r in items if r["decoding"] == "T0.5" and r["split"] == "dev"} == {"turn"}
+    assert {r["measure"] for r in items if r["decoding"] == "T0.5" and r["split"] == "eval"} \
+        == ({"turn", "ood"} if at_half else set())
     assert {r["measure"] for r in items if r["decoding"] == "pass"} == {"turn"}
-    assert set(saved["decoding"]["best"]) == {"base", *METHODS}
     assert set(saved["decoding"]["pass"]["pivotrl"]) >= {"pass@2", "pass^4"}
     assert {r["measure"] for r in items} == {"episode", "turn", "ood"}
     # Sampled: turn accuracy and OOD only (episodes off by default), each a mean over k=2 samples.
@@ -220,7 +223,8 @@ def test_cached_base_is_repeated_under_every_seed_of_the_run(tmp_path):
     (tmp_path / "runs" / "base").mkdir(parents=True)
     (tmp_path / "runs" / "base" / "toolshop.json").write_text(
         json.dumps({"row": {"kl_to_base": 0.0}, "items": [item]}))
-    cfg = DemoConfig(worlds=["toolshop"], seeds=[0, 1, 2])
+    (tmp_path / "runs" / "base" / "toolshop.dev-grid.json").write_text("[]")  # its grid, cached too
+    cfg = DemoConfig(worlds=["toolshop"], seeds=[0, 1, 2], workers=1)
     rows, items, seconds = base_rows(tmp_path, tmp_path / "no-testbed", cfg)
     assert seconds == {"toolshop": 0.0}  # a cache written without its time: no cost known
     assert [(r["seed"], r["step"], r["method"]) for r in rows] == [(s, 0, "base") for s in (0, 1, 2)]

@@ -103,49 +103,30 @@ class Evaluator:
         return {**row, "kl_to_base": kl["kl"], "rank_corr": kl["rank_corr"]}, items
 
     def grid(self, model_dir: Path | None, world: str, rule: Any) -> list[dict[str, Any]]:
-        """Item rows of the decoding rule's grid (`pivotrl_testbed.decoding`) at one chosen
-        checkpoint: dev and eval at every temperature `__call__` does not already score there,
-        and n samples per eval item at the training temperature (decoding "pass", with
-        `samples` and `successes` per item)."""
+        """Item rows of the decoding rule's dev side (`pivotrl_testbed.decoding`) at one chosen
+        checkpoint: dev turn accuracy at every grid temperature `__call__` does not already score
+        there (what an arm's temperature is chosen by), and n samples per eval turn at the
+        training temperature (decoding "pass", with `samples` and `successes` per item). The
+        eval split at an arm's dev-best temperature is `at_temperature`'s, once it is known."""
         from pivotrl_testbed.decoding import PASS, label
         from pivotrl.formats.options import FormatOptions
-        from pivotrl_testbed.episodes import ModelPolicy, expert_turns, turn_accuracy
-        from pivotrl_testbed.evaluate import SampledConfig, evaluate_ood, evaluate_turns, shared_verifier
+        from pivotrl_testbed.episodes import expert_turns, turn_accuracy
+        from pivotrl_testbed.evaluate import shared_verifier
         from pivotrl_testbed.health import reason_failure
-        from pivotrl_testbed.testbed.tiny import load_tiny
         from pivotrl.select import SUCCESS_THRESHOLD
 
-        model, tok = (self.base, self.tokenizer) if model_dir is None else load_tiny(model_dir)
-        sampled = getattr(self.cfg, "sampled", None)
-        train_t = sampled.temperature if sampled is not None else 1.0
-        done = {("eval", "greedy")} | ({("dev", "greedy")} if self.dev_greedy else set())
-        if sampled is not None and sampled.k > 0:
-            done |= {(split, "sampled") for split in SPLITS}
-        ev, verifier = self.cfg.eval, self.cfg.eval.verifiers.get(world, "toolcall")
-
-        def policy(t: float) -> ModelPolicy:
-            return ModelPolicy(model, tok, max_new_tokens=ev.max_new_tokens, temperature=t,
-                               seed=rule.seed, batch_size=ev.batch_size)
-
-        items: list[dict[str, Any]] = []
-        for split in SPLITS:
-            trajs = self.trajs[world][split][:ev.turn_trajectories]
-            for t in rule.temperatures:
-                name = label(t, train_t)
-                if (split, name) in done:
-                    continue
-                got: list[dict[str, Any]] = []
-                k = rule.k if t > 0 else 1
-                if "turn" in rule.measures:
-                    evaluate_turns(policy(t), trajs, verifier, got, k)
-                if "ood" in rule.measures:
-                    evaluate_ood(model, tok, self.ood[split], ev.batch_size, got,
-                                 SampledConfig(k=k, temperature=t, seed=rule.seed) if t > 0 else None)
-                items += [{"split": split, "decoding": name, **r} for r in got]
-        n = rule.pass_samples
-        turns = expert_turns(list(self.trajs[world]["eval"][:ev.turn_trajectories]))
+        model, tok = self._model(model_dir)
+        done = {"greedy"} if self.dev_greedy else set()
+        if self._sampled_k():
+            done.add("sampled")
+        items = [r for t in rule.temperatures if label(t, self._train_t()) not in done
+                 for r in self._scored(model, tok, world, "dev", t, rule, ("turn",))]
+        n, verifier = rule.pass_samples, self.cfg.eval.verifiers.get(world, "toolcall")
+        scored = self.cfg.eval.turn_trajectories
+        turns = expert_turns(list(self.trajs[world]["eval"][:min(rule.pass_trajectories or scored, scored)]))
         if "turn" in rule.measures and turns:
-            acc = turn_accuracy(policy(train_t), [t for t in turns for _ in range(n)],
+            acc = turn_accuracy(self._policy(model, tok, self._train_t(), rule.seed),
+                                [t for t in turns for _ in range(n)],
                                 shared_verifier(verifier), parse=FormatOptions().parser(tok))
             for i, t in enumerate(turns):
                 c = sum(r >= SUCCESS_THRESHOLD for r in acc.rewards[i * n:(i + 1) * n])
@@ -155,6 +136,53 @@ class Evaluator:
                               "successes": c, "position": t.turn,
                               **({"failure": failed} if failed else {})})
         return items
+
+    def at_temperature(self, model_dir: Path | None, world: str, temperature: float,
+                       rule: Any) -> list[dict[str, Any]]:
+        """Item rows of the eval split at one grid temperature that `__call__` does not score
+        there (neither greedy nor the training temperature): an arm's dev-best one, the only
+        place the rule reads eval at it. The rule's measures (turns, OOD)."""
+        from pivotrl_testbed.decoding import label
+
+        if label(temperature, self._train_t()) in DECODINGS:
+            raise ValueError(f"the eval split is already scored at T = {temperature:g}")
+        model, tok = self._model(model_dir)
+        return self._scored(model, tok, world, "eval", temperature, rule, tuple(rule.measures))
+
+    def _scored(self, model, tok, world: str, split: str, t: float, rule: Any,
+                measures: tuple[str, ...]) -> list[dict[str, Any]]:
+        """`split`'s turns (and OOD) at temperature t: k seeded samples per item, one at 0."""
+        from pivotrl_testbed.decoding import label
+        from pivotrl_testbed.evaluate import SampledConfig, evaluate_ood, evaluate_turns
+
+        ev, k = self.cfg.eval, rule.k if t > 0 else 1
+        got: list[dict[str, Any]] = []
+        if "turn" in measures:
+            evaluate_turns(self._policy(model, tok, t, rule.seed), self.trajs[world][split][:ev.turn_trajectories],
+                           ev.verifiers.get(world, "toolcall"), got, k)
+        if "ood" in measures:
+            evaluate_ood(model, tok, self.ood[split], ev.batch_size, got,
+                         SampledConfig(k=k, temperature=t, seed=rule.seed) if t > 0 else None)
+        return [{"split": split, "decoding": label(t, self._train_t()), **r} for r in got]
+
+    def _model(self, model_dir: Path | None):
+        from pivotrl_testbed.testbed.tiny import load_tiny
+
+        return (self.base, self.tokenizer) if model_dir is None else load_tiny(model_dir)
+
+    def _policy(self, model, tok, t: float, seed: int):
+        from pivotrl_testbed.episodes import ModelPolicy
+
+        return ModelPolicy(model, tok, max_new_tokens=self.cfg.eval.max_new_tokens, temperature=t,
+                           seed=seed, batch_size=self.cfg.eval.batch_size)
+
+    def _sampled_k(self) -> int:
+        sampled = getattr(self.cfg, "sampled", None)
+        return sampled.k if sampled is not None else 0
+
+    def _train_t(self) -> float:
+        sampled = getattr(self.cfg, "sampled", None)
+        return sampled.temperature if sampled is not None else 1.0
 
 
 DECODINGS = ("greedy", "sampled")

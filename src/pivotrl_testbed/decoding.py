@@ -9,7 +9,10 @@ scored on dev at every temperature of a small grid (0 = greedy; each T > 0 as th
 of k seeded samples per item). Each arm (method) takes the temperature with the best dev score,
 pooled over its chosen checkpoints of every world and seed, as a user would deploy it; ties go to
 the lower temperature (the more deterministic decoding). Its eval number, and the headline
-verdicts, are read at that temperature, each arm at its own. Beside it, at the training
+verdicts, are read at that temperature, each arm at its own. The eval split is scored greedy and
+at the training temperature at every chosen checkpoint, and at another grid temperature only at
+the chosen checkpoints of the arms whose dev-best it is, once dev has chosen: nothing else would
+read it (the demo's eval phase was the longest on a 4-layer base, docs/RESULTS.md). Beside it, at the training
 temperature: pass@k (at least one of k samples succeeds) and pass^k (all k succeed), from n
 samples per item with the unbiased estimators 1 − C(n−c, k)/C(n, k) and C(c, k)/C(n, k)
 (c successes of n; Chen et al. 2021, Yao et al. 2024). pass@k rising while accuracy at the
@@ -53,12 +56,20 @@ class DecodingRule(BaseModel):
                               "temperature for pass@k and pass^k; each k ≤ n.")
     pass_k: list[int] = Field(default_factory=lambda: [4, 16], description="The k of pass@k and "
                               "pass^k.")
+    pass_trajectories: int = Field(50, ge=0, description="pass@k's items: the expert turns of the "
+                                   "first N eval trajectories per world (0: all that turn accuracy "
+                                   "scores). n samples of every turn were the largest cost of a "
+                                   "chosen checkpoint's grid on a 4-layer base (70 s of 115 for 100 "
+                                   "toolshop trajectories, beside two builds; docs/RESULTS.md); pass@k is read as "
+                                   "a mean, never in a paired verdict, and half the turns keep it "
+                                   "within a few hundredths.")
     measures: list[Literal["turn", "ood"]] = Field(
-        default_factory=lambda: ["turn", "ood"], description="Measures scored over the grid "
-        "(pass@k: turns only). The temperature is chosen on turn accuracy, and an arm deployed "
-        "there answers OOD questions there too: without OOD on the grid, an arm chosen at 0.5 "
-        "had no OOD rows at its temperature and its OOD verdicts were 'not measurable' (an SFT "
-        "run on a candidate base, docs/RESULTS.md).")
+        default_factory=lambda: ["turn", "ood"], description="Measures scored on eval at an "
+        "arm's dev-best temperature (pass@k: turns only). The temperature is chosen on dev turn "
+        "accuracy alone (dev is scored over the grid on turns only), and an arm deployed there "
+        "answers OOD questions there too: without OOD there, an arm chosen at 0.5 had no OOD "
+        "rows at its temperature and its OOD verdicts were 'not measurable' (an SFT run on a "
+        "candidate base, docs/RESULTS.md).")
     seed: int = Field(0, description="Base seed of the samples' seeds.")
 
 
@@ -115,6 +126,11 @@ def dev_scores(items: Sequence[dict[str, Any]], chosen: dict[str, dict[str, Any]
     return out
 
 
+def dev_best(scores: dict[str, dict[float, float]]) -> dict[str, float]:
+    """{method: its dev-best temperature} from `dev_scores`."""
+    return {m: best_temperature(s) for m, s in scores.items()}
+
+
 def at_dev_best(items: Iterable[dict[str, Any]], best: dict[str, float],
                 train_temperature: float) -> list[dict[str, Any]]:
     """The rows of each method at its dev-best temperature, relabelled DEV_BEST (so that the
@@ -148,7 +164,7 @@ def decoding_results(items: Sequence[dict[str, Any]], chosen: dict[str, dict[str
     """The report's decoding block: every arm's dev scores over the grid, its dev-best
     temperature, and pass@k / pass^k on eval at the training temperature."""
     scores = dev_scores(items, chosen, rule.temperatures, train_temperature)
-    best = {m: best_temperature(s) for m, s in scores.items()}
+    best = dev_best(scores)
     passes = {m: p for m, side in chosen.items()
               if (p := pass_rates(items, side, rule.pass_k)) is not None}
     return {"rule": RULE, "temperatures": rule.temperatures, "train_temperature": train_temperature,

@@ -14,8 +14,9 @@ The whole experiment, top to bottom:
      (budget.py); score every checkpoint on dev as it lands (episodes, turns, OOD), item by
      item, greedy and sampled (k samples at the training temperature), and its KL to the base;
   5. choose each run's checkpoint and each method's lr on dev, and match the arms' dev
-     frontiers (frontier.py); score the eval split at exactly those checkpoints, and the
-     decoding grid at the chosen ones (decoding.py: each arm at its dev-best temperature); the
+     frontiers (frontier.py); score the eval split at exactly those checkpoints, dev over the
+     decoding grid at the chosen ones, then eval at each arm's dev-best temperature where it is
+     not scored yet (decoding.py: each arm judged at its own); the
      theory checks (theory.py, joint_theory.py); paired verdicts on eval (stats.py); collapsed
      measures and failing worlds flagged (health.py); the report (report.py, joint_report.py).
 Every stage is cached on disk (a finished training job writes rows.json and items.jsonl), so a
@@ -35,6 +36,7 @@ from typing import Any, Callable
 
 from pivotrl_testbed.budget import schedule_bound
 from pivotrl_testbed.checkpoint_eval import (
+    DECODINGS,
     Evaluator,
     decoded,
     eval_targets,
@@ -42,7 +44,7 @@ from pivotrl_testbed.checkpoint_eval import (
     merge_eval,
     write_jsonl,
 )
-from pivotrl_testbed.jobs import Job, eval_at, grid_at, run_job, train_job  # noqa: F401 - scripts import them here
+from pivotrl_testbed.jobs import Job, eval_at, grid_at, run_job, temperature_at, train_job  # noqa: F401 - scripts import them here
 from pivotrl.io.progress import duration
 from pivotrl.io.records import write_text_atomic
 
@@ -147,8 +149,11 @@ def done_line(done: int, total: int, t0: float, what: str) -> str:
 def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: Path, out: Path,
                  cfg: DemoConfig, log: Callable[[str], None]) -> list[dict[str, Any]]:
     """Choose on dev (the report's rule), then score the eval split at exactly those
-    checkpoints, and the decoding rule's grid at the chosen ones and the base; their rates go
-    into `rows` in place. Returns the item rows scored here."""
+    checkpoints, and the decoding rule's dev side at the chosen ones and the base; their rates go
+    into `rows` in place. Then, each arm's dev-best temperature known, the eval split there
+    where it is not scored yet (decoding.py: the only temperature the rule reads eval at).
+    Returns the item rows scored here."""
+    from pivotrl_testbed.decoding import dev_best, dev_scores, label
     from pivotrl_testbed.frontier import matched_sides
     from pivotrl_testbed.report import chosen_sides
     from pivotrl_testbed.testbed.agentic_ood import split_kinds
@@ -159,12 +164,12 @@ def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: 
     grid = [(job, job.world, step) for job, step in eval_targets(chosen, jobs)]
     grid += [(None, w, 0) for w in cfg.worlds]
     log(f"  the eval split at the {len(targets)} dev-chosen and frontier-matched checkpoints; "
-        f"the decoding grid (T = {', '.join(f'{t:g}' for t in cfg.decoding.temperatures)}, "
-        f"pass@k from {cfg.decoding.pass_samples} samples) at the {len(grid)} chosen ones and "
+        f"dev over the decoding grid (T = {', '.join(f'{t:g}' for t in cfg.decoding.temperatures)}) "
+        f"and pass@k from {cfg.decoding.pass_samples} samples at the {len(grid)} chosen ones and "
         "the base's")
     got: list[dict[str, Any]] = []
-    t0 = time.time()
     with workers_pool(cfg.workers) as pool:
+        t0 = time.time()
         futures = {pool.submit(eval_at, job, step, testbed, out, cfg): (job, step) for job, step in targets}
         futures.update({pool.submit(grid_at, job, world, step, testbed, out, cfg): (job, step, world)
                         for job, world, step in grid})
@@ -172,7 +177,7 @@ def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: 
             if len(futures[fut]) == 3:
                 job, step, world = futures[fut]
                 got += fut.result()
-                what = f"decoding grid: {job.name if job else f'base {world}'} step {step}"
+                what = f"decoding grid on dev: {job.name if job else f'base {world}'} step {step}"
             else:
                 job, step = futures[fut]
                 row, scored = fut.result()
@@ -181,6 +186,27 @@ def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: 
                 got += scored
                 what = f"eval split: {job.name} step {step}"
             log(done_line(i, len(futures), t0, what))
+        train_t = cfg.sampled.temperature
+        best = dev_best(dev_scores(items + got, chosen, cfg.decoding.temperatures, train_t))
+
+        def checkpoints(arm: str) -> list[tuple[Job | None, str, int]]:
+            if arm == "base":
+                return [(None, w, 0) for w in cfg.worlds]
+            return [(job, job.world, step) for job, step in eval_targets({arm: chosen[arm]}, jobs)]
+
+        extra = [(job, world, step, t) for arm, t in best.items() if label(t, train_t) not in DECODINGS
+                 for job, world, step in checkpoints(arm)]
+        log("  dev-best temperatures: " + ", ".join(f"{m} {t:g}" for m, t in best.items())
+            + (f"; the eval split at the {len(extra)} chosen checkpoints of arms whose dev-best is "
+               "a temperature not yet scored on eval" if extra else ""))
+        t0 = time.time()
+        later = {pool.submit(temperature_at, job, world, step, t, testbed, out, cfg): (job, world, step, t)
+                 for job, world, step, t in extra}
+        for i, fut in enumerate(as_completed(later), start=1):
+            job, world, step, t = later[fut]
+            got += fut.result()
+            log(done_line(i, len(later), t0, f"eval split at T {t:g}: "
+                          f"{job.name if job else f'base {world}'} step {step}"))
     return got
 
 
@@ -213,23 +239,37 @@ def prepare_all(testbed: Path, out: Path, cfg: DemoConfig, log: Callable[[str], 
     return pivot_stats
 
 
+def score_base(testbed: Path, out: Path, world: str, cfg: DemoConfig) -> dict[str, Any]:
+    """The base scored on both splits of `world` (`Evaluator`), cached in runs/base/<world>.json
+    with the seconds it took."""
+    import torch
+
+    torch.set_num_threads(1)  # one world per core
+    cache = out / "runs" / "base" / f"{world}.json"
+    if cache.exists():
+        return json.loads(cache.read_text())
+    t0 = time.time()
+    row, got = Evaluator(testbed, cfg)(None, world)
+    scored = {"row": row, "items": got, "seconds": round(time.time() - t0, 1)}
+    write_text_atomic(cache, json.dumps(scored))
+    return scored
+
+
 def base_rows(out: Path, testbed: Path, cfg: DemoConfig
               ) -> tuple[list[dict], list[dict], dict[str, float]]:
     """The base scored once per world on both splits (cached per world, whatever the seeds) and
     repeated under every seed of `cfg`: it is every seed's step 0. Also {world: seconds its
-    scoring took} (0 when a cache written without it was reused): `plan_jobs`'s cost of a world."""
-    evaluator = None
+    scoring took} (0 when a cache written without it was reused): `plan_jobs`'s cost of a world.
+    The base's side of the decoding grid (`grid_at`) needs no training: it is scored here too, on
+    the cores the worlds' scoring leaves idle, and read from its cache once the arms are chosen."""
     rows, items, seconds = [], [], {}
-    for world in cfg.worlds:
-        cache = out / "runs" / "base" / f"{world}.json"
-        if cache.exists():
-            scored = json.loads(cache.read_text())
-        else:
-            evaluator = evaluator or Evaluator(testbed, cfg)
-            t0 = time.time()
-            row, got = evaluator(None, world)
-            scored = {"row": row, "items": got, "seconds": round(time.time() - t0, 1)}
-            write_text_atomic(cache, json.dumps(scored))
+    with workers_pool(cfg.workers) as pool:
+        futures = {w: pool.submit(score_base, testbed, out, w, cfg) for w in cfg.worlds}
+        grids = [pool.submit(grid_at, None, w, 0, testbed, out, cfg) for w in cfg.worlds]
+        scored_by_world = {w: fut.result() for w, fut in futures.items()}
+        for fut in grids:
+            fut.result()  # an error here is the run's, not a silent gap
+    for world, scored in scored_by_world.items():
         seconds[world] = scored.get("seconds", 0.0)
         for seed in cfg.seeds:
             key = dict(method="base", world=world, seed=seed, lr=0.0, step=0)

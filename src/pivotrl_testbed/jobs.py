@@ -198,21 +198,36 @@ def eval_at(job: Job, step: int, testbed: Path, out: Path,
 
 def grid_at(job: Job | None, world: str, step: int, testbed: Path, out: Path,
             cfg: Any) -> list[dict[str, Any]]:
-    """The decoding rule's grid (`Evaluator.grid`) at one chosen checkpoint, or at the base
+    """The decoding rule's dev side (`Evaluator.grid`) at one chosen checkpoint, or at the base
     (`job` None: step 0 of every seed, scored once whatever the seeds); item rows, cached
     beside the job."""
+    return _cached_rows(job, world, step, out, cfg, "dev-grid",
+                        lambda ev, ckpt: ev.grid(ckpt, world, cfg.decoding), testbed)
+
+
+def temperature_at(job: Job | None, world: str, step: int, temperature: float, testbed: Path,
+                   out: Path, cfg: Any) -> list[dict[str, Any]]:
+    """The eval split at an arm's dev-best temperature (`Evaluator.at_temperature`) at one of its
+    chosen checkpoints, or at the base (`job` None); item rows, cached beside the job."""
+    return _cached_rows(job, world, step, out, cfg, f"eval-T{temperature:g}",
+                        lambda ev, ckpt: ev.at_temperature(ckpt, world, temperature, cfg.decoding),
+                        testbed)
+
+
+def _cached_rows(job: Job | None, world: str, step: int, out: Path, cfg: Any, what: str,
+                 score: Any, testbed: Path) -> list[dict[str, Any]]:
     import torch
 
     torch.set_num_threads(1)
     name = job.name if job is not None else "base"
-    cache = out / "runs" / name / (f"grid-step{step}.json" if job is not None else f"{world}.grid.json")
+    cache = out / "runs" / name / (f"{what}-step{step}.json" if job is not None else f"{world}.{what}.json")
     if cache.exists():
         scored = json.loads(cache.read_text())
     else:
         ckpt = None if job is None else checkpoint_dir(job, out, step)
         if job is not None and ckpt is None:
             raise FileNotFoundError(f"{job.name}: no checkpoint at step {step}")
-        scored = Evaluator(testbed, cfg).grid(ckpt, world, cfg.decoding)
+        scored = score(Evaluator(testbed, cfg), ckpt)
         cache.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(cache, json.dumps(scored))
     if job is None:
