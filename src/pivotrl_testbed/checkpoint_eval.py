@@ -123,7 +123,8 @@ class Evaluator:
                  for r in self._scored(model, tok, world, "dev", t, rule, ("turn",))]
         n, verifier = rule.pass_samples, self.cfg.eval.verifiers.get(world, "toolcall")
         scored = self.cfg.eval.turn_trajectories
-        turns = expert_turns(list(self.trajs[world]["eval"][:min(rule.pass_trajectories or scored, scored)]))
+        first = min(rule.pass_trajectories or scored, scored)
+        turns = expert_turns(list(self.trajs[world]["eval"][:first]))
         if "turn" in rule.measures and turns:
             acc = turn_accuracy(self._policy(model, tok, self._train_t(), rule.seed),
                                 [t for t in turns for _ in range(n)],
@@ -158,7 +159,8 @@ class Evaluator:
         ev, k = self.cfg.eval, rule.k if t > 0 else 1
         got: list[dict[str, Any]] = []
         if "turn" in measures:
-            evaluate_turns(self._policy(model, tok, t, rule.seed), self.trajs[world][split][:ev.turn_trajectories],
+            evaluate_turns(self._policy(model, tok, t, rule.seed),
+                           self.trajs[world][split][:ev.turn_trajectories],
                            ev.verifiers.get(world, "toolcall"), got, k)
         if "ood" in measures:
             evaluate_ood(model, tok, self.ood[split], ev.batch_size, got,

@@ -11,9 +11,9 @@ pooled over its chosen checkpoints of every world and seed, as a user would depl
 the lower temperature (the more deterministic decoding). Its eval number, and the headline
 verdicts, are read at that temperature, each arm at its own. The eval split is scored greedy and
 at the training temperature at every chosen checkpoint, and at another grid temperature only at
-the chosen checkpoints of the arms whose dev-best it is, once dev has chosen: nothing else would
-read it (the demo's eval phase was the longest on a 4-layer base, docs/RESULTS.md). Beside it, at the training
-temperature: pass@k (at least one of k samples succeeds) and pass^k (all k succeed), from n
+the chosen checkpoints of the arms whose dev-best it is, once dev has chosen: nothing else reads
+it (the demo's eval phase was its longest on a 4-layer base, docs/RESULTS.md). Beside it, at
+the training temperature: pass@k (at least one of k samples succeeds) and pass^k (all k succeed), from n
 samples per item with the unbiased estimators 1 − C(n−c, k)/C(n, k) and C(c, k)/C(n, k)
 (c successes of n; Chen et al. 2021, Yao et al. 2024). pass@k rising while accuracy at the
 dev-best temperature does not is sharpening, not new ability.
@@ -56,13 +56,12 @@ class DecodingRule(BaseModel):
                               "temperature for pass@k and pass^k; each k ≤ n.")
     pass_k: list[int] = Field(default_factory=lambda: [4, 16], description="The k of pass@k and "
                               "pass^k.")
-    pass_trajectories: int = Field(50, ge=0, description="pass@k's items: the expert turns of the "
-                                   "first N eval trajectories per world (0: all that turn accuracy "
-                                   "scores). n samples of every turn were the largest cost of a "
-                                   "chosen checkpoint's grid on a 4-layer base (70 s of 115 for 100 "
-                                   "toolshop trajectories, beside two builds; docs/RESULTS.md); pass@k is read as "
-                                   "a mean, never in a paired verdict, and half the turns keep it "
-                                   "within a few hundredths.")
+    pass_trajectories: int = Field(
+        50, ge=0, description="pass@k's items: the expert turns of the first N eval trajectories "
+        "per world (0: all that turn accuracy scores). n samples of every turn were the largest "
+        "cost of a chosen checkpoint's grid on a 4-layer base (70 s of 115 for 100 toolshop "
+        "trajectories, beside two builds; docs/RESULTS.md); pass@k is read as a mean, never in a "
+        "paired verdict, and half the turns keep it within a few hundredths.")
     measures: list[Literal["turn", "ood"]] = Field(
         default_factory=lambda: ["turn", "ood"], description="Measures scored on eval at an "
         "arm's dev-best temperature (pass@k: turns only). The temperature is chosen on dev turn "

@@ -14,7 +14,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pivotrl_testbed.budget import stop_step
 from pivotrl_testbed.checkpoint_eval import (
@@ -201,21 +201,23 @@ def grid_at(job: Job | None, world: str, step: int, testbed: Path, out: Path,
     """The decoding rule's dev side (`Evaluator.grid`) at one chosen checkpoint, or at the base
     (`job` None: step 0 of every seed, scored once whatever the seeds); item rows, cached
     beside the job."""
-    return _cached_rows(job, world, step, out, cfg, "dev-grid",
-                        lambda ev, ckpt: ev.grid(ckpt, world, cfg.decoding), testbed)
+    return _cached_rows(job, world, step, testbed, out, cfg, "dev-grid",
+                        lambda ev, ckpt: ev.grid(ckpt, world, cfg.decoding))
 
 
 def temperature_at(job: Job | None, world: str, step: int, temperature: float, testbed: Path,
                    out: Path, cfg: Any) -> list[dict[str, Any]]:
     """The eval split at an arm's dev-best temperature (`Evaluator.at_temperature`) at one of its
     chosen checkpoints, or at the base (`job` None); item rows, cached beside the job."""
-    return _cached_rows(job, world, step, out, cfg, f"eval-T{temperature:g}",
-                        lambda ev, ckpt: ev.at_temperature(ckpt, world, temperature, cfg.decoding),
-                        testbed)
+    return _cached_rows(job, world, step, testbed, out, cfg, f"eval-T{temperature:g}",
+                        lambda ev, ckpt: ev.at_temperature(ckpt, world, temperature, cfg.decoding))
 
 
-def _cached_rows(job: Job | None, world: str, step: int, out: Path, cfg: Any, what: str,
-                 score: Any, testbed: Path) -> list[dict[str, Any]]:
+def _cached_rows(job: Job | None, world: str, step: int, testbed: Path, out: Path, cfg: Any,
+                 what: str, score: Callable[[Evaluator, Path | None], list[dict[str, Any]]]
+                 ) -> list[dict[str, Any]]:
+    """`score(evaluator, checkpoint)` at one checkpoint (the base's: None), cached as `what`
+    beside the job, as item rows (the base's under every seed)."""
     import torch
 
     torch.set_num_threads(1)
