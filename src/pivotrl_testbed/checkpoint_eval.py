@@ -116,9 +116,9 @@ class Evaluator:
         from pivotrl.select import SUCCESS_THRESHOLD
 
         model, tok = self._model(model_dir)
-        done = {"greedy"} if self.dev_greedy else set()
-        if self._sampled_k():
-            done.add("sampled")
+        sampled = getattr(self.cfg, "sampled", None)
+        done = ({"greedy"} if self.dev_greedy else set()) | (
+            {"sampled"} if sampled is not None and sampled.k > 0 else set())
         items = [r for t in rule.temperatures if label(t, self._train_t()) not in done
                  for r in self._scored(model, tok, world, "dev", t, rule, ("turn",))]
         n, verifier = rule.pass_samples, self.cfg.eval.verifiers.get(world, "toolcall")
@@ -177,10 +177,6 @@ class Evaluator:
 
         return ModelPolicy(model, tok, max_new_tokens=self.cfg.eval.max_new_tokens, temperature=t,
                            seed=seed, batch_size=self.cfg.eval.batch_size)
-
-    def _sampled_k(self) -> int:
-        sampled = getattr(self.cfg, "sampled", None)
-        return sampled.k if sampled is not None else 0
 
     def _train_t(self) -> float:
         sampled = getattr(self.cfg, "sampled", None)
