@@ -296,3 +296,38 @@ def test_the_ablation_arms_train_on_what_select_strategy_keeps(method, strategy,
     ids = [p.id for p in iter_valid(seen["cfg"].pivots, Profile)]
     assert ids == [p.id for p in iter_valid(expected, Profile)]
     assert len(ids) == (30 if strategy == "all" else 10)
+
+
+def test_a_job_stops_at_the_step_where_its_run_in_the_other_world_stopped(tmp_path, monkeypatch):
+    """run_job reads a finished sibling's stop (same method, lr, seed; another world) at each
+    checkpoint: its dev score still rises, yet it trains no checkpoint past that step."""
+    import pivotrl_testbed.jobs as jobs
+
+    cfg = DemoConfig(worlds=["toolshop", "terminal"], eval_every=10, steps=60)
+    trained = []
+
+    def fake_train(job, testbed, out, cfg, until=None):
+        trained.append(until)
+        (out / "runs" / job.name / f"checkpoint-{until}").mkdir(parents=True)
+        (out / "runs" / job.name / f"checkpoint-{until}" / "config.json").write_text("{}")
+
+    def rising(key, checkpoints, evaluator, extra):
+        (step, _), = checkpoints.items()
+        item = {**key, "step": step, "split": "dev", "measure": "turn", "item": 0, "cluster": 0,
+                "decoding": cfg.select_decoding, "outcome": step / 100}
+        return [{**key, "step": step}], [item]
+
+    monkeypatch.setattr(jobs, "train_job", fake_train)
+    monkeypatch.setattr(jobs, "score_dev", rising)
+    monkeypatch.setattr(jobs, "Evaluator", lambda testbed, cfg: object())
+    job = jobs.Job("terminal", "sft", 1e-4, 0)
+    sibling = tmp_path / "runs" / jobs.Job("toolshop", "sft", 1e-4, 0).name
+    sibling.mkdir(parents=True)
+    (sibling / "rows.json").write_text(json.dumps([{"step": 10}, {"step": 20, "stop_step": 20}]))
+    rows, _ = jobs.run_job(job, tmp_path, tmp_path, cfg, {}, start=0.0)
+    assert trained == [10, 20] and rows[-1]["stop_step"] == 20
+    assert rows[-1]["stop_reason"].startswith("pooled")
+    # alone (no sibling has finished) the same rising run trains to its cap
+    trained.clear()
+    rows, _ = jobs.run_job(jobs.Job("terminal", "pivotrl", 1e-4, 0), tmp_path, tmp_path, cfg, {}, start=0.0)
+    assert trained == [10, 20, 30, 40, 50, 60] and rows[-1]["stop_reason"] == "cap"

@@ -5,7 +5,7 @@ decoding recomputable from items.jsonl's rows, and the eval split scored at matc
 import pytest
 
 from pivotrl_testbed import stats
-from pivotrl_testbed.budget import BudgetRule, stop_step
+from pivotrl_testbed.budget import BudgetRule, pool_stops, stop_step
 from pivotrl_testbed.checkpoint_eval import decoded, eval_targets
 from pivotrl_testbed.frontier import FrontierConfig, joint, match, matched_sides, pareto
 from pivotrl_testbed.joint_report import joint_markdown, joint_results
@@ -62,6 +62,44 @@ def test_budget_rule_stops_after_patience_checkpoints_without_a_gain():
     assert stop_step([(10, .30), (20, .31), (30, .31)], strict, cap=60, start=.25)[0] == 30
     with pytest.raises(ValueError):
         BudgetRule(patience=0)
+
+
+def test_a_run_stops_where_its_run_in_another_world_stopped():
+    rule = BudgetRule(patience=2)
+    rising = [(10, .30), (20, .35), (30, .40)]
+    assert stop_step(rising, rule, cap=60, start=.25) == (None, "running")
+    step, why = stop_step(rising, rule, cap=60, start=.25, pooled_end=20)
+    assert step == 20 and why.startswith("pooled") and "20" in why
+    # its own rule still names the stop when it fires there too, and a later end changes nothing
+    assert stop_step([(10, .20), (20, .24)], rule, cap=60, start=.25, pooled_end=20)[1].startswith("plateau")
+    assert stop_step(rising, rule, cap=60, start=.25, pooled_end=40) == (None, "running")
+
+
+def run_rows(world, method, stop, why, seconds=5.0):
+    rows = [{"method": method, "world": world, "lr": 1e-4, "seed": 0, "step": s} for s in range(10, stop + 1, 10)]
+    rows[-1].update(stop_step=stop, stop_reason=why, train_seconds=seconds, eval_seconds=1.0)
+    return rows
+
+
+def test_runs_past_a_sibling_stop_are_cut_there_whatever_finished_first():
+    rows = (run_rows("a", "e2e_rl", 20, "plateau") + run_rows("b", "e2e_rl", 150, "plateau", 700.0)
+            + run_rows("a", "sft", 60, "cap") + run_rows("b", "sft", 60, "cap"))
+    items = [{**r, "split": "dev", "measure": "turn", "item": 0, "outcome": 1} for r in rows]
+    items.append({"method": "base", "world": "b", "lr": 0.0, "seed": 0, "step": 0, "split": "dev"})
+    kept, kept_items = pool_stops(rows, items)
+    b = [r for r in kept if r["method"] == "e2e_rl" and r["world"] == "b"]
+    assert [r["step"] for r in b] == [10, 20]
+    assert b[-1]["stop_step"] == 20 and b[-1]["stop_reason"].startswith("pooled")
+    assert b[-1]["train_seconds"] == 700.0  # the compute it did spend is kept
+    assert max(r["step"] for r in kept_items if r["method"] == "e2e_rl") == 20
+    assert any(r["method"] == "base" for r in kept_items)
+    # what stopped on its own keeps its reason; runs that reached the same end are untouched
+    assert [r["stop_reason"] for r in kept if r.get("stop_reason") and r["world"] == "a"] == ["plateau", "cap"]
+    assert [r for r in kept if r["method"] == "sft"] == [r for r in rows if r["method"] == "sft"]
+    assert "stop_step" not in rows[3]  # the input rows are not changed
+    # the same outcome as a run that knew the sibling's stop while it trained
+    live = run_rows("a", "e2e_rl", 20, "plateau") + run_rows("b", "e2e_rl", 20, "pooled: …")
+    assert [(r["world"], r["step"]) for r in pool_stops(live, [])[0]] == [(r["world"], r["step"]) for r in kept if r["method"] == "e2e_rl"]
 
 
 def pt(method, gain, retention, lr=1e-4, step=10):

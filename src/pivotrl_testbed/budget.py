@@ -20,7 +20,9 @@ RULE = ("Checkpoints come every `eval_every` steps, up to `steps` (the cap). Aft
         "its world) is read. A checkpoint improves when its score exceeds the best earlier score "
         "by more than `min_improvement` (the first checkpoint is compared with the base's score). "
         "The run stops at the first checkpoint that ends `patience` checkpoints in a row without "
-        "an improvement, or at the cap. Checkpoints after the stop are never trained, so no choice "
+        "an improvement, or at the cap, or at the step where the run of the same arm, lr and seed "
+        "in another world stopped: a checkpoint pools the worlds (one step for all of them), so "
+        "no later one could be chosen. Checkpoints after the stop are never trained, so no choice "
         "can land there. The same rule for every arm.")
 
 
@@ -36,10 +38,12 @@ class BudgetRule(BaseModel):
 
 
 def stop_step(scores: Sequence[tuple[int, float]], rule: BudgetRule, *, cap: int,
-              start: float | None = None) -> tuple[int | None, str]:
+              start: float | None = None, pooled_end: int | None = None) -> tuple[int | None, str]:
     """(the step the run stops at, why) from its dev scores so far, [(step, score)] in step
     order; (None, "running") when the rule lets it go on. `start`: the base's score, the bar the
-    first checkpoint must clear (None: the first checkpoint sets the bar)."""
+    first checkpoint must clear (None: the first checkpoint sets the bar). `pooled_end`: the
+    earliest step at which a run of the same arm, lr and seed in another world stopped (None:
+    none has stopped yet)."""
     best, since = start, 0
     for step, score in scores:
         if best is None or score > best + rule.min_improvement + 1e-12:
@@ -50,7 +54,49 @@ def stop_step(scores: Sequence[tuple[int, float]], rule: BudgetRule, *, cap: int
             return step, f"plateau: {rule.patience} checkpoints without a dev improvement"
         if step >= cap:
             return step, "cap"
+        if pooled_end is not None and step >= pooled_end:
+            return step, pooled_reason(pooled_end)
     return None, "running"
+
+
+def pooled_reason(step: int) -> str:
+    return (f"pooled: another world's run stopped at step {step}; a checkpoint pools the worlds, "
+            "so no later one could be chosen")
+
+
+def pool_stops(rows: list[dict[str, Any]], items: list[dict[str, Any]]
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Runs' checkpoint rows and dev items with each run cut at the earliest stop of its
+    siblings (same method, lr and seed, other worlds), as `stop_step(pooled_end=...)` cuts a
+    run that knows that stop while it trains. A run that finished before its sibling stopped
+    trained past it; cutting here makes what the demo reports independent of which job a worker
+    happened to finish first (the cut checkpoints could never be chosen: `stats.choose`). The
+    cut run's last row keeps its own seconds (the compute it spent)."""
+    def run_of(r: dict[str, Any]) -> tuple:
+        return r["method"], float(r["lr"]), int(r["seed"])
+
+    stops: dict[tuple, dict[str, int]] = {}
+    spent: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        if r.get("stop_step") is not None:
+            stops.setdefault(run_of(r), {})[r["world"]] = int(r["stop_step"])
+            spent[(run_of(r), r["world"])] = r
+    end = {run: min(by_world.values()) for run, by_world in stops.items()}
+    kept = [dict(r) for r in rows if r["step"] <= end.get(run_of(r), r["step"])]
+    last: dict[tuple, dict[str, Any]] = {}
+    for r in kept:
+        key = (run_of(r), r["world"])
+        if key not in last or r["step"] > last[key]["step"]:
+            last[key] = r
+    for (run, world), row in last.items():
+        own = stops.get(run, {}).get(world)
+        if own is not None and own > end[run]:
+            seconds = spent[(run, world)]
+            row.update(train_seconds=seconds.get("train_seconds"),
+                       eval_seconds=seconds.get("eval_seconds"), stop_step=row["step"],
+                       stop_reason=pooled_reason(end[run]))
+    items = [r for r in items if r.get("method") == "base" or r["step"] <= end.get(run_of(r), r["step"])]
+    return kept, items
 
 
 def largest_rollout_ratio(cfg: Any, pivot_stats: dict[str, Any],

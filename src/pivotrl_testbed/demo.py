@@ -34,7 +34,7 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_complet
 from pathlib import Path
 from typing import Any, Callable
 
-from pivotrl_testbed.budget import schedule_bound
+from pivotrl_testbed.budget import pool_stops, schedule_bound
 from pivotrl_testbed.checkpoint_eval import (
     DECODINGS,
     Evaluator,
@@ -320,7 +320,7 @@ def run_jobs(jobs: list[Job], testbed: Path, out: Path, cfg: DemoConfig, pivot_s
             job_rows, job_items = fut.result()
             rows, items = rows + job_rows, items + job_items
             log(done_line(i, len(jobs), t_jobs, f"{job.name} done"))
-    return rows, items
+    return pool_stops(rows, items)
 
 
 def log_power(power: list[dict[str, Any]], log: Callable[[str], None]) -> None:

@@ -4,7 +4,8 @@ at a chosen checkpoint.
 
 A job trains in segments of `eval_every` steps, each resuming the last checkpoint (the trainer's
 for SFT and PivotRL, the E2E loop's own for E2E RL). After each checkpoint is scored on dev the
-rule decides whether the job goes on.
+rule decides whether the job goes on (a run also stops where a sibling run in another world
+stopped, once that run has finished: `budget.pool_stops`).
 Each checkpoint's dev scores are cached beside it (dev-step<N>.json), and a finished job writes
 rows.json, so a rerun, or a rerun after a crash, redoes only unfinished work."""
 
@@ -167,13 +168,25 @@ def run_job(job: Job, testbed: Path, out: Path, cfg: Any, pivot_stats: dict[str,
         rows.append(got["row"])
         items += got["items"]
         scores.append((step, dev_score(got["items"], cfg)))
-        stop, why = stop_step(scores, cfg.budget, cap=cap, start=start)
+        stop, why = stop_step(scores, cfg.budget, cap=cap, start=start,
+                              pooled_end=sibling_stop(job, out, cfg))
         if stop is not None:
             break
     rows[-1].update(train_seconds=train_s, eval_seconds=eval_s, stop_step=stop, stop_reason=why)
     write_jsonl(job_dir / "items.jsonl", items)
     write_text_atomic(done, json.dumps(rows))
     return rows, items
+
+
+def sibling_stop(job: Job, out: Path, cfg: Any) -> int | None:
+    """The earliest step at which a finished run of the same method, lr and seed in another
+    world stopped (its rows.json's last row), None while none has finished."""
+    stops = []
+    for world in cfg.worlds:
+        done = out / "runs" / Job(world, job.method, job.lr, job.seed).name / "rows.json"
+        if world != job.world and done.exists():
+            stops.append(int(json.loads(done.read_text())[-1]["stop_step"]))
+    return min(stops, default=None)
 
 
 def eval_at(job: Job, step: int, testbed: Path, out: Path,
