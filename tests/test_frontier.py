@@ -68,11 +68,14 @@ def test_a_run_stops_where_its_run_in_another_world_stopped():
     rule = BudgetRule(patience=2)
     rising = [(10, .30), (20, .35), (30, .40)]
     assert stop_step(rising, rule, cap=60, start=.25) == (None, "running")
-    step, why = stop_step(rising, rule, cap=60, start=.25, pooled_end=20)
+    assert stop_step(rising[:1], rule, cap=60, start=.25, pooled_end=20) == (None, "running")
+    step, why = stop_step(rising[:2], rule, cap=60, start=.25, pooled_end=20)
     assert step == 20 and why.startswith("pooled") and "20" in why
     # its own rule still names the stop when it fires there too, and a later end changes nothing
     assert stop_step([(10, .20), (20, .24)], rule, cap=60, start=.25, pooled_end=20)[1].startswith("plateau")
     assert stop_step(rising, rule, cap=60, start=.25, pooled_end=40) == (None, "running")
+    # a run that learns of it late (already at 30) stops where it is; pool_stops cuts it back
+    assert stop_step(rising, rule, cap=60, start=.25, pooled_end=10)[0] == 30
 
 
 def run_rows(world, method, stop, why, seconds=5.0):
@@ -98,8 +101,10 @@ def test_runs_past_a_sibling_stop_are_cut_there_whatever_finished_first():
     assert [r for r in kept if r["method"] == "sft"] == [r for r in rows if r["method"] == "sft"]
     assert "stop_step" not in rows[3]  # the input rows are not changed
     # the same outcome as a run that knew the sibling's stop while it trained
-    live = run_rows("a", "e2e_rl", 20, "plateau") + run_rows("b", "e2e_rl", 20, "pooled: …")
-    assert [(r["world"], r["step"]) for r in pool_stops(live, [])[0]] == [(r["world"], r["step"]) for r in kept if r["method"] == "e2e_rl"]
+    expected = [(r["world"], r["step"], r.get("stop_step")) for r in kept if r["method"] == "e2e_rl"]
+    for b_stop in (20, 40):  # knew the stop in time, or learnt of it at step 40
+        live = run_rows("a", "e2e_rl", 20, "plateau") + run_rows("b", "e2e_rl", b_stop, "pooled: …")
+        assert [(r["world"], r["step"], r.get("stop_step")) for r in pool_stops(live, [])[0]] == expected
 
 
 def pt(method, gain, retention, lr=1e-4, step=10):

@@ -54,8 +54,9 @@ def stop_step(scores: Sequence[tuple[int, float]], rule: BudgetRule, *, cap: int
             return step, f"plateau: {rule.patience} checkpoints without a dev improvement"
         if step >= cap:
             return step, "cap"
-        if pooled_end is not None and step >= pooled_end:
-            return step, pooled_reason(pooled_end)
+    # Read at the latest checkpoint: a run that learns of the stop late stops where it is.
+    if pooled_end is not None and scores and scores[-1][0] >= pooled_end:
+        return scores[-1][0], pooled_reason(pooled_end)
     return None, "running"
 
 
