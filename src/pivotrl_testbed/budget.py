@@ -76,27 +76,23 @@ def pool_stops(rows: list[dict[str, Any]], items: list[dict[str, Any]]
     def run_of(r: dict[str, Any]) -> tuple:
         return r["method"], float(r["lr"]), int(r["seed"])
 
-    stops: dict[tuple, dict[str, int]] = {}
-    spent: dict[tuple, dict[str, Any]] = {}
-    for r in rows:
-        if r.get("stop_step") is not None:
-            stops.setdefault(run_of(r), {})[r["world"]] = int(r["stop_step"])
-            spent[(run_of(r), r["world"])] = r
-    end = {run: min(by_world.values()) for run, by_world in stops.items()}
+    # A run's last row holds where it stopped; the earliest stop of a run's worlds is its end.
+    finished = {(run_of(r), r["world"]): r for r in rows if r.get("stop_step") is not None}
+    end: dict[tuple, int] = {}
+    for (run, _), r in finished.items():
+        end[run] = min(end.get(run, r["stop_step"]), r["stop_step"])
     kept = [dict(r) for r in rows if r["step"] <= end.get(run_of(r), r["step"])]
     last: dict[tuple, dict[str, Any]] = {}
     for r in kept:
         key = (run_of(r), r["world"])
         if key not in last or r["step"] > last[key]["step"]:
             last[key] = r
-    for (run, world), row in last.items():
-        own = stops.get(run, {}).get(world)
-        if own is not None and own > end[run]:
-            seconds = spent[(run, world)]
-            row.update(train_seconds=seconds.get("train_seconds"),
-                       eval_seconds=seconds.get("eval_seconds"), stop_step=row["step"],
-                       stop_reason=pooled_reason(end[run]))
-    items = [r for r in items if r.get("method") == "base" or r["step"] <= end.get(run_of(r), r["step"])]
+    for key, row in last.items():
+        own = finished.get(key)
+        if own is not None and own["stop_step"] > end[key[0]]:
+            row.update(train_seconds=own.get("train_seconds"), eval_seconds=own.get("eval_seconds"),
+                       stop_step=row["step"], stop_reason=pooled_reason(end[key[0]]))
+    items = [r for r in items if r["step"] <= end.get(run_of(r), r["step"])]
     return kept, items
 
 
