@@ -217,18 +217,67 @@ def test_base_pretraining_is_reproducible(tiny_model_dir):
 def test_cached_base_is_repeated_under_every_seed_of_the_run(tmp_path):
     """The base is scored once per world; a rerun with more seeds repeats it under each of them
     (a cache written for one seed must not leave the other seeds without their step 0)."""
-    from pivotrl_testbed.demo import base_rows
+    from pivotrl_testbed.demo import base_rows, score_base
 
     item = {"split": "eval", "measure": "turn", "item": 0, "cluster": "t0", "outcome": 1}
     (tmp_path / "runs" / "base").mkdir(parents=True)
     (tmp_path / "runs" / "base" / "toolshop.json").write_text(
         json.dumps({"row": {"kl_to_base": 0.0}, "items": [item]}))
-    (tmp_path / "runs" / "base" / "toolshop.dev-grid.json").write_text("[]")  # its grid, cached too
     cfg = DemoConfig(worlds=["toolshop"], seeds=[0, 1, 2], workers=1)
-    rows, items, seconds = base_rows(tmp_path, tmp_path / "no-testbed", cfg)
+    scored = score_base(tmp_path / "no-testbed", tmp_path, "toolshop", cfg)  # the cache, read
+    rows, items, seconds = base_rows({"toolshop": scored}, cfg)
     assert seconds == {"toolshop": 0.0}  # a cache written without its time: no cost known
     assert [(r["seed"], r["step"], r["method"]) for r in rows] == [(s, 0, "base") for s in (0, 1, 2)]
     assert sorted(r["seed"] for r in items) == [0, 1, 2] and all(r["outcome"] == 1 for r in items)
+
+
+def test_profiling_and_the_base_scoring_share_one_pool(tmp_path, monkeypatch):
+    """Stages 2 and 3 read nothing of each other, so every task of both is in the pool before
+    the first result is waited on: a worker done with its world's profile takes the base's
+    scoring instead of idling while the other world profiles."""
+    events = []
+
+    class Deferred:
+        def __init__(self, fn, args):
+            self.fn, self.args = fn, args
+
+        def result(self):
+            events.append(("ran", self.fn.__name__))
+            return self.fn(*self.args)
+
+    class RecordingPool:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def submit(self, fn, *args):
+            events.append(("submitted", fn.__name__))
+            return Deferred(fn, args)
+
+    def prepare_world_1thread(testbed, out, world, cfg):
+        return {"kept": 3, "trajectories": 1}
+
+    def score_base(testbed, out, world, cfg):
+        return {"row": {"kl_to_base": 0.0}, "items": [], "seconds": 7.0}
+
+    def grid_at(job, world, step, testbed, out, cfg):
+        return []
+
+    for fn in (prepare_world_1thread, score_base, grid_at):
+        monkeypatch.setattr(demo, fn.__name__, fn)
+    monkeypatch.setattr(demo, "workers_pool", lambda n: RecordingPool())
+    cfg = DemoConfig(worlds=["toolshop", "terminal"], seeds=[0, 1])
+    pivot_stats, rows, items, seconds = demo.prepare_and_score_base(tmp_path, tmp_path, cfg, lambda m: None)
+    first_wait = next(i for i, (what, _) in enumerate(events) if what == "ran")
+    assert sorted(name for what, name in events[:first_wait]) == sorted(
+        ["prepare_world_1thread", "score_base", "grid_at"] * 2)
+    assert {w: s["kept"] for w, s in pivot_stats.items()} == {"toolshop": 3, "terminal": 3}
+    assert seconds == {"toolshop": 7.0, "terminal": 7.0}
+    assert sorted((r["world"], r["seed"]) for r in rows) == [
+        ("terminal", 0), ("terminal", 1), ("toolshop", 0), ("toolshop", 1)]
+    assert sum(what == "ran" for what, _ in events) == 6  # the grids' results are waited on too
 
 
 def test_ablation_arms_train_on_the_first_ablation_seeds_only():

@@ -6,9 +6,9 @@ The whole experiment, top to bottom:
      every arm: all their turns are profiled with the base (K samples, functional verifier) and
      the pivots selected among them; SFT trains on exactly these trajectories and E2E RL on
      their tasks;
-  3. the base is scored on the dev and eval splits (disjoint tasks of the eval file); the
-     planning half-widths of the headline paired differences and the largest rollout ratio the
-     schedule can show are printed, before any training;
+  3. beside stage 2, in the same pool, the base is scored on the dev and eval splits (disjoint
+     tasks of the eval file); the planning half-widths of the headline paired differences and
+     the largest rollout ratio the schedule can show are printed, before any training;
   4. per world × method × learning rate × seed (jobs.py): train from the base, checkpointing
      every `eval_every` steps, until the run's dev score stops improving or the `steps` cap
      (budget.py); score every checkpoint on dev as it lands (episodes, turns, OOD), item by
@@ -224,19 +224,34 @@ def record_invocation(out: Path, seconds: float, *, trained: int, jobs: int) -> 
     return runs
 
 
-def prepare_all(testbed: Path, out: Path, cfg: DemoConfig, log: Callable[[str], None]) -> dict[str, Any]:
+def prepare_and_score_base(testbed: Path, out: Path, cfg: DemoConfig, log: Callable[[str], None]
+                           ) -> tuple[dict[str, Any], list[dict], list[dict], dict[str, float]]:
+    """Stages 2 and 3 in one pool: each world's data profiled and its pivots selected
+    (`prepare_world`), the base scored on both splits (`score_base`) and its side of the
+    decoding grid (`grid_at`). Neither stage reads the other (profiling samples the base on the
+    train trajectories, scoring reads the dev and eval splits), so the worker that finishes its
+    world's profile first goes on to the base's scoring instead of idling (one core idled 34 s
+    on a 4-layer base when the stages ran one after the other, docs/RESULTS.md). Returns the
+    pivot stats and `base_rows`' rows, items and seconds."""
     log(f"2/5 {', '.join(cfg.worlds)}: the first {cfg.profile_trajectories or 'all'} train "
         f"trajectories per world are every arm's data; profile all their turns with the base "
         f"(K={cfg.k}, verifier {cfg.verifier}), select; one world per worker")
+    log(f"3/5 beside it, the base on dev ({cfg.dev_tasks} tasks/world) and eval; then planning "
+        "half-widths")
     pivot_stats = {}
-    with workers_pool(min(cfg.workers, len(cfg.worlds))) as pool:
-        futures = {w: pool.submit(prepare_world_1thread, testbed, out, w, cfg) for w in cfg.worlds}
-        for world, fut in futures.items():
+    with workers_pool(cfg.workers) as pool:
+        prepared = {w: pool.submit(prepare_world_1thread, testbed, out, w, cfg) for w in cfg.worlds}
+        scored = {w: pool.submit(score_base, testbed, out, w, cfg) for w in cfg.worlds}
+        grids = [pool.submit(grid_at, None, w, 0, testbed, out, cfg) for w in cfg.worlds]
+        for world, fut in prepared.items():
             pivot_stats[world] = s = fut.result()
             log(f"  {world}: {s.get('trajectories')} trajectories, {s.get('turns')} turns, "
                 f"{s.get('kept')} pivots ({s.get('all_fail')} all-fail, {s.get('all_pass')} "
                 f"all-pass, {s.get('mixed')} mixed, {s.get('unverifiable')} unverifiable)")
-    return pivot_stats
+        scored_by_world = {w: fut.result() for w, fut in scored.items()}
+        for fut in grids:
+            fut.result()  # an error here is the run's, not a silent gap; read from its cache later
+    return (pivot_stats, *base_rows(scored_by_world, cfg))
 
 
 def score_base(testbed: Path, out: Path, world: str, cfg: DemoConfig) -> dict[str, Any]:
@@ -255,20 +270,12 @@ def score_base(testbed: Path, out: Path, world: str, cfg: DemoConfig) -> dict[st
     return scored
 
 
-def base_rows(out: Path, testbed: Path, cfg: DemoConfig
+def base_rows(scored_by_world: dict[str, dict[str, Any]], cfg: DemoConfig
               ) -> tuple[list[dict], list[dict], dict[str, float]]:
-    """The base scored once per world on both splits (cached per world, whatever the seeds) and
-    repeated under every seed of `cfg`: it is every seed's step 0. Also {world: seconds its
-    scoring took} (0 when a cache written without it was reused): `plan_jobs`'s cost of a world.
-    The base's side of the decoding grid (`grid_at`) needs no training: it is scored here too, on
-    the cores the worlds' scoring leaves idle, and read from its cache once the arms are chosen."""
+    """The base, scored once per world (`score_base`, cached whatever the seeds), repeated under
+    every seed of `cfg`: it is every seed's step 0. Also {world: seconds its scoring took} (0
+    when a cache written without it was reused): `plan_jobs`'s cost of a world."""
     rows, items, seconds = [], [], {}
-    with workers_pool(cfg.workers) as pool:
-        futures = {w: pool.submit(score_base, testbed, out, w, cfg) for w in cfg.worlds}
-        grids = [pool.submit(grid_at, None, w, 0, testbed, out, cfg) for w in cfg.worlds]
-        scored_by_world = {w: fut.result() for w, fut in futures.items()}
-        for fut in grids:
-            fut.result()  # an error here is the run's, not a silent gap
     for world, scored in scored_by_world.items():
         seconds[world] = scored.get("seconds", 0.0)
         for seed in cfg.seeds:
@@ -363,10 +370,7 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
     log(f"1/5 testbed in {testbed} (cached after the first build)")
     info = build_testbed(testbed, testbed_config, progress=lambda m: log(f"  build: {m}"))
     log(f"  testbed ready ({'cached' if info.get('cached') else 'built'})")
-    pivot_stats = prepare_all(testbed, out, cfg, log)
-
-    log(f"3/5 the base on dev ({cfg.dev_tasks} tasks/world) and eval; planning half-widths")
-    rows, items, world_cost = base_rows(out, testbed, cfg)
+    pivot_stats, rows, items, world_cost = prepare_and_score_base(testbed, out, cfg, log)
     power = [p for m in ("turn", "episode", "ood", "agentic_ood")  # the two OOD kinds apart
              if (p := paired_halfwidth(split_kinds(decoded(items, cfg.select_decoding)), measure=m,
                                        seeds=len(cfg.seeds)))]
