@@ -71,3 +71,30 @@ def test_a_shipped_base_is_never_reshipped(tmp_path, quick_testbed):
     (copy / "build.json").write_text(json.dumps({**info, "base_source": "shipped (build hash x)"}))
     with pytest.raises(ValueError, match="not pretrained"):
         shipped.ship(copy, tmp_path / "root")
+
+
+def test_a_kept_build_is_reused_with_base_from(quick_testbed, tmp_path, monkeypatch):
+    """A candidate's weights, kept as a finished build's base/ and build.json, are what a later
+    build of its config uses instead of pretraining again, bit for bit."""
+    built, info = quick_testbed
+
+    def no_pretraining(*args, **kwargs):
+        raise AssertionError("pretrained although --base-from matched")
+
+    monkeypatch.setattr(build_mod, "pretrain_base", no_pretraining)
+    monkeypatch.setattr(build_mod, "position_success", no_pretraining)
+    again = build_testbed(tmp_path / "again", TestbedConfig().quick(), base_from=built)
+    assert again["base_source"].startswith(f"kept ({built})")
+    assert weights_digest(tmp_path / "again" / "base") == weights_digest(built / "base")
+    assert again["base"]["in_domain"] == info["base"]["in_domain"]
+    assert again["base"]["by_position"] == info["base"]["by_position"]
+
+
+def test_base_from_another_config_stops_with_the_reason(quick_testbed, tmp_path):
+    built, _ = quick_testbed
+    other = TestbedConfig().quick().model_copy(update={"ood_repeat": 3})
+    with pytest.raises(ValueError, match="--base-from .*config hash"):
+        build_testbed(tmp_path / "other", other, base_from=built)
+    assert not (tmp_path / "other" / "build.json").exists()  # nothing pretrained or recorded
+    with pytest.raises(ValueError, match="build.json: missing"):
+        build_testbed(tmp_path / "none", TestbedConfig().quick(), base_from=tmp_path / "nowhere")

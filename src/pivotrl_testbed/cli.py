@@ -89,6 +89,10 @@ def testbed_build(
     force: bool = typer.Option(False, "--force", help="Rebuild even if a build with this config exists."),
     shipped_base: bool = typer.Option(True, "--shipped-base/--no-shipped-base", help="Use the package's "
                                       "built base when it is exactly what pretraining would make here."),
+    base_from: Optional[Path] = typer.Option(None, "--base-from", help="Use the base of the finished "
+                                             "build in this folder (its base/ and build.json, e.g. a "
+                                             "candidate's weights kept in git) instead of pretraining; "
+                                             "an error when it is not what this config would pretrain."),
 ) -> None:
     """Build the testbed: worlds' data, OOD tasks and the tiny base model (cached)."""
     from pivotrl_testbed.testbed.build import BUILD_LOG, build_testbed, load_config
@@ -103,8 +107,12 @@ def testbed_build(
     console.print(f"progress, with rate and ETA: {out / BUILD_LOG}")
     with Progress(TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("testbed", total=None)
-        info = build_testbed(out, cfg, force=force, use_shipped_base=shipped_base,
-                             progress=lambda m: bar.update(task, description=m))
+        try:
+            info = build_testbed(out, cfg, force=force, use_shipped_base=shipped_base,
+                                 base_from=base_from, progress=lambda m: bar.update(task, description=m))
+        except ValueError as exc:
+            console.print(f"[red]{exc}[/red]")
+            raise typer.Exit(2)
     if info.get("cached"):
         console.print(f"{out}: already built with this config (build.json hash "
                       f"{info['config_hash']}); nothing to do (--force rebuilds)")

@@ -340,10 +340,12 @@ def pretrain_base(cfg: TestbedConfig, tokenizer, weak: dict, ood_train: list,
 
 def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, force: bool = False,
                   progress: Callable[[str], None] | None = None,
-                  use_shipped_base: bool = True) -> dict[str, Any]:
+                  use_shipped_base: bool = True, base_from: str | Path | None = None) -> dict[str, Any]:
     """Build everything under `out_dir` (see module doc); returns build.json's content. The base
     comes from the package's shipped weights when they are exactly what pretraining would make
-    here (`testbed.shipped`); `use_shipped_base=False` always pretrains."""
+    here (`testbed.shipped`); `use_shipped_base=False` always pretrains. `base_from`: the weights
+    of the finished build in that folder, under the same rule; a ValueError says why when they
+    are not this build's."""
     from pivotrl_testbed.evaluate import evaluate_model
     from pivotrl_testbed.testbed import shipped
     from pivotrl_testbed.testbed.tiny import load_tiny, parameter_count, save_tiny
@@ -376,10 +378,18 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     tokenizer = train_tokenizer(cfg, expert, weak, ood_train)
     t0 = lap("tokenizer", t0)
     tokenizer.save_pretrained(out / "base")
-    ship = shipped.usable(cfg.digest(), out / "base") if use_shipped_base else None
+    root = Path(base_from) if base_from is not None else shipped.SHIPPED
+    ship, source = None, "pretrained"
+    if base_from is not None:
+        if why := shipped.mismatch(cfg.digest(), out / "base", root):
+            raise ValueError(f"--base-from {base_from}: not this build's base: {why}")
+        ship, source = shipped.shipped_info(root), f"kept ({base_from})"
+    elif use_shipped_base:
+        ship, source = shipped.usable(cfg.digest(), out / "base"), "shipped"
     if ship is not None:
-        say("base: the shipped weights (same config hash, identical tokenizer)")
-        shipped.install(out / "base")
+        source = f"{source} (build hash {ship['config_hash']})"
+        say(f"base: the {source} weights (same config hash, identical tokenizer)")
+        shipped.install(out / "base", root)
         model, _ = load_tiny(out / "base")
         stats = ship["pretrain"]
     else:
@@ -401,7 +411,7 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
         "pretrain_in_domain": {w: in_domain_examples(w, v) for w, v in weak.items()},
         "pretrain_world_lists": {w: world_list_examples(w, v) for w, v in weak.items()},
         "pretrain": stats,
-        "base_source": "pretrained" if ship is None else f"shipped (build hash {ship['config_hash']})",
+        "base_source": source if ship is not None else "pretrained",
     }
     say("measuring the base")
     info["base"] = evaluate_model(model, tokenizer, out, cfg.eval, progress=lambda m: say(f"base: {m}"))

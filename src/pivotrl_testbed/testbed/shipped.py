@@ -15,7 +15,10 @@ they are what the build would make from this config and data:
   worlds, experts or OOD tasks changes the data, hence the tokenizer, hence the shipped base is
   not used).
 
-Otherwise the build pretrains as usual. `--no-shipped-base` forces pretraining; CI checks that the
+Otherwise the build pretrains as usual. The same rule lets a build reuse the weights another
+build made for its config (`--base-from DIR`, DIR a finished build or a copy of its `base/` and
+`build.json`): a candidate base that took hours to pretrain is kept that way across machines,
+and a build asked to reuse weights that are not its own stops with the reason. `--no-shipped-base` forces pretraining; CI checks that the
 shipped hash is the default config's (tests/test_shipped_base.py). To refresh the weights after a
 change, rebuild and copy: `pivotrl testbed build --out runs/testbed --no-shipped-base`, then
 `python -m pivotrl_testbed.testbed.shipped runs/testbed`.
@@ -42,15 +45,23 @@ def shipped_info(root: Path = SHIPPED) -> dict[str, Any] | None:
         return None
 
 
-def usable(config_hash: str, tokenizer_dir: Path, root: Path = SHIPPED) -> dict[str, Any] | None:
-    """The shipped build.json when the shipped base is exactly what this build would pretrain."""
+def mismatch(config_hash: str, tokenizer_dir: Path, root: Path = SHIPPED) -> str | None:
+    """Why the base in `root` (a `base/` folder and its build's `build.json`) is not what this
+    build would pretrain, or None when it is."""
     info = shipped_info(root)
-    if info is None or info.get("config_hash") != config_hash:
-        return None
+    if info is None:
+        return f"{root / 'build.json'}: missing or not JSON"
+    if info.get("config_hash") != config_hash:
+        return f"its build's config hash {info.get('config_hash')} is not this config's {config_hash}"
     fresh, shipped = tokenizer_dir / "tokenizer.json", root / "base" / "tokenizer.json"
     if not fresh.is_file() or not shipped.is_file() or fresh.read_bytes() != shipped.read_bytes():
-        return None
-    return info
+        return "its tokenizer differs from the one this build trained on its data (the data changed)"
+    return None
+
+
+def usable(config_hash: str, tokenizer_dir: Path, root: Path = SHIPPED) -> dict[str, Any] | None:
+    """The build.json in `root` when its base is exactly what this build would pretrain."""
+    return None if mismatch(config_hash, tokenizer_dir, root) else shipped_info(root)
 
 
 def install(out_base: Path, root: Path = SHIPPED) -> None:
