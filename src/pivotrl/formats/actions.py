@@ -57,6 +57,22 @@ class _Invalid(Exception):
 InvalidAction = _Invalid  # raised by a format's call reader: the action is invalid, with this reason
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"duplicate key {dup!r}")
+    return obj
+
+
+def loads_unique(text: str) -> Any:
+    """json.loads, refusing an object with a duplicate key (ValueError): JSON parsers differ on
+    which of two values for one key wins (Python's and JavaScript's keep the last, others the
+    first or reject the text), so such a text names no one call."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def _defaults(cls) -> dict[str, Any] | None:
     fields = cls.model_fields
     if any(f.default_factory is not None for f in fields.values()):
@@ -129,25 +145,27 @@ def _call_from_obj(obj: Any) -> tuple[str, dict[str, Any]]:
     name = obj.get("name")
     if not isinstance(name, str) or not name.strip():
         raise _Invalid("tool call without a name")
+    if name != name.strip():  # " f" is no tool's name: a backend looks it up as written
+        raise _Invalid(f"tool name {name!r} has surrounding whitespace")
     if "arguments" in obj:
         args = obj["arguments"]
     else:
         args = obj.get("parameters", {})
     if isinstance(args, str):
         try:
-            args = json.loads(args) if args.strip() else {}
+            args = loads_unique(args) if args.strip() else {}
         except (ValueError, RecursionError) as exc:
             raise _Invalid(f"arguments of {name!r} are not valid JSON: {exc}") from None
     if args is None:
         args = {}
     if not isinstance(args, dict):
         raise _Invalid(f"arguments of {name!r} are a JSON {type(args).__name__}, not an object")
-    return name.strip(), args
+    return name, args
 
 
 def _load_json(body: str, what: str) -> Any:
     try:
-        return json.loads(body)
+        return loads_unique(body)
     except (ValueError, RecursionError) as exc:
         raise _Invalid(f"{what} is not valid JSON: {exc}") from None
 
@@ -165,7 +183,7 @@ def _extend_block(text: str, open_: int, close: int, first_error: Exception) -> 
         if close == -1:
             break
         try:
-            return json.loads(text[open_ + len(_OPEN):close].strip()), close
+            return loads_unique(text[open_ + len(_OPEN):close].strip()), close
         except (ValueError, RecursionError):
             continue
     raise _Invalid(f"<tool_call> block is not valid JSON: {first_error}")
@@ -188,7 +206,7 @@ def _parse_tagged(text: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
             raise _Invalid("unclosed <tool_call>")
         body = text[open_ + len(_OPEN):close].strip()
         try:
-            value = json.loads(body)
+            value = loads_unique(body)
         except (ValueError, RecursionError) as exc:
             # A JSON string may itself contain "</tool_call>": try the next closing tag.
             value, close = _extend_block(text, open_, close, exc)
@@ -214,7 +232,7 @@ def _parse_bare(text: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     value = None
     if body and body[0] in "[{":
         try:
-            value = json.loads(body)
+            value = loads_unique(body)
         except (ValueError, RecursionError) as exc:
             if _CALL_START.match(body):  # a JSON call cut short or broken: never a message
                 raise _Invalid(f"tool call is not valid JSON: {exc}") from None

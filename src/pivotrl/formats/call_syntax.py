@@ -22,11 +22,10 @@ string parameter, JSON for the others (the toolcall verifier is type-strict: "7"
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
-from pivotrl.formats.actions import InvalidAction
+from pivotrl.formats.actions import InvalidAction, loads_unique
 
 _WS = re.compile(r"\s*")
 
@@ -107,7 +106,7 @@ _DS_FENCED = re.compile(r"([^\n]+)\n```(?:json)?\n(.*)\n```\Z", re.S)
 
 def _json_object(raw: str, name: str) -> dict[str, Any]:
     try:
-        args = json.loads(raw) if raw.strip() else {}
+        args = loads_unique(raw) if raw.strip() else {}
     except (ValueError, RecursionError) as exc:
         raise InvalidAction(f"arguments of {name!r} are not valid JSON: {exc}") from None
     if not isinstance(args, dict):
@@ -240,7 +239,7 @@ def type_value(raw: str, types: tuple[str, ...]) -> Any:
     if "string" in types and not (raw == "null" and "null" in types):
         return str(raw)
     try:
-        return json.loads(raw)
+        return loads_unique(raw)
     except (ValueError, RecursionError):
         return str(raw)  # a string where the schema wants another type: the verifier refuses it
 

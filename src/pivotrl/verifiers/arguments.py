@@ -17,7 +17,9 @@ Always on, each granted by the schema or by JSON itself:
   whose backend converts says so: `int_float_equal` makes them one value for `integer` and
   `number` parameters, `normalize: [bfcl]` for `number` ones (BFCL converts an int for a float
   parameter). Never by closeness: 12345678901234567 vs 1.2345678901234568e16 is another id,
-  0.3 vs 0.30000000000000004 another value. Booleans are not numbers.
+  0.3 vs 0.30000000000000004 another value. Booleans are not numbers. NaN and Infinity are
+  no JSON numbers (RFC 8259) and never pay; -0.0 and 0.0 are two floats (a record prints them
+  apart), the integer -0 is 0.
 - A numeric string for an `integer`/`number` parameter ("2" for 2) only with `numeric_strings`
   (the user declares a backend that parses the canonical literal to that number): "02", " 2",
   "2e0" or "two" are differences even then.
@@ -64,11 +66,13 @@ and the default is for those.
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from pivotrl.formats.actions import call_arguments, loads_unique
 from pivotrl.verifiers.schema import (DEC_LITERAL, INT_LITERAL, MISSING, ParamSpec, is_number,
                                       string_class)
 
@@ -113,6 +117,18 @@ def text_rule(normalize: Iterable[str], one_line: bool) -> Callable[[str], str] 
     return key
 
 
+def load_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any]:
+    """A call's arguments as a dict, an arguments text with a duplicate key refused (ValueError):
+    JSON parsers differ on which of two values for one key wins (Python's and JavaScript's keep
+    the last, others the first or reject the text), so such a text names no one call."""
+    if not isinstance(arguments, str) or not arguments:
+        return call_arguments(arguments)
+    value = loads_unique(arguments)
+    if not isinstance(value, dict):
+        raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
+    return value
+
+
 def _as_int(v: int | float) -> int | None:
     if type(v) is int:
         return v
@@ -121,18 +137,25 @@ def _as_int(v: int | float) -> int | None:
     return None
 
 
+def _finite(v: int | float) -> bool:
+    return type(v) is int or math.isfinite(v)
+
+
 def numbers_equal(exp: int | float, cand: int | float) -> bool:
-    if type(exp) is float and type(cand) is float and not (exp.is_integer() and cand.is_integer()):
-        return exp == cand
+    if type(exp) is float and type(cand) is float:
+        return exp == cand  # one double, one value (1e20 too: no int needed to compare them)
     e, c = _as_int(exp), _as_int(cand)
     return e is not None and e == c
 
 
 def _numeric_literal(s: str, kind: str) -> int | float | None:
-    if kind == "integer" and INT_LITERAL.fullmatch(s):
-        return int(s)
-    if kind == "number" and DEC_LITERAL.fullmatch(s):
-        return int(s) if INT_LITERAL.fullmatch(s) else float(s)
+    try:  # int() refuses more than 4300 digits: no number is proven then
+        if kind == "integer" and INT_LITERAL.fullmatch(s):
+            return int(s)
+        if kind == "number" and DEC_LITERAL.fullmatch(s):
+            return int(s) if INT_LITERAL.fullmatch(s) else float(s)
+    except ValueError:
+        return None
     return None
 
 
@@ -168,8 +191,8 @@ class ArgumentComparer:
 
     def value(self, spec: ParamSpec | None, name: str, exp: Any, cand: Any) -> str:
         te = type(exp)
-        if te is type(cand) and te in _SCALARS and exp == cand:
-            return ""  # the common case, before any rule
+        if te is type(cand) and te in _SCALARS and te is not float and exp == cand:
+            return ""  # the common case, before any rule (floats below: NaN, inf and -0.0)
         kind = spec.kind if spec is not None else "any"
         if exp is None or cand is None or isinstance(exp, bool) or isinstance(cand, bool):
             return "" if exp is cand else f"{name}: {cand!r} != {exp!r}"
@@ -182,6 +205,14 @@ class ArgumentComparer:
         if is_number(exp) or is_number(cand):
             if not (is_number(exp) and is_number(cand)):
                 return f"{name}: type differs ({type(cand).__name__} vs {type(exp).__name__})"
+            if not (_finite(exp) and _finite(cand)):
+                # JSON has no NaN or Infinity (RFC 8259): other parsers reject the text, and a
+                # literal such as 1e400 only becomes inf where it overflows a double.
+                return f"{name}: {cand!r} vs {exp!r} (not a finite JSON number)"
+            if type(exp) is float and type(cand) is float and (
+                    math.copysign(1.0, exp) != math.copysign(1.0, cand)):
+                # -0.0 and 0.0: a record that stores what it is given prints "-0.0" (as 5.0 vs 5)
+                return f"{name}: {cand!r} is not {exp!r} (the sign of zero)"
             if type(exp) is not type(cand) and not (
                     kind == "number" and self.bfcl
                     or kind in ("integer", "number") and self.int_float_equal):

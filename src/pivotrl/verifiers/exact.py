@@ -19,9 +19,11 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pivotrl.formats.actions import call_arguments, render_action
-from pivotrl.io.records import Message, Turn, message_text
+from pivotrl.formats.actions import render_action
+from pivotrl.io.records import Message, Turn
+from pivotrl.verifiers.arguments import load_arguments
 from pivotrl.verifiers.base import Score
+from pivotrl.verifiers.messages import plain_text
 
 
 class ExactConfig(BaseModel):
@@ -36,7 +38,8 @@ class ExactConfig(BaseModel):
 
 
 def _canonical_calls(message: Message) -> list[tuple[str, str]]:
-    return [(c.function.name, json.dumps(call_arguments(c.function.arguments), sort_keys=True,
+    # (load_arguments: a text with a duplicate key names no one value, so no canonical form)
+    return [(c.function.name, json.dumps(load_arguments(c.function.arguments), sort_keys=True,
                                           separators=(",", ":"), ensure_ascii=False))
             for c in message.tool_calls or []]
 
@@ -55,9 +58,13 @@ class ExactVerifier:
     def score(self, turn: Turn, action: Message | None) -> Score:
         if action is None:
             return Score(0.0, False, "unparseable action")
+        got = plain_text(action)
+        if got is None:  # a refusal or image part is more than a text (and rendering drops it)
+            return Score(0.0, False, "message content holds a part that is not text")
         if self.config.strict:
             # Safe by construction: only an identical text is rewarded, so no wrong action can be.
             try:
+                _canonical_calls(action)  # refuses duplicate keys, which rendering would drop
                 same = render_action(action) == render_action(turn.expected)
             except (ValueError, TypeError, RecursionError) as exc:
                 return Score(0.0, False, f"action arguments are not a JSON object: {exc}")
@@ -75,7 +82,10 @@ class ExactVerifier:
                 return Score(1.0, True, "")
             return Score(0.0, True, "tool calls differ")
         cs = self.config.case_sensitive
-        if _norm_text(message_text(action), cs) == _norm_text(message_text(turn.expected), cs):
+        want = plain_text(turn.expected)
+        if want is None:
+            return Score(0.0, False, "expert action unusable: content that is not text")
+        if _norm_text(got, cs) == _norm_text(want, cs):
             return Score(1.0, True, "")
         return Score(0.0, True, "message text differs")
 

@@ -47,8 +47,8 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.io.records import Message, Turn, message_text
-
 from pivotrl.verifiers.base import Score, score_in_threads
+from pivotrl.verifiers.messages import plain_text
 
 SYSTEM_PROMPT = (
     "You judge whether two actions of an AI assistant are functionally equivalent: whether, in "
@@ -258,11 +258,17 @@ class JudgeVerifier:
         if bool(exp.tool_calls) != bool(action.tool_calls):
             what = "a tool call" if action.tool_calls else "a message"
             return Score(0.0, True, f"{what} where the expert did the other")
-        if not message_text(action).strip() and not action.tool_calls:
+        text = plain_text(action)
+        if text is None:  # the judge is shown text parts only: a refusal or image part is unseen
+            return Score(0.0, False, "message content holds a part that is not text")
+        if not text.strip() and not action.tool_calls:
             return Score(0.0, True, "empty message")
         limit = self.config.max_action_chars
         for who, msg in (("candidate", action), ("expert", exp)):
-            size = len(action_json(msg))
+            try:
+                size = len(action_json(msg))
+            except (ValueError, TypeError, RecursionError) as exc:  # hostile: no question to ask
+                return Score(0.0, False, f"{who} action cannot be shown to the judge: {exc}")
             if size > limit:
                 return Score(0.0, False, f"{who} action too long for the judge to see whole "
                                          f"({size} > {limit} characters)")

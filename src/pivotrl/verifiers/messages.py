@@ -19,6 +19,8 @@ real refusals in other words. Two refusals in other words are the judge's questi
 
 from __future__ import annotations
 
+from pivotrl.io.records import Message
+
 
 def compare_messages(expected: str, candidate: str) -> str:
     """"" when `candidate` is the expert's text (ends trimmed), else why it is not proven equal."""
@@ -28,3 +30,21 @@ def compare_messages(expected: str, candidate: str) -> str:
     if expected.strip() == cand:
         return ""
     return "message differs from the expert's (not proven equal)"
+
+
+def plain_text(message: Message) -> str | None:
+    """The message's text, or None when its content holds a part that is not text (a refusal,
+    an image, a text part whose text is no string): more than a text, never proven equal to one."""
+    content = message.content
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts = []
+    for part in content:
+        if isinstance(part, str):
+            parts.append(part)
+        elif (isinstance(part, dict) and part.get("type", "text") == "text"
+              and isinstance(part.get("text"), str)):
+            parts.append(part["text"])
+        else:
+            return None
+    return "".join(parts)

@@ -49,8 +49,10 @@ _ID_FORMATS = {"email", "uri", "url", "uuid", "date", "date-time", "time", "host
                "ipv6", "uri-reference", "iri"}
 _ID_DESC = re.compile(r"\b(?:ID|IDs|UUID|identifier|IATA|ISO|file ?name|path|URL|e-?mail address)\b")
 _ID_VALUE = re.compile(r"[\d_/@#:\\]|\.\w")
-INT_LITERAL = re.compile(r"-?(?:0|[1-9]\d*)")
-DEC_LITERAL = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?")
+# ASCII digits only: Python's \d and int() also read "١٢" or "１２" as 12, a literal that JSON,
+# JavaScript and typed backends reject (not the canonical literal of any number).
+INT_LITERAL = re.compile(r"-?(?:0|[1-9][0-9]*)")
+DEC_LITERAL = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?")
 
 
 def is_number(v: Any) -> bool:
@@ -115,10 +117,13 @@ def _typed_default(default: Any, kind: str) -> Any:
         return default
     if kind == "boolean":
         return {"true": True, "false": False}.get(default.lower(), default)
-    if INT_LITERAL.fullmatch(default):
-        return int(default)
-    if kind == "number" and DEC_LITERAL.fullmatch(default):
-        return float(default)
+    try:  # (int() refuses more than 4300 digits: the text is kept as it is then)
+        if INT_LITERAL.fullmatch(default):
+            return int(default)
+        if kind == "number" and DEC_LITERAL.fullmatch(default):
+            return float(default)
+    except ValueError:
+        pass
     return default
 
 

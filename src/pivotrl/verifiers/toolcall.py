@@ -7,6 +7,9 @@ it means the same; what no rule proves is 0, or, where the user configured the j
 judge's question. No similarity threshold pays anything, and strings are data: no whitespace,
 case or Unicode rule unless the user declares an environment that normalises (`normalize`).
 
+- Only an assistant message is an action; content parts other than text (a refusal, an
+  image) are more than a text and score 0; a call of another `type` than the expert's scores 0;
+  an arguments text with a duplicate key names no one call (parsers differ on which wins): 0.
 - Call vs message: an expert call answered by a message scores 0, and vice versa. When both
   called tools, text content around the calls is ignored (the calls are the action).
 - Only offered tools pay: when the turn offers tools, a call to a tool it does not offer, or an
@@ -21,7 +24,8 @@ case or Unicode rule unless the user declares an environment that normalises (`n
   `pivotrl.verifiers.arguments`.
 - When the turn names a world (`metadata["world"]`) whose class defines `canonical_call` (see
   `pivotrl.verifiers.world`), that world's own rule decides argument equivalence for the calls it
-  knows: the world executes both calls identically, so they are the same action there.
+  knows: the world executes both calls identically, so they are the same action there; a call
+  it accepts and one it rejects are never the same action, whatever a schema rule says.
 - `unproven_rule: judge`: an action whose calls match once the *unproven* differences (free text
   that differs) are allowed, and only then, goes to the LLM judge, which sees both whole actions
   in both orders. A proven difference (another number, id, type, enum value, function or call
@@ -40,12 +44,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pivotrl.formats.actions import call_arguments
-from pivotrl.io.records import Message, Turn, message_text
-from pivotrl.verifiers.arguments import ArgumentComparer, is_unproven
+from pivotrl.io.records import Message, Turn
+from pivotrl.verifiers.arguments import ArgumentComparer, is_unproven, load_arguments
 from pivotrl.verifiers.base import Score
 from pivotrl.verifiers.judge import JudgeVerifier
-from pivotrl.verifiers.messages import compare_messages
+from pivotrl.verifiers.messages import compare_messages, plain_text
 from pivotrl.verifiers.schema import build_index, not_offered, schema_index  # noqa: F401
 from pivotrl.verifiers.world import action_rule, same_answer
 
@@ -107,17 +110,37 @@ class ToolcallConfig(BaseModel):
                                           "message_rule='judge' and unproven_rule='judge'.")
 
 
-def _calls(message: Message) -> tuple[list[tuple[str, dict, str | None]], int]:
-    """(name, arguments, arguments text) of each call, and the size of the arguments text."""
+def _calls(message: Message, measure: bool = True) -> tuple[list[tuple[str, dict, str | None]], int]:
+    """(name, arguments, arguments text) of each call, and the size of the arguments (their
+    text, or their JSON where given as objects: every call counts towards the limit)."""
     out, size = [], 0
     for call in message.tool_calls or []:
         raw = call.function.arguments
+        args = load_arguments(raw)
         if isinstance(raw, str):
             size += len(raw)
         else:
             raw = None
-        out.append((call.function.name, call_arguments(call.function.arguments), raw))
+            if measure:  # also refuses what is no JSON (a set, a cycle): not a call's arguments
+                size += len(json.dumps(args))
+        out.append((call.function.name, args, raw))
     return out, size
+
+
+def _text_of(args: dict) -> str | None:
+    """The arguments text parse_completion writes, None where it holds NaN or Infinity (no JSON
+    value: never paid, not even as the expert's own text)."""
+    try:
+        return json.dumps(args, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return None
+
+
+def _ruled(rule, name: str, args: dict) -> Any:
+    try:
+        return rule(name, args)
+    except Exception:  # noqa: BLE001  (a world's rule failing on hostile arguments: no form)
+        return None
 
 
 def _perfect_matching(ok: list[list[bool]]) -> int:
@@ -153,7 +176,7 @@ class ToolcallVerifier:
             return hit[1]
         # The arguments text as parse_completion writes it: an identical candidate is equal
         # without any comparison (the usual case once the policy is good).
-        calls = [(n, a, json.dumps(a, ensure_ascii=False)) for n, a, _ in _calls(turn.expected)[0]]
+        calls = [(n, a, _text_of(a)) for n, a, _ in _calls(turn.expected, measure=False)[0]]
         if len(self._expected_cache) > 4096:
             self._expected_cache.clear()
         self._expected_cache[id(turn.expected)] = (turn.expected, calls)
@@ -162,13 +185,16 @@ class ToolcallVerifier:
     def score(self, turn: Turn, action: Message | None) -> Score:
         if action is None:
             return Score(0.0, False, "unparseable action")
+        if action.role != "assistant":  # a user, tool or system message is not the agent's action
+            return Score(0.0, False, f"a {action.role} message is not an action")
         try:
             cand, size = _calls(action)
         except (ValueError, TypeError, RecursionError) as exc:
             return Score(0.0, False, f"malformed candidate call: {exc}")
-        if size == 0 and cand:  # arguments given as objects: measure them once
-            size = sum(len(json.dumps(a)) for _, a, _ in cand)
-        size += len(message_text(action))
+        text = plain_text(action)
+        if text is None:
+            return Score(0.0, False, "message content holds a part that is not text")
+        size += len(text)
         if size > self.config.max_action_chars:
             return Score(0.0, False, f"action too long ({size} characters)")
         try:
@@ -180,7 +206,17 @@ class ToolcallVerifier:
         if cand and not expected:
             return Score(0.0, True, "tool call where the expert answered with a message")
         if not expected:
-            return self._score_message(turn, action)
+            return self._score_message(turn, action, text)
+        kinds = {c.type for c in turn.expected.tool_calls or []}
+        if any(c.type not in kinds for c in action.tool_calls or []):
+            # only "function" calls exist in OpenAI's format: another type is another action
+            return Score(0.0, True, "a call of another type than the expert's")
+        try:
+            return self._score_calls(turn, action, cand, expected)
+        except RecursionError:  # arguments (or schemas) nested past what can be compared
+            return Score(0.0, False, "arguments nested too deeply to compare")
+
+    def _score_calls(self, turn: Turn, action: Message, cand: list, expected: list) -> Score:
         if len(cand) != len(expected) and not (self.config.partial_credit
                                                and len(cand) < len(expected)):
             return Score(0.0, True, f"{len(cand)} calls where the expert made {len(expected)}")
@@ -191,7 +227,8 @@ class ToolcallVerifier:
                 if why:
                     return Score(0.0, True, why)
         rule = action_rule(turn.metadata.get("world")) if turn.metadata else None
-        diffs = [["" if cn == en and cr == er else self._pair(index, rule, en, ea, cn, ca)
+        diffs = [["" if cn == en and cr is not None and cr == er
+                  else self._pair(index, rule, en, ea, cn, ca)
                   for cn, ca, cr in cand] for en, ea, er in expected]
         if len(expected) == 1 and len(cand) == 1:
             score = Score(0.0 if diffs[0][0] else 1.0, True, diffs[0][0])
@@ -229,34 +266,43 @@ class ToolcallVerifier:
     @staticmethod
     def _dotted(index, name: str) -> str | None:
         """Under `normalize: [bfcl]`, "a_b" names the offered tool "a.b" when no tool is "a_b":
-        BFCL's harness renames dotted tools for APIs that forbid dots in names."""
+        BFCL's harness renames dotted tools for APIs that forbid dots in names. Only when one
+        offered tool renames to it: "a_b_c" from both "a.b_c" and "a_b.c" names neither."""
+        found = set()
         for tool in index.tools or []:
             fn = tool.get("function", tool) if isinstance(tool, dict) else None
             other = fn.get("name") if isinstance(fn, dict) else None
             if isinstance(other, str) and "." in other and other.replace(".", "_") == name:
-                return other
-        return None
+                found.add(other)
+        return found.pop() if len(found) == 1 else None
 
     def _pair(self, index, rule, en: str, ea: dict, cn: str, ca: dict) -> str:
         if cn != en and not (self._cmp.bfcl and cn == en.replace(".", "_")
-                             and index.get(cn) is None):
+                             and index.get(cn) is None
+                             and (not index.tools or self._dotted(index, cn) == en)):
             return f"function {cn!r} != {en!r}"
         if rule is not None:
-            exp_canon, cand_canon = rule(en, ea), rule(en, ca)
+            exp_canon, cand_canon = _ruled(rule, en, ea), _ruled(rule, en, ca)
             if exp_canon is not None and cand_canon is not None:
                 # The world executes both in its canonical form: equal forms, same action.
                 return "" if exp_canon == cand_canon else (
                     f"arguments differ under the {en!r} tool's own rules")
+            if (exp_canon is None) != (cand_canon is None):
+                # The world runs one of the two calls and rejects the other: never the same
+                # action, whatever a schema rule (or an opt-in such as int_float_equal) says.
+                return f"the {en!r} tool's own rules accept only one of the two calls"
         fn = index.get(en)
         if fn is None:
             return self._cmp.fields(None, frozenset(), "", ea, ca)
         return self._cmp.fields(fn.props, fn.required, "", ea, ca, fn.open)
 
-    def _score_message(self, turn: Turn, action: Message) -> Score:
+    def _score_message(self, turn: Turn, action: Message, text: str) -> Score:
         rule = self.config.message_rule
         if rule == "any":
             return Score(1.0, True, "any message accepted (message_rule=any)")
-        expected, text = message_text(turn.expected), message_text(action)
+        expected = plain_text(turn.expected)
+        if expected is None:
+            return Score(0.0, False, "expert action unusable: content that is not text")
         diff = compare_messages(expected, text)
         if not diff or not text.strip():
             return Score(0.0 if diff else 1.0, True, diff)
