@@ -332,11 +332,15 @@ def _remember(arguments: str, args: dict[str, Any]) -> None:
 def call_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any]:
     """A tool call's arguments as a dict; parsed once when `parse_completion` just produced
     the string (verifiers read them K times a turn). Treat the result as read-only.
-    Raises ValueError when they are not a JSON object."""
-    if isinstance(arguments, str):
+    Raises ValueError when they are not a JSON object or a key appears twice (`loads_unique`)."""
+    if isinstance(arguments, str) and arguments:
         hit = _ARGS_CACHE.get(arguments)
         if hit is not None:
             return hit
+        value = loads_unique(arguments)
+        if not isinstance(value, dict):
+            raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
+        return value
     return parse_arguments(arguments)
 
 

@@ -72,7 +72,6 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pivotrl.formats.actions import call_arguments, loads_unique
 from pivotrl.verifiers.schema import (DEC_LITERAL, INT_LITERAL, MISSING, ParamSpec, is_number,
                                       string_class)
 
@@ -115,18 +114,6 @@ def text_rule(normalize: Iterable[str], one_line: bool) -> Callable[[str], str] 
             s = s.translate(_ASCII_LOWER)
         return s
     return key
-
-
-def load_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any]:
-    """A call's arguments as a dict, an arguments text with a duplicate key refused (ValueError):
-    JSON parsers differ on which of two values for one key wins (Python's and JavaScript's keep
-    the last, others the first or reject the text), so such a text names no one call."""
-    if not isinstance(arguments, str) or not arguments:
-        return call_arguments(arguments)
-    value = loads_unique(arguments)
-    if not isinstance(value, dict):
-        raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
-    return value
 
 
 def _as_int(v: int | float) -> int | None:

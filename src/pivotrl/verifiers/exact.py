@@ -19,9 +19,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pivotrl.formats.actions import render_action
+from pivotrl.formats.actions import call_arguments, render_action
 from pivotrl.io.records import Message, Turn
-from pivotrl.verifiers.arguments import load_arguments
 from pivotrl.verifiers.base import Score
 from pivotrl.verifiers.messages import plain_text
 
@@ -38,8 +37,8 @@ class ExactConfig(BaseModel):
 
 
 def _canonical_calls(message: Message) -> list[tuple[str, str]]:
-    # (load_arguments: a text with a duplicate key names no one value, so no canonical form)
-    return [(c.function.name, json.dumps(load_arguments(c.function.arguments), sort_keys=True,
+    # (call_arguments: a text with a duplicate key names no one value, so no canonical form)
+    return [(c.function.name, json.dumps(call_arguments(c.function.arguments), sort_keys=True,
                                           separators=(",", ":"), ensure_ascii=False))
             for c in message.tool_calls or []]
 

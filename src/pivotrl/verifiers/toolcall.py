@@ -45,7 +45,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pivotrl.io.records import Message, Turn
-from pivotrl.verifiers.arguments import ArgumentComparer, is_unproven, load_arguments
+from pivotrl.formats.actions import call_arguments
+from pivotrl.verifiers.arguments import ArgumentComparer, is_unproven
 from pivotrl.verifiers.base import Score
 from pivotrl.verifiers.judge import JudgeVerifier
 from pivotrl.verifiers.messages import compare_messages, plain_text
@@ -116,7 +117,7 @@ def _calls(message: Message, measure: bool = True) -> tuple[list[tuple[str, dict
     out, size = [], 0
     for call in message.tool_calls or []:
         raw = call.function.arguments
-        args = load_arguments(raw)
+        args = call_arguments(raw)
         if isinstance(raw, str):
             size += len(raw)
         else:
