@@ -46,6 +46,14 @@ CASES = [
     (bad(messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "  "}]),
      "neither content nor tool_calls", "messages[1]"),
     (bad(messages=[]), "no messages", "messages"),
+    # Two values for one key: parsers differ on which wins, so the expert's call is ambiguous
+    # and keeping either value would silently lose the other.
+    (bad(messages=[{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": [
+        {"id": "a", "function": {"name": "f", "arguments": '{"x": 1, "x": 2}'}}]}]),
+     "duplicate key 'x'", "messages[1].tool_calls[0].function.arguments"),
+    ('{"id": "a", "id": "b", "messages": []}', "duplicate key 'id'", ""),
+    ('{"id": "a", "messages": [{"role": "user", "role": "tool", "content": "q"}]}',
+     "duplicate key 'role'", ""),
 ]
 
 

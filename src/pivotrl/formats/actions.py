@@ -29,7 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pivotrl.io.records import FunctionCall, Message, ToolCall, message_text, parse_arguments
+from pivotrl.io.records import (FunctionCall, Message, ToolCall, loads_unique, message_text,
+                                parse_arguments)
 
 # Past this many characters a completion is not an action but a runaway generation.
 MAX_COMPLETION_CHARS = 65_536
@@ -55,22 +56,6 @@ class _Invalid(Exception):
 
 
 InvalidAction = _Invalid  # raised by a format's call reader: the action is invalid, with this reason
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) < len(pairs):
-        seen: set[str] = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ValueError(f"duplicate key {dup!r}")
-    return obj
-
-
-def loads_unique(text: str) -> Any:
-    """json.loads, refusing an object with a duplicate key (ValueError): JSON parsers differ on
-    which of two values for one key wins (Python's and JavaScript's keep the last, others the
-    first or reject the text), so such a text names no one call."""
-    return json.loads(text, object_pairs_hook=_unique_keys)
 
 
 def _defaults(cls) -> dict[str, Any] | None:
@@ -332,16 +317,9 @@ def _remember(arguments: str, args: dict[str, Any]) -> None:
 def call_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any]:
     """A tool call's arguments as a dict; parsed once when `parse_completion` just produced
     the string (verifiers read them K times a turn). Treat the result as read-only.
-    Raises ValueError when they are not a JSON object or a key appears twice (`loads_unique`)."""
-    if isinstance(arguments, str) and arguments:
-        hit = _ARGS_CACHE.get(arguments)
-        if hit is not None:
-            return hit
-        value = loads_unique(arguments)
-        if not isinstance(value, dict):
-            raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
-        return value
-    return parse_arguments(arguments)
+    Raises ValueError when they are not a JSON object or a key appears twice (`parse_arguments`)."""
+    hit = _ARGS_CACHE.get(arguments) if isinstance(arguments, str) else None
+    return hit if hit is not None else parse_arguments(arguments)
 
 
 def render_action(message: Message) -> str:

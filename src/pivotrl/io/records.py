@@ -111,12 +111,31 @@ class Profile(Turn):
         "`pivotrl.select` never keeps such a turn. None: verifiable.")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"duplicate key {dup!r}")
+    return obj
+
+
+def loads_unique(text: str) -> Any:
+    """json.loads, refusing an object with a duplicate key at any depth (ValueError): JSON
+    parsers differ on which of two values for one key wins (Python's and JavaScript's keep the
+    last, others the first or reject the text), so such a text names no one value, and keeping
+    either would silently lose the other."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def parse_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any]:
+    """A call's arguments as a dict (ValueError when they are not one JSON object with unique
+    keys)."""
     if arguments is None or arguments == "":
         return {}
     if isinstance(arguments, dict):
         return arguments
-    value = json.loads(arguments)
+    value = loads_unique(arguments)
     if not isinstance(value, dict):
         raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
     return value
@@ -239,9 +258,11 @@ def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
 def parse_json_line(text: str) -> tuple[Any, str]:
     """(value, "") or (None, reason) for one line's JSON; never raises on hostile input."""
     try:
-        value = json.loads(text)
+        value = loads_unique(text)
     except json.JSONDecodeError as exc:
         return None, f"not JSON: {exc.msg} at column {exc.colno}"
+    except ValueError as exc:  # a duplicate key: which value the record means is unknown
+        return None, f"not accepted: {exc}"
     except RecursionError:
         return None, f"not accepted: JSON nested deeper than {MAX_DEPTH} levels"
     # fewer brackets than the limit cannot nest deeper (a C-speed count spares most walks)
