@@ -36,30 +36,35 @@ def models():
     return out
 
 
-def _prompts(seed: int = 0):
+def _prompts(seed: int = 0, head: int = 0):
+    """Prompts of LENGTHS tokens after a `head` of tokens they all share (a system prompt)."""
     rng = random.Random(seed)
-    return [[rng.randrange(3, VOCAB) for _ in range(n)] for n in LENGTHS]
+    shared = [rng.randrange(3, VOCAB) for _ in range(head)]
+    return [shared + [rng.randrange(3, VOCAB) for _ in range(n)] for n in LENGTHS]
 
 
-def _run(model, temperature: float, share_prefix: bool = True, steps: int = 10):
+def _run(model, temperature: float, share_prefix: bool = True, steps: int = 10, head: int = 0):
     """Tokens per (prompt, sample) and the logits of every decoding step, in row order."""
     seen: list[torch.Tensor] = []
-    out = generate(model, _prompts(), sample_seeds([7, 8, 9], 3), max_new_tokens=steps,
+    out = generate(model, _prompts(head=head), sample_seeds([7, 8, 9], 3), max_new_tokens=steps,
                    stop_token_ids=[VOCAB + 1], temperature=temperature, share_prefix=share_prefix,
                    on_step=lambda step: seen.append(step.logits.clone()))
     return [[g.tokens for g in gens] for gens in out], seen
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_shared_prefill_gives_the_per_sample_tokens_and_logits(models, name, monkeypatch):
+@pytest.mark.parametrize("head", [0, 2 * gen.MIN_BATCH_PREFIX])  # with a prefix shared by the batch
+def test_shared_prefill_gives_the_per_sample_tokens_and_logits(models, name, head, monkeypatch):
     model = models[name]
     for temperature in (0.0, 1.0):
-        want, want_logits = _run(model, temperature, share_prefix=False)
-        runs = {"shared": _run(model, temperature)}
+        with monkeypatch.context() as m:  # the reference: every sample prefills its whole prompt
+            m.setattr(gen, "MIN_BATCH_PREFIX", 10**9)
+            want, want_logits = _run(model, temperature, share_prefix=False, head=head)
+        runs = {"shared": _run(model, temperature, head=head)}
         if gen._prefix_attention_supported(model):  # and with every layer's cache copied instead
             with monkeypatch.context() as m:
                 m.setattr(gen, "PREFIX_ATTENTION_MODELS", frozenset())
-                runs["copied"] = _run(model, temperature)
+                runs["copied"] = _run(model, temperature, head=head)
         for path, (tokens, logits) in runs.items():
             assert tokens == want, (name, path, temperature)
             for step, (a, b) in enumerate(zip(logits, want_logits)):
@@ -72,6 +77,14 @@ def test_which_architectures_share_attention_keys(models):
     """Sliding windows keep the copied cache (the split softmax has no window); the rest share."""
     shared = {name for name in NAMES if gen._prefix_attention_supported(models[name])}
     assert shared == set(NAMES) - {"gemma3"}
+
+
+def test_which_architectures_prefill_a_batch_prefix_once(models):
+    """Attention-only models (dense and MoE); a recurrent or windowed layer would read the padding
+    between the shared prefix and each prompt's rest as input."""
+    once = {name for name in NAMES if gen._batch_prefix_supported(models[name])}
+    assert once == {n for n in NAMES if models[n].config.model_type in gen.ATTENTION_ONLY_MODELS}
+    assert once and not once & {"qwen3_5", "nemotron_h", "gemma3"}
 
 
 def test_recurrent_state_is_copied_per_sample_not_shared(models):

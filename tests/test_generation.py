@@ -32,9 +32,11 @@ def _model(kv_heads: int = 4, seed: int = 0):
     return LlamaForCausalLM(cfg).eval()
 
 
-def _prompts(lengths, seed: int = 0):
+def _prompts(lengths, seed: int = 0, head: int = 0):
+    """Random prompts of `lengths` tokens after a `head` they all share (a system prompt)."""
     rng = random.Random(seed)
-    return [[rng.randrange(3, 300) for _ in range(n)] for n in lengths]
+    shared = [rng.randrange(3, 300) for _ in range(head)]
+    return [shared + [rng.randrange(3, 300) for _ in range(n)] for n in lengths]
 
 
 LENGTHS = [23, 5, 40, 1, 17]
@@ -53,9 +55,10 @@ def _hf_greedy(model, prompt, steps, stops):
 
 
 @pytest.mark.parametrize("kv_heads", [4, 2])  # 2: grouped-query attention (heads share kv heads)
-def test_greedy_equals_transformers_generate_on_every_path(monkeypatch, kv_heads):
+@pytest.mark.parametrize("head", [0, 40])  # 40: the batch's shared prefix is prefilled once
+def test_greedy_equals_transformers_generate_on_every_path(monkeypatch, kv_heads, head):
     model = _model(kv_heads)
-    prompts = _prompts(LENGTHS)
+    prompts = _prompts(LENGTHS, head=head)
     want = [_hf_greedy(model, p, 12, [299]) for p in prompts]
     kw = {"max_new_tokens": 12, "stop_token_ids": [299], "temperature": 0.0}
     got = {"shared": generate(model, prompts, sample_seeds([None] * 5, 3), **kw),

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import os
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -213,6 +214,54 @@ def _left_pad(prompts: list[list[int]], pad: int, device: Any):
     return ids.to(device), mask.to(device)
 
 
+def _prefill(model: Any, prompts: list[list[int]], pad: int, device: Any) -> tuple[Any, torch.Tensor]:
+    """The batch's prompts run through the model: (output with its cache, attention mask over the
+    cache's positions, 1 = a real token). The prefix every prompt of the batch shares (a world's
+    system prompt and tool list: ~80% of a testbed prompt) runs once, its cache is copied to
+    every row, and only the rest of each prompt is prefilled, left padded after the prefix. Exact
+    for attention-only models: every token attends to the same keys at the same positions as in
+    one pass (padding is masked; positions count real tokens). A recurrent layer (Mamba, linear
+    attention) would read the padding between prefix and rest as input, so hybrids, and batches
+    whose shared prefix is short, prefill in one pass."""
+    # Only the last position's logits are needed (a vocabulary-wide row per prompt token otherwise).
+    keep = ({"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters
+            else {})
+    common = _common_prefix(prompts) if _batch_prefix_supported(model) else 0
+    if common < MIN_BATCH_PREFIX:
+        ids, mask = _left_pad(prompts, pad, device)
+        positions = (mask.cumsum(-1) - 1).clamp_(min=0)
+        return model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                     **keep), mask
+    head = model(input_ids=torch.tensor([prompts[0][:common]], device=device),
+                 position_ids=torch.arange(common, device=device)[None], use_cache=True, **keep)
+    cache = head.past_key_values
+    repeat_cache_rows(cache, torch.zeros(len(prompts), dtype=torch.long, device=device))
+    ids, rest = _left_pad([p[common:] for p in prompts], pad, device)
+    mask = torch.cat([torch.ones(len(prompts), common, dtype=torch.long, device=device), rest], -1)
+    positions = (common + rest.cumsum(-1) - 1).clamp_(min=common)
+    return model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                 use_cache=True, **keep), mask
+
+
+# A batch prefix shorter than this is prefilled with the rest: the extra forward pass would cost
+# more than it saves.
+MIN_BATCH_PREFIX = 32
+# Families whose every layer is attention (a MoE MLP does not attend): a batch prefix is exact.
+ATTENTION_ONLY_MODELS = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe"})
+
+
+def _common_prefix(prompts: list[list[int]]) -> int:
+    """Tokens every prompt starts with, leaving each at least one of its own (0 for one prompt)."""
+    if len(prompts) < 2:
+        return 0
+    return min(len(os.path.commonprefix(prompts)), min(len(p) for p in prompts) - 1)
+
+
+def _batch_prefix_supported(model: Any) -> bool:
+    return (getattr(getattr(model, "config", None), "model_type", None) in ATTENTION_ONLY_MODELS
+            and _prefix_attention_supported(model))
+
+
 def _prefix_attention_supported(model: Any) -> bool:
     cfg = getattr(model, "config", None)
     return (getattr(cfg, "model_type", None) in PREFIX_ATTENTION_MODELS
@@ -254,13 +303,8 @@ def _generate_batch(model, prompts: list[list[int]], n: int, seeds: list[int | N
     """P prompts × n samples (rows prompt-major); the prompts are prefilled once."""
     device = next(model.parameters()).device
     pad = 0  # any valid id: masked in the prompt, fed to finished rows, never in a result
-    ids, mask = _left_pad(prompts, pad, device)
+    out, mask = _prefill(model, prompts, pad, device)
     lengths = mask.sum(-1)
-    positions = (mask.cumsum(-1) - 1).clamp_(min=0)
-    # Only the last position's logits are needed (a vocabulary-wide row per prompt token otherwise).
-    takes_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
-    keep = {"logits_to_keep": 1} if takes_keep else {}
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **keep)
     logits = out.logits[:, -1].float().repeat_interleave(n, dim=0)
     cache = out.past_key_values
     rows = len(prompts) * n
