@@ -114,23 +114,18 @@ class Profile(Turn):
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) < len(pairs):
-        seen: set[str] = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ValueError(f"duplicate key {dup!r}")
+        raise ValueError(f"duplicate key {next(k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i]))!r}")
     return obj
 
 
 def loads_unique(text: str) -> Any:
-    """json.loads, refusing an object with a duplicate key at any depth (ValueError): JSON
-    parsers differ on which of two values for one key wins (Python's and JavaScript's keep the
-    last, others the first or reject the text), so such a text names no one value, and keeping
-    either would silently lose the other."""
+    """json.loads, refusing a duplicate key at any depth (ValueError): parsers differ on which of
+    two values wins, so such a text names no one value and keeping either loses the other."""
     return json.loads(text, object_pairs_hook=_unique_keys)
 
 
 def parse_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any]:
-    """A call's arguments as a dict (ValueError when they are not one JSON object with unique
-    keys)."""
+    """A call's arguments as a dict (ValueError unless one JSON object with unique keys)."""
     if arguments is None or arguments == "":
         return {}
     if isinstance(arguments, dict):
