@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pivotrl_testbed.testbed.build import TestbedConfig, in_domain_examples, world_list_examples
+from pivotrl_testbed.testbed.build import TestbedConfig
+from pivotrl_testbed.testbed.criteria import in_domain_examples, world_list_examples
 from pivotrl_testbed.testbed.experts import ExpertConfig, run_expert
 from pivotrl_testbed.testbed.tasks import make_tasks, world_module
 from pivotrl_testbed.testbed.variants import VariantSpec, make_variant, translate, translate_all

@@ -5,6 +5,7 @@ Writes (docs/DESIGN.md, contract):
     DIR/ood/train.jsonl, eval.jsonl       OOD tasks of every family
     DIR/base/                             the tiny base model + tokenizer (HF format)
     DIR/pretrain/<world>.jsonl            the weak expert's trajectories the base learned from
+    DIR/pretrain/stage<N>/<world>.jsonl   those of each further stage (testbed/stages.py)
     DIR/build.json                        config, its hash, build seconds, parameter count,
                                           pretraining stats and the base's metrics
 
@@ -25,12 +26,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from pivotrl_testbed.evaluate import EvalConfig
 from pivotrl.io.records import write_atomic, write_text_atomic
 from pivotrl.io.yaml_config import load_model
 from pivotrl_testbed.testbed.pretrain import PretrainConfig
+from pivotrl_testbed.testbed.stages import PretrainStage, check_stages
 from pivotrl_testbed.testbed.tiny import TinyModelConfig
 
 BUILD_VERSION = 2  # bump when the build's code changes the data or the weights it writes
@@ -50,7 +52,8 @@ _HASHED_UNLESS: dict[str, Any] = {"variants": 0, "variant_seed": 0, "variant_nam
                                   "variant_own_share": None, "agentic_ood_families": [],
                                   "tokenizer_isolate_names": False, "tokenizer_spell_values": False,
                                   "variant_prompts": "fixed", "variant_replies": "world",
-                                  "weak_slips": 0.0, "weak_false_starts": 0.0}
+                                  "weak_slips": 0.0, "weak_false_starts": 0.0,
+                                  "pretrain_stages": []}
 
 
 class TestbedConfig(BaseModel):
@@ -149,6 +152,10 @@ class TestbedConfig(BaseModel):
         "base cannot copy them from the list (docs/RESULTS.md, \"Candidates\").")
     model: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Base model shape.")
     pretrain: PretrainConfig = Field(default_factory=PretrainConfig, description="Base pretraining loop.")
+    pretrain_stages: list[PretrainStage] = Field(
+        default_factory=list, description="Further pretraining stages after `pretrain`, each on "
+        "the previous stage's weights and a mixture remade with some data fields changed "
+        "(testbed/stages.py). `--base-from` a finished build of `first_stage()` skips the first.")
     eval: EvalConfig = Field(default_factory=lambda: EvalConfig(episodes=50, turn_trajectories=30),
                              description="How the base is measured for build.json.")
     workers: int = Field(4, description="Threads generating trajectories (terminal commands run "
@@ -160,6 +167,20 @@ class TestbedConfig(BaseModel):
 
         return VariantSpec(self.variants, self.variant_seed, self.variant_names, self.variant_own_share,
                            self.variant_prompts, self.variant_replies)
+
+    def first_stage(self) -> "TestbedConfig":  # the build whose base the further stages start from
+        return self.model_copy(update={"pretrain_stages": []})
+
+    def weak_expert(self):
+        """The weak expert the base pretrains on, as an `experts.ExpertConfig`."""
+        from pivotrl_testbed.testbed.experts import ExpertConfig
+
+        return ExpertConfig(noise=self.weak_noise, habit=self.weak_habit, slips=self.weak_slips,
+                            false_starts=self.weak_false_starts)
+
+    @model_validator(mode="after")
+    def _stages_valid(self) -> "TestbedConfig":  # each stage's mixture, checked with the config
+        return check_stages(self)
 
     @field_validator("agentic_ood_families")
     @classmethod
@@ -239,27 +260,29 @@ def pretrain_examples(weak: dict[str, list], ood_tasks: list, ood_repeat: int = 
     return examples
 
 
+def weak_trajectories(cfg: TestbedConfig, world: str) -> list:
+    """The weak expert's pretraining trajectories of `world` (in the variants, with `variants`)."""
+    from pivotrl_testbed.testbed.variants import translate_all
+
+    trajs = _trajectories(world, "train", cfg.n_weak, cfg.weak_seed, cfg.weak_expert(),
+                          cfg.weak_task_start, cfg.workers)
+    return translate_all(trajs, world, cfg.variant_spec()) if cfg.variants else trajs
+
+
 def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tuple[dict, dict, dict, list]:
     """Expert (train/eval) and weak trajectories per world, and the OOD tasks, written under
     `out`; returns (expert by (world, split), weak by world, OOD counts, OOD train tasks)."""
     from pivotrl_testbed.testbed import ood
-    from pivotrl_testbed.testbed.experts import ExpertConfig
-    from pivotrl_testbed.testbed.variants import translate_all
 
     say("expert trajectories")
     expert, weak = {}, {}
-    weak_cfg = ExpertConfig(noise=cfg.weak_noise, habit=cfg.weak_habit, slips=cfg.weak_slips,
-                            false_starts=cfg.weak_false_starts)
     for w in cfg.worlds:
         for split, n in (("train", cfg.n_train), ("eval", cfg.n_eval)):
             trajs = _trajectories(w, split, n, cfg.expert_seed, None, 0, cfg.workers)
             write_atomic(out / w / f"{split}.jsonl", trajs)
             expert[(w, split)] = trajs
         say(f"weak trajectories: {w}")
-        weak[w] = _trajectories(w, "train", cfg.n_weak, cfg.weak_seed, weak_cfg,
-                                cfg.weak_task_start, cfg.workers)
-        if cfg.variants:
-            weak[w] = translate_all(weak[w], w, cfg.variant_spec())
+        weak[w] = weak_trajectories(cfg, w)
         write_atomic(out / "pretrain" / f"{w}.jsonl", weak[w])
     ood_counts = ood.write_ood(out / "ood", cfg.ood_train, cfg.ood_eval, seed=0,
                                families=cfg.ood_families, extra=agentic_tasks(cfg))
@@ -286,13 +309,11 @@ def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: lis
     from pivotrl_testbed.testbed.agentic_ood import expected_reply
     from pivotrl_testbed.testbed.tiny import build_tokenizer
 
-    # only to render texts with the template
     seed_tok = build_tokenizer([], vocab_size=300, isolate_names=cfg.tokenizer_isolate_names,
-                               spell_values=cfg.tokenizer_spell_values)
+                               spell_values=cfg.tokenizer_spell_values)  # only to render texts
 
     def render(messages, tools):
-        return seed_tok.apply_chat_template(template_messages(messages), tools=tools or None,
-                                            tokenize=False)
+        return seed_tok.apply_chat_template(template_messages(messages), tools=tools or None, tokenize=False)
 
     # With variants the worlds' own names stay out of the vocabulary's training text: a token
     # the base never saw in pretraining has an untrained embedding, and it could never write it.
@@ -306,25 +327,27 @@ def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: lis
 
 def pretrain_base(cfg: TestbedConfig, tokenizer, weak: dict, ood_train: list,
                   say: Callable[[str], None], checkpoint: Path | None = None,
-                  log_file: Path | None = None, live: Callable[[str], None] | None = None):
-    """A fresh tiny model (seeded init) pretrained on the mixture; returns (model, stats). With
-    `checkpoint`, the loop saves its state there and resumes a killed build of this config;
-    `log_file` gets a line with rate and ETA every 30 s (a build runs for up to an hour), `live`
-    one every 5 s (a progress bar's text; default `say`)."""
+                  log_file: Path | None = None, live: Callable[[str], None] | None = None, *,
+                  model=None, checkpoint_key: str | None = None,
+                  label: str = "pretraining the base"):
+    """`model` (default: a fresh tiny model, seeded init) pretrained on the mixture; returns
+    (model, stats). With `checkpoint`, the loop saves its state there and resumes a killed build
+    of this config (`checkpoint_key`, default its hash); `log_file` gets rate and ETA every 30 s,
+    `live` a line every 5 s (a progress bar's text; default `say`)."""
     import torch
 
     from pivotrl.io.progress import ProgressLog
     from pivotrl_testbed.testbed.pretrain import pretrain
     from pivotrl_testbed.testbed.tiny import build_model
 
-    say("pretraining the base")
+    say(label)
     torch.set_num_threads(cfg.pretrain.threads)
-    model = build_model(tokenizer, cfg.model)
+    model = model if model is not None else build_model(tokenizer, cfg.model)
     last, log = [0.0], []
 
     def on_step(step: int, loss: float) -> None:
         if not log:  # opened at the first step run, so a resumed build's rate counts new steps
-            log.append(ProgressLog("pretraining the base: step", cfg.pretrain.steps,
+            log.append(ProgressLog(f"{label}: step", cfg.pretrain.steps,
                                    log_file=log_file, echo=False, start=step - 1))
         log[0].update(step, f"loss {loss:.3f}")
         if time.time() - last[0] > 5 or step == cfg.pretrain.steps:
@@ -332,9 +355,10 @@ def pretrain_base(cfg: TestbedConfig, tokenizer, weak: dict, ood_train: list,
             (live or say)(f"{log[0].line(step)} · loss {loss:.3f}")
 
     stats = pretrain(model, tokenizer, pretrain_examples(weak, ood_train, cfg.ood_repeat),
-                     cfg.pretrain, on_step, checkpoint=checkpoint, checkpoint_key=cfg.digest())
+                     cfg.pretrain, on_step, checkpoint=checkpoint,
+                     checkpoint_key=checkpoint_key or cfg.digest())
     if stats["resumed_from"]:
-        say(f"pretraining the base: resumed at step {stats['resumed_from']}")
+        say(f"{label}: resumed at step {stats['resumed_from']}")
     return model, stats
 
 
@@ -348,6 +372,8 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     are not this build's."""
     from pivotrl_testbed.evaluate import evaluate_model
     from pivotrl_testbed.testbed import shipped
+    from pivotrl_testbed.testbed.criteria import in_domain_examples, world_list_examples
+    from pivotrl_testbed.testbed.stages import run_stages
     from pivotrl_testbed.testbed.tiny import load_tiny, parameter_count, save_tiny
 
     cfg = cfg or TestbedConfig()
@@ -379,25 +405,37 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     t0 = lap("tokenizer", t0)
     tokenizer.save_pretrained(out / "base")
     root = Path(base_from) if base_from is not None else shipped.SHIPPED
-    ship, source = None, "pretrained"
+    ship, start_from, source, stage_stats = None, None, "pretrained", []
     if base_from is not None:
-        if why := shipped.mismatch(cfg.digest(), out / "base", root):
+        if not (why := shipped.mismatch(cfg.digest(), out / "base", root)):
+            ship, source = shipped.shipped_info(root), f"kept ({base_from})"
+        elif cfg.pretrain_stages and not shipped.mismatch(cfg.first_stage().digest(), out / "base", root):
+            start_from = shipped.shipped_info(root)  # the weights the further stages start from
+            source = f"first stage kept ({base_from}, build hash {start_from['config_hash']})"
+        else:
             raise ValueError(f"--base-from {base_from}: not this build's base: {why}")
-        ship, source = shipped.shipped_info(root), f"kept ({base_from})"
     elif use_shipped_base:
         ship, source = shipped.usable(cfg.digest(), out / "base"), "shipped"
+    if ship is not None or start_from is not None:
+        shipped.install(out / "base", root)
+        model, _ = load_tiny(out / "base")
     if ship is not None:
         source = f"{source} (build hash {ship['config_hash']})"
         say(f"base: the {source} weights (same config hash, identical tokenizer)")
-        shipped.install(out / "base", root)
-        model, _ = load_tiny(out / "base")
-        stats = ship["pretrain"]
+        stats, stage_stats = ship["pretrain"], ship.get("pretrain_stages", [])
     else:
-        state = out / "pretrain" / "state.pt"
-        model, stats = pretrain_base(cfg, tokenizer, weak, ood_train, say, checkpoint=state,
-                                     log_file=log_file, live=show)
+        if start_from is not None:
+            say(f"base: {source}; then the further stages")
+            stats = start_from["pretrain"]
+        else:
+            model, stats = pretrain_base(cfg, tokenizer, weak, ood_train, say,
+                                         checkpoint=out / "pretrain" / "state.pt",
+                                         log_file=log_file, live=show)
+        if cfg.pretrain_stages:
+            model, stage_stats = run_stages(out, cfg, model, tokenizer, say, log_file, live=show)
         save_tiny(model, tokenizer, out / "base")
-        state.unlink(missing_ok=True)
+        for state in (out / "pretrain").glob("state*.pt"):  # kept until every stage is done
+            state.unlink()
     t0 = lap("pretrain", t0)
 
     info: dict[str, Any] = {
@@ -408,10 +446,13 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
                    **{f"ood/{k}": v for k, v in ood_counts.items()}},
         "weak_success": {w: sum(t.metadata.get("success", False) for t in v) / max(1, len(v))
                          for w, v in weak.items()},
-        "pretrain_in_domain": {w: in_domain_examples(w, v) for w, v in weak.items()},
-        "pretrain_world_lists": {w: world_list_examples(w, v) for w, v in weak.items()},
+        # criteria 1 and 1b: every stage's data counts
+        **{key: {w: count(w, v) + sum(s[short][w] for s in stage_stats) for w, v in weak.items()}
+           for key, short, count in (("pretrain_in_domain", "in_domain", in_domain_examples),
+                                     ("pretrain_world_lists", "world_lists", world_list_examples))},
         "pretrain": stats,
-        "base_source": source if ship is not None else "pretrained",
+        **({"pretrain_stages": stage_stats} if stage_stats else {}),
+        "base_source": source,
     }
     say("measuring the base")
     info["base"] = evaluate_model(model, tokenizer, out, cfg.eval, progress=lambda m: say(f"base: {m}"))
@@ -458,35 +499,3 @@ def position_success(model, tokenizer, trajectories: Path, n: int = SKILL_TRAJEC
                        "mixed": round(sum(outcome([s.reward for s in p.samples]) == "mixed"
                                           for p in ps) / len(ps), 4)}
             for pos, ps in sorted(by.items())}
-
-
-def in_domain_examples(world: str, trajectories: list) -> int:
-    """How many pretraining trajectories hold one of `world`'s own tool names or its system
-    prompt: 0 when the base meets the world only through the demo's data."""
-    from pivotrl_testbed.testbed.tasks import world_module
-
-    mod = world_module(world)
-    names = {t["function"]["name"] for t in mod.TOOLS}
-    return sum(bool(names & {t["function"]["name"] for t in traj.tools or []})
-               or any(m.role == "system" and m.content == mod.SYSTEM_PROMPT for m in traj.messages)
-               for traj in trajectories)
-
-
-def world_list_examples(world: str, trajectories: list) -> int:
-    """How many pretraining trajectories hold `world`'s whole tool list (every tool name and
-    argument key the world has) or its system prompt: 0 when the base never met the world as
-    such, though it may have met some of its names elsewhere (`variant_names: shared`)."""
-    from pivotrl_testbed.testbed.tasks import world_module
-
-    mod = world_module(world)
-    own = {(t["function"]["name"], k) for t in mod.TOOLS for k in t["function"]["parameters"]["properties"]}
-
-    def listed(traj) -> set:
-        return {(t["function"]["name"], k) for t in traj.tools or []
-                for k in t["function"].get("parameters", {}).get("properties", {})}
-
-    return sum(own <= listed(traj)
-               or any(m.role == "system" and m.content == mod.SYSTEM_PROMPT for m in traj.messages)
-               for traj in trajectories)
-
-

@@ -100,3 +100,35 @@ def check(build: dict[str, Any], items: Sequence[dict[str, Any]],
     out["7_default_demo_within_20_min"] = {"verdict": "open",
                                            "why": "measured by a default demo run on the base"}
     return out
+
+
+def in_domain_examples(world: str, trajectories: list) -> int:
+    """How many pretraining trajectories hold one of `world`'s own tool names or its system
+    prompt: 0 when the base meets the world only through the demo's data."""
+    from pivotrl_testbed.testbed.tasks import world_module
+
+    mod = world_module(world)
+    names = {t["function"]["name"] for t in mod.TOOLS}
+    return sum(bool(names & {t["function"]["name"] for t in traj.tools or []})
+               or any(m.role == "system" and m.content == mod.SYSTEM_PROMPT for m in traj.messages)
+               for traj in trajectories)
+
+
+def world_list_examples(world: str, trajectories: list) -> int:
+    """How many pretraining trajectories hold `world`'s whole tool list (every tool name and
+    argument key the world has) or its system prompt: 0 when the base never met the world as
+    such, though it may have met some of its names elsewhere (`variant_names: shared`)."""
+    from pivotrl_testbed.testbed.tasks import world_module
+
+    mod = world_module(world)
+    own = {(t["function"]["name"], k) for t in mod.TOOLS for k in t["function"]["parameters"]["properties"]}
+
+    def listed(traj) -> set:
+        return {(t["function"]["name"], k) for t in traj.tools or []
+                for k in t["function"].get("parameters", {}).get("properties", {})}
+
+    return sum(own <= listed(traj)
+               or any(m.role == "system" and m.content == mod.SYSTEM_PROMPT for m in traj.messages)
+               for traj in trajectories)
+
+

@@ -75,7 +75,7 @@ def install(out_base: Path, root: Path = SHIPPED) -> None:
 def ship(build_dir: Path, root: Path = SHIPPED) -> None:
     """Make `build_dir` (a finished default build) the shipped base."""
     info = json.loads((build_dir / "build.json").read_text(encoding="utf-8"))
-    if info.get("base_source", "pretrained") != "pretrained":
+    if info.get("base_source", "pretrained").startswith(("shipped", "kept")):  # weights it copied
         raise ValueError(f"{build_dir}: its base was not pretrained by this build ({info['base_source']})")
     (root / "base").mkdir(parents=True, exist_ok=True)
     for name in BASE_FILES:

@@ -1,0 +1,87 @@
+"""Further pretraining stages: a recipe one can rebuild from scratch or start from a kept build."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from pivotrl_testbed.testbed import shipped, stages
+from pivotrl_testbed.testbed.build import TestbedConfig, build_testbed, load_config
+from pivotrl_testbed.testbed.pretrain import PretrainConfig
+from pivotrl_testbed.testbed.stages import PretrainStage, stage_config
+
+STAGE_DATA = {"weak_seed": 5, "weak_task_start": 200_000}
+
+
+def staged(cfg: TestbedConfig) -> TestbedConfig:
+    stage = PretrainStage(data=STAGE_DATA, pretrain=PretrainConfig(
+        steps=10, warmup=2, threads=1, tokens_per_batch=1024, seed=3, lr=3e-4))
+    return cfg.model_copy(update={"pretrain_stages": [stage]})
+
+
+def weights(build_dir) -> str:
+    return hashlib.sha256((build_dir / "base" / "model.safetensors").read_bytes()).hexdigest()
+
+
+def ids(path) -> list[str]:
+    return [json.loads(line)["id"] for line in path.read_text().splitlines()]
+
+
+def test_a_stage_changes_the_mixture_and_nothing_else():
+    with pytest.raises(ValidationError, match=r"cannot change \['model', 'vocab_size'\]"):
+        PretrainStage(data={"model": {}, "vocab_size": 10, "weak_seed": 2})
+    cfg = staged(TestbedConfig().quick())
+    assert cfg.first_stage().digest() == TestbedConfig().quick().digest()  # no stages, old hash
+    assert cfg.digest() != cfg.first_stage().digest()
+    mix = stage_config(cfg, 0)
+    assert (mix.weak_seed, mix.weak_task_start) == (5, 200_000)
+    assert mix.model == cfg.model and mix.vocab_size == cfg.vocab_size and not mix.pretrain_stages
+    bad = {**cfg.model_dump(), "pretrain_stages": [{"data": {"variant_own_share": 1.5}}]}
+    with pytest.raises(ValidationError, match="(?s)stage 1.*variant_own_share.*less than 1"):
+        TestbedConfig.model_validate(bad)  # a stage's mixture is checked with the config
+
+
+def test_the_candidate_configs_with_stages_start_from_their_kept_builds():
+    for name, kept in (("s", "r3"), ("s2", "r3")):
+        cfg = load_config(f"configs/testbed_candidate_{name}.yaml")
+        assert cfg.pretrain_stages, name
+        record = json.loads(open(f"docs/results/candidates/{kept}/build.json").read())
+        assert cfg.first_stage().digest() == record["config_hash"], name
+
+
+def test_a_staged_build_from_a_kept_first_stage_equals_one_from_scratch(quick_testbed, tmp_path,
+                                                                         monkeypatch):
+    built, _ = quick_testbed
+    cfg = staged(TestbedConfig().quick())
+    kept = build_testbed(tmp_path / "kept", cfg, base_from=built)
+    assert kept["base_source"].startswith(f"first stage kept ({built}")
+    assert weights(tmp_path / "kept") != weights(built)  # the stage trained on
+    stage = kept["pretrain_stages"][0]
+    assert stage["steps"] == 10 and stage["data"] == STAGE_DATA
+    assert set(stage["world_lists"]) == set(cfg.worlds)
+    fresh = ids(tmp_path / "kept" / "pretrain" / "stage1" / "toolshop.jsonl")
+    assert len(fresh) == cfg.n_weak and not set(fresh) & set(ids(built / "pretrain" / "toolshop.jsonl"))
+    assert not list((tmp_path / "kept" / "pretrain").glob("state*.pt"))
+    shipped.ship(tmp_path / "kept", tmp_path / "root")  # its stage was trained here: shippable
+
+    # From scratch, killed as its stage starts: the rerun resumes, not repeats, the first stage.
+    real = stages.stage_mixture
+    monkeypatch.setattr(stages, "stage_mixture", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("killed")))
+    with pytest.raises(RuntimeError, match="killed"):
+        build_testbed(tmp_path / "scratch", cfg, use_shipped_base=False)
+    assert (tmp_path / "scratch" / "pretrain" / "state.pt").is_file()
+    monkeypatch.setattr(stages, "stage_mixture", real)
+    scratch = build_testbed(tmp_path / "scratch", cfg, use_shipped_base=False)
+    assert scratch["base_source"] == "pretrained"
+    assert scratch["pretrain"]["resumed_from"] == cfg.pretrain.steps
+    assert weights(tmp_path / "scratch") == weights(tmp_path / "kept")
+
+
+def test_base_from_a_build_that_is_neither_this_config_nor_its_first_stage_stops(quick_testbed, tmp_path):
+    built, _ = quick_testbed
+    other = staged(TestbedConfig().quick().model_copy(update={"ood_repeat": 3}))
+    with pytest.raises(ValueError, match="--base-from .*config hash"):
+        build_testbed(tmp_path / "other", other, base_from=built)
