@@ -8,6 +8,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from pivotrl_testbed.testbed import build as build_mod
 from pivotrl_testbed.testbed import shipped, stages
 from pivotrl_testbed.testbed.build import TestbedConfig, build_testbed, load_config
 from pivotrl_testbed.testbed.pretrain import PretrainConfig
@@ -16,10 +17,18 @@ from pivotrl_testbed.testbed.stages import PretrainStage, stage_config
 STAGE_DATA = {"weak_seed": 5, "weak_task_start": 200_000}
 
 
-def staged(cfg: TestbedConfig) -> TestbedConfig:
-    stage = PretrainStage(data=STAGE_DATA, pretrain=PretrainConfig(
-        steps=10, warmup=2, threads=1, tokens_per_batch=1024, seed=3, lr=3e-4))
-    return cfg.model_copy(update={"pretrain_stages": [stage]})
+def staged(cfg: TestbedConfig, n: int = 1) -> TestbedConfig:
+    stages_ = [PretrainStage(data={**STAGE_DATA, "weak_seed": 5 + i}, pretrain=PretrainConfig(
+        steps=10, warmup=2, threads=1, tokens_per_batch=1024, seed=3 + i, lr=3e-4)) for i in range(n)]
+    return cfg.model_copy(update={"pretrain_stages": stages_})
+
+
+def unmeasured(monkeypatch) -> None:
+    """Builds in these tests skip measuring the base (seconds each): their weights are the point."""
+    import pivotrl_testbed.evaluate
+
+    monkeypatch.setattr(pivotrl_testbed.evaluate, "evaluate_model", lambda *a, **k: {})
+    monkeypatch.setattr(build_mod, "position_success", lambda *a, **k: {})
 
 
 def weights(build_dir) -> str:
@@ -34,8 +43,8 @@ def test_a_stage_changes_the_mixture_and_nothing_else():
     with pytest.raises(ValidationError, match=r"cannot change \['model', 'vocab_size'\]"):
         PretrainStage(data={"model": {}, "vocab_size": 10, "weak_seed": 2})
     cfg = staged(TestbedConfig().quick())
-    assert cfg.first_stage().digest() == TestbedConfig().quick().digest()  # no stages, old hash
-    assert cfg.digest() != cfg.first_stage().digest()
+    assert cfg.with_stages(0).digest() == TestbedConfig().quick().digest()  # no stages, old hash
+    assert cfg.digest() != cfg.with_stages(0).digest()
     mix = stage_config(cfg, 0)
     assert (mix.weak_seed, mix.weak_task_start) == (5, 200_000)
     assert mix.model == cfg.model and mix.vocab_size == cfg.vocab_size and not mix.pretrain_stages
@@ -49,15 +58,16 @@ def test_the_candidate_configs_with_stages_start_from_their_kept_builds():
         cfg = load_config(f"configs/testbed_candidate_{name}.yaml")
         assert cfg.pretrain_stages, name
         record = json.loads(open(f"docs/results/candidates/{kept}/build.json").read())
-        assert cfg.first_stage().digest() == record["config_hash"], name
+        assert cfg.with_stages(0).digest() == record["config_hash"], name
 
 
 def test_a_staged_build_from_a_kept_first_stage_equals_one_from_scratch(quick_testbed, tmp_path,
                                                                          monkeypatch):
     built, _ = quick_testbed
+    unmeasured(monkeypatch)
     cfg = staged(TestbedConfig().quick())
     kept = build_testbed(tmp_path / "kept", cfg, base_from=built)
-    assert kept["base_source"].startswith(f"first stage kept ({built}")
+    assert kept["base_source"].startswith(f"continued from {built}")
     assert weights(tmp_path / "kept") != weights(built)  # the stage trained on
     stage = kept["pretrain_stages"][0]
     assert stage["steps"] == 10 and stage["data"] == STAGE_DATA
@@ -80,7 +90,23 @@ def test_a_staged_build_from_a_kept_first_stage_equals_one_from_scratch(quick_te
     assert weights(tmp_path / "scratch") == weights(tmp_path / "kept")
 
 
-def test_base_from_a_build_that_is_neither_this_config_nor_its_first_stage_stops(quick_testbed, tmp_path):
+def test_a_kept_staged_build_is_continued_by_a_config_with_more_stages(quick_testbed, tmp_path,
+                                                                       monkeypatch):
+    built, _ = quick_testbed
+    unmeasured(monkeypatch)
+    one, two = staged(TestbedConfig().quick()), staged(TestbedConfig().quick(), 2)
+    first = build_testbed(tmp_path / "one", one, base_from=built)
+    chained = build_testbed(tmp_path / "chained", two, base_from=tmp_path / "one")
+    assert chained["base_source"].startswith(f"continued from {tmp_path / 'one'}")
+    assert "1 further stages" in chained["base_source"]
+    assert chained["pretrain_stages"][0] == first["pretrain_stages"][0]
+    assert [s["data"]["weak_seed"] for s in chained["pretrain_stages"]] == [5, 6]
+    assert not (tmp_path / "chained" / "pretrain" / "stage1").exists()  # only the new stage ran
+    direct = build_testbed(tmp_path / "direct", two, base_from=built)
+    assert weights(tmp_path / "direct") == weights(tmp_path / "chained") != weights(tmp_path / "one")
+
+
+def test_base_from_a_build_that_is_neither_this_config_nor_a_prefix_of_it_stops(quick_testbed, tmp_path):
     built, _ = quick_testbed
     other = staged(TestbedConfig().quick().model_copy(update={"ood_repeat": 3}))
     with pytest.raises(ValueError, match="--base-from .*config hash"):

@@ -32,7 +32,7 @@ from pivotrl_testbed.evaluate import EvalConfig
 from pivotrl.io.records import write_atomic, write_text_atomic
 from pivotrl.io.yaml_config import load_model
 from pivotrl_testbed.testbed.pretrain import PretrainConfig
-from pivotrl_testbed.testbed.stages import PretrainStage, check_stages
+from pivotrl_testbed.testbed.stages import PretrainStage, check_stages, run_stages
 from pivotrl_testbed.testbed.tiny import TinyModelConfig
 
 BUILD_VERSION = 2  # bump when the build's code changes the data or the weights it writes
@@ -155,7 +155,7 @@ class TestbedConfig(BaseModel):
     pretrain_stages: list[PretrainStage] = Field(
         default_factory=list, description="Further pretraining stages after `pretrain`, each on "
         "the previous stage's weights and a mixture remade with some data fields changed "
-        "(testbed/stages.py). `--base-from` a finished build of `first_stage()` skips the first.")
+        "(testbed/stages.py). `--base-from` a finished build of `with_stages(k)` runs the rest.")
     eval: EvalConfig = Field(default_factory=lambda: EvalConfig(episodes=50, turn_trajectories=30),
                              description="How the base is measured for build.json.")
     workers: int = Field(4, description="Threads generating trajectories (terminal commands run "
@@ -168,8 +168,8 @@ class TestbedConfig(BaseModel):
         return VariantSpec(self.variants, self.variant_seed, self.variant_names, self.variant_own_share,
                            self.variant_prompts, self.variant_replies)
 
-    def first_stage(self) -> "TestbedConfig":  # the build whose base the further stages start from
-        return self.model_copy(update={"pretrain_stages": []})
+    def with_stages(self, k: int) -> "TestbedConfig":  # this config's first k further stages only
+        return self.model_copy(update={"pretrain_stages": self.pretrain_stages[:k]})
 
     def weak_expert(self):
         """The weak expert the base pretrains on, as an `experts.ExpertConfig`."""
@@ -373,7 +373,6 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     from pivotrl_testbed.evaluate import evaluate_model
     from pivotrl_testbed.testbed import shipped
     from pivotrl_testbed.testbed.criteria import in_domain_examples, world_list_examples
-    from pivotrl_testbed.testbed.stages import run_stages
     from pivotrl_testbed.testbed.tiny import load_tiny, parameter_count, save_tiny
 
     cfg = cfg or TestbedConfig()
@@ -388,16 +387,14 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
             f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}\n")
 
     if not force and is_built(out, cfg):
-        info = json.loads((out / "build.json").read_text(encoding="utf-8"))
-        return {**info, "cached": True}
-    start = time.time()
+        return {**json.loads((out / "build.json").read_text(encoding="utf-8")), "cached": True}
+    start = t0 = time.time()
     timings: dict[str, float] = {}
 
     def lap(name: str, t0: float) -> float:
         timings[name] = round(time.time() - t0, 1)
         return time.time()
 
-    t0 = time.time()
     expert, weak, ood_counts, ood_train = write_data(out, cfg, say)
     t0 = lap("data", t0)
     say("tokenizer")
@@ -405,18 +402,21 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     t0 = lap("tokenizer", t0)
     tokenizer.save_pretrained(out / "base")
     root = Path(base_from) if base_from is not None else shipped.SHIPPED
-    ship, start_from, source, stage_stats = None, None, "pretrained", []
-    if base_from is not None:
-        if not (why := shipped.mismatch(cfg.digest(), out / "base", root)):
-            ship, source = shipped.shipped_info(root), f"kept ({base_from})"
-        elif cfg.pretrain_stages and not shipped.mismatch(cfg.first_stage().digest(), out / "base", root):
-            start_from = shipped.shipped_info(root)  # the weights the further stages start from
-            source = f"first stage kept ({base_from}, build hash {start_from['config_hash']})"
+    ship, kept, source, stage_stats, done = None, None, "pretrained", [], 0
+    if base_from is not None:  # a kept build of this config, or of it with its first `done` stages
+        done = next((k for k in range(len(cfg.pretrain_stages), -1, -1)
+                     if not shipped.mismatch(cfg.with_stages(k).digest(), out / "base", root)), None)
+        if done is None:
+            raise ValueError(f"--base-from {base_from}: not this build's base: "
+                             f"{shipped.mismatch(cfg.digest(), out / 'base', root)}")
+        kept = shipped.shipped_info(root)
+        if done == len(cfg.pretrain_stages):
+            ship, source = kept, f"kept ({base_from})"
         else:
-            raise ValueError(f"--base-from {base_from}: not this build's base: {why}")
+            source = f"continued from {base_from} (build hash {kept['config_hash']}, {done} further stages)"
     elif use_shipped_base:
         ship, source = shipped.usable(cfg.digest(), out / "base"), "shipped"
-    if ship is not None or start_from is not None:
+    if ship is not None or kept is not None:
         shipped.install(out / "base", root)
         model, _ = load_tiny(out / "base")
     if ship is not None:
@@ -424,15 +424,14 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
         say(f"base: the {source} weights (same config hash, identical tokenizer)")
         stats, stage_stats = ship["pretrain"], ship.get("pretrain_stages", [])
     else:
-        if start_from is not None:
-            say(f"base: {source}; then the further stages")
-            stats = start_from["pretrain"]
+        if kept is not None:
+            say(f"base: {source}; then the rest")
+            stats, stage_stats = kept["pretrain"], kept.get("pretrain_stages", [])
         else:
             model, stats = pretrain_base(cfg, tokenizer, weak, ood_train, say,
                                          checkpoint=out / "pretrain" / "state.pt",
                                          log_file=log_file, live=show)
-        if cfg.pretrain_stages:
-            model, stage_stats = run_stages(out, cfg, model, tokenizer, say, log_file, live=show)
+        stage_stats = stage_stats + run_stages(out, cfg, model, tokenizer, say, log_file, show, done)
         save_tiny(model, tokenizer, out / "base")
         for state in (out / "pretrain").glob("state*.pt"):  # kept until every stage is done
             state.unlink()

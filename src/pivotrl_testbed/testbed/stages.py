@@ -5,10 +5,11 @@ found by building candidates and measuring them (docs/RESULTS.md, "Candidates").
 candidate be one finished build's recipe *plus* a change of mixture, so a recipe that nearly
 meets the acceptance criteria is adjusted in minutes instead of rebuilt from scratch, and stays a
 recipe anyone can rebuild: `pivotrl testbed build --config C --no-shipped-base` runs the first
-stage and then each further one; `--base-from DIR` takes the first stage's weights from the
-finished build of `C` without its stages (`TestbedConfig.first_stage`).
+stage and then each further one; `--base-from DIR` takes the weights of the finished build of
+`C` with only its first k stages (`TestbedConfig.with_stages(k)`) and runs the rest.
 
-A stage changes only what the mixture is made of (`STAGE_DATA_FIELDS`: the weak expert, its
+A stage changes only what the mixture is made of, relative to the build's own fields, not to the
+stage before (`STAGE_DATA_FIELDS`: the weak expert, its
 tasks, the variants' names, the OOD repeats), never the worlds, the tokenizer or the model, which
 are the first stage's. Its weak trajectories are drawn anew (under `data`'s fields; give it a new
 `weak_task_start` for tasks the base has not seen) and written to `pretrain/stage<N>/`; its OOD
@@ -63,7 +64,7 @@ def stage_config(cfg: "TestbedConfig", index: int) -> "TestbedConfig":
     `cfg` with the stage's data fields, validated as a whole."""
     from pivotrl_testbed.testbed.build import TestbedConfig
 
-    dump = {**cfg.first_stage().model_dump(), **cfg.pretrain_stages[index].data}
+    dump = {**cfg.with_stages(0).model_dump(), **cfg.pretrain_stages[index].data}
     return TestbedConfig.model_validate(dump)
 
 
@@ -97,15 +98,15 @@ def stage_mixture(out: Path, cfg: "TestbedConfig", index: int,
 
 
 def run_stages(out: Path, cfg: "TestbedConfig", model, tokenizer, say: Callable[[str], None],
-               log_file: Path | None = None, live: Callable[[str], None] | None = None
-               ) -> tuple[Any, list[dict[str, Any]]]:
-    """Train `model` (the first stage's weights) through every stage of `cfg`, in place; returns
-    it and each stage's pretraining stats, with its mixture's counts."""
+               log_file: Path | None = None, live: Callable[[str], None] | None = None,
+               first: int = 0) -> list[dict[str, Any]]:
+    """Train `model` (the weights after `first` further stages) through the rest of `cfg`'s
+    stages, in place; returns those stages' pretraining stats, with their mixtures' counts."""
     from pivotrl_testbed.testbed.build import pretrain_base
     from pivotrl_testbed.testbed.criteria import in_domain_examples, world_list_examples
 
     stats = []
-    for i, stage in enumerate(cfg.pretrain_stages):
+    for i, stage in enumerate(cfg.pretrain_stages[first:], first):
         weak, ood_train = stage_mixture(out, cfg, i, say)
         scfg = stage_config(cfg, i).model_copy(update={"pretrain": stage.pretrain})
         _, got = pretrain_base(scfg, tokenizer, weak, ood_train, say,
@@ -117,4 +118,4 @@ def run_stages(out: Path, cfg: "TestbedConfig", model, tokenizer, say: Callable[
                       "counts": {f"pretrain/{w}": len(v) for w, v in weak.items()},
                       "in_domain": {w: in_domain_examples(w, v) for w, v in weak.items()},
                       "world_lists": {w: world_list_examples(w, v) for w, v in weak.items()}})
-    return model, stats
+    return stats
