@@ -54,7 +54,7 @@ def test_a_stage_changes_the_mixture_and_nothing_else():
 
 
 def test_the_candidate_configs_with_stages_start_from_their_kept_builds():
-    for name, kept in (("s", "r3"), ("s2", "r3")):
+    for name, kept in (("s", "r3"), ("s2", "r3"), ("t", "r3")):
         cfg = load_config(f"configs/testbed_candidate_{name}.yaml")
         assert cfg.pretrain_stages, name
         record = json.loads(open(f"docs/results/candidates/{kept}/build.json").read())
@@ -111,3 +111,13 @@ def test_base_from_a_build_that_is_neither_this_config_nor_a_prefix_of_it_stops(
     other = staged(TestbedConfig().quick().model_copy(update={"ood_repeat": 3}))
     with pytest.raises(ValueError, match="--base-from .*config hash"):
         build_testbed(tmp_path / "other", other, base_from=built)
+
+
+def test_weak_kinds_draw_the_first_tasks_of_those_kinds():
+    from pivotrl_testbed.testbed.tasks import make_tasks
+
+    some = make_tasks("toolshop", "train", 10, 200_000, ["swap", "return"])
+    every = make_tasks("toolshop", "train", 80, 200_000)
+    assert [t.id for t in some] == [t.id for t in every if t.metadata["task"]["kind"] in ("swap", "return")][:10]
+    with pytest.raises(ValueError, match=r"no task kinds \['fly'\]"):
+        make_tasks("terminal", "train", 1, kinds=["fly"])

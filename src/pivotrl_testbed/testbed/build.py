@@ -53,7 +53,7 @@ _HASHED_UNLESS: dict[str, Any] = {"variants": 0, "variant_seed": 0, "variant_nam
                                   "tokenizer_isolate_names": False, "tokenizer_spell_values": False,
                                   "variant_prompts": "fixed", "variant_replies": "world",
                                   "weak_slips": 0.0, "weak_false_starts": 0.0,
-                                  "pretrain_stages": []}
+                                  "pretrain_stages": [], "weak_kinds": {}}
 
 
 class TestbedConfig(BaseModel):
@@ -106,6 +106,8 @@ class TestbedConfig(BaseModel):
                                      "`held_out_world` tasks then open with the false start "
                                      "(testbed/agentic_ood.py). 0: none.")
     weak_seed: int = Field(1, description="Seed of the weak expert.")
+    weak_kinds: dict[str, list[str]] = Field(default_factory=dict, description="Per world, the kinds "
+                                             "of the weak expert's tasks (its KINDS; unnamed: all).")
     variants: int = Field(0, ge=0, description="0: the base is pretrained on the weak expert's "
                           "trajectories of the worlds themselves (it already knows them: no arm "
                           "could teach it anything, docs/RESULTS.md). N > 0: those trajectories "
@@ -159,7 +161,7 @@ class TestbedConfig(BaseModel):
     eval: EvalConfig = Field(default_factory=lambda: EvalConfig(episodes=50, turn_trajectories=30),
                              description="How the base is measured for build.json.")
     workers: int = Field(4, description="Threads generating trajectories (terminal commands run "
-                                        "in a subprocess sandbox, so threads overlap them).")
+                         "in a subprocess sandbox, so threads overlap them).")
 
     def variant_spec(self):
         """The variant fields as one `variants.VariantSpec`."""
@@ -170,13 +172,6 @@ class TestbedConfig(BaseModel):
 
     def with_stages(self, k: int) -> "TestbedConfig":  # this config's first k further stages only
         return self.model_copy(update={"pretrain_stages": self.pretrain_stages[:k]})
-
-    def weak_expert(self):
-        """The weak expert the base pretrains on, as an `experts.ExpertConfig`."""
-        from pivotrl_testbed.testbed.experts import ExpertConfig
-
-        return ExpertConfig(noise=self.weak_noise, habit=self.weak_habit, slips=self.weak_slips,
-                            false_starts=self.weak_false_starts)
 
     @model_validator(mode="after")
     def _stages_valid(self) -> "TestbedConfig":  # each stage's mixture, checked with the config
@@ -233,11 +228,11 @@ def is_built(out: str | Path, cfg: TestbedConfig) -> bool:
 
 
 def _trajectories(world: str, split: str, n: int, seed: int, expert_cfg=None, start: int = 0,
-                  workers: int = 4):
+                  workers: int = 4, kinds: list[str] | None = None):
     from pivotrl_testbed.testbed.experts import run_expert
     from pivotrl_testbed.testbed.tasks import make_tasks
 
-    tasks = make_tasks(world, split, n, start)
+    tasks = make_tasks(world, split, n, start, kinds)
     with ThreadPoolExecutor(max(1, workers)) as pool:
         return list(pool.map(lambda t: run_expert(t, seed, expert_cfg), tasks))
 
@@ -262,10 +257,13 @@ def pretrain_examples(weak: dict[str, list], ood_tasks: list, ood_repeat: int = 
 
 def weak_trajectories(cfg: TestbedConfig, world: str) -> list:
     """The weak expert's pretraining trajectories of `world` (in the variants, with `variants`)."""
+    from pivotrl_testbed.testbed.experts import ExpertConfig
     from pivotrl_testbed.testbed.variants import translate_all
 
-    trajs = _trajectories(world, "train", cfg.n_weak, cfg.weak_seed, cfg.weak_expert(),
-                          cfg.weak_task_start, cfg.workers)
+    weak = ExpertConfig(noise=cfg.weak_noise, habit=cfg.weak_habit, slips=cfg.weak_slips,
+                        false_starts=cfg.weak_false_starts)
+    trajs = _trajectories(world, "train", cfg.n_weak, cfg.weak_seed, weak,
+                          cfg.weak_task_start, cfg.workers, cfg.weak_kinds.get(world))
     return translate_all(trajs, world, cfg.variant_spec()) if cfg.variants else trajs
 
 

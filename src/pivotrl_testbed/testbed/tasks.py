@@ -60,8 +60,21 @@ def make_task(world: str, task_id: str) -> Trajectory:
     )
 
 
-def make_tasks(world: str, split: str, n: int, start: int = 0) -> list[Trajectory]:
-    return [make_task(world, tid) for tid in task_ids(world, split, n, start)]
+def make_tasks(world: str, split: str, n: int, start: int = 0,
+               kinds: list[str] | None = None) -> list[Trajectory]:
+    """The first `n` tasks of `split` from `<world>-<start>` on; with `kinds`, the first `n` of
+    those kinds (the others skipped)."""
+    if not kinds:
+        return [make_task(world, tid) for tid in task_ids(world, split, n, start)]
+    unknown = sorted(set(kinds) - set(world_module(world).KINDS))
+    if unknown:
+        raise ValueError(f"{world} has no task kinds {unknown}; its kinds: {world_module(world).KINDS}")
+    out, i = [], start
+    while len(out) < n:
+        more = [make_task(world, tid) for tid in task_ids(world, split, n, i)]
+        out += [t for t in more if t.metadata["task"]["kind"] in kinds][:n - len(out)]
+        i = int(more[-1].id.rsplit("-", 1)[1]) + 1
+    return out
 
 
 def describe_testbed(n_sample: int = 200) -> dict[str, Any]:
