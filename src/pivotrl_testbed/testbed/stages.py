@@ -8,10 +8,9 @@ recipe anyone can rebuild: `pivotrl testbed build --config C --no-shipped-base` 
 stage and then each further one; `--base-from DIR` takes the weights of the finished build of
 `C` with only its first k stages (`TestbedConfig.with_stages(k)`) and runs the rest.
 
-A stage changes only what the mixture is made of, relative to the build's own fields, not to the
-stage before (`STAGE_DATA_FIELDS`: the weak expert, its
-tasks, the variants' names, the OOD repeats), never the worlds, the tokenizer or the model, which
-are the first stage's. Its weak trajectories are drawn anew (under `data`'s fields; give it a new
+A stage changes only what the mixture is made of (`STAGE_DATA_FIELDS`: the weak expert, its
+tasks, the variants' names, the OOD repeats), relative to the build's own fields, not to the
+stage before; never the worlds, the tokenizer or the model, which are the first stage's. Its weak trajectories are drawn anew (under `data`'s fields; give it a new
 `weak_task_start` for tasks the base has not seen) and written to `pretrain/stage<N>/`; its OOD
 tasks are the build's own non-agentic ones and its agentic-format ones remade under the stage's
 variants. It trains with a fresh optimizer and its own schedule (`pretrain`); its loop state is
