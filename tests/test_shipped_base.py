@@ -9,7 +9,7 @@ import pytest
 
 from pivotrl_testbed.testbed import build as build_mod
 from pivotrl_testbed.testbed import shipped
-from pivotrl_testbed.testbed.build import TestbedConfig, build_testbed
+from pivotrl_testbed.testbed.build import TestbedConfig, build_testbed, load_config
 
 
 def weights_digest(base_dir) -> str:
@@ -21,9 +21,14 @@ def test_the_shipped_base_is_the_default_configs():
     # the base fails here: the shipped weights would silently stop being used.
     info = shipped.shipped_info()
     assert info is not None, "no shipped base in the package"
-    assert info["config_hash"] == TestbedConfig().digest()
-    assert info.get("base_source", "pretrained") == "pretrained"
+    assert info["config_hash"] == load_config(None).digest()
+    assert not info["base_source"].startswith(("shipped", "kept"))  # weights this build trained
     assert (shipped.SHIPPED / "base" / "model.safetensors").is_file()
+
+
+def test_the_written_out_configs_are_the_default_and_the_plain_recipe():
+    assert load_config("configs/testbed.yaml") == load_config(None) != TestbedConfig()
+    assert load_config("configs/testbed_plain.yaml") == TestbedConfig()
 
 
 def test_a_shipped_build_is_reused_bit_for_bit(quick_testbed, tmp_path, monkeypatch):

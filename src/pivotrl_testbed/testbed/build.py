@@ -57,7 +57,8 @@ _HASHED_UNLESS: dict[str, Any] = {"variants": 0, "variant_seed": 0, "variant_nam
 
 
 class TestbedConfig(BaseModel):
-    """What `testbed build` makes. Defaults: configs/testbed.yaml (measured there)."""
+    """What `testbed build` makes. The field defaults are the plain recipe (a base pretrained on
+    the worlds themselves, measured in docs/RESULTS.md); the default testbed is `testbed.default`."""
 
     __test__ = False  # not a pytest test class, despite the name
 
@@ -189,11 +190,12 @@ class TestbedConfig(BaseModel):
 
     def quick(self) -> "TestbedConfig":
         """A much smaller build for tests (~1 minute): same pipeline, tiny sizes."""
+        tiny = {"steps": 20, "warmup": 5, "threads": 1, "tokens_per_batch": 1024}
         return self.model_copy(update={
-            "n_train": 12, "n_eval": 8, "ood_train": 40, "ood_eval": 8, "n_weak": 12,
-            "vocab_size": 512,
-            "pretrain": self.pretrain.model_copy(update={"steps": 20, "warmup": 5, "threads": 1,
-                                                         "tokens_per_batch": 1024}),
+            "n_train": 12, "n_eval": 8, "ood_train": 40, "ood_eval": 8, "n_weak": 12, "vocab_size": 512,
+            "pretrain": self.pretrain.model_copy(update=tiny),
+            "pretrain_stages": [s.model_copy(update={"pretrain": s.pretrain.model_copy(update=tiny)})
+                                for s in self.pretrain_stages],
             "eval": EvalConfig(episodes=4, turn_trajectories=2, ood_per_family=8),
         })
 
@@ -204,10 +206,10 @@ class TestbedConfig(BaseModel):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def load_config(path: str | Path | None) -> TestbedConfig:
-    if path is None:
-        return TestbedConfig()
-    return load_model(TestbedConfig, path)
+def load_config(path: str | Path | None) -> TestbedConfig:  # None: the default testbed's
+    from pivotrl_testbed.testbed.default import default_config
+
+    return default_config() if path is None else load_model(TestbedConfig, path)
 
 
 def expected_outputs(out: Path, cfg: TestbedConfig) -> list[Path]:
@@ -373,7 +375,7 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     from pivotrl_testbed.testbed.criteria import in_domain_examples, world_list_examples
     from pivotrl_testbed.testbed.tiny import load_tiny, parameter_count, save_tiny
 
-    cfg = cfg or TestbedConfig()
+    cfg = cfg or load_config(None)
     out = Path(out_dir)
     show = progress or (lambda msg: None)
     log_file = out / BUILD_LOG
