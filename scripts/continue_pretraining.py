@@ -9,7 +9,8 @@ import json, shutil, sys
 from pathlib import Path
 import torch
 from pivotrl.io.records import Trajectory, iter_valid
-from pivotrl_testbed.testbed.build import TestbedConfig, pretrain_examples
+from pivotrl_testbed.testbed.build import TestbedConfig
+from pivotrl_testbed.testbed.mixture import pretrain_examples
 from pivotrl_testbed.testbed.ood import load_ood
 from pivotrl_testbed.testbed.pretrain import pretrain
 from pivotrl_testbed.testbed.tiny import load_tiny, save_tiny

@@ -168,12 +168,11 @@ def test_records_round_trip_and_old_files_still_load(tmp_path):
 
 
 def test_config_field_keeps_the_default_hash_and_feeds_pretraining():
-    from pivotrl_testbed.testbed.build import TestbedConfig, agentic_tasks, pretrain_examples
-    from pivotrl_testbed.testbed.shipped import shipped_info
-
+    from pivotrl_testbed.testbed.build import TestbedConfig
+    from pivotrl_testbed.testbed.mixture import agentic_tasks, pretrain_examples
     default = TestbedConfig()
     assert "agentic_ood_families" in default.model_dump()
-    assert default.digest() == shipped_info()["config_hash"]
+    assert default.digest() == "3f290861694211d1"  # the plain recipe's hash before the field
     on = TestbedConfig(agentic_ood_families=["plain_with_tools", "no_tool_fits"])
     assert on.digest() != default.digest()
     with pytest.raises(ValueError):
@@ -198,7 +197,8 @@ def test_config_field_keeps_the_default_hash_and_feeds_pretraining():
 
 def test_held_out_world_pretrains_and_drifts_on_its_call(tiny_model_dir):
     from pivotrl_testbed.drift import ood_texts
-    from pivotrl_testbed.testbed.build import TestbedConfig, agentic_tasks, pretrain_examples
+    from pivotrl_testbed.testbed.build import TestbedConfig
+    from pivotrl_testbed.testbed.mixture import agentic_tasks, pretrain_examples
     from pivotrl_testbed.testbed.tiny import load_tiny
 
     got = agentic_tasks(TestbedConfig(agentic_ood_families=["held_out_world"], ood_train=4,
@@ -270,7 +270,8 @@ def test_a_shared_variant_with_the_worlds_own_names_is_passed_over():
 
 def test_held_out_world_opens_with_the_false_start_and_trains_only_the_call_after_it(
         tiny_model_dir, tmp_path):
-    from pivotrl_testbed.testbed.build import TestbedConfig, agentic_tasks, pretrain_examples
+    from pivotrl_testbed.testbed.build import TestbedConfig
+    from pivotrl_testbed.testbed.mixture import agentic_tasks, pretrain_examples
     from pivotrl_testbed.testbed.pretrain import encode_examples
     from pivotrl_testbed.testbed.tiny import load_tiny
 

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from pivotrl_testbed.testbed import build as build_mod
-from pivotrl_testbed.testbed import shipped, stages
+from pivotrl_testbed.testbed import mixture, shipped
 from pivotrl_testbed.testbed.build import TestbedConfig, build_testbed, load_config
 from pivotrl_testbed.testbed.pretrain import PretrainConfig
 from pivotrl_testbed.testbed.stages import PretrainStage, stage_config
@@ -78,12 +78,12 @@ def test_a_staged_build_from_a_kept_first_stage_equals_one_from_scratch(quick_te
     shipped.ship(tmp_path / "kept", tmp_path / "root")  # its stage was trained here: shippable
 
     # From scratch, killed as its stage starts: the rerun resumes, not repeats, the first stage.
-    real = stages.stage_mixture
-    monkeypatch.setattr(stages, "stage_mixture", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("killed")))
+    real = mixture.stage_mixture
+    monkeypatch.setattr(mixture, "stage_mixture", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("killed")))
     with pytest.raises(RuntimeError, match="killed"):
         build_testbed(tmp_path / "scratch", cfg, use_shipped_base=False)
     assert (tmp_path / "scratch" / "pretrain" / "state.pt").is_file()
-    monkeypatch.setattr(stages, "stage_mixture", real)
+    monkeypatch.setattr(mixture, "stage_mixture", real)
     scratch = build_testbed(tmp_path / "scratch", cfg, use_shipped_base=False)
     assert scratch["base_source"] == "pretrained"
     assert scratch["pretrain"]["resumed_from"] == cfg.pretrain.steps

@@ -22,7 +22,6 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,7 +31,9 @@ from pivotrl_testbed.evaluate import EvalConfig
 from pivotrl.io.records import write_atomic, write_text_atomic
 from pivotrl.io.yaml_config import load_model
 from pivotrl_testbed.testbed.pretrain import PretrainConfig
-from pivotrl_testbed.testbed.stages import PretrainStage, check_stages, run_stages
+from pivotrl_testbed.testbed.mixture import (trajectories, agentic_tasks, pretrain_base, run_stages,
+                                             weak_trajectories)
+from pivotrl_testbed.testbed.stages import PretrainStage, check_stages
 from pivotrl_testbed.testbed.tiny import TinyModelConfig
 
 BUILD_VERSION = 2  # bump when the build's code changes the data or the weights it writes
@@ -206,10 +207,11 @@ class TestbedConfig(BaseModel):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def load_config(path: str | Path | None) -> TestbedConfig:  # None: the default testbed's
-    from pivotrl_testbed.testbed.default import default_config
+def load_config(path: str | Path | None) -> TestbedConfig:
+    """The config in a YAML file; None: the default testbed's (`testbed.default`)."""
+    from pivotrl_testbed.testbed.default import DEFAULT_RECIPE
 
-    return default_config() if path is None else load_model(TestbedConfig, path)
+    return TestbedConfig.model_validate(DEFAULT_RECIPE) if path is None else load_model(TestbedConfig, path)
 
 
 def expected_outputs(out: Path, cfg: TestbedConfig) -> list[Path]:
@@ -229,46 +231,6 @@ def is_built(out: str | Path, cfg: TestbedConfig) -> bool:
     return info.get("config_hash") == cfg.digest() and all(p.exists() for p in expected_outputs(out, cfg))
 
 
-def _trajectories(world: str, split: str, n: int, seed: int, expert_cfg=None, start: int = 0,
-                  workers: int = 4, kinds: list[str] | None = None):
-    from pivotrl_testbed.testbed.experts import run_expert
-    from pivotrl_testbed.testbed.tasks import make_tasks
-
-    tasks = make_tasks(world, split, n, start, kinds)
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        return list(pool.map(lambda t: run_expert(t, seed, expert_cfg), tasks))
-
-
-def pretrain_examples(weak: dict[str, list], ood_tasks: list, ood_repeat: int = 1) -> list[dict[str, Any]]:
-    """The base's mixture: every OOD training task as a one-turn chat (`ood_repeat` times; an
-    agentic-format one with its system prompt and tool list) + the weak trajectories. A task
-    with an opening (a false start and its error) trains its reply alone: `context_messages`
-    marks the messages before it as context (`pretrain.encode_examples`)."""
-    from pivotrl_testbed.testbed.agentic_ood import expected_reply
-
-    def example(t) -> dict[str, Any]:
-        ex = {"messages": [m.model_dump(exclude_none=True) for m in t.messages]
-              + [expected_reply(t).model_dump(exclude_none=True)], "tools": t.tools}
-        return {**ex, "context_messages": len(t.messages)} if t.opening else ex
-
-    examples = [example(t) for t in ood_tasks] * ood_repeat
-    for trajs in weak.values():
-        examples += [{"messages": t.messages, "tools": t.tools} for t in trajs]
-    return examples
-
-
-def weak_trajectories(cfg: TestbedConfig, world: str) -> list:
-    """The weak expert's pretraining trajectories of `world` (in the variants, with `variants`)."""
-    from pivotrl_testbed.testbed.experts import ExpertConfig
-    from pivotrl_testbed.testbed.variants import translate_all
-
-    weak = ExpertConfig(noise=cfg.weak_noise, habit=cfg.weak_habit, slips=cfg.weak_slips,
-                        false_starts=cfg.weak_false_starts)
-    trajs = _trajectories(world, "train", cfg.n_weak, cfg.weak_seed, weak,
-                          cfg.weak_task_start, cfg.workers, cfg.weak_kinds.get(world))
-    return translate_all(trajs, world, cfg.variant_spec()) if cfg.variants else trajs
-
-
 def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tuple[dict, dict, dict, list]:
     """Expert (train/eval) and weak trajectories per world, and the OOD tasks, written under
     `out`; returns (expert by (world, split), weak by world, OOD counts, OOD train tasks)."""
@@ -278,7 +240,7 @@ def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tup
     expert, weak = {}, {}
     for w in cfg.worlds:
         for split, n in (("train", cfg.n_train), ("eval", cfg.n_eval)):
-            trajs = _trajectories(w, split, n, cfg.expert_seed, None, 0, cfg.workers)
+            trajs = trajectories(w, split, n, cfg.expert_seed, None, 0, cfg.workers)
             write_atomic(out / w / f"{split}.jsonl", trajs)
             expert[(w, split)] = trajs
         say(f"weak trajectories: {w}")
@@ -287,19 +249,6 @@ def write_data(out: Path, cfg: TestbedConfig, say: Callable[[str], None]) -> tup
     ood_counts = ood.write_ood(out / "ood", cfg.ood_train, cfg.ood_eval, seed=0,
                                families=cfg.ood_families, extra=agentic_tasks(cfg))
     return expert, weak, ood_counts, ood.load_ood(out / "ood" / "train.jsonl")
-
-
-def agentic_tasks(cfg: TestbedConfig) -> dict[str, list]:
-    """{split: tasks} of the config's agentic-format OOD families: train tasks under the build's
-    variants of the worlds (its variant seed and name space), eval tasks under the worlds' own
-    tool lists and system prompts (`agentic_ood.offers`); `held_out_world`'s open with the false
-    start when the weak expert has them."""
-    from pivotrl_testbed.testbed import agentic_ood
-
-    return {split: [t for f in cfg.agentic_ood_families
-                    for t in agentic_ood.generate(f, split, n, 0, cfg.worlds, cfg.variant_spec(),
-                                                  false_starts=cfg.weak_false_starts > 0)]
-            for split, n in (("train", cfg.ood_train), ("eval", cfg.ood_eval))}
 
 
 def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: list):
@@ -325,47 +274,11 @@ def train_tokenizer(cfg: TestbedConfig, expert: dict, weak: dict, ood_train: lis
                            spell_values=cfg.tokenizer_spell_values)
 
 
-def pretrain_base(cfg: TestbedConfig, tokenizer, weak: dict, ood_train: list,
-                  say: Callable[[str], None], checkpoint: Path | None = None,
-                  log_file: Path | None = None, live: Callable[[str], None] | None = None, *,
-                  model=None, checkpoint_key: str | None = None,
-                  label: str = "pretraining the base"):
-    """`model` (default: a fresh tiny model, seeded init) pretrained on the mixture; returns
-    (model, stats). With `checkpoint`, the loop saves its state there and resumes a killed build
-    of this config (`checkpoint_key`, default its hash); `log_file` gets rate and ETA every 30 s,
-    `live` a line every 5 s (a progress bar's text; default `say`)."""
-    import torch
-
-    from pivotrl.io.progress import ProgressLog
-    from pivotrl_testbed.testbed.pretrain import pretrain
-    from pivotrl_testbed.testbed.tiny import build_model
-
-    say(label)
-    torch.set_num_threads(cfg.pretrain.threads)
-    model = model if model is not None else build_model(tokenizer, cfg.model)
-    last, log = [0.0], []
-
-    def on_step(step: int, loss: float) -> None:
-        if not log:  # opened at the first step run, so a resumed build's rate counts new steps
-            log.append(ProgressLog(f"{label}: step", cfg.pretrain.steps,
-                                   log_file=log_file, echo=False, start=step - 1))
-        log[0].update(step, f"loss {loss:.3f}")
-        if time.time() - last[0] > 5 or step == cfg.pretrain.steps:
-            last[0] = time.time()
-            (live or say)(f"{log[0].line(step)} · loss {loss:.3f}")
-
-    stats = pretrain(model, tokenizer, pretrain_examples(weak, ood_train, cfg.ood_repeat),
-                     cfg.pretrain, on_step, checkpoint=checkpoint,
-                     checkpoint_key=checkpoint_key or cfg.digest())
-    if stats["resumed_from"]:
-        say(f"{label}: resumed at step {stats['resumed_from']}")
-    return model, stats
-
-
 def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, force: bool = False,
                   progress: Callable[[str], None] | None = None,
                   use_shipped_base: bool = True, base_from: str | Path | None = None) -> dict[str, Any]:
-    """Build everything under `out_dir` (see module doc); returns build.json's content. The base
+    """Build everything under `out_dir` (see module doc; `cfg` default: the default testbed's);
+    returns build.json's content. The base
     comes from the package's shipped weights when they are exactly what pretraining would make
     here (`testbed.shipped`); `use_shipped_base=False` always pretrains. `base_from`: the weights
     of the finished build in that folder, under the same rule; a ValueError says why when they

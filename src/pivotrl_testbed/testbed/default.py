@@ -23,23 +23,16 @@ What it is, in the order the choice was made (each step measured there):
   world's, and q at toolshop's opening and fifth turn was below 0.1.
 """
 
-from __future__ import annotations
-
-from pivotrl_testbed.testbed.build import TestbedConfig
-from pivotrl_testbed.testbed.pretrain import PretrainConfig
-from pivotrl_testbed.testbed.stages import PretrainStage
-from pivotrl_testbed.testbed.tiny import TinyModelConfig
-
-
-def default_config() -> TestbedConfig:
-    """The default testbed's config (module doc); written out in configs/testbed.yaml."""
-    return TestbedConfig(
-        variants=2000, variant_names="shared", variant_own_share=0.3, variant_prompts="composed",
-        tokenizer_isolate_names=True, tokenizer_spell_values=True, ood_repeat=6,
-        agentic_ood_families=["plain_with_tools", "no_tool_fits", "held_out_world"],
-        weak_false_starts=0.7,
-        model=TinyModelConfig(num_layers=4, num_heads=8, seed=2),
-        pretrain=PretrainConfig(steps=16200, seed=2),
-        pretrain_stages=[PretrainStage(
-            data={"variant_own_share": 0.7, "weak_seed": 11, "weak_task_start": 200_000},
-            pretrain=PretrainConfig(steps=4000, lr=3e-4, warmup=100, seed=11))])
+# The recipe as TestbedConfig fields (`build.load_config(None)` validates it; configs/testbed.yaml
+# writes it out). Plain data: this module imports nothing, so the build can read it.
+DEFAULT_RECIPE = {
+    "variants": 2000, "variant_names": "shared", "variant_own_share": 0.3, "variant_prompts": "composed",
+    "tokenizer_isolate_names": True, "tokenizer_spell_values": True, "ood_repeat": 6,
+    "agentic_ood_families": ["plain_with_tools", "no_tool_fits", "held_out_world"],
+    "weak_false_starts": 0.7,
+    "model": {"num_layers": 4, "num_heads": 8, "seed": 2},
+    "pretrain": {"steps": 16200, "seed": 2},
+    "pretrain_stages": [{
+        "data": {"variant_own_share": 0.7, "weak_seed": 11, "weak_task_start": 200_000},
+        "pretrain": {"steps": 4000, "lr": 3e-4, "warmup": 100, "seed": 11}}],
+}

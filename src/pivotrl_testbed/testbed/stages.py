@@ -19,16 +19,11 @@ checkpointed like the first stage's, so a killed build resumes inside the stage 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
 from pivotrl_testbed.testbed.pretrain import PretrainConfig
-
-if TYPE_CHECKING:
-    from pivotrl_testbed.testbed.build import TestbedConfig
 
 # The TestbedConfig fields a stage may change: what the mixture holds. Every other field shapes
 # the worlds, the eval data, the tokenizer or the model, which a stage inherits as they are.
@@ -61,10 +56,8 @@ class PretrainStage(BaseModel):
 def stage_config(cfg: "TestbedConfig", index: int) -> "TestbedConfig":
     """The config whose mixture stage `index` (0-based among `cfg.pretrain_stages`) trains on:
     `cfg` with the stage's data fields, validated as a whole."""
-    from pivotrl_testbed.testbed.build import TestbedConfig
-
     dump = {**cfg.with_stages(0).model_dump(), **cfg.pretrain_stages[index].data}
-    return TestbedConfig.model_validate(dump)
+    return type(cfg).model_validate(dump)
 
 
 def check_stages(cfg: "TestbedConfig") -> "TestbedConfig":
@@ -75,46 +68,3 @@ def check_stages(cfg: "TestbedConfig") -> "TestbedConfig":
         except ValueError as exc:
             raise ValueError(f"pretraining stage {i + 1}: {exc}") from exc
     return cfg
-
-
-def stage_mixture(out: Path, cfg: "TestbedConfig", index: int,
-                  say: Callable[[str], None]) -> tuple[dict[str, list], list]:
-    """Stage `index`'s weak trajectories by world (written to `out/pretrain/stage<N>/`) and its
-    OOD training tasks."""
-    from pivotrl.io.records import write_atomic
-    from pivotrl_testbed.testbed.build import agentic_tasks, weak_trajectories
-    from pivotrl_testbed.testbed.ood import load_ood
-
-    scfg = stage_config(cfg, index)
-    weak = {}
-    for w in cfg.worlds:
-        say(f"stage {index + 1}: weak trajectories: {w}")
-        weak[w] = weak_trajectories(scfg, w)
-        write_atomic(out / "pretrain" / f"stage{index + 1}" / f"{w}.jsonl", weak[w])
-    plain = [t for t in load_ood(out / "ood" / "train.jsonl")
-             if t.family not in cfg.agentic_ood_families]
-    return weak, plain + agentic_tasks(scfg)["train"]
-
-
-def run_stages(out: Path, cfg: "TestbedConfig", model, tokenizer, say: Callable[[str], None],
-               log_file: Path | None = None, live: Callable[[str], None] | None = None,
-               first: int = 0) -> list[dict[str, Any]]:
-    """Train `model` (the weights after `first` further stages) through the rest of `cfg`'s
-    stages, in place; returns those stages' pretraining stats, with their mixtures' counts."""
-    from pivotrl_testbed.testbed.build import pretrain_base
-    from pivotrl_testbed.testbed.criteria import in_domain_examples, world_list_examples
-
-    stats = []
-    for i, stage in enumerate(cfg.pretrain_stages[first:], first):
-        weak, ood_train = stage_mixture(out, cfg, i, say)
-        scfg = stage_config(cfg, i).model_copy(update={"pretrain": stage.pretrain})
-        _, got = pretrain_base(scfg, tokenizer, weak, ood_train, say,
-                               checkpoint=out / "pretrain" / f"state_stage{i + 1}.pt",
-                               log_file=log_file, live=live, model=model,
-                               checkpoint_key=f"{cfg.digest()}:stage{i + 1}",
-                               label=f"stage {i + 1}: pretraining")
-        stats.append({**got, "data": stage.data,
-                      "counts": {f"pretrain/{w}": len(v) for w, v in weak.items()},
-                      "in_domain": {w: in_domain_examples(w, v) for w, v in weak.items()},
-                      "world_lists": {w: world_list_examples(w, v) for w, v in weak.items()}})
-    return stats
