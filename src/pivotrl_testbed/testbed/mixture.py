@@ -1,6 +1,8 @@
 """What the testbed's base pretrains on, and the loop that pretrains it: the weak expert's
 trajectories (in the variants), the OOD tasks as one-turn chats, each further stage's remade
 mixture (`stages.py`), and `pretrain.py`'s loop with a checkpoint, a log and progress.
+
+Every `cfg` here is a `build.TestbedConfig`, not imported: the build imports this module.
 """
 
 from __future__ import annotations
@@ -105,7 +107,7 @@ def pretrain_base(cfg, tokenizer, weak: dict, ood_train: list,
     return model, stats
 
 
-def stage_mixture(out: Path, cfg: "TestbedConfig", index: int,
+def stage_mixture(out: Path, cfg: Any, index: int,
                   say: Callable[[str], None]) -> tuple[dict[str, list], list]:
     """Stage `index`'s weak trajectories by world (written to `out/pretrain/stage<N>/`) and its
     OOD training tasks."""
@@ -122,7 +124,7 @@ def stage_mixture(out: Path, cfg: "TestbedConfig", index: int,
     return weak, plain + agentic_tasks(scfg)["train"]
 
 
-def run_stages(out: Path, cfg: "TestbedConfig", model, tokenizer, say: Callable[[str], None],
+def run_stages(out: Path, cfg: Any, model, tokenizer, say: Callable[[str], None],
                log_file: Path | None = None, live: Callable[[str], None] | None = None,
                first: int = 0) -> list[dict[str, Any]]:
     """Train `model` (the weights after `first` further stages) through the rest of `cfg`'s

@@ -15,6 +15,8 @@ stage before; never the worlds, the tokenizer or the model, which are the first 
 tasks are the build's own non-agentic ones and its agentic-format ones remade under the stage's
 variants. It trains with a fresh optimizer and its own schedule (`pretrain`); its loop state is
 checkpointed like the first stage's, so a killed build resumes inside the stage it was in.
+
+Every `cfg` here is a `build.TestbedConfig`, not imported: the build imports this module.
 """
 
 from __future__ import annotations
@@ -53,14 +55,14 @@ class PretrainStage(BaseModel):
         return data
 
 
-def stage_config(cfg: "TestbedConfig", index: int) -> "TestbedConfig":
+def stage_config(cfg: Any, index: int) -> Any:
     """The config whose mixture stage `index` (0-based among `cfg.pretrain_stages`) trains on:
     `cfg` with the stage's data fields, validated as a whole."""
     dump = {**cfg.with_stages(0).model_dump(), **cfg.pretrain_stages[index].data}
     return type(cfg).model_validate(dump)
 
 
-def check_stages(cfg: "TestbedConfig") -> "TestbedConfig":
+def check_stages(cfg: Any) -> Any:
     """`cfg`, when every stage's mixture config is valid; else a ValueError naming the stage."""
     for i in range(len(cfg.pretrain_stages)):
         try:
