@@ -31,7 +31,7 @@ from pivotrl_testbed.evaluate import EvalConfig
 from pivotrl.io.records import write_atomic, write_text_atomic
 from pivotrl.io.yaml_config import load_model
 from pivotrl_testbed.testbed.pretrain import PretrainConfig
-from pivotrl_testbed.testbed.mixture import (trajectories, agentic_tasks, pretrain_base, run_stages,
+from pivotrl_testbed.testbed.mixture import (agentic_tasks, pretrain_base, run_stages, trajectories,
                                              weak_trajectories)
 from pivotrl_testbed.testbed.stages import PretrainStage, check_stages
 from pivotrl_testbed.testbed.tiny import TinyModelConfig
