@@ -107,20 +107,19 @@ def pretrain_base(cfg, tokenizer, weak: dict, ood_train: list,
     return model, stats
 
 
-def stage_mixture(out: Path, cfg: Any, index: int,
+def stage_mixture(out: Path, scfg: Any, index: int,
                   say: Callable[[str], None]) -> tuple[dict[str, list], list]:
     """Stage `index`'s weak trajectories by world (written to `out/pretrain/stage<N>/`) and its
-    OOD training tasks."""
+    OOD training tasks; `scfg` is its mixture's config (`stages.stage_config`)."""
     from pivotrl_testbed.testbed.ood import load_ood
 
-    scfg = stage_config(cfg, index)
     weak = {}
-    for w in cfg.worlds:
+    for w in scfg.worlds:
         say(f"stage {index + 1}: weak trajectories: {w}")
         weak[w] = weak_trajectories(scfg, w)
         write_atomic(out / "pretrain" / f"stage{index + 1}" / f"{w}.jsonl", weak[w])
     plain = [t for t in load_ood(out / "ood" / "train.jsonl")
-             if t.family not in cfg.agentic_ood_families]
+             if t.family not in scfg.agentic_ood_families]
     return weak, plain + agentic_tasks(scfg)["train"]
 
 
@@ -133,8 +132,8 @@ def run_stages(out: Path, cfg: Any, model, tokenizer, say: Callable[[str], None]
 
     stats = []
     for i, stage in enumerate(cfg.pretrain_stages[first:], first):
-        weak, ood_train = stage_mixture(out, cfg, i, say)
         scfg = stage_config(cfg, i).model_copy(update={"pretrain": stage.pretrain})
+        weak, ood_train = stage_mixture(out, scfg, i, say)
         _, got = pretrain_base(scfg, tokenizer, weak, ood_train, say,
                                checkpoint=out / "pretrain" / f"state_stage{i + 1}.pt",
                                log_file=log_file, live=live, model=model,

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib
 import random
+from collections.abc import Iterator
+from itertools import count, islice
 from typing import Any
 
 from pivotrl_testbed.testbed.common import EVAL_PERCENT, compact, stable_int  # noqa: F401
@@ -32,17 +34,16 @@ def split_of(task_id: str) -> str:
     return "eval" if stable_int("split", task_id) % 100 < EVAL_PERCENT else "train"
 
 
-def task_ids(world: str, split: str, n: int, start: int = 0) -> list[str]:
-    """The first `n` task ids of `split`, enumerating `<world>-<i>` from i = start."""
+def _ids(world: str, split: str, start: int) -> Iterator[str]:
+    """Every task id of `split`, enumerating `<world>-<i>` from i = start."""
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
-    out, i = [], start
-    while len(out) < n:
-        tid = f"{world}-{i}"
-        if split_of(tid) == split:
-            out.append(tid)
-        i += 1
-    return out
+    return (tid for i in count(start) if split_of(tid := f"{world}-{i}") == split)
+
+
+def task_ids(world: str, split: str, n: int, start: int = 0) -> list[str]:
+    """The first `n` task ids of `split`, enumerating `<world>-<i>` from i = start."""
+    return list(islice(_ids(world, split, start), n))
 
 
 def make_task(world: str, task_id: str) -> Trajectory:
@@ -64,17 +65,11 @@ def make_tasks(world: str, split: str, n: int, start: int = 0,
                kinds: list[str] | None = None) -> list[Trajectory]:
     """The first `n` tasks of `split` from `<world>-<start>` on; with `kinds`, the first `n` of
     those kinds (the others skipped)."""
-    if not kinds:
-        return [make_task(world, tid) for tid in task_ids(world, split, n, start)]
-    unknown = sorted(set(kinds) - set(world_module(world).KINDS))
+    unknown = sorted(set(kinds or []) - set(world_module(world).KINDS))
     if unknown:
         raise ValueError(f"{world} has no task kinds {unknown}; its kinds: {world_module(world).KINDS}")
-    out, i = [], start
-    while len(out) < n:
-        more = [make_task(world, tid) for tid in task_ids(world, split, n, i)]
-        out += [t for t in more if t.metadata["task"]["kind"] in kinds][:n - len(out)]
-        i = int(more[-1].id.rsplit("-", 1)[1]) + 1
-    return out
+    tasks = (make_task(world, tid) for tid in _ids(world, split, start))
+    return list(islice((t for t in tasks if not kinds or t.metadata["task"]["kind"] in kinds), n))
 
 
 def describe_testbed(n_sample: int = 200) -> dict[str, Any]:
