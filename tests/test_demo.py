@@ -9,6 +9,7 @@ import pytest
 
 import pivotrl_testbed.demo as demo
 from pivotrl_testbed.demo import HEADLINE_ARMS, METHODS, DemoConfig, run_demo
+from pivotrl_testbed.demo_config import FULL_WORLDS
 from pivotrl_testbed.decoding import DecodingRule
 from pivotrl_testbed.evaluate import EvalConfig, SampledConfig
 from pivotrl_testbed.testbed.build import TestbedConfig
@@ -148,6 +149,8 @@ def test_demo_yaml_is_the_default_and_typos_are_errors(tmp_path):
     assert full.methods == list(METHODS) and full.seeds == list(range(4))
     assert (full.steps, full.learning_rates) == (DemoConfig().steps, DemoConfig().learning_rates)
     assert full.ablation_seeds == 3  # ablations on three seeds, as many runs as 6 + 1 seeds
+    # the default trains one world (its ~20-min budget); --full every world of the testbed
+    assert DemoConfig().worlds == ["toolshop"] and full.worlds == list(FULL_WORLDS)
     runs = lambda c: sum(len(c.seeds) if m in HEADLINE_ARMS else min(c.ablation_seeds, len(c.seeds))
                          for m in c.methods)
     assert runs(full) == 6 * len(HEADLINE_ARMS) + 1 * (len(METHODS) - len(HEADLINE_ARMS))

@@ -18,14 +18,17 @@ from pivotrl_testbed.frontier import FrontierConfig
 METHODS = ("sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact", "e2e_rl")
 PIVOT_SET_ARMS = ("pivotrl", "pivotrl_exact", "pivotrl_random")  # sized by the pivot set
 HEADLINE_ARMS = ("sft", "pivotrl", "e2e_rl")  # the paper's comparison; the rest are ablations
+FULL_WORLDS = ("toolshop", "terminal")  # the built-in testbed's worlds, all trained by --full
 
 
 class DemoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a misspelt YAML key is an error, not ignored
 
-    worlds: list[str] = Field(default_factory=lambda: ["toolshop", "terminal"],
-                              description="Agentic worlds; one model is trained per world, as the "
-                              "paper trains one model per domain.")
+    worlds: list[str] = Field(default_factory=lambda: ["toolshop"], description="Agentic "
+                              "worlds; one model is trained per world, as the paper trains one "
+                              "model per domain. The default trains toolshop only, the cheaper "
+                              "world to verify (no sandbox), so the demo fits ~20 min on 2 "
+                              "cores; --full adds terminal (every world of the testbed).")
     methods: list[str] = Field(
         default_factory=lambda: ["sft", "pivotrl", "e2e_rl"], description="Arms to train (the "
         "base is always scored). The default grid holds the paper's three headline arms; the "
@@ -54,11 +57,13 @@ class DemoConfig(BaseModel):
     steps: int = Field(60, description="The cap: most optimizer steps per training run. A dev probe "
                        "(toolshop, 3 seeds): PivotRL (16 pivots/step, lr 3e-4) peaked by step 40, SFT's dev "
                        "accuracy still rose at 30 and matched it near 60.")
-    e2e_steps: int = Field(150, description="E2E RL's own cap (the budget rule still stops it when "
+    e2e_steps: int = Field(250, description="E2E RL's own cap (the budget rule still stops it when "
                            "dev stops improving). At the shared cap of 60 the schedule could show "
                            "at most 2.09x fewer rollout turns for PivotRL with its profiling "
                            "(candidate D4, docs/RESULTS.md): the paper's 4x was ruled out before "
-                           "any run. 150 lets E2E RL spend ~2.5x that, so the runs decide it.")
+                           "any run. At 2 tasks per step 250 lets E2E RL spend ~4.6x PivotRL's "
+                           "turns at its first checkpoint (toolshop, K = 8 profiling), so the "
+                           "runs decide it; the demo prints the bound before training.")
     budget: BudgetRule = Field(default_factory=BudgetRule, description="Each run stops when its dev "
                                "score has not improved for `patience` checkpoints (experiment/"
                                "budget.py), the same rule for every arm.")
@@ -68,9 +73,12 @@ class DemoConfig(BaseModel):
                                    "each arm is judged at, fixed by rule: the dev-best temperature "
                                    "of a grid at its chosen checkpoints, and pass@k / pass^k at "
                                    "the training temperature (pivotrl_testbed/decoding.py).")
-    sampled: SampledConfig = Field(default_factory=SampledConfig, description="Sampled scoring "
-                                   "beside greedy: k samples per item at the training temperature "
-                                   "(turn accuracy and OOD; episodes off: k episodes per task).")
+    sampled: SampledConfig = Field(default_factory=lambda: SampledConfig(k=2), description="Sampled "
+                                   "scoring beside greedy: k samples per item at the training "
+                                   "temperature (turn accuracy and OOD; episodes off: k episodes per "
+                                   "task). k = 2, not 4: sampled scoring was most of a checkpoint's "
+                                   "dev cost (17 s on toolshop); the items' clusters, not k, set the "
+                                   "verdicts' intervals.")
     dev_greedy: bool = Field(False, description="Score the dev split greedily too at every "
                              "checkpoint (episodes, turns, OOD), beside the sampled scoring. Off, "
                              "nothing the demo decides loses an input: the budget rule, each "
@@ -95,15 +103,19 @@ class DemoConfig(BaseModel):
     verifier: str = field_like(VerifierOptions, "verifier", default="state", note="Here execution-based "
                                "equivalence in the world (the testbed worlds are executable).")
     num_generations: int = Field(8, description="G rollouts per pivot (paper: 16; 8 on 2 cores).")
-    pivots_per_step: int = Field(16, description="Pivots per optimizer step (batch = G × this). "
-                                 "A dev probe (toolshop, 3 seeds): 4 pivots at lr ≤ 3e-4 left PivotRL flat "
-                                 "(+0.014 turn accuracy); 16 at 3e-4 gained +0.057 greedy, +0.111 "
-                                 "sampled by step 40. 2 pivots were too noisy (probe_pivotrl.py).")
+    pivots_per_step: int = Field(8, description="Pivots per optimizer step (batch = G × this). "
+                                 "A dev probe on the plain base (toolshop, 3 seeds): 4 pivots at lr ≤ 3e-4 "
+                                 "left PivotRL flat (+0.014 turn accuracy); 16 at 3e-4 gained +0.057 "
+                                 "greedy, +0.111 sampled by step 40; 2 were too noisy (probe_pivotrl.py). "
+                                 "8, not 16, on the 4-layer default base: a step cost 7.4 s at 16 and "
+                                 "2.8 s at 8 (toolshop, 1 thread), and 16 made the demo 48 min.")
     max_completion_length: int = Field(64, description="Tokens per one-turn rollout (a testbed "
                                        "action is < 60 tokens).")
     sft_batch_size: int = Field(8, description="Trajectories per SFT step.")
-    e2e_tasks_per_step: int = Field(4, description="E2E RL: tasks per step, each with G episodes "
-                                    "(as pivots_per_step: the same batch noise for both RL methods).")
+    e2e_tasks_per_step: int = Field(2, description="E2E RL: tasks per step, each with G episodes "
+                                    "(a task is ~4.6 model turns, a pivot one: 2 tasks give about "
+                                    "the rollout turns of PivotRL's 8 pivots per step, so both RL "
+                                    "methods train on batches of about the same size).")
     eval: EvalConfig = Field(default_factory=lambda: EvalConfig(
         episodes=100, turn_trajectories=100, ood_per_family=60, batch_size=30,
         verifiers={"toolshop": "state", "terminal": "state"}),
@@ -135,11 +147,11 @@ class DemoConfig(BaseModel):
         is scored on the same eval items, whose clusters set the interval (measured on 60 eval
         tasks per world: ±0.0235 at two seeds, ±0.0216 at six, ±0.0215 at eight; on 100:
         ±0.0177 at one, ±0.0159 at six), so four keep it within ±0.021; they make the verdicts
-        hold across training noise. The ablations train on the first three seeds, so each
+        hold across training noise. It trains every world of the testbed. The ablations train on the first three seeds, so each
         ablation verdict holds across seeds too: 4 × 3 headline + 3 × 3 ablation runs per world
         are the 6 × 3 + 1 × 3 of the six-seed grid, the same 2-h budget."""
         return self.model_copy(update={"seeds": list(range(4)), "methods": list(METHODS),
-                                       "ablation_seeds": 3})
+                                       "ablation_seeds": 3, "worlds": list(FULL_WORLDS)})
 
     def frontier_config(self) -> FrontierConfig:
         """The frontier rule on this demo's selection measure and decoding."""
