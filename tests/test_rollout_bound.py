@@ -31,10 +31,10 @@ def test_the_bound_is_e2e_at_its_cap_over_pivotrl_at_its_first_checkpoint():
 
 
 def test_the_demo_reads_episode_length_from_the_base_rows():
-    cfg = DemoConfig(worlds=["a"], steps=60, eval_every=10)  # E2E RL's own cap: 150 by default
+    cfg = DemoConfig(worlds=["a"], steps=60, eval_every=10)  # E2E RL's own cap by default
     base = [{"method": "base", "world": "a", "seed": 0,
              "in_domain": {"episodes": 100, "model_turns": 350, "success": 0.4}}]
     got = schedule_bound(cfg, {"a": {"kept": 10, "profile_rollout_turns": 0}}, base)
-    assert got["e2e_turns_at_cap"] == pytest.approx(150 * cfg.e2e_tasks_per_step * cfg.num_generations * 3.5)
+    assert got["e2e_turns_at_cap"] == pytest.approx(cfg.e2e_steps * cfg.e2e_tasks_per_step * cfg.num_generations * 3.5)
     assert schedule_bound(cfg.model_copy(update={"methods": ["sft", "pivotrl"]}),
                           {"a": {"kept": 10}}, base) is None
