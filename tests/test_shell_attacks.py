@@ -13,7 +13,8 @@ from pivotrl.io.records import FunctionCall, Message, ToolCall, Turn
 from pivotrl.sandbox.bwrap import run_in_sandbox, sandbox_available, workspace_copy
 from pivotrl.sandbox.workspace import materialize_workspace
 from pivotrl.verifiers import get_verifier
-from pivotrl.verifiers.probes import PROBES, UNVERIFIABLE, perturb_workspace, probe_seed
+from pivotrl.verifiers import probes
+from pivotrl.verifiers.probes import GROW, PROBES, UNVERIFIABLE, perturb_workspace, probe_seed
 
 pytestmark = pytest.mark.skipif(not sandbox_available(), reason="bubblewrap not usable here")
 
@@ -339,3 +340,32 @@ def test_the_contents_probe_keeps_both_ends_off_every_sort_orders_ends(tmp_path,
         for key in orders:
             ends = {min(got, key=key), max(got, key=key)}
             assert got[0] not in ends and got[-1] not in ends, (seed, got)
+
+
+# Two ERROR lines and two INFO lines: `grep -c INFO` prints what `grep -c ERROR` prints here.
+TWO_EACH = "WARN timeout\nERROR slow query\nERROR user login\nINFO db down\nINFO timeout\n"
+
+
+def test_some_grow_draw_counts_two_sets_of_lines_apart(tmp_path):
+    """One grow draw lets two commands that count different lines agree whenever the repeats
+    and the added lines give both sets the same total; with lines repeated 1–3 times and one
+    draw, a process paid `grep -c INFO` for `grep -c ERROR` on about one salt in ten (37% on a
+    testbed turn with this log). Over 300 seeds, some draw must count them apart."""
+    for seed in range(300):
+        counts = []
+        for probe in GROW:
+            path = tmp_path / "info.log"
+            path.write_text(TWO_EACH)
+            assert perturb_workspace(tmp_path, PROBES.index(probe), f"s{seed}")
+            lines = path.read_text().splitlines()
+            counts.append((sum("ERROR" in ln for ln in lines), sum("INFO" in ln for ln in lines)))
+        assert any(e != i for e, i in counts), (seed, counts)
+
+
+@pytest.mark.parametrize("salt", [4, 6])  # where one draw of 1–3 repeats paid it
+def test_counting_the_other_level_scores_0(shell, monkeypatch, salt):
+    monkeypatch.setattr(probes, "_SALT", f"salt{salt}")
+    t = turn("grep -c ERROR info.log", tid=f"a/{salt}",
+             workspace={"info.log": TWO_EACH, "web.txt": "ann\ngus\nfay\n"})
+    got = shell.score(t, run("grep -c INFO info.log"))
+    assert got.reward == 0.0, got.reason

@@ -13,27 +13,31 @@ would be paid there, so such a turn is *unverifiable* and never a pivot
 
 The probes, each applied to its own copy of the workspace:
 
-0. grow: every text file (and every gzip/bzip2/xz file, decompressed and compressed again)
-   gets new lines in its own lines' shapes (each word replaced by another word of the
-   workspace, each number by one beyond the file's largest or below its smallest), some lines
-   repeated, near-miss lines (one letter dropped at either end or replaced, case swapped), an
-   empty line, and a reordering in which no original line keeps its place from the start or
-   the end and neither end is the first or last line of a sort order (`head -1` against
-   `sort | head -1`): counts, sums, maxima and minima, deduplicated sets, first and last
-   matches, sizes and weaker patterns move;
-1. data: grow on every file but scripts (`.py`, `.sh`, ...), where there are scripts: a
-   command that runs a script of the workspace is seen on what its script reads, while grow
-   shows what reads the script as text (`cat main.py`) and only breaks running it;
-2. names: every file and directory the expert's action does not mention is renamed after other
-   words of the workspace (its extension kept), and each directory gets new files named the
-   same way with lines in a sibling's shape: listings, globs, `grep -l` and `wc -l *` move;
-3. bytes: every other binary file gets bytes of its own inserted (size, checksums, dumps move);
-4. shrink (a last resort, `LAST_RESORT`: used only where no probe above moves the expert):
-   every text file but scripts keeps one new line of its shape: counts and sizes cross thresholds
-   downwards, matches disappear;
-5. presence (a last resort too): every workspace entry the expert's action names is removed,
-   and every file name it names that does not exist is created (lines in a sibling's shape):
-   existence tests move.
+- grow: every text file (and every gzip/bzip2/xz file, decompressed and compressed again)
+  gets new lines in its own lines' shapes (each word replaced by another word of the
+  workspace, each number by one beyond the file's largest or below its smallest), every line
+  repeated 1 to `GROW_MAX_REPEAT` times, near-miss lines (one letter dropped at either end or
+  replaced, case swapped), an empty line, and a reordering in which no original line keeps its place from the start or
+  the end and neither end is the first or last line of a sort order (`head -1` against
+  `sort | head -1`): counts, sums, maxima and minima, deduplicated sets, first and last
+  matches, sizes and weaker patterns move. grow2 and grow3 are two more independent draws
+  of it: two commands that count different lines (`grep -c INFO` for `grep -c ERROR` in a log
+  with two lines of each) agree on one draw whenever the repeats happen to give both sets the
+  same total (37% of draws on such a log when lines repeated 1–3 times), and must agree on all
+  three;
+- data: grow on every file but scripts (`.py`, `.sh`, ...), where there are scripts: a
+  command that runs a script of the workspace is seen on what its script reads, while grow
+  shows what reads the script as text (`cat main.py`) and only breaks running it;
+- names: every file and directory the expert's action does not mention is renamed after other
+  words of the workspace (its extension kept), and each directory gets new files named the
+  same way with lines in a sibling's shape: listings, globs, `grep -l` and `wc -l *` move;
+- bytes: every other binary file gets bytes of its own inserted (size, checksums, dumps move);
+- shrink (a last resort, `LAST_RESORT`: used only where no probe above moves the expert):
+  every text file but scripts keeps one new line of its shape: counts and sizes cross thresholds
+  downwards, matches disappear;
+- presence (a last resort too): every workspace entry the expert's action names is removed,
+  and every file name it names that does not exist is created (lines in a sibling's shape):
+  existence tests move.
 
 Names and lines are made of the workspace's own vocabulary and shapes, with every choice drawn
 from a seed a verifier derives per turn from a secret of the process (`probe_seed`): a command
@@ -61,7 +65,11 @@ from pathlib import Path
 
 from pivotrl.sandbox.workspace import remove_tree, rename_entries
 
-PROBES = ("grow", "data", "names", "bytes", "shrink", "presence")
+PROBES = ("grow", "grow2", "grow3", "data", "names", "bytes", "shrink", "presence")
+GROW = ("grow", "grow2", "grow3")  # independent draws of one probe (module doc)
+# Each line repeated 1..N times: the wider the range, the rarer two different sets of lines
+# reach the same count by chance (2 lines against 2: 23% of draws at N = 3, 11% at 6).
+GROW_MAX_REPEAT = 6
 # Used only where no other probe moves the expert: emptying or removing the files a command
 # reads mostly tests how it fails or finds nothing, and commands that agree on every file with
 # content (`grep -c X f` and `grep X f | wc -l`) fail or find nothing with other exit codes.
@@ -206,7 +214,7 @@ def _grow(text: str, rng: random.Random, vocab: _Vocabulary) -> str:
     lines = text.splitlines()
     lo, hi = _numbers(text)
     shapes = [ln for ln in lines if ln.strip()] or vocab.lines or vocab.words
-    times = [rng.choice((1, 2, 3)) for _ in lines]
+    times = [rng.randint(1, GROW_MAX_REPEAT) for _ in lines]
     if lines and max(times) == 1:  # some line repeated, always (`sort` against `sort -u`)
         times[rng.randrange(len(lines))] = 2
     out = [ln for ln, k in zip(lines, times) for _ in range(k)]
@@ -324,12 +332,12 @@ def perturb_workspace(root: Path | str, probe: int, seed: str = "", keep: str = 
     rng = random.Random(f"{seed}|{probe}")
     vocab = _Vocabulary(root)
     kind = PROBES[probe]
-    if kind in ("grow", "data", "shrink"):
+    if kind in (*GROW, "data", "shrink"):
         change = _shrink if kind == "shrink" else _grow
         data = [f for f in vocab.files if _ext(f[0]) not in _SCRIPTS]
         if kind == "data" and len(data) == len(vocab.files):
             return True  # no script: grow already did this (left unchanged: not run)
-        for path, text, how in (vocab.files if kind == "grow" else data):
+        for path, text, how in (vocab.files if kind in GROW else data):
             _write(path, change(text, rng, vocab), how)
     elif kind == "names":
         _names(root, rng, vocab, keep)
