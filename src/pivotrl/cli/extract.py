@@ -17,6 +17,8 @@ from pivotrl.extract import ExtractOptions, ExtractSummary
 
 def extract_table(s: ExtractSummary) -> Table:
     t = Table(title="pivotrl extract", show_header=False)
+    t.add_column()
+    t.add_column(overflow="fold")  # a long path is folded onto the next line, never cut short
     t.add_row("lines read", f"{s.read} = {s.trajectories} processed + "
               f"{sum(s.rejects.values())} rejected + {s.blank} blank (skipped)")
     t.add_row("trajectories", f"{s.trajectories} ({s.trajectories_eval} held out for eval)")
