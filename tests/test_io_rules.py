@@ -234,8 +234,9 @@ def test_e2e_refuses_an_output_folder_with_a_run_in_it(tmp_path):
 
 
 def test_profile_continues_only_with_resume_and_starts_over_with_overwrite(tmp_path, tiny_model_dir):
-    turns = tmp_path / "turns.jsonl"
-    extract_file("examples/trajectories.jsonl", turns)
+    turns, few = tmp_path / "turns.jsonl", tmp_path / "few.jsonl"
+    few.write_text("".join(open("examples/trajectories.jsonl").readlines()[:4]))  # a few turns do
+    extract_file(few, turns)
     out = tmp_path / "profile.jsonl"
     base = ["profile", str(turns), "--model", str(tiny_model_dir), "--k", "1", "--max-new-tokens", "2",
             "--out", str(out), "--no-progress"]
