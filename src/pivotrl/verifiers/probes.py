@@ -17,14 +17,14 @@ The probes, each applied to its own copy of the workspace:
   gets new lines in its own lines' shapes (each word replaced by another word of the
   workspace, each number by one beyond the file's largest or below its smallest), every line
   repeated 1 to `GROW_MAX_REPEAT` times, near-miss lines (one letter dropped at either end or
-  replaced, case swapped), an empty line, and a reordering in which no original line keeps its place from the start or
-  the end and neither end is the first or last line of a sort order (`head -1` against
-  `sort | head -1`): counts, sums, maxima and minima, deduplicated sets, first and last
-  matches, sizes and weaker patterns move. grow2 and grow3 are two more independent draws
-  of it: two commands that count different lines (`grep -c INFO` for `grep -c ERROR` in a log
-  with two lines of each) agree on one draw whenever the repeats happen to give both sets the
-  same total (37% of draws on such a log when lines repeated 1–3 times), and must agree on all
-  three;
+  replaced, case swapped), an empty line, and a reordering in which no original line keeps its
+  place from the start or the end and neither end is the first or last line of a sort order
+  (`head -1` against `sort | head -1`): counts, sums, maxima and minima, deduplicated sets,
+  first and last matches, sizes and weaker patterns move. grow2 and grow3 are two more
+  independent draws of it: two commands that count different lines (`grep -c INFO` for
+  `grep -c ERROR` in a log with two lines of each) agree on one draw whenever the repeats and
+  added lines give both sets the same total (a testbed turn with such a log: 11 of 30 process
+  secrets when lines repeated 1–3 times), and must agree on all three;
 - data: grow on every file but scripts (`.py`, `.sh`, ...), where there are scripts: a
   command that runs a script of the workspace is seen on what its script reads, while grow
   shows what reads the script as text (`cat main.py`) and only breaks running it;
@@ -68,7 +68,8 @@ from pivotrl.sandbox.workspace import remove_tree, rename_entries
 PROBES = ("grow", "grow2", "grow3", "data", "names", "bytes", "shrink", "presence")
 GROW = ("grow", "grow2", "grow3")  # independent draws of one probe (module doc)
 # Each line repeated 1..N times: the wider the range, the rarer two different sets of lines
-# reach the same count by chance (2 lines against 2: 23% of draws at N = 3, 11% at 6).
+# reach the same count by chance (two lines against two, by the repeats alone: 19/81 = 23% of
+# draws at N = 3, 146/1296 = 11% at 6).
 GROW_MAX_REPEAT = 6
 # Used only where no other probe moves the expert: emptying or removing the files a command
 # reads mostly tests how it fails or finds nothing, and commands that agree on every file with
