@@ -154,3 +154,41 @@ def test_the_grid_scores_dev_turns_and_eval_only_at_an_asked_temperature(monkeyp
     for t in (0.0, 1.0):
         with pytest.raises(ValueError):
             evaluator.at_temperature(None, "toolshop", t, rule)
+
+
+def test_pass_at_k_is_sampled_on_the_first_seeds_only(monkeypatch, tmp_path):
+    """pass@k's n samples per turn (a descriptive mean, no verdict reads it) are drawn at the
+    chosen checkpoints of the first `pass_seeds` seeds and at the base; the grid's dev side is
+    scored at every chosen checkpoint."""
+    import pivotrl_testbed.jobs as jobs
+    from pivotrl_testbed.checkpoint_eval import Evaluator
+    from pivotrl_testbed.demo import DemoConfig
+
+    asked: list[tuple[int | None, bool]] = []
+
+    def fake_cached(job, world, step, testbed, out, cfg, what, score):
+        class Ev:
+            def grid(self, ckpt, world, rule, with_pass=True):
+                asked.append((job.seed if job else None, with_pass))
+                return []
+        return score(Ev(), None)
+
+    monkeypatch.setattr(jobs, "_cached_rows", fake_cached)
+    cfg = DemoConfig(seeds=[0, 1, 2])
+    for seed in (None, 0, 1, 2):
+        job = None if seed is None else jobs.Job("toolshop", "pivotrl", 1e-4, seed)
+        jobs.grid_at(job, "toolshop", 10, tmp_path, tmp_path, cfg)
+    assert asked == [(None, True), (0, True), (1, False), (2, False)]
+    asked.clear()
+    every = cfg.model_copy(update={"decoding": cfg.decoding.model_copy(update={"pass_seeds": 0})})
+    jobs.grid_at(jobs.Job("toolshop", "pivotrl", 1e-4, 2), "toolshop", 10, tmp_path, tmp_path, every)
+    assert asked == [(2, True)]
+    # and the grid itself skips the n samples when told to
+    evaluator = Evaluator.__new__(Evaluator)
+    evaluator.cfg, evaluator.dev_greedy = DemoConfig(), False
+    evaluator.base, evaluator.tokenizer = object(), object()
+    evaluator.trajs = {"toolshop": {"dev": [], "eval": ["t"]}}
+    monkeypatch.setattr("pivotrl_testbed.episodes.expert_turns",
+                        lambda trajs: pytest.fail("pass@k was sampled"))
+    assert evaluator.grid(None, "toolshop", DemoConfig().decoding.model_copy(
+        update={"temperatures": [1.0]}), with_pass=False) == []

@@ -102,12 +102,13 @@ class Evaluator:
               else {"kl": 0.0, "rank_corr": 1.0})
         return {**row, "kl_to_base": kl["kl"], "rank_corr": kl["rank_corr"]}, items
 
-    def grid(self, model_dir: Path | None, world: str, rule: Any) -> list[dict[str, Any]]:
+    def grid(self, model_dir: Path | None, world: str, rule: Any,
+             with_pass: bool = True) -> list[dict[str, Any]]:
         """Item rows of the decoding rule's dev side (`pivotrl_testbed.decoding`) at one chosen
         checkpoint: dev turn accuracy at every grid temperature `__call__` does not already score
-        there (what an arm's temperature is chosen by), and n samples per eval turn at the
-        training temperature (decoding "pass", with `samples` and `successes` per item). The
-        eval split at an arm's dev-best temperature is `at_temperature`'s, once it is known."""
+        there (what an arm's temperature is chosen by), and, `with_pass`, n samples per eval turn
+        at the training temperature (decoding "pass", with `samples` and `successes` per item).
+        The eval split at an arm's dev-best temperature is `at_temperature`'s, once it is known."""
         from pivotrl_testbed.decoding import PASS, label
         from pivotrl.formats.options import FormatOptions
         from pivotrl_testbed.episodes import expert_turns, turn_accuracy
@@ -121,11 +122,13 @@ class Evaluator:
             {"sampled"} if sampled is not None and sampled.k > 0 else set())
         items = [r for t in rule.temperatures if label(t, self._train_t()) not in done
                  for r in self._scored(model, tok, world, "dev", t, rule, ("turn",))]
+        if not (with_pass and "turn" in rule.measures):
+            return items
         n, verifier = rule.pass_samples, self.cfg.eval.verifiers.get(world, "toolcall")
         scored = self.cfg.eval.turn_trajectories
         first = min(rule.pass_trajectories or scored, scored)
         turns = expert_turns(list(self.trajs[world]["eval"][:first]))
-        if "turn" in rule.measures and turns:
+        if turns:
             acc = turn_accuracy(self._policy(model, tok, self._train_t(), rule.seed),
                                 [t for t in turns for _ in range(n)],
                                 shared_verifier(verifier), parse=FormatOptions().parser(tok))
