@@ -15,8 +15,8 @@ the chosen checkpoints of the arms whose dev-best it is, once dev has chosen: no
 it (the demo's eval phase was its longest on a 4-layer base, docs/RESULTS.md). Beside it, at
 the training temperature: pass@k (at least one of k samples succeeds) and pass^k (all k succeed), from n
 samples per item with the unbiased estimators 1 − C(n−c, k)/C(n, k) and C(c, k)/C(n, k)
-(c successes of n; Chen et al. 2021, Yao et al. 2024), on the first `pass_seeds` seeds. pass@k rising while accuracy at the
-dev-best temperature does not is sharpening, not new ability.
+(c successes of n; Chen et al. 2021, Yao et al. 2024), on the first `pass_seeds` seeds. pass@k
+rising while accuracy at the dev-best temperature does not is sharpening, not new ability.
 
 Item rows carry the decoding that scored them: "greedy" (T = 0), "sampled" (the training
 temperature, k samples), "T<t>" (another grid temperature) and "pass" (n samples at the training
@@ -67,8 +67,8 @@ class DecodingRule(BaseModel):
         1, ge=0, description="pass@k is scored at the chosen checkpoints of the demo's first N "
         "training seeds (and the base); 0: every seed. It is a descriptive mean, never in a "
         "paired verdict, and its n samples of every turn were ~70% of a chosen checkpoint's grid "
-        "(95 s of 133 on toolshop): on every seed of --full they were about a third of its eval "
-        "phase, for no verdict. One seed gives it the default demo's precision.")
+        "(95 s of 133 on toolshop, beside a demo): on every seed of --full, an estimated 40% of "
+        "its eval phase, for no verdict. One seed gives it the default demo's precision.")
     measures: list[Literal["turn", "ood"]] = Field(
         default_factory=lambda: ["turn", "ood"], description="Measures scored on eval at an "
         "arm's dev-best temperature (pass@k: turns only). The temperature is chosen on dev turn "
