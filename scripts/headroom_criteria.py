@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 from pivotrl_testbed.demo import DemoConfig, run_demo
-from pivotrl_testbed.demo_config import FULL_WORLDS
 from pivotrl_testbed.evaluate import SampledConfig
 from pivotrl_testbed.testbed.build import is_built, load_config
+from pivotrl_testbed.testbed.common import WORLDS
 from pivotrl_testbed.testbed.criteria import check
 
 
@@ -32,7 +32,7 @@ def main() -> None:
         sys.exit(f"{args.build}: not a finished build of {args.config or 'the default config'}")
     # Both worlds and k = 4 sampled dev scoring: the demo's settings when the criteria were
     # committed and the shipped base was measured (docs/RESULTS.md), so candidates stay comparable.
-    demo = DemoConfig(methods=["sft"], dev_greedy=True, worlds=list(FULL_WORLDS),
+    demo = DemoConfig(methods=["sft"], dev_greedy=True, worlds=list(WORLDS),
                       sampled=SampledConfig(k=4))
     results = run_demo(args.out, demo, testbed=args.build, testbed_config=cfg)
     items = [json.loads(line) for line in (args.out / "items.jsonl").read_text().splitlines()]

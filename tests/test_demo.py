@@ -9,7 +9,7 @@ import pytest
 
 import pivotrl_testbed.demo as demo
 from pivotrl_testbed.demo import HEADLINE_ARMS, METHODS, DemoConfig, run_demo
-from pivotrl_testbed.demo_config import FULL_WORLDS
+from pivotrl_testbed.testbed.common import WORLDS
 from pivotrl_testbed.decoding import DecodingRule
 from pivotrl_testbed.evaluate import EvalConfig, SampledConfig
 from pivotrl_testbed.testbed.build import TestbedConfig
@@ -150,7 +150,7 @@ def test_demo_yaml_is_the_default_and_typos_are_errors(tmp_path):
     assert (full.steps, full.learning_rates) == (DemoConfig().steps, DemoConfig().learning_rates)
     assert full.ablation_seeds == 3  # ablations on the same three seeds as the headline arms
     # the default trains one world (its ~20-min budget); --full every world of the testbed
-    assert DemoConfig().worlds == ["toolshop"] and full.worlds == list(FULL_WORLDS)
+    assert DemoConfig().worlds == ["toolshop"] and full.worlds == list(WORLDS)
     runs = lambda c: sum(len(c.seeds) if m in HEADLINE_ARMS else min(c.ablation_seeds, len(c.seeds))
                          for m in c.methods)
     assert runs(full) == 3 * len(METHODS)

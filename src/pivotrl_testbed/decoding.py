@@ -78,10 +78,9 @@ class DecodingRule(BaseModel):
         "candidate base, docs/RESULTS.md).")
     seed: int = Field(0, description="Base seed of the samples' seeds.")
 
-
-def pass_seeds(rule: DecodingRule, seeds: Sequence[int]) -> list[int]:
-    """The training seeds whose chosen checkpoints get pass@k's n samples (the base always)."""
-    return list(seeds) if rule.pass_seeds == 0 else list(seeds)[:rule.pass_seeds]
+    def seeds_with_pass(self, seeds: Sequence[int]) -> list[int]:
+        """The training seeds whose chosen checkpoints get pass@k's n samples (the base always)."""
+        return list(seeds) if self.pass_seeds == 0 else list(seeds)[:self.pass_seeds]
 
 
 def label(t: float, train_temperature: float) -> str:

@@ -153,7 +153,7 @@ def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: 
     into `rows` in place. Then, each arm's dev-best temperature known, the eval split there
     where it is not scored yet (decoding.py: the only temperature the rule reads eval at).
     Returns the item rows scored here."""
-    from pivotrl_testbed.decoding import dev_best, dev_scores, label, pass_seeds
+    from pivotrl_testbed.decoding import dev_best, dev_scores, label
     from pivotrl_testbed.frontier import matched_sides
     from pivotrl_testbed.report import chosen_sides
     from pivotrl_testbed.testbed.agentic_ood import split_kinds
@@ -166,7 +166,7 @@ def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: 
     log(f"  the eval split at the {len(targets)} dev-chosen and frontier-matched checkpoints; "
         f"dev over the decoding grid (T = {', '.join(f'{t:g}' for t in cfg.decoding.temperatures)}) "
         f"at the {len(grid)} chosen ones and the base's; pass@k from {cfg.decoding.pass_samples} "
-        f"samples there on seeds {pass_seeds(cfg.decoding, cfg.seeds)}")
+        f"samples there on seeds {cfg.decoding.seeds_with_pass(cfg.seeds)}")
     got: list[dict[str, Any]] = []
     with workers_pool(cfg.workers) as pool:
         t0 = time.time()

@@ -14,11 +14,11 @@ from pivotrl_testbed.budget import BudgetRule
 from pivotrl_testbed.decoding import DecodingRule
 from pivotrl_testbed.evaluate import EvalConfig, SampledConfig
 from pivotrl_testbed.frontier import FrontierConfig
+from pivotrl_testbed.testbed.common import WORLDS
 
 METHODS = ("sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact", "e2e_rl")
 PIVOT_SET_ARMS = ("pivotrl", "pivotrl_exact", "pivotrl_random")  # sized by the pivot set
 HEADLINE_ARMS = ("sft", "pivotrl", "e2e_rl")  # the paper's comparison; the rest are ablations
-FULL_WORLDS = ("toolshop", "terminal")  # the built-in testbed's worlds, all trained by --full
 
 
 class DemoConfig(BaseModel):
@@ -151,7 +151,7 @@ class DemoConfig(BaseModel):
         seeds too: 3 × 3 headline + 3 × 3 ablation runs per world (a fourth seed would add 3
         runs per world to a run that must fit 2 h on 2 cores)."""
         return self.model_copy(update={"seeds": list(range(3)), "methods": list(METHODS),
-                                       "ablation_seeds": 3, "worlds": list(FULL_WORLDS)})
+                                       "ablation_seeds": 3, "worlds": list(WORLDS)})
 
     def frontier_config(self) -> FrontierConfig:
         """The frontier rule on this demo's selection measure and decoding."""

@@ -214,9 +214,7 @@ def grid_at(job: Job | None, world: str, step: int, testbed: Path, out: Path,
     """The decoding rule's dev side (`Evaluator.grid`) at one chosen checkpoint, or at the base
     (`job` None: step 0 of every seed, scored once whatever the seeds); item rows, cached
     beside the job. pass@k only on the first `decoding.pass_seeds` seeds and the base."""
-    from pivotrl_testbed.decoding import pass_seeds
-
-    with_pass = job is None or job.seed in pass_seeds(cfg.decoding, cfg.seeds)
+    with_pass = job is None or job.seed in cfg.decoding.seeds_with_pass(cfg.seeds)
     return _cached_rows(job, world, step, testbed, out, cfg, "dev-grid",
                         lambda ev, ckpt: ev.grid(ckpt, world, cfg.decoding, with_pass))
 

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from pivotrl_testbed.evaluate import EvalConfig
 from pivotrl.io.records import write_atomic, write_text_atomic
 from pivotrl.io.yaml_config import load_model
+from pivotrl_testbed.testbed.common import WORLDS
 from pivotrl_testbed.testbed.pretrain import PretrainConfig
 from pivotrl_testbed.testbed.mixture import (agentic_tasks, pretrain_base, run_stages, trajectories,
                                              weak_trajectories)
@@ -63,7 +64,7 @@ class TestbedConfig(BaseModel):
 
     __test__ = False  # not a pytest test class, despite the name
 
-    worlds: list[str] = Field(default_factory=lambda: ["toolshop", "terminal"],
+    worlds: list[str] = Field(default_factory=lambda: list(WORLDS),
                               description="Agentic worlds to include (pivotrl_testbed.testbed.tasks).")
     expert_seed: int = Field(0, description="Seed of the expert's random choice among equivalent forms.")
     n_train: int = Field(400, description="Expert trajectories per world on train tasks (SFT / pivots).")
