@@ -158,8 +158,8 @@ def test_the_grid_scores_dev_turns_and_eval_only_at_an_asked_temperature(monkeyp
 
 def test_pass_at_k_is_sampled_on_the_first_seeds_only(monkeypatch, tmp_path):
     """pass@k's n samples per turn (a descriptive mean, no verdict reads it) are drawn at the
-    chosen checkpoints of the first `pass_seeds` seeds and at the base; the grid's dev side is
-    scored at every chosen checkpoint."""
+    headline arms' chosen checkpoints of the first `pass_seeds` seeds and at the base; the grid's
+    dev side is scored at every chosen checkpoint."""
     import pivotrl_testbed.jobs as jobs
     from pivotrl_testbed.checkpoint_eval import Evaluator
     from pivotrl_testbed.demo import DemoConfig
@@ -183,6 +183,9 @@ def test_pass_at_k_is_sampled_on_the_first_seeds_only(monkeypatch, tmp_path):
     every = cfg.model_copy(update={"decoding": cfg.decoding.model_copy(update={"pass_seeds": 0})})
     jobs.grid_at(jobs.Job("toolshop", "pivotrl", 1e-4, 2), "toolshop", 10, tmp_path, tmp_path, every)
     assert asked == [(2, True)]
+    asked.clear()  # the ablations are judged on turn accuracy alone: no pass@k at any seed
+    jobs.grid_at(jobs.Job("toolshop", "pivotrl_random", 1e-4, 0), "toolshop", 10, tmp_path, tmp_path, every)
+    assert asked == [(0, False)]
     # and the grid itself skips the n samples when told to
     evaluator = Evaluator.__new__(Evaluator)
     evaluator.cfg, evaluator.dev_greedy = DemoConfig(), False

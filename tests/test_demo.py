@@ -149,11 +149,13 @@ def test_demo_yaml_is_the_default_and_typos_are_errors(tmp_path):
     assert full.methods == list(METHODS) and full.seeds == list(range(3))
     assert (full.steps, full.learning_rates) == (DemoConfig().steps, DemoConfig().learning_rates)
     assert full.ablation_seeds == 3  # ablations on the same three seeds as the headline arms
+    assert full.ablation_worlds == ["toolshop"]  # in the world without a sandbox (2-h budget)
     # the default trains one world (its ~20-min budget); --full every world of the testbed
     assert DemoConfig().worlds == ["toolshop"] and full.worlds == list(WORLDS)
-    runs = lambda c: sum(len(c.seeds) if m in HEADLINE_ARMS else min(c.ablation_seeds, len(c.seeds))
-                         for m in c.methods)
-    assert runs(full) == 3 * len(METHODS)
+    from pivotrl_testbed.demo import plan_jobs
+
+    planned = plan_jobs(full, {w: {"kept": 5} for w in WORLDS}, log=lambda m: None)
+    assert len(planned) == 3 * len(HEADLINE_ARMS) * len(WORLDS) + 3 * (len(METHODS) - len(HEADLINE_ARMS))
 
 
 def test_strict_exact_is_the_raw_text_ablation():
@@ -295,6 +297,22 @@ def test_ablation_arms_train_on_the_first_ablation_seeds_only():
     every = plan_jobs(cfg.model_copy(update={"ablation_seeds": 0}), {"toolshop": {"kept": 5}},
                       log=lambda m: None)
     assert len(every) == len(METHODS) * 3
+
+
+def test_ablation_arms_train_in_the_ablation_worlds_only():
+    from pivotrl_testbed.demo import plan_jobs
+
+    cfg = DemoConfig(worlds=["toolshop", "terminal"], methods=list(METHODS), seeds=[0, 1],
+                     ablation_worlds=["toolshop"])
+    kept = {"toolshop": {"kept": 5}, "terminal": {"kept": 5}}
+    worlds = {m: sorted({j.world for j in plan_jobs(cfg, kept, log=lambda m: None) if j.method == m})
+              for m in METHODS}
+    assert worlds["sft"] == worlds["pivotrl"] == worlds["e2e_rl"] == ["terminal", "toolshop"]
+    assert worlds["pivotrl_no_filter"] == worlds["pivotrl_random"] == worlds["pivotrl_exact"] == ["toolshop"]
+    every = plan_jobs(cfg.model_copy(update={"ablation_worlds": []}), kept, log=lambda m: None)
+    assert len(every) == len(METHODS) * 2 * 2
+    with pytest.raises(ValueError, match=r"ablation_worlds \['shop'\] are not in worlds"):
+        DemoConfig(worlds=["toolshop"], ablation_worlds=["shop"])
 
 
 def test_jobs_start_longest_first_the_costlier_world_first_within_a_method():

@@ -15,7 +15,8 @@ the chosen checkpoints of the arms whose dev-best it is, once dev has chosen: no
 it (the demo's eval phase was its longest on a 4-layer base, docs/RESULTS.md). Beside it, at
 the training temperature: pass@k (at least one of k samples succeeds) and pass^k (all k succeed), from n
 samples per item with the unbiased estimators 1 − C(n−c, k)/C(n, k) and C(c, k)/C(n, k)
-(c successes of n; Chen et al. 2021, Yao et al. 2024), on the first `pass_seeds` seeds. pass@k
+(c successes of n; Chen et al. 2021, Yao et al. 2024), on the headline arms' first
+`pass_seeds` seeds. pass@k
 rising while accuracy at the dev-best temperature does not is sharpening, not new ability.
 
 Item rows carry the decoding that scored them: "greedy" (T = 0), "sampled" (the training
@@ -38,8 +39,9 @@ RULE = ("Decoding (fixed before any result, pivotrl_testbed/decoding.py): at eac
         "each arm takes the temperature with its best dev score (its chosen checkpoints of every "
         "world and seed pooled; ties: the lower temperature) and its eval number and the headline "
         "verdicts are read there, each arm at its own. pass@k and pass^k: at the training "
-        "temperature, unbiased estimators from n samples per item, on the chosen checkpoints of "
-        "the first `pass_seeds` seeds (descriptive: no verdict reads them).")
+        "temperature, unbiased estimators from n samples per item, at the base and the headline "
+        "arms' chosen checkpoints of the first `pass_seeds` seeds (descriptive: no verdict reads "
+        "them).")
 DEV_BEST = "dev-best"  # the decoding label of rows read at their arm's dev-best temperature
 PASS = "pass"
 
@@ -64,8 +66,8 @@ class DecodingRule(BaseModel):
         "trajectories, beside two builds; docs/RESULTS.md); pass@k is read as a mean, never in a "
         "paired verdict, and half the turns keep it within a few hundredths.")
     pass_seeds: int = Field(
-        1, ge=0, description="pass@k is scored at the chosen checkpoints of the demo's first N "
-        "training seeds (and the base); 0: every seed. It is a descriptive mean, never in a "
+        1, ge=0, description="pass@k is scored at the headline arms' chosen checkpoints of the "
+        "demo's first N training seeds (and the base); 0: every seed. It is a descriptive mean, never in a "
         "paired verdict, and its n samples of every turn were ~70% of a chosen checkpoint's grid "
         "(95 s of 133 on toolshop, beside a demo): on every seed of --full, an estimated 40% of "
         "its eval phase, for no verdict. One seed gives it the default demo's precision.")

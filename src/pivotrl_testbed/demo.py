@@ -294,8 +294,10 @@ def plan_jobs(cfg: DemoConfig, pivot_stats: dict[str, Any], log: Callable[[str],
     terminal world's PivotRL run, started last, ran alone for its last 3.6 of the default's 21
     minutes. The order never changes what a job computes."""
     ablation_seeds = set(cfg.seeds[:cfg.ablation_seeds or None])
+    ablation_worlds = set(cfg.ablation_worlds or cfg.worlds)
     jobs = [Job(w, m, lr, s) for s in cfg.seeds for lr in cfg.learning_rates for w in cfg.worlds
-            for m in cfg.methods if m in HEADLINE_ARMS or s in ablation_seeds]
+            for m in cfg.methods
+            if m in HEADLINE_ARMS or (s in ablation_seeds and w in ablation_worlds)]
     for world in cfg.worlds:
         if not pivot_stats[world].get("kept"):
             # Nothing to train on: the base never, or always, solves these turns. Said, not hidden.

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from pivotrl.io.yaml_config import field_like, load_model
 from pivotrl.verifiers.options import VerifierOptions
@@ -39,6 +39,13 @@ class DemoConfig(BaseModel):
                                 "pivotrl_random, pivotrl_exact) train on the first N seeds only "
                                 "(0: every seed). Their verdicts pair them with PivotRL on those "
                                 "seeds; the headline arms' power is what the seeds are for.")
+    ablation_worlds: list[str] = Field(default_factory=list, description="The ablation arms "
+                                       "train in these worlds only (empty: every world). Their "
+                                       "verdicts pair them with PivotRL on those worlds' items. "
+                                       "--full: toolshop, the world without a sandbox: the "
+                                       "terminal ablations were 9 of 36 runs and 57 of 145 "
+                                       "training CPU-minutes in a two-world --full "
+                                       "(docs/RESULTS.md), which then did not fit 2 h.")
     learning_rates: list[float] = Field(
         default_factory=lambda: [1e-4], description="The lr grid, the same for every method. On "
         "the shipped base a run of the grid {1e-4, 3e-4} (1 seed, docs/RESULTS.md) chose 1e-4 on "
@@ -148,15 +155,24 @@ class DemoConfig(BaseModel):
         interval (measured with both worlds on 100 eval tasks each: ±0.0177 at one seed, ±0.0159
         at six), so three keep it within ±0.021; they make the verdicts hold across training
         noise. The ablations train on the same three seeds, so each ablation verdict holds across
-        seeds too: 3 × 3 headline + 3 × 3 ablation runs per world (a fourth seed would add 3
-        runs per world to a run that must fit 2 h on 2 cores)."""
+        seeds too: 3 × 3 headline + 3 × 3 ablation runs in toolshop, 3 × 3 headline runs in
+        terminal (the ablations train in toolshop only, `ablation_worlds`: with them in both
+        worlds a --full took ~2 h 40 min; a fourth seed would add 3 runs per world)."""
         return self.model_copy(update={"seeds": list(range(3)), "methods": list(METHODS),
-                                       "ablation_seeds": 3, "worlds": list(WORLDS)})
+                                       "ablation_seeds": 3, "worlds": list(WORLDS),
+                                       "ablation_worlds": ["toolshop"]})
 
     def frontier_config(self) -> FrontierConfig:
         """The frontier rule on this demo's selection measure and decoding."""
         return FrontierConfig(measure=self.select_on, decoding=self.select_decoding,
                               tolerance=self.match_tolerance)
+
+    @model_validator(mode="after")
+    def _ablation_worlds_are_trained(self) -> "DemoConfig":
+        stray = sorted(set(self.ablation_worlds) - set(self.worlds))
+        if stray:
+            raise ValueError(f"ablation_worlds {stray} are not in worlds {self.worlds}")
+        return self
 
     @field_validator("methods")
     @classmethod

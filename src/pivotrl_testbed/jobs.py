@@ -213,8 +213,12 @@ def grid_at(job: Job | None, world: str, step: int, testbed: Path, out: Path,
             cfg: Any) -> list[dict[str, Any]]:
     """The decoding rule's dev side (`Evaluator.grid`) at one chosen checkpoint, or at the base
     (`job` None: step 0 of every seed, scored once whatever the seeds); item rows, cached
-    beside the job. pass@k only on the first `decoding.pass_seeds` seeds and the base."""
-    with_pass = job is None or job.seed in cfg.decoding.seeds_with_pass(cfg.seeds)
+    beside the job. pass@k only at the base and the headline arms' first `decoding.pass_seeds`
+    seeds: no verdict reads it, and the ablations are judged on turn accuracy alone."""
+    from pivotrl_testbed.demo_config import HEADLINE_ARMS
+
+    with_pass = job is None or (job.method in HEADLINE_ARMS
+                                and job.seed in cfg.decoding.seeds_with_pass(cfg.seeds))
     return _cached_rows(job, world, step, testbed, out, cfg, "dev-grid",
                         lambda ev, ckpt: ev.grid(ckpt, world, cfg.decoding, with_pass))
 
