@@ -166,3 +166,16 @@ def test_choice_takes_only_steps_every_world_of_a_run_reached():
                       "world": world} for i in range(4)]
     chosen = choose(rows, measure="turn")
     assert chosen["e2e_rl"]["steps"] == {0: 20}
+
+
+def test_an_arm_trained_in_one_world_pairs_on_that_world_only_and_says_so():
+    """--full trains the ablations in toolshop alone: their verdict against PivotRL (both worlds)
+    is the difference on toolshop's items, and the verdict names the world it stands on."""
+    rows = []
+    for i in range(8):
+        rows += [item("pivotrl", 0, 10, i, i, 1, world="toolshop"),
+                 item("pivotrl", 0, 10, i, i, 0, world="terminal"),
+                 item("pivotrl_random", 0, 10, i, i, i % 2, world="toolshop")]
+    got = paired(rows, side("pivotrl"), side("pivotrl_random"), measure="turn")
+    assert got["worlds"] == ["toolshop"] and got["pairs"] == 8
+    assert got["a_mean"] == 1.0 and got["diff"] == pytest.approx(0.5)  # terminal's 0s left out

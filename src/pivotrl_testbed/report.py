@@ -177,7 +177,8 @@ def _verdicts(items: list[dict[str, Any]], chosen: dict[str, Any]) -> list[dict[
                     "diff": got and got["diff"], "ci95": got and got["ci95"],
                     "verdict": got["verdict"] if got else "not measurable",
                     "a_mean": got and got["a_mean"], "b_mean": got and got["b_mean"],
-                    "pairs": got and got["pairs"], "clusters": got and got["clusters"]})
+                    "pairs": got and got["pairs"], "clusters": got and got["clusters"],
+                    "worlds": got and got["worlds"]})
     return out
 
 

@@ -179,7 +179,8 @@ def verdict_section(results: dict[str, Any]) -> list[str]:
                      f"{_side(v['b'])} | — | — | **{v['verdict']}** |")
             continue
         L.append(f"| {v['claim']} | {verdict_measure(v)} | {_side(v['a'])} | {_side(v['b'])} | "
-                 f"{v['a_mean']:.3f} vs {v['b_mean']:.3f} ({v['pairs']} pairs, {v['clusters']} clusters) | "
+                 f"{v['a_mean']:.3f} vs {v['b_mean']:.3f} ({v['pairs']} pairs, {v['clusters']} clusters"
+                 f"{'; ' + ', '.join(v['worlds']) if v.get('worlds') else ''}) | "
                  f"{v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | **{v['verdict']}** |")
     tm = (results.get("turns_to_match_e2e") or {}).get("by_measure", {})
     for measure, r in tm.items():

@@ -56,10 +56,14 @@ def side_outcomes(items: Iterable[Row], method: str, lr: float, steps: dict[int,
 def paired(items: Sequence[Row], a: dict[str, Any], b: dict[str, Any], *, measure: str,
            split: str = "eval", replicates: int = BOOTSTRAP_REPLICATES) -> dict[str, Any] | None:
     """The paired difference a − b on `measure` with its cluster-bootstrap 95% interval.
-    `a` and `b` are sides: {"method", "lr", "steps": {seed: step}}. None when nothing pairs."""
+    `a` and `b` are sides: {"method", "lr", "steps": {seed: step}}; "worlds": those the pairs
+    are in. None when nothing pairs."""
     sa = side_outcomes(items, a["method"], a["lr"], a["steps"], split=split, measure=measure)
     sb = side_outcomes(items, b["method"], b["lr"], b["steps"], split=split, measure=measure)
-    return paired_values(sa, sb, replicates)
+    got = paired_values(sa, sb, replicates)
+    if got is not None:  # an arm trained in fewer worlds (the ablations in --full) pairs on those
+        got["worlds"] = sorted({world for _, world, _ in set(sa) & set(sb)})
+    return got
 
 
 # ------------------------------------------------------------------ checkpoint choice on dev
