@@ -211,6 +211,25 @@ def test_a_point_pools_only_steps_every_world_reached():
     assert [p["step"] for p in points] == [10]
 
 
+def test_a_point_pools_only_steps_every_seed_reached():
+    """Seed 1's run stopped at step 10, seed 0's went on to 20: a point at 20 would be seed 0's
+    alone (the seed still improving), and matched to another arm's point on other seeds it
+    could pair nothing on eval. So the arm's only point is step 10, on both seeds."""
+    from pivotrl_testbed.frontier import arm_points
+
+    rows = []
+    for seed, steps in ((0, (0, 10, 20)), (1, (0, 10))):
+        for step in steps:
+            method = "base" if step == 0 else "pivotrl"
+            for measure in ("turn", "ood"):
+                rows += [{"method": method, "world": "w", "seed": seed, "lr": 0.0 if step == 0 else 1e-4,
+                          "step": step, "split": "dev", "measure": measure, "item": i, "cluster": i,
+                          "outcome": float((i + step // 10) % 2), "decoding": "greedy"}
+                         for i in range(6)]
+    points = arm_points(rows, [], "pivotrl", FrontierConfig(replicates=50))
+    assert [(p["step"], p["steps"]) for p in points] == [(10, {0: 10, 1: 10})]
+
+
 def test_matched_kl_pairs_equal_drift_within_a_relative_tolerance():
     # PivotRL's largest-gain frontier point (lr 3e-4, step 10) drifted KL 0.4; SFT's nearest
     # checkpoint drifted 0.5: matched at a 25 % tolerance (±0.1), not at 20 % (±0.08). The one

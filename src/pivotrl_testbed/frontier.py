@@ -11,8 +11,9 @@ Points (`arm_points`), dev split, one decoding (`FrontierConfig.decoding`): ever
   point with gain = its paired difference against the base on the in-domain measure
   (`FrontierConfig.measure`) and retention = the same on OOD (stats.paired on split "dev": 0 for
   the base, negative when the arm forgot), each with its cluster-bootstrap interval, and its mean
-  KL to the base on OOD text (from the checkpoint rows). Checkpoints a run never scored on dev
-  (the budget rule stopped it before, `budget.py`) are not points.
+  KL to the base on OOD text (from the checkpoint rows). A point is a step every seed's run
+  reached in every world: the budget rule (`budget.py`) stops runs at different steps, and a
+  step that only some seeds reached would stand for the seeds still improving alone.
 
 Frontier: the Pareto set of an arm's points (`plots.frontier`: a point is on it when no point of
   the same arm has a higher gain and a retention at least as high).
@@ -106,13 +107,21 @@ def arm_points(items: list[Row], rows: list[Row], method: str, cfg: FrontierConf
             seeds[(float(r["lr"]), int(r["step"]))].add(int(r["seed"]))
             worlds[(float(r["lr"]), int(r["step"]), int(r["seed"]))].add(r["world"])
     every: dict[tuple[float, int], set[str]] = defaultdict(set)  # (lr, seed) -> worlds of the run
+    runs: dict[float, set[int]] = defaultdict(set)  # lr -> the seeds trained at it
     for (lr, _, seed), names in worlds.items():
         every[(lr, seed)] |= names
+        runs[lr].add(seed)
     base = base_side(mine)
     points = []
     for (lr, step), got in sorted(seeds.items()):
         # a point pools the worlds: only at a step every world's run reached (stats.choose)
         if any(worlds[(lr, step, s)] != every[(lr, s)] for s in got):
+            continue
+        # and the seeds: only at a step every seed reached. A later step that only the seeds
+        # still improving reached would stand for those seeds alone (a survivor's score), and a
+        # pair matched there could share no seed with the other arm's point, so nothing would
+        # pair on eval (stats.paired pairs items of the same seed).
+        if got != runs[lr]:
             continue
         side = {"method": method, "lr": lr, "steps": {s: step for s in sorted(got)}}
         gain = stats.paired(mine, side, base, measure=cfg.measure, split="dev",
