@@ -16,8 +16,8 @@ it (the demo's eval phase was its longest on a 4-layer base, docs/RESULTS.md). B
 the training temperature: pass@k (at least one of k samples succeeds) and pass^k (all k succeed), from n
 samples per item with the unbiased estimators 1 − C(n−c, k)/C(n, k) and C(c, k)/C(n, k)
 (c successes of n; Chen et al. 2021, Yao et al. 2024), on the headline arms' first
-`pass_seeds` seeds. pass@k
-rising while accuracy at the dev-best temperature does not is sharpening, not new ability.
+`pass_seeds` seeds. pass@k rising while accuracy at the dev-best temperature does not is
+sharpening, not new ability.
 
 Item rows carry the decoding that scored them: "greedy" (T = 0), "sampled" (the training
 temperature, k samples), "T<t>" (another grid temperature) and "pass" (n samples at the training
