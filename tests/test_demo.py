@@ -86,13 +86,15 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testb
                and r["outcome"] == r["successes"] / 4 for r in items if r["decoding"] == "pass")
     # Dev is scored in the selection's decoding (sampled) at every checkpoint, eval both ways
     # (dev_greedy off); at the chosen checkpoints, dev at the decoding grid's other temperatures
-    # and pass@k's samples on eval; eval at 0.5 only for the arms whose dev-best it is.
+    # and pass@k's samples on eval (the base and the headline arms only); eval at 0.5 only for
+    # the arms whose dev-best it is.
     assert set(saved["decoding"]["best"]) == {"base", *METHODS}
     at_half = {m for m, t in saved["decoding"]["best"].items() if t == 0.5}
     assert {(r["method"], r["split"], r["decoding"]) for r in items} == {
         (m, s, d) for m in ("base", *METHODS) for s, d in
         (("dev", "sampled"), ("eval", "greedy"), ("eval", "sampled"), ("dev", "greedy"),
-         ("dev", "T0.5"), ("eval", "pass"))} | {(m, "eval", "T0.5") for m in at_half}
+         ("dev", "T0.5"))} | {(m, "eval", "T0.5") for m in at_half} | {
+        (m, "eval", "pass") for m in ("base", *HEADLINE_ARMS)}
     assert {r["measure"] for r in items if r["decoding"] == "T0.5" and r["split"] == "dev"} == {"turn"}
     assert {r["measure"] for r in items if r["decoding"] == "T0.5" and r["split"] == "eval"} \
         == ({"turn", "ood"} if at_half else set())
