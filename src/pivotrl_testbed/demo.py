@@ -335,9 +335,9 @@ def run_jobs(jobs: list[Job], testbed: Path, out: Path, cfg: DemoConfig, pivot_s
 def log_power(power: list[dict[str, Any]], log: Callable[[str], None]) -> None:
     for p in power:
         log(f"  {p['measure']}: {p['items']} eval items in {p['clusters']} clusters, base rate "
-            f"{p['rate']:.3f}: paired 95% half-width ≤ ±{p['half_width']:.3f} "
-            f"(MDE at 80% power {p['mde_80']:.3f}; ±{p['worst_half_width']:.3f} at rate 0.5) "
-            f"with {p['seeds']} seed(s)")
+            f"{p['rate']:.3f}: paired 95% half-width about ±{p['half_width']:.3f} "
+            f"(MDE at 80% power {p['mde_80']:.3f}; ±{p['worst_half_width']:.3f} at rate 0.5), "
+            f"whatever the seeds: they are scored on the same items")
 
 
 def theory_checks(out: Path, testbed: Path, cfg: DemoConfig, dev_items: list[dict],

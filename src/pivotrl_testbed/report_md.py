@@ -74,8 +74,9 @@ def power_section(results: dict[str, Any]) -> list[str]:
         return []
     L = ["## Power (computed from the base before any training)", "",
          "95% half-width of a paired difference if two arms' item outcomes were independent at the "
-         "base's rate (checkpoints of one base agree on most items, so real intervals are "
-         "narrower; stats.paired_halfwidth):", "",
+         "base's rate, whatever the seeds (they are scored on the same items); arms that agree on "
+         "many items get narrower intervals, arms whose seeds differ wider ones "
+         "(stats.paired_halfwidth):", "",
          "| measure | eval items | clusters | seeds | base rate | half-width | MDE (80% power) | "
          "half-width at rate 0.5 |", "|---|---|---|---|---|---|---|---|"]
     for p in results["power"]:

@@ -124,11 +124,14 @@ def paired_halfwidth(items: Sequence[Row], *, measure: str, seeds: int, split: s
                      method: str = "base") -> dict[str, Any] | None:
     """The 95% half-width a paired difference would have if the two arms' item outcomes were
     independent draws at `method`'s rate (the base's, before any training), with the eval
-    split's cluster structure and `seeds` independent seeds: 1.96 × √2 × (cluster-bootstrap
-    standard error of the base's mean) / √seeds. Arms that agree on most items (checkpoints of
-    one base usually do) get narrower intervals; this is the pessimistic planning number. The
-    minimum detectable effect at 80% power is (1.96 + 0.84) / 1.96 of it. `worst_half_width`:
-    the same at rate 0.5 (the widest), with the base's design effect."""
+    split's cluster structure: 1.96 × √2 × (cluster-bootstrap standard error of the base's
+    mean). Not divided by √seeds: every seed is scored on the same items, so seeds do not
+    average the items' variance away (measured: PivotRL − SFT ±0.025–0.027 at each of three
+    seeds alone, ±0.029 at the three together; docs/RESULTS.md); what seeds add is training
+    noise, which this number does not model. Arms that agree on many items get narrower
+    intervals, arms whose seeds differ wider ones: a planning number, not a bound. The minimum
+    detectable effect at 80% power is (1.96 + 0.84) / 1.96 of it. `worst_half_width`: the same
+    at rate 0.5 (the widest), with the base's design effect. `seeds` is recorded, not used."""
     mine = [r for r in items if r["method"] == method and r["split"] == split
             and r["measure"] == measure]
     first = min((r["seed"] for r in mine), default=None)
@@ -141,12 +144,12 @@ def paired_halfwidth(items: Sequence[Row], *, measure: str, seeds: int, split: s
     reps = np.array([weighted_mean(total, count, ws, wc)
                      for ws, wc in bootstrap_weights(1, len(clusters))])
     se = float(reps.std(ddof=1))
-    half = 1.96 * math.sqrt(2.0) * se / math.sqrt(max(seeds, 1))
+    half = 1.96 * math.sqrt(2.0) * se
     rate = float(total.sum() / count.sum())
     # Worst case, rate 0.5, with the same design effect (clustering) as the base's outcomes; a
     # base at rate 0 or 1 has none to measure, so its items count as independent there.
     deff = se ** 2 / (rate * (1 - rate) / len(vals)) if 0 < rate < 1 else 1.0
-    worst = 1.96 * math.sqrt(2.0 * 0.25 * deff / len(vals)) / math.sqrt(max(seeds, 1))
+    worst = 1.96 * math.sqrt(2.0 * 0.25 * deff / len(vals))
     return {"measure": measure, "items": len(vals), "clusters": len(clusters), "seeds": seeds,
             "rate": rate, "half_width": half, "mde_80": half * (1.96 + 0.8416) / 1.96,
             "design_effect": deff, "worst_half_width": worst}
