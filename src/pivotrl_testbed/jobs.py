@@ -26,6 +26,7 @@ from pivotrl_testbed.checkpoint_eval import (
     score_dev,
     write_jsonl,
 )
+from pivotrl_testbed.demo_config import HEADLINE_ARMS
 from pivotrl_testbed.stats import checkpoint_scores
 from pivotrl.io.records import read_jsonl, write_text_atomic
 
@@ -215,8 +216,6 @@ def grid_at(job: Job | None, world: str, step: int, testbed: Path, out: Path,
     (`job` None: step 0 of every seed, scored once whatever the seeds); item rows, cached
     beside the job. pass@k only at the base and the headline arms' first `decoding.pass_seeds`
     seeds: no verdict reads it, and the ablations are judged on turn accuracy alone."""
-    from pivotrl_testbed.demo_config import HEADLINE_ARMS
-
     with_pass = job is None or (job.method in HEADLINE_ARMS
                                 and job.seed in cfg.decoding.seeds_with_pass(cfg.seeds))
     return _cached_rows(job, world, step, testbed, out, cfg, "dev-grid",

@@ -11,7 +11,7 @@ from typing import Any
 
 # One task in five is held out for evaluation, decided by a hash of its id (never by row).
 EVAL_PERCENT = 20
-# The built-in agentic worlds (each its own module: tasks.WORLD_MODULES).
+# The built-in agentic worlds, each its own module of this package (tasks.WORLD_MODULES).
 WORLDS = ("toolshop", "terminal")
 
 

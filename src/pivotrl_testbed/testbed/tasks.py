@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from itertools import count, islice
 from typing import Any
 
-from pivotrl_testbed.testbed.common import EVAL_PERCENT, compact, stable_int  # noqa: F401
+from pivotrl_testbed.testbed.common import EVAL_PERCENT, WORLDS, compact, stable_int  # noqa: F401
 from pivotrl.io.records import Message, Trajectory
 
-WORLD_MODULES = {"toolshop": "pivotrl_testbed.testbed.toolshop", "terminal": "pivotrl_testbed.testbed.terminal"}
+WORLD_MODULES = {w: f"pivotrl_testbed.testbed.{w}" for w in WORLDS}
 
 
 def world_module(name: str):
