@@ -195,3 +195,16 @@ def test_pass_at_k_is_sampled_on_the_first_seeds_only(monkeypatch, tmp_path):
                         lambda trajs: pytest.fail("pass@k was sampled"))
     assert evaluator.grid(None, "toolshop", DemoConfig().decoding.model_copy(
         update={"temperatures": [1.0]}), with_pass=False) == []
+
+
+def test_a_split_short_of_its_asked_size_is_an_error():
+    """An eval file with fewer tasks than dev + eval asks for would shrink every verdict's items
+    without a word: it stops with the file and the sizes."""
+    from pivotrl_testbed.checkpoint_eval import split_tasks
+
+    assert split_tasks(list(range(10)), 4, 6, "w/eval.jsonl") == {"dev": [0, 1, 2, 3], "eval": [4, 5, 6, 7, 8, 9]}
+    assert split_tasks(list(range(10)), 4, 0, "w/eval.jsonl")["eval"] == [4, 5, 6, 7, 8, 9]  # 0: the rest
+    with pytest.raises(ValueError, match=r"w/eval.jsonl: 10 tasks, but 4 dev and 7 eval"):
+        split_tasks(list(range(10)), 4, 7, "w/eval.jsonl")
+    with pytest.raises(ValueError, match="leaves none for eval"):
+        split_tasks(list(range(4)), 4, 0, "w/eval.jsonl")

@@ -9,6 +9,7 @@ import pytest
 
 import pivotrl_testbed.demo as demo
 from pivotrl_testbed.demo import HEADLINE_ARMS, METHODS, DemoConfig, run_demo
+from pivotrl_testbed.demo_config import FULL_TURN_TRAJECTORIES
 from pivotrl_testbed.testbed.common import WORLDS
 from pivotrl_testbed.decoding import DecodingRule
 from pivotrl_testbed.evaluate import EvalConfig, SampledConfig
@@ -154,6 +155,15 @@ def test_demo_yaml_is_the_default_and_typos_are_errors(tmp_path):
     assert full.ablation_worlds == ["toolshop"]  # in the world without a sandbox (2-h budget)
     # the default trains one world (its ~20-min budget); --full every world of the testbed
     assert DemoConfig().worlds == ["toolshop"] and full.worlds == list(WORLDS)
+    # turn accuracy on more eval trajectories (the headline interval), episodes as the default's;
+    # the testbed it builds holds them, the default's testbed is left as it is
+    assert (full.eval.turn_trajectories, full.eval.episodes) == (FULL_TURN_TRAJECTORIES, DemoConfig().eval.episodes)
+    from pivotrl_testbed.testbed.build import load_config
+
+    testbed = load_config(None)
+    assert full.sized_testbed(testbed).n_eval == full.dev_tasks + FULL_TURN_TRAJECTORIES > testbed.n_eval
+    assert DemoConfig().sized_testbed(testbed) == testbed
+    assert full.sized_testbed(testbed).weights_digest() == testbed.weights_digest()
     from pivotrl_testbed.demo import plan_jobs
 
     planned = plan_jobs(full, {w: {"kept": 5} for w in WORLDS}, log=lambda m: None)

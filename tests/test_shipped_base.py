@@ -58,14 +58,52 @@ def test_a_different_tokenizer_or_config_is_not_served(quick_testbed, tmp_path):
     built, info = quick_testbed
     root = tmp_path / "shipped_base"
     shipped.ship(built, root)
-    assert shipped.usable(info["config_hash"], built / "base", root) is not None
-    assert shipped.usable("another-config", built / "base", root) is None
+    quick = TestbedConfig().quick()
+    assert shipped.usable(quick, built / "base", root) is not None
+    assert shipped.usable(quick.model_copy(update={"ood_repeat": 3}), built / "base", root) is None
+    # More eval tasks leave the weights as they are (test_eval_sizes_leave_the_base_untouched)
+    assert shipped.usable(quick.model_copy(update={"n_eval": 20, "ood_eval": 12}), built / "base", root)
     other = tmp_path / "tok"
     other.mkdir()
     data = json.loads((built / "base" / "tokenizer.json").read_text())
     data["added_tokens"] = data.get("added_tokens", []) + [{"id": 99999, "content": "<x>"}]
     (other / "tokenizer.json").write_text(json.dumps(data))
-    assert shipped.usable(info["config_hash"], other, root) is None
+    assert shipped.usable(quick, other, root) is None
+    # A record whose config does not give its own hash here (another build version) serves nothing
+    (root / "build.json").write_text(json.dumps({**info, "config_hash": "0" * 16}))
+    assert shipped.usable(quick, built / "base", root) is None
+
+
+def by_family(lines: list[str]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for line in lines:
+        groups.setdefault(json.loads(line).get("family", ""), []).append(line)
+    return groups
+
+
+@pytest.mark.parametrize("recipe", ["plain", "default"])
+def test_eval_sizes_leave_the_base_untouched(tmp_path, recipe):
+    """Why `EVAL_ONLY_FIELDS` may leave the weights' hash: a build with more eval tasks writes the
+    same train, pretraining and OOD train files and trains the same tokenizer; its eval files
+    start with the smaller build's (the demo's dev and eval splits are prefixes)."""
+    from pivotrl_testbed.testbed.build import train_tokenizer, write_data
+
+    quick = (TestbedConfig() if recipe == "plain" else load_config(None)).quick()
+    small, large = quick, quick.model_copy(update={"n_eval": 14, "ood_eval": 12})
+    assert small.weights_digest() == large.weights_digest() and small.digest() != large.digest()
+    toks = {}
+    for name, cfg in (("small", small), ("large", large)):
+        expert, weak, _, ood_train = write_data(tmp_path / name, cfg, lambda m: None)
+        toks[name] = train_tokenizer(cfg, expert, weak, ood_train).backend_tokenizer.to_str()
+    assert toks["small"] == toks["large"]
+    for rel in sorted(p.relative_to(tmp_path / "small") for p in (tmp_path / "small").rglob("*.jsonl")):
+        a, b = ((tmp_path / n / rel).read_text().splitlines() for n in ("small", "large"))
+        if rel.name == "eval.jsonl":  # each world's tasks, each OOD family's, in order
+            small_g, large_g = by_family(a), by_family(b)
+            assert len(b) > len(a) and small_g.keys() == large_g.keys(), rel
+            assert all(large_g[f][:len(lines)] == lines for f, lines in small_g.items()), rel
+        else:
+            assert a == b, rel
 
 
 def test_a_shipped_base_is_never_reshipped(tmp_path, quick_testbed):

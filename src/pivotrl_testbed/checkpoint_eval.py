@@ -25,9 +25,14 @@ SPLITS = ("dev", "eval")
 
 
 def split_tasks(tasks: list[Any], dev: int, n_eval: int, what: str) -> dict[str, list[Any]]:
-    """The first `dev` tasks are the dev split, the next `n_eval` (0 = the rest) the eval split."""
+    """The first `dev` tasks are the dev split, the next `n_eval` (0 = the rest) the eval split;
+    fewer than asked is an error (a verdict on fewer items than the config says is not the one
+    planned)."""
     if len(tasks) <= dev:
         raise ValueError(f"{what}: {len(tasks)} tasks, but dev_tasks={dev} leaves none for eval")
+    if len(tasks) < dev + n_eval:
+        raise ValueError(f"{what}: {len(tasks)} tasks, but {dev} dev and {n_eval} eval tasks were "
+                         f"asked for (build the testbed with more eval tasks: n_eval)")
     return {"dev": tasks[:dev], "eval": tasks[dev:dev + n_eval] if n_eval else tasks[dev:]}
 
 

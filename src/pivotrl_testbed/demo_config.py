@@ -4,7 +4,7 @@ with its help and the measurement its default rests on (configs/demo.yaml writes
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -16,7 +16,16 @@ from pivotrl_testbed.evaluate import EvalConfig, SampledConfig
 from pivotrl_testbed.frontier import FrontierConfig
 from pivotrl_testbed.testbed.common import WORLDS
 
+if TYPE_CHECKING:
+    from pivotrl_testbed.testbed.build import TestbedConfig
+
 METHODS = ("sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact", "e2e_rl")
+# --full's turn-accuracy trajectories per world. Every seed is scored on the same items, so the
+# items' clusters and the seeds' spread set the headline interval: at 100 per world (3 seeds) a
+# --full measured PivotRL − SFT ±0.029 (each seed alone ±0.025–0.027); its items project ±0.017
+# to ±0.021 at 300, ±0.026 at 4 seeds of 100 (docs/RESULTS.md). 100 more trajectories cost a
+# checkpoint ~20–35 s (terminal, measured), a fourth seed ~13 min of the run: items are cheaper.
+FULL_TURN_TRAJECTORIES = 300
 PIVOT_SET_ARMS = ("pivotrl", "pivotrl_exact", "pivotrl_random")  # sized by the pivot set
 HEADLINE_ARMS = ("sft", "pivotrl", "e2e_rl")  # the paper's comparison; the rest are ablations
 
@@ -150,20 +159,25 @@ class DemoConfig(BaseModel):
     def full(self) -> "DemoConfig":
         """Every arm (ablations included), every world of the testbed and three seeds, at the
         default's budget per run, so a --full run into a folder that holds the default run trains
-        only what it adds (finished jobs are cached). The seeds buy little power on the headline
-        turn accuracy: every seed is scored on the same eval items, whose clusters set the
-        interval (measured with both worlds on 100 eval tasks each: ±0.0177 at one seed, ±0.0159
-        at six), so three were planned to keep it within ±0.021 — but arms that learnt disagree
-        on more items and differ more across seeds: on the shipped base PivotRL − SFT came out
-        ±0.029 at three seeds, ±0.025–0.027 at each seed alone (docs/RESULTS.md), so seeds alone
-        cannot reach ±0.021; more eval tasks, with seeds beside them, can. The seeds make the verdicts hold across training
-        noise. The ablations train on the same three seeds, so each ablation verdict holds across
-        seeds too: 3 × 3 headline + 3 × 3 ablation runs in toolshop, 3 × 3 headline runs in
-        terminal (the ablations train in toolshop only, `ablation_worlds`: with them in both
-        worlds a --full took ~2 h 40 min; a fourth seed would add 3 runs per world)."""
+        only what it adds (finished jobs are cached), and turn accuracy on the expert states of
+        300 eval trajectories per world (`FULL_TURN_TRAJECTORIES`). The ablations train on the
+        same three seeds, in toolshop only (`ablation_worlds`: with them in both worlds a --full
+        took ~2 h 40 min), so each ablation verdict holds across seeds too: 3 × 3 headline + 3 × 3
+        ablation runs in toolshop, 3 × 3 headline runs in terminal."""
         return self.model_copy(update={"seeds": list(range(3)), "methods": list(METHODS),
                                        "ablation_seeds": 3, "worlds": list(WORLDS),
-                                       "ablation_worlds": ["toolshop"]})
+                                       "ablation_worlds": ["toolshop"],
+                                       "eval": self.eval.model_copy(
+                                           update={"turn_trajectories": FULL_TURN_TRAJECTORIES})})
+
+    def sized_testbed(self, testbed: TestbedConfig) -> TestbedConfig:
+        """`testbed` (a TestbedConfig) with eval files large enough for this demo's dev and eval
+        splits: its own sizes, or more when the demo asks for more (the base stays the same:
+        `TestbedConfig.weights_digest`)."""
+        tasks = self.dev_tasks + max(self.eval.episodes, self.eval.turn_trajectories)
+        ood = self.dev_ood_per_family + self.eval.ood_per_family
+        return testbed.model_copy(update={"n_eval": max(testbed.n_eval, tasks),
+                                          "ood_eval": max(testbed.ood_eval, ood)})
 
     def frontier_config(self) -> FrontierConfig:
         """The frontier rule on this demo's selection measure and decoding."""

@@ -56,6 +56,12 @@ _HASHED_UNLESS: dict[str, Any] = {"variants": 0, "variant_seed": 0, "variant_nam
                                   "variant_prompts": "fixed", "variant_replies": "world",
                                   "weak_slips": 0.0, "weak_false_starts": 0.0,
                                   "pretrain_stages": [], "weak_kinds": {}}
+# Fields that size only the eval files. The base never reads them: the tokenizer and pretraining
+# read the train side alone, and each split is drawn by itself (`write_data`, `ood.write_ood`),
+# so the train files, the tokenizer and the weights are the same whatever they are
+# (tests/test_shipped_base.py checks the files). A build that only asks for more eval tasks
+# therefore reuses another build's weights (`weights_digest`).
+EVAL_ONLY_FIELDS = ("n_eval", "ood_eval")
 
 
 class TestbedConfig(BaseModel):
@@ -207,6 +213,12 @@ class TestbedConfig(BaseModel):
         blob = json.dumps({"v": BUILD_VERSION, **dump}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    def weights_digest(self) -> str:
+        """The hash of what the base's weights depend on: the config's, with the eval sizes
+        (`EVAL_ONLY_FIELDS`) at their defaults."""
+        fields = type(self).model_fields
+        return self.model_copy(update={f: fields[f].default for f in EVAL_ONLY_FIELDS}).digest()
+
 
 def load_config(path: str | Path | None) -> TestbedConfig:
     """The config in a YAML file; None: the default testbed's (`testbed.default`)."""
@@ -319,17 +331,17 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     ship, kept, source, stage_stats, done = None, None, "pretrained", [], 0
     if base_from is not None:  # a kept build of this config, or of it with its first `done` stages
         done = next((k for k in range(len(cfg.pretrain_stages), -1, -1)
-                     if not shipped.mismatch(cfg.with_stages(k).digest(), out / "base", root)), None)
+                     if not shipped.mismatch(cfg.with_stages(k), out / "base", root)), None)
         if done is None:
             raise ValueError(f"--base-from {base_from}: not this build's base: "
-                             f"{shipped.mismatch(cfg.digest(), out / 'base', root)}")
+                             f"{shipped.mismatch(cfg, out / 'base', root)}")
         kept = shipped.shipped_info(root)
         if done == len(cfg.pretrain_stages):
             ship, source = kept, f"kept ({base_from})"
         else:
             source = f"continued from {base_from} (build hash {kept['config_hash']}, {done} further stages)"
     elif use_shipped_base:
-        ship, source = shipped.usable(cfg.digest(), out / "base"), "shipped"
+        ship, source = shipped.usable(cfg, out / "base"), "shipped"
     if ship is not None or kept is not None:
         shipped.install(out / "base", root)
         model, _ = load_tiny(out / "base")
@@ -352,7 +364,7 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     t0 = lap("pretrain", t0)
 
     info: dict[str, Any] = {
-        "config": cfg.model_dump(), "config_hash": cfg.digest(),
+        "config": cfg.model_dump(), "config_hash": cfg.digest(), "weights_hash": cfg.weights_digest(),
         "parameters": parameter_count(model), "vocab": len(tokenizer),
         "counts": {**{f"{w}/{s}": len(v) for (w, s), v in expert.items()},
                    **{f"pretrain/{w}": len(v) for w, v in weak.items()},

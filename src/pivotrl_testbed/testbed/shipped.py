@@ -9,7 +9,8 @@ also what gives every machine the same base. The package carries the weights one
 made (`shipped_base/`: model, tokenizer and that build's `build.json`) and uses them only when
 they are what the build would make from this config and data:
 
-- the config's hash (which includes the build's code version) equals the shipped build's, and
+- the config's hash (which includes the build's code version) equals the shipped build's, its
+  eval sizes aside (`TestbedConfig.weights_digest`: more eval tasks leave the weights as they are), and
 - the tokenizer this build just trained on its freshly written data is byte-identical to the
   shipped one (the data and tokenizer steps are cheap, so they always run: any change to the
   worlds, experts or OOD tasks changes the data, hence the tokenizer, hence the shipped base is
@@ -45,23 +46,35 @@ def shipped_info(root: Path = SHIPPED) -> dict[str, Any] | None:
         return None
 
 
-def mismatch(config_hash: str, tokenizer_dir: Path, root: Path = SHIPPED) -> str | None:
-    """Why the base in `root` (a `base/` folder and its build's `build.json`) is not what this
-    build would pretrain, or None when it is."""
+def weights_hash(info: dict[str, Any], config_type: Any) -> str | None:
+    """The weights' hash (`TestbedConfig.weights_digest`; `config_type` is that class) of the
+    build a build.json records; None when its config does not give its recorded hash here (another
+    build version)."""
+    try:
+        cfg = config_type.model_validate(info["config"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return cfg.weights_digest() if cfg.digest() == info.get("config_hash") else None
+
+
+def mismatch(cfg: Any, tokenizer_dir: Path, root: Path = SHIPPED) -> str | None:
+    """Why the base in `root` (a `base/` folder and its build's `build.json`) is not what a build
+    of `cfg` (a TestbedConfig) would pretrain, or None when it is."""
     info = shipped_info(root)
     if info is None:
         return f"{root / 'build.json'}: missing or not JSON"
-    if info.get("config_hash") != config_hash:
-        return f"its build's config hash {info.get('config_hash')} is not this config's {config_hash}"
+    if weights_hash(info, type(cfg)) != cfg.weights_digest():
+        return (f"its build's config hash {info.get('config_hash')} is not this config's "
+                f"{cfg.digest()}, eval sizes aside")
     fresh, shipped = tokenizer_dir / "tokenizer.json", root / "base" / "tokenizer.json"
     if not fresh.is_file() or not shipped.is_file() or fresh.read_bytes() != shipped.read_bytes():
         return "its tokenizer differs from the one this build trained on its data (the data changed)"
     return None
 
 
-def usable(config_hash: str, tokenizer_dir: Path, root: Path = SHIPPED) -> dict[str, Any] | None:
-    """The build.json in `root` when its base is exactly what this build would pretrain."""
-    return None if mismatch(config_hash, tokenizer_dir, root) else shipped_info(root)
+def usable(cfg: Any, tokenizer_dir: Path, root: Path = SHIPPED) -> dict[str, Any] | None:
+    """The build.json in `root` when its base is exactly what a build of `cfg` would pretrain."""
+    return None if mismatch(cfg, tokenizer_dir, root) else shipped_info(root)
 
 
 def install(out_base: Path, root: Path = SHIPPED) -> None:
