@@ -171,7 +171,7 @@ class DemoConfig(BaseModel):
                                            update={"turn_trajectories": FULL_TURN_TRAJECTORIES})})
 
     def sized_testbed(self, testbed: TestbedConfig) -> TestbedConfig:
-        """`testbed` (a TestbedConfig) with eval files large enough for this demo's dev and eval
+        """`testbed` with eval files large enough for this demo's dev and eval
         splits: its own sizes, or more when the demo asks for more (the base stays the same:
         `TestbedConfig.weights_digest`)."""
         tasks = self.dev_tasks + max(self.eval.episodes, self.eval.turn_trajectories)

@@ -347,7 +347,7 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
         model, _ = load_tiny(out / "base")
     if ship is not None:
         source = f"{source} (build hash {ship['config_hash']})"
-        say(f"base: the {source} weights (same config hash, identical tokenizer)")
+        say(f"base: the {source} weights (the same config, eval sizes aside; identical tokenizer)")
         stats, stage_stats = ship["pretrain"], ship.get("pretrain_stages", [])
     else:
         if kept is not None:
