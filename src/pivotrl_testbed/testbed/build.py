@@ -364,7 +364,7 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     t0 = lap("pretrain", t0)
 
     info: dict[str, Any] = {
-        "config": cfg.model_dump(), "config_hash": cfg.digest(), "weights_hash": cfg.weights_digest(),
+        "config": cfg.model_dump(), "config_hash": cfg.digest(),
         "parameters": parameter_count(model), "vocab": len(tokenizer),
         "counts": {**{f"{w}/{s}": len(v) for (w, s), v in expert.items()},
                    **{f"pretrain/{w}": len(v) for w, v in weak.items()},
