@@ -14,7 +14,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from pivotrl.io.records import read_jsonl
+from pivotrl.formats.actions import call_arguments
+from pivotrl.io.records import message_text, read_jsonl
 from pivotrl_testbed.episodes import ModelPolicy, run_episodes
 from pivotrl_testbed.evaluate import load_trajectories, task_of
 from pivotrl_testbed.testbed.tiny import load_tiny
@@ -38,16 +39,15 @@ def model_dir(demo: Path, world: str, method: str, seed: int, step: int) -> Path
 
 
 def calls(messages) -> list[tuple[str, dict]]:
+    """(tool, arguments) of every call in the messages (Message records), in order."""
     out = []
     for m in messages:
-        for tc in (m.get("tool_calls") or []) if isinstance(m, dict) else (m.tool_calls or []):
-            f = tc["function"] if isinstance(tc, dict) else tc.function
-            name, args = (f["name"], f["arguments"]) if isinstance(f, dict) else (f.name, f.arguments)
+        for call in m.tool_calls or []:
             try:
-                args = json.loads(args) if isinstance(args, str) else dict(args or {})
+                args = call_arguments(call.function.arguments)
             except ValueError:
-                args = {"<unparsed>": args}
-            out.append((name, args if isinstance(args, dict) else {"<args>": args}))
+                args = {"<unparsed>": call.function.arguments}
+            out.append((call.function.name, args))
     return out
 
 
@@ -71,11 +71,11 @@ def first_departure(expert: list[tuple[str, dict]], played: list[tuple[str, dict
 def transcript(messages) -> str:
     lines = []
     for m in messages[1:]:
-        m = m if isinstance(m, dict) else m.model_dump()
-        text = (m.get("content") or "").replace("\n", " ")[:160]
+        if m.role == "system":
+            continue
+        text = message_text(m).replace("\n", " ")[:160]
         text += "".join(f" CALL {n}({json.dumps(a)[:120]})" for n, a in calls([m]))
-        if m["role"] != "system":
-            lines.append(f"    {m['role']}: {text}")
+        lines.append(f"    {m.role}: {text}")
     return "\n".join(lines)
 
 

@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 METHODS = ("sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact", "e2e_rl")
 # --full's turn-accuracy trajectories per world. Every seed is scored on the same items, so the
 # items' clusters and the seeds' spread set the headline interval: at 100 per world (3 seeds) a
-# --full measured PivotRL − SFT ±0.029 (each seed alone ±0.025–0.027); its items project ±0.017
-# to ±0.021 at 300, ±0.026 at 4 seeds of 100 (docs/RESULTS.md). 100 more trajectories cost a
-# checkpoint ~20–35 s (terminal, measured), a fourth seed ~13 min of the run: items are cheaper.
+# --full measured PivotRL − SFT ±0.029 (each seed alone ±0.025–0.027), at 300 ±0.016 (a fourth
+# seed of 100 was projected ±0.026; docs/RESULTS.md). 100 more trajectories cost a trained
+# checkpoint 15–35 s, a fourth seed ~13 min of the run: items are the cheaper lever.
 FULL_TURN_TRAJECTORIES = 300
 PIVOT_SET_ARMS = ("pivotrl", "pivotrl_exact", "pivotrl_random")  # sized by the pivot set
 HEADLINE_ARMS = ("sft", "pivotrl", "e2e_rl")  # the paper's comparison; the rest are ablations
