@@ -62,7 +62,9 @@ def test_case_without_an_enum_is_data(key, expert, cand):
     props = {key: TEXT}
     assert one(props, key, expert, cand) == 0
     assert one(props, key, expert, expert) == 1
-    assert one(props, key, expert, cand, normalize=["case"]) == 1  # the user's declared rule
+    # the user's declared rule, on a field the user declares prose: a name never grants it
+    assert one(props, key, expert, cand, normalize=["case"]) == 0
+    assert one(props, key, expert, cand, normalize=["case"], free_text=[key]) == 1
 
 
 # ---------------------------------------------------------------- whitespace and Unicode
@@ -83,15 +85,52 @@ def test_padded_respaced_and_decomposed_strings_are_other_values(key, expert, ca
 
 
 def test_the_whitespace_option_pays_respacing_in_free_text_only():
-    loose = {"normalize": ["whitespace", "unicode"]}
+    loose = {"normalize": ["whitespace", "unicode"], "free_text": ["subject", "city"]}
     assert one({"subject": TEXT}, "subject", "Weekly report", " Weekly  report ", **loose) == 1
     assert one({"city": TEXT}, "city", "Café", "Cafe\u0301", **loose) == 1
+    # the same strings in a field nobody declared prose: data, whatever the option
+    undeclared = {"normalize": ["whitespace", "unicode"]}
+    assert one({"subject": TEXT}, "subject", "Weekly report", " Weekly  report ", **undeclared) == 0
+    assert one({"city": TEXT}, "city", "Café", "Cafe\u0301", **undeclared) == 0
     # never a string of whitespace only, never code, never an identifier
     assert one({"delimiter": TEXT}, "delimiter", "\t", " ", **loose) == 0
     assert one({"sql": TEXT}, "sql", "SELECT 'a  b'", "SELECT 'a b'", **loose) == 0
     assert one({"path": TEXT}, "path", "my  file.txt", "my file.txt", **loose) == 0
     with pytest.raises(ValueError):
         get_verifier("toolcall", normalize=["fuzzy"])
+
+
+@pytest.mark.parametrize("key,expert,cand", [
+    ("table", "Users", "users"),                         # two tables on a case-sensitive store
+    ("query", "SELECT * FROM t WHERE a = 'x  y'", "SELECT * FROM t WHERE a = 'x y'"),
+    ("query", "SELECT * FROM Users", "select * from users"),
+    ("level", "DEBUG", "debug"),
+    ("field", "Total", "total"),                         # a key name in a record
+])
+def test_normalize_never_folds_identifiers_or_code_it_was_not_told_are_prose(key, expert, cand):
+    every = {"normalize": ["whitespace", "case", "unicode"]}
+    assert one({key: TEXT}, key, expert, cand, **every) == 0
+    # declaring another field prose changes nothing here
+    assert one({key: TEXT}, key, expert, cand, free_text=["note"], **every) == 0
+    # a field whose schema makes it an identifier stays exact even when declared
+    ident = {"type": "string", "enum": [expert, cand]}
+    assert one({key: ident}, key, expert, cand, free_text=[key], **every) == 0
+
+
+def test_the_schema_can_declare_prose_and_declarations_reach_nested_and_array_fields():
+    prose = {"type": "string", "contentMediaType": "text/plain"}
+    every = {"normalize": ["whitespace", "case"]}
+    assert one({"note": prose}, "note", "Call me later", "call  me later", **every) == 1
+    assert one({"note": prose}, "note", "Call me later", "Call me sooner", **every) == 0
+    assert one({"note": prose}, "note", "Call me later", "call  me later") == 0  # no option on
+    nested = {"msg": {"type": "object", "properties": {"body": TEXT, "to": TEXT}}}
+    assert one(nested, "msg", {"body": "Hi Ann", "to": "ann"}, {"body": "hi  ann", "to": "ann"},
+               free_text=["msg.body"], **every) == 1
+    assert one(nested, "msg", {"body": "Hi Ann", "to": "ann"}, {"body": "Hi Ann", "to": "Ann"},
+               free_text=["msg.body"], **every) == 0
+    items = {"lines": {"type": "array", "items": {"type": "object", "properties": {"note": TEXT}}}}
+    assert one(items, "lines", [{"note": "A b"}, {"note": "C"}], [{"note": "a  B"}, {"note": "c"}],
+               free_text=["lines.note"], **every) == 1
 
 
 # ---------------------------------------------------------------- e-mail: only `format: email`

@@ -94,7 +94,7 @@ def test_canonically_equivalent_unicode_is_another_string_unless_the_user_normal
     assert composed != decomposed
     tools = tool("save", {"city": TEXT, "path": TEXT})
     assert reward(act("save", {"city": composed}), act("save", {"city": decomposed}), tools) == 0
-    nfc = get_verifier("toolcall", normalize=["unicode"])
+    nfc = get_verifier("toolcall", normalize=["unicode"], free_text=["city", "path"])
     assert reward(act("save", {"city": composed}), act("save", {"city": decomposed}), tools,
                   nfc) == 1
     # A file system does not normalise: two byte strings are two files, whatever the option.
@@ -107,7 +107,7 @@ def test_whitespace_is_data_unless_the_user_normalises_and_then_on_one_line_only
     one_line = act("write_file", {"name": "x", "content": "Dear  team, all good."})
     spaced = act("write_file", {"name": "x", "content": " Dear team,\tall good. "})
     assert reward(one_line, spaced, tools) == 0
-    loose = get_verifier("toolcall", normalize=["whitespace"])
+    loose = get_verifier("toolcall", normalize=["whitespace"], free_text=["content"])
     assert reward(one_line, spaced, tools, loose) == 1
     code = act("write_file", {"name": "x", "content": "if a:\n    b()\n    c()\n"})
     for other in ("if a:\n    b()\nc()\n", "if a: b() c()", "if a:\n    b()\n    c()"):

@@ -180,7 +180,7 @@ def test_whitespace_in_a_one_line_text_scores_1_only_when_normalised(words, data
     text = " ".join(words)
     # strings are data; a message is its own text, ends trimmed
     assert both_ways(text, spaced) == (spaced == text, spaced.strip() == text)
-    loose = get_verifier("toolcall", normalize=["whitespace"])
+    loose = get_verifier("toolcall", normalize=["whitespace"], free_text=["note"])
     t = Turn(id="p/1", trajectory_id="p", turn=1, context=[], expected=call({"note": text}),
              tools=[{"type": "function", "function": {"name": "do", "parameters": {
                  "type": "object", "properties": {"note": TEXT}}}}])

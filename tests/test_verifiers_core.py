@@ -171,7 +171,7 @@ def test_free_text_pays_up_to_whitespace_only_when_the_user_normalises():
     spaced = "  " + long.replace(" window ", " window \t ") + " "
     assert reward(get_verifier("toolcall"), turn,
                   hermes(("search_flights", {**BASE, "note": spaced}))) == 0.0
-    verifier = get_verifier("toolcall", normalize=["whitespace"])
+    verifier = get_verifier("toolcall", normalize=["whitespace"], free_text=["note"])
     assert reward(verifier, turn, hermes(("search_flights", {**BASE, "note": spaced}))) == 1.0
     for other in (long.replace("anxious", "anxous"), long.capitalize(), long + ".",
                   "aisle seat please"):  # a typo, case, a full stop: not proven the same

@@ -44,10 +44,16 @@ Always on, each granted by the schema or by JSON itself:
 Opt-in (`normalize`, for an environment that normalises strings itself). Each is safe exactly
 where the environment applies the same fold before it stores, compares or executes the value:
 the two calls then reach it as one value. Each is wrong where it takes the text as given: a
-padded name, a tab-delimited field, two spaces inside an SQL literal are other data there.
-- `whitespace`: in a one-line string that is not an identifier or code (see `schema`), runs of
-  Unicode whitespace compare as one space and the ends are trimmed (never in a string of
-  whitespace only: a tab delimiter is not a space).
+padded name, a tab-delimited field, two spaces inside an SQL literal, a table named `Users`
+beside one named `users` are other data there. So `whitespace`, `case` and `unicode` fold only
+strings declared free text: by the schema (`contentMediaType: text/plain`) or by the user
+(`toolcall`'s `free_text`: parameter paths such as `subject` or `message.body`, array items as
+`items.note`) — never a string the schema makes an identifier (enum, format, id-like name or
+description). A parameter's name alone never grants a fold: "table", "query" or "level" may
+hold identifiers, code or case-sensitive values.
+- `whitespace`: in a one-line free-text string, runs of Unicode whitespace compare as one space
+  and the ends are trimmed (never in a string of whitespace only: a tab delimiter is not a
+  space).
 - `case`: in the same strings, ASCII letters compare without case (only A-Z/a-z: wider folds
   merge look-alikes, see above).
 - `unicode`: in the same strings, Unicode NFC (canonical equivalence: "é" as one or two code
@@ -58,7 +64,7 @@ padded name, a tab-delimited field, two spaces inside an SQL literal are other d
   float parameter and compares by value); a dotted tool name called with underscores
   ("math.factorial" as "math_factorial"), which BFCL's harness does for APIs that forbid dots.
   Safe only where BFCL's checker is the environment: it pays "SAN FRANCISCO" for "San
-  Francisco" and "-f" for "F".
+  Francisco" and "-f" for "F". The one exception to "free text only", as BFCL's own rule is.
 Which environments normalise: BFCL's AST checker (all strings, as above). A backend that stores
 or executes arguments (a database record, a file name, a shell, an e-mail's subject) does not,
 and the default is for those.
@@ -84,6 +90,7 @@ _WHITESPACE = re.compile(
 _LINE_BREAK = re.compile(r"[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _BFCL_DROP = re.compile(r"[ ,./\-_*^]")
+_INDEX = re.compile(r"\[\d+\]")  # items[0].note -> items.note: one declaration for every item
 
 
 def nfc(s: str) -> str:
@@ -165,8 +172,9 @@ class ArgumentComparer:
     that only actions whose every difference is unproven can reach a judge."""
 
     def __init__(self, int_float_equal: bool = False, numeric_strings: bool = False,
-                 normalize: Iterable[str] = ()):
+                 normalize: Iterable[str] = (), free_text: Iterable[str] = ()):
         self.int_float_equal, self.numeric_strings = int_float_equal, numeric_strings
+        self.free_text = frozenset(free_text)
         normalize = tuple(normalize)
         unknown = set(normalize) - set(NORMALIZE)
         if unknown:
@@ -236,12 +244,14 @@ class ArgumentComparer:
         if spec is not None and spec.format == "email" and _emails_equal(exp, cand):
             return ""
         cls = spec.string_class if spec is not None else None
-        if cls is None:
+        declared = cls is None and (spec is not None and spec.free_text
+                                    or _INDEX.sub("", name) in self.free_text)
+        if cls is None and not declared:
             cls = string_class(name.rsplit(".", 1)[-1].split("[", 1)[0], exp)
         if cls == "exact":
             # Another identifier or another program: a proven difference, never for a judge.
             return f"{differ} (compared exactly)"
-        if self._line_key is not None and exp.strip() and cand.strip():
+        if declared and self._line_key is not None and exp.strip() and cand.strip():
             # (a string of whitespace only is all data: a tab delimiter is not a space)
             multiline = _LINE_BREAK.search(exp) or _LINE_BREAK.search(cand)
             key = self._block_key if multiline else self._line_key

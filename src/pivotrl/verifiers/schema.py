@@ -16,7 +16,10 @@ make a comparison stricter, never looser:
 - format: the schema's `format` (only `format: email` grants a rule: the domain's case);
 - unordered: `uniqueItems: true` (the schema says the array is a set);
 - open: `additionalProperties` given as true or a schema (keys beyond `properties` are allowed;
-  without it, an argument the schema does not name is not one the tool takes).
+  without it, an argument the schema does not name is not one the tool takes);
+- free_text: `contentMediaType: text/plain` on a string that is not an identifier (JSON Schema's
+  content vocabulary: the schema says the value is prose). Only such strings, and those the user
+  names in `toolcall`'s `free_text`, get the `normalize` folds.
 """
 
 from __future__ import annotations
@@ -62,14 +65,15 @@ def is_number(v: Any) -> bool:
 class ParamSpec:
     """What the verifier needs of one parameter schema, precomputed once per tools list."""
     __slots__ = ("kind", "string_class", "default", "items", "props", "required", "enum",
-                 "enum_fold", "unordered", "format", "open")
+                 "enum_fold", "unordered", "format", "open", "free_text")
 
     def __init__(self, kind: str, string_class: str | None, default: Any, items, props, required,
                  enum: tuple | None = None, unordered: bool = False, format: str | None = None,
-                 open: bool = False):
+                 open: bool = False, free_text: bool = False):
         self.kind, self.string_class, self.default = kind, string_class, default
         self.items, self.props, self.required = items, props, required
         self.enum, self.unordered, self.format, self.open = enum, unordered, format, open
+        self.free_text = free_text
         self.enum_fold = ascii_folds(enum) if enum else None
 
 
@@ -149,8 +153,11 @@ def _param(name: str, schema: Any) -> ParamSpec:
     # (a set, as JSON Schema draws it); a name like "tags" says nothing of the kind.
     unordered = kind == "array" and schema.get("uniqueItems") is True
     extra = schema.get("additionalProperties")
+    free_text = not exact and kind in ("string", "any") and \
+        schema.get("contentMediaType") == "text/plain"
     return ParamSpec(kind, "exact" if exact else None, default, items, props, required,
-                     str_enum or None, unordered, fmt, extra is True or isinstance(extra, dict))
+                     str_enum or None, unordered, fmt, extra is True or isinstance(extra, dict),
+                     free_text)
 
 
 def _fn_spec(tool: Any) -> tuple[str, FnSpec] | None:

@@ -68,12 +68,23 @@ class ToolcallConfig(BaseModel):
                                           "strings itself (default none: strings are data, a "
                                           "padded or re-spaced value is another value). "
                                           "'whitespace' (runs of whitespace as one space, ends "
-                                          "trimmed), 'case' (ASCII case), 'unicode' (NFC), in "
-                                          "one-line free text, never in identifiers or code; "
+                                          "trimmed, one-line strings only), 'case' (ASCII case), "
+                                          "'unicode' (NFC), only in strings declared free text "
+                                          "(free_text, or contentMediaType: text/plain in the "
+                                          "schema), never in identifiers or code; "
                                           "'bfcl': BFCL's checker rule on every string (drop "
                                           "' ,./-_*^', lower-case) and dotted tool names called "
                                           "with underscores. Each is documented with where it "
                                           "holds in pivotrl.verifiers.arguments.")
+    free_text: list[str] = Field(
+        default_factory=list, description="Parameters whose strings are prose in your "
+                                          "environment, by path: 'subject', 'message.body', "
+                                          "array items as 'items.note'. The normalize folds "
+                                          "(whitespace, case, unicode) apply to these and to "
+                                          "strings whose schema says contentMediaType: "
+                                          "text/plain, and to nothing else (default none: a "
+                                          "parameter's name never grants a fold; 'table' or "
+                                          "'query' may hold identifiers or code).")
     unproven_rule: Literal["reject", "judge"] = Field(
         "reject", description="Calls that would match if the unproven differences (free text "
                               "that differs: spacing, case, punctuation, words) were allowed: "
@@ -167,7 +178,8 @@ class ToolcallVerifier:
     def __init__(self, **config):
         self.config = ToolcallConfig(**config)
         cfg = self.config
-        self._cmp = ArgumentComparer(cfg.int_float_equal, cfg.numeric_strings, cfg.normalize)
+        self._cmp = ArgumentComparer(cfg.int_float_equal, cfg.numeric_strings, cfg.normalize,
+                                     cfg.free_text)
         self._expected_cache: dict[int, tuple[Message, list[tuple[str, dict, str]]]] = {}
         self._judge = None
 
