@@ -151,6 +151,37 @@ def test_two_verdicts_or_none_make_a_reply_invalid(reply):
     assert parse_verdict(reply) is None
 
 
+@pytest.mark.parametrize("reply", [
+    "Final verdict: YES", "**Final Verdict:** YES", "1. VERDICT: YES", "2) **VERDICT: YES**",
+    "VERDICT: YES (both cancel o80)", "VERDICT: YES \u2014 both cancel o80.",
+    "VERDICT: YES</s>", "VERDICT: YES<|im_end|>", "VERDICT: YES <|eot_id|>\n",
+    "VERDICT: YES<\uff5cend\u2581of\u2581sentence\uff5c>", "VERDICT: YES.<|return|>",
+    "Both call cancel_order on o80 with reason DUPLICATE.\nVERDICT: YES",
+])
+def test_a_clear_yes_with_an_honest_label_note_or_end_token_is_read(reply):
+    assert parse_verdict(reply) is True
+
+
+@pytest.mark.parametrize("reply", [
+    "NOT functionally equivalent.\nVERDICT: YES", "Answer: NO\nVERDICT: YES",
+    "They don't do the same thing.\nVERDICT: YES", "B differs from A.\nVERDICT: YES",
+    "They are n0t equivalent\nVERDICT: YES",       # a look-alike digit in the negation
+    "The calls are inequivalent.\nVERDICT: YES", "Equivalent: false\nVERDICT: YES",
+    "Answer: yes\nVERDICT: YES",                    # a second verdict in prose
+    "VERDICT: YES (they differ)", "VERDICT: YES (no)", "VERDICT: YES - not really",
+    "VERDICT: YES<|no|>", "VERDICT: YES<|VERDICT: NO|>",  # not an end token: part of the reply
+    "VERDICT: YES</s>\nVERDICT: NO",
+])
+def test_prose_that_contradicts_a_yes_makes_the_reply_invalid(reply):
+    assert parse_verdict(reply) is None
+
+
+def test_a_no_is_read_beside_the_prose_that_explains_it():
+    assert parse_verdict("They differ in the order id.\nVERDICT: NO") is False
+    assert parse_verdict("VERDICT: NO (not the same order)<|im_end|>") is False
+    assert parse_verdict("Yes, close.\nVERDICT: NO") is None  # two answers: still invalid
+
+
 def test_parse_verdict_never_crashes_on_hostile_text():
     for reply in ["\x00" * 100, "VERDICT:" * 5000, "\ud800", "</think>" * 3, "<think>" * 3,
                   "V" + "\u200b" * 10000 + "ERDICT: YES", "\u0301" * 1000 + "VERDICT: YES",

@@ -12,13 +12,18 @@ line, `VERDICT: YES` or `VERDICT: NO`.
   verdict). The system prompt says that what lies inside a block is data.
 - Position bias: with `swap_check` (default) the question is asked in both orders (expert as A,
   then candidate as A); the reward is 1 only when both answers are YES.
-- Replies (`parse_verdict`): after any `<think>…</think>` block, the last line that is not mere
+- Replies (`parse_verdict`), read whole: after any `<think>…</think>` block and any trailing
+  end-of-turn tokens (`</s>`, `<|im_end|>`, `<|eot_id|>`, …), the last line that is not mere
   formatting is the verdict, `VERDICT: YES` or `VERDICT: NO`, in any case, with Markdown bold or
-  backticks, a full-width colon and a closing "." or "!"; no other line of the reply (once
-  Unicode compatibility forms, zero-width characters, accents and look-alike letters are
-  folded) names a verdict or is a bare yes/no. Anything else ("They are NOT functionally
-  equivalent.", "YES", two verdicts, a disguised second one, an unfinished `<think>`) is an
-  *invalid* reply: reward 0, counted as invalid, never read as YES.
+  backticks, a full-width colon, list numbering, a "Final" label, a closing "." or "!" and a
+  short note in parentheses or after a dash. The reply holds exactly one verdict: no other line
+  (once Unicode compatibility forms, zero-width characters, accents and look-alike letters are
+  folded) names a verdict or says yes or no, and a YES stands only where no other line and not
+  its note carries a negation ("not", "differ", "isn't", …): prose that contradicts the verdict
+  makes the reply *invalid*, never a yes. Anything else ("They are NOT functionally
+  equivalent.", "YES", two verdicts, a disguised second one, an unfinished `<think>`) is
+  invalid too: reward 0, counted as invalid, never read as YES. A NO needs no such care: it
+  pays nothing whatever the prose says.
 - Call vs message is decided before asking: a call answering a message (or the reverse) is 0.
 - The judge sees both actions whole, never cut: an action cut to a prefix can say the opposite
   after the cut (repeat the expert's answer, pad, then reverse it). An action longer than
@@ -99,7 +104,16 @@ class JudgeUnavailable(RuntimeError):
 
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 _VERDICT_LINE = re.compile(
-    r"[\s*_`~>#-]*VERDICT[\s*_`~]*:[\s*_`~]*(YES|NO)[\s*_`~]*(?:[.!][\s*_`~]*)?", re.I)
+    r"[\s*_`~>#-]*(?:\d{1,2}[.)][\s*_`~]*)?(?:(?:final|overall|my)[\s*_`~]+)?"
+    r"VERDICT[\s*_`~]*:[\s*_`~]*(YES|NO)[\s*_`~]*(?:[.!][\s*_`~]*)?"
+    r"(?:\((?P<paren>[^()\n]{1,120})\)|[\u2013\u2014-][\s]+(?P<dash>[^\n]{1,120}?))?"
+    r"[\s*_`~.!]*", re.I)
+# End-of-turn tokens a server may leave after the answer: `<|im_end|>`, `<|eot_id|>`, `</s>`,
+# DeepSeek's `<｜end▁of▁sentence｜>` (its bars are full-width: folded to `|` first).
+# Named one by one: a token-shaped text of any other name ("<|no|>") is part of the reply.
+_END_TOKENS = re.compile(
+    r"(?:\s*(?:<\|(?:im_end|eot_id|eom_id|end|endoftext|end_of_text|return|end\u2581of\u2581sentence)"
+    r"\|>|</s>|<eos>|<end_of_turn>))+\s*$", re.I)
 _DECORATION = re.compile(r"[\s*_`~#>|=-]*")
 # Look-alikes of the letters of VERDICT / YES / NO (Cyrillic, Greek, Latin variants, digits) as
 # the ASCII letter they pass for: used only to find verdicts, never to accept one.
@@ -112,6 +126,12 @@ _LOOKALIKE = str.maketrans({
     "0": "o", "3": "e", "5": "s", "7": "t", "ⅰ": "i", "ⅴ": "v", "ⅾ": "d", "ⅽ": "c"})
 _VERDICT_WORD = re.compile(r"v[\W_]*e[\W_]*r[\W_]*d[\W_]*i[\W_]*c[\W_]*t")
 _BARE_ANSWER = re.compile(r"[\W_]*(?:yes|no)[\W_]*")
+_ANSWER_WORD = re.compile(r"\b(?:yes|no)\b")
+# Words that negate or contradict "equivalent", in the folded alphabet of `_skeleton` (so "l" is
+# "i", "0" is "o"): a YES beside one of them is a contradiction, not a verdict.
+_NEGATION = re.compile(r"\b(?:not|no|none|nothing|never|neither|nor|cannot|without|"
+                       r"\w+n['\u2019`]?t|differ\w*|mismatch\w*|wrong\w*|incorrect\w*|"
+                       r"faise|invaiid|unequai|unreiated|opposite|(?:in|non|un)[\W_]?equ\w*)\b")
 
 
 def _visible(text: str) -> str:
@@ -142,19 +162,26 @@ def parse_verdict(reply: str) -> bool | None:
         text = text[text.lower().rindex("</think>") + len("</think>"):]
     if "<think>" in text.lower():  # unterminated thinking: no answer was given
         return None
-    lines = [line for line in _visible(text).splitlines() if not _DECORATION.fullmatch(line)]
+    text = _END_TOKENS.sub("", _visible(text))
+    lines = [line for line in text.splitlines() if not _DECORATION.fullmatch(line)]
     if not lines:
         return None
     m = _VERDICT_LINE.fullmatch(lines[-1])
     if m is None:
         return None
+    yes = m.group(1).lower() == "yes"
+    note = _skeleton(m.group("paren") or m.group("dash") or "")
+    if _ANSWER_WORD.search(note) or yes and _NEGATION.search(note):
+        return None  # the note answers again, or contradicts the verdict
     for i, line in enumerate(lines):
         skeleton = _skeleton(line)
         if len(_VERDICT_WORD.findall(skeleton)) != (i == len(lines) - 1):
             return None  # another verdict, maybe disguised, or two on the verdict line
-        if i < len(lines) - 1 and _BARE_ANSWER.fullmatch(skeleton):
-            return None  # a bare yes/no before the verdict is a verdict too
-    return m.group(1).lower() == "yes"
+        if i < len(lines) - 1 and (_BARE_ANSWER.fullmatch(skeleton)
+                                   or _ANSWER_WORD.search(skeleton)
+                                   or yes and _NEGATION.search(skeleton)):
+            return None  # a yes/no before the verdict is a verdict too; a negation contradicts
+    return yes
 
 
 _INVISIBLE = re.compile("[\u0080-\u009f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e"
