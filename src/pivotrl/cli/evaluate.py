@@ -81,7 +81,7 @@ CONFIG_HELP = ("YAML of TurnEvalConfig fields, or the run config of `pivotrl pro
                "is scored as it was trained. Flags override it.")
 
 
-@guarded(inputs=["turns", "config"], outputs=["out"], with_sidecars=False)
+@guarded(inputs=["turns", "config", "split"], folders=["model"], outputs=["out"], with_sidecars=False)
 @config_fields(TurnEvalConfig, skip=("engine",))
 def evaluate(
     model: Path = typer.Option(..., "--model", help="Checkpoint dir (HF format: model + tokenizer)."),
@@ -92,11 +92,14 @@ def evaluate(
     split: Optional[Path] = typer.Option(None, help="The split file of `pivotrl extract --eval-fraction` "
                                          "(default: the one beside TURNS); only turns of its eval "
                                          "trajectories are scored."),
+    overwrite: bool = typer.Option(False, help="Replace a RESULT that holds an earlier result (and its "
+                                   "items, rejects and log); without it that is an error."),
     overrides: dict | None = None,
 ) -> None:
     """Turn accuracy of a model on held-out turns, with an interval clustered by trajectory."""
     from pivotrl.evaluate import turns as turn_eval
     from pivotrl.io.inputs import check_chat_template
+    from pivotrl.io.outputs import OutputExistsError, claim_output
     from pivotrl.io.progress import ProgressLog
     from pivotrl.io.records import sidecar_path
     from pivotrl.io.split import resolve_split
@@ -109,7 +112,13 @@ def evaluate(
         held_out = resolve_split(split, turns)
     except ValueError as exc:
         raise fail(f"pivotrl evaluate --turns: {exc}", 2) from None
-    log = ProgressLog("evaluate", None, unit="turn", every_s=30.0, log_file=sidecar_path(out, ".log", ".json"))
+    log_file = sidecar_path(out, ".log", ".json")
+    try:
+        claim_output(out, resume=False, overwrite=overwrite, resumable=False,
+                     companions=[items_path(out), result_rejects_path(out), log_file])
+    except OutputExistsError as exc:
+        raise fail(f"pivotrl evaluate: {exc}", 1) from None
+    log = ProgressLog("evaluate", None, unit="turn", every_s=30.0, log_file=log_file)
     try:
         sampler, tokenizer = cfg.build_sampler(str(model))
         check_chat_template(tokenizer, model)
