@@ -54,24 +54,30 @@ def claim_run_folder(path: str | Path, *, model: str | Path, inputs: Iterable[st
     `model` folder or one of the input files `inputs`, or lies inside the model folder, is
     OutputPathError. Empty, missing or a failed start: nothing to do. Holding a run: `resume`
     keeps it, `overwrite` deletes what the run wrote (on the main process only), neither is
-    OutputExistsError saying what is there. A folder holding no run is never cleared."""
+    OutputExistsError saying what is there. A folder holding no run is neither continued nor
+    cleared."""
     path = Path(path)
     check_outputs(inputs, [path], input_folders=[model])
     if resume and overwrite:
         raise ValueError("--resume and --overwrite exclude each other: continue the run, or replace it")
     held = holding(path, ignore=RUN_CACHES)
-    if held is None or resume:
+    if held is None:
         return
-    if not overwrite:
+    if not (resume or overwrite):
         raise OutputExistsError(f"{path} already holds {held}: pass --resume to continue that run, "
                                 "--overwrite to replace it, or choose another output")
     if path.is_file() or not (_record(path) is not None or any(any(path.glob(m)) for m in LEGACY_MARKERS)):
         raise OutputExistsError(f"{path} holds {held} but no run (no {RECORD}, metrics.jsonl, train.log "
-                                "or checkpoint-*): --overwrite deletes only what a run wrote; "
-                                "choose another output")
+                                "or checkpoint-*): --resume continues and --overwrite deletes only what a "
+                                "run wrote; choose another output")
+    if resume:
+        return
     if os.environ.get("RANK", "0") == "0":
         for entry in run_entries(path):
-            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
 
 
 def run_entries(path: Path) -> list[Path]:
