@@ -109,15 +109,17 @@ def test_train_into_its_model_folder_or_a_link_to_it_is_refused(data):
     ["profile", "{d}/p.jsonl", "--model", "{m}", "--out", "{m}/profile.jsonl"],
     ["compare", "--model", "{m}", "--model", "{m}", "--turns", "{d}/p.jsonl", "--out", "{m}/c.json"],
     ["testbed", "evaluate", "--model", "{m}", "--testbed", "{d}", "--out", "{d}/r.json"],
+    ["evaluate", "--model", "{m}", "--turns", "{d}/r.log", "--out", "{d}/r.json", "--overwrite"],  # its log
 ])
 def test_no_file_verb_writes_where_its_inputs_are(tmp_path, argv):
     d, m = tmp_path / "in", tmp_path / "model"
     shutil.copytree(BASE, m)
     d.mkdir()
-    (d / "p.jsonl").write_text('{"id": "keep me"}\n')
+    for name in ("p.jsonl", "r.log"):
+        (d / name).write_text('{"id": "keep me"}\n')
     before = {**tree(d), **tree(m)}
     code, out = run(*[a.format(d=d, m=m) for a in argv])
-    assert code == 2 and ("holds the input" in out or "inside the input folder" in out), out
+    assert code == 2 and any(w in out for w in ("holds the input", "inside the input folder", "same file")), out
     assert {**tree(d), **tree(m)} == before
 
 
