@@ -31,10 +31,10 @@ from pivotrl.io.outputs import OutputExistsError, check_outputs, holding
 from pivotrl.io.records import write_text_atomic
 
 RECORD = "pivotrl_run.json"
-# What a run writes before it ends (a crashed run leaves these): `--overwrite` deletes them even
-# when the record does not list them yet.
+# What a run writes before it ends (a crashed run leaves these; `runs` is the tensorboard log):
+# `--overwrite` deletes them even when the record does not list them yet.
 RUN_FILES = ("checkpoint-*", "metrics.jsonl", "train.log", "prompts.rank*.jsonl", ".prompt_cache",
-             "*.rejects.jsonl", RECORD)
+             "*.rejects.jsonl", "runs", RECORD)
 # What a run writes before its first result: a folder holding only these is a start that failed,
 # and a new run takes it over without --overwrite.
 RUN_CACHES = ("prompts.rank*.jsonl", ".prompt_cache", RECORD)
