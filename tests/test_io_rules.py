@@ -177,26 +177,33 @@ def test_evaluate_refuses_to_write_its_result_onto_an_input(tmp_path):
     assert turns.read_text() == '{"id": "keep me"}\n'
 
 
-def test_claim_output_refuses_a_runs_results_unless_resumed_or_overwritten(tmp_path):
+def test_a_run_folder_is_refused_unless_resumed_or_overwritten_and_overwrite_clears_only_the_run(tmp_path):
     from pivotrl.io.outputs import OutputExistsError, claim_output
+    from pivotrl.io.run_folder import claim_run_folder
 
     run = tmp_path / "run"
-    claim_output(run, resume=False, overwrite=False)  # missing: nothing to do
+    claim = dict(model=tmp_path / "model", inputs=[])
+    claim_run_folder(run, **claim, resume=False, overwrite=False)  # missing: nothing to do
     (run / "checkpoint-2").mkdir(parents=True)
     (run / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
-    with pytest.raises(OutputExistsError, match=r"checkpoint-2, metrics.jsonl\).*--resume.*--overwrite"):
-        claim_output(run, resume=False, overwrite=False)
-    claim_output(run, resume=True, overwrite=False)
+    (run / "notes.md").write_text("mine\n")  # not written by a run: --overwrite keeps it
+    (run / "pivotrl_run.json").write_text('{"wrote": ["config.json"]}')
+    (run / "config.json").write_text("{}")
+    with pytest.raises(OutputExistsError, match=r"checkpoint-2, metrics.jsonl, …\).*--resume.*--overwrite"):
+        claim_run_folder(run, **claim, resume=False, overwrite=False)
+    claim_run_folder(run, **claim, resume=True, overwrite=False)
     assert (run / "metrics.jsonl").read_text().count("\n") == 2
     with pytest.raises(ValueError, match="exclude each other"):
-        claim_output(run, resume=True, overwrite=True)
-    claim_output(run, resume=False, overwrite=True)
-    assert not run.exists()
-    mine = tmp_path / "mine"  # not a run's folder: --overwrite never deletes it
+        claim_run_folder(run, **claim, resume=True, overwrite=True)
+    claim_run_folder(run, **claim, resume=False, overwrite=True)
+    assert sorted(p.name for p in run.iterdir()) == ["notes.md"]
+    mine = tmp_path / "mine"  # no run's folder (a model folder has config.json too): never cleared
     (mine / "notes").mkdir(parents=True)
-    with pytest.raises(OutputExistsError, match="deletes only run folders"):
-        claim_output(mine, resume=False, overwrite=True)
-    assert (mine / "notes").is_dir()
+    (mine / "config.json").write_text("{}")
+    for resume in (False, True):
+        with pytest.raises(OutputExistsError, match="only what a run wrote"):
+            claim_run_folder(mine, **claim, resume=resume, overwrite=not resume)
+    assert (mine / "notes").is_dir() and (mine / "config.json").is_file()
     out = write(tmp_path / "profile.jsonl", ['{"id": "a"}'])
     stats = write(tmp_path / "profile.stats.json", ["{}"])
     with pytest.raises(OutputExistsError, match="1 lines"):
@@ -214,7 +221,7 @@ def test_train_and_sft_refuse_an_output_folder_with_a_run_in_it(tmp_path, verb, 
     (run / "checkpoint-4").mkdir(parents=True)
     (run / "metrics.jsonl").write_text("".join(f'{{"step": {i}}}\n' for i in range(1, 5)))
     p = write(tmp_path / "data.jsonl", [traj(1)])
-    args = [a.format(p=p, m=tmp_path) for a in flags]
+    args = [a.format(p=p, m=tmp_path / "model") for a in flags]
     res = CliRunner().invoke(app, [verb, *args, "--output-dir", str(run)], env={"COLUMNS": "300"})
     assert res.exit_code == 1 and "already holds" in res.output and "--overwrite" in res.output, res.output
     assert (run / "metrics.jsonl").read_text().count("\n") == 4 and (run / "checkpoint-4").is_dir()
@@ -228,7 +235,7 @@ def test_e2e_refuses_an_output_folder_with_a_run_in_it(tmp_path):
     run.mkdir()
     (run / "train.log").write_text("step 1/2\n")
     with pytest.raises(OutputExistsError):
-        train_e2e(E2ERunConfig(world="toolshop", tasks=tmp_path / "t.jsonl", model=str(tmp_path),
+        train_e2e(E2ERunConfig(world="toolshop", tasks=tmp_path / "t.jsonl", model=str(tmp_path / "model"),
                                output_dir=run))
     assert (run / "train.log").read_text() == "step 1/2\n"
 
@@ -252,9 +259,10 @@ def test_profile_continues_only_with_resume_and_starts_over_with_overwrite(tmp_p
 
 
 def test_a_start_that_failed_before_any_result_does_not_block_the_next(tmp_path):
-    from pivotrl.io.outputs import claim_output
+    from pivotrl.io.run_folder import claim_run_folder
 
     run = tmp_path / "run"
     (run / ".prompt_cache").mkdir(parents=True)
     (run / "prompts.rank0.jsonl").write_text("{}\n")
-    claim_output(run, resume=False, overwrite=False)
+    (run / "pivotrl_run.json").write_text("{}")
+    claim_run_folder(run, model="m", inputs=[], resume=False, overwrite=False)

@@ -157,7 +157,7 @@ def testbed_evaluate(
         console.print(f"[red]--bfcl {bfcl}: not a file (write one with `pivotrl data bfcl --out F`)[/red]")
         raise typer.Exit(2)
     try:
-        check_outputs([bfcl], [out])
+        check_outputs([bfcl], [out], input_folders=[model, testbed])
     except OutputPathError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2)

@@ -34,11 +34,11 @@ from pivotrl.formats.chat import completion_text, prompt_text
 from pivotrl_testbed.episodes import EpisodeResult, run_episodes
 from pivotrl.sampling.generate import completion_logps, generate_each, span_logps, stop_ids
 from pivotrl.io.inputs import check_input_file, check_model
-from pivotrl.io.outputs import claim_output
+from pivotrl.io.run_folder import claim_run_folder, finish_run, start_run
 from pivotrl.io.progress import ProgressLog
 from pivotrl.io.records import Message, Trajectory, iter_valid
 from pivotrl.io.seeds import derive_seed
-from pivotrl.io.split import HeldOut, resolve_split
+from pivotrl.io.split import HeldOut, resolve_split, split_file
 from pivotrl_testbed.e2e_config import E2ERunConfig
 
 
@@ -167,13 +167,17 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
     out = Path(cfg.output_dir)
-    claim_output(out, resume=cfg.resume, overwrite=cfg.overwrite)
+    files = cfg.tasks if isinstance(cfg.tasks, list) else [cfg.tasks]
+    claim_run_folder(out, model=cfg.model, inputs=[*files, cfg.split], resume=cfg.resume, overwrite=cfg.overwrite)
     dropped: dict[str, Any] = {}
-    if tasks is None:
+    read = tasks is None  # tasks handed in by the caller are not read from cfg.tasks
+    if read:
         tasks, dropped = load_tasks(cfg)
     if not tasks:
         raise ValueError(f"{cfg.tasks}: no tasks")
     check_model(cfg.model, "model")
+    start_run(out, "e2e", {"tasks": files, "split": split_file(cfg.split, files)} if read else {},
+              resume=cfg.resume)
     out.mkdir(parents=True, exist_ok=True)
     resume = latest_checkpoint(out) if cfg.resume else None
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
@@ -288,5 +292,6 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
 
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    finish_run(out)
     return {"steps": cfg.max_steps, "resumed_from": done, "tasks": len(tasks), **dropped, "rollout_turns": rollout_turns,
             "output_dir": str(out), "metrics": str(metrics_path)}

@@ -45,8 +45,9 @@ class E2ERunConfig(YamlConfig, SamplingOptions):
                             "and what a resumed run needs (optimizer, schedule, RNG, task order).")
     resume: bool = Field(False, description="Continue from the last checkpoint-N in output_dir "
                          "(metrics of later steps are dropped): the same run as one uninterrupted.")
-    overwrite: bool = Field(False, description="Delete what output_dir holds (an earlier run) first; without "
-                            "it or --resume a non-empty output_dir is an error.")
+    overwrite: bool = Field(False, description="Delete what an earlier run wrote in output_dir first (never an "
+                            "input, nor a folder no run wrote); without it or --resume a non-empty "
+                            "output_dir is an error.")
     logging_steps: int = Field(1, description="Append to metrics.jsonl every N steps.")
     seed: int = Field(0, description="Seed of task order and sampling.")
     split: Path | None = Field(None, description="Split file of `pivotrl extract --eval-fraction` "

@@ -37,7 +37,7 @@ def compare_table(doc: dict[str, Any]) -> tuple[Table, dict[str, str]]:
     return table, labels
 
 
-@guarded(inputs=["turns", "config", "result"], outputs=["out"], with_sidecars=False)
+@guarded(inputs=["turns", "config", "result"], folders=["model"], outputs=["out"], beside=None)
 @config_fields(TurnEvalConfig, skip=("engine", "chunk_turns", "base_url", "served_model_name", "concurrency"))
 def compare(
     out: Path = typer.Option(..., "--out", help="RESULT.json; with --model each model's own result goes "

@@ -15,6 +15,7 @@ from pivotrl.cli.console import console, fail
 from pivotrl.cli.guard import guarded
 from pivotrl.cli.options import config_fields, engine_option
 from pivotrl.evaluate.turns import TurnEvalConfig, items_path, result_rejects_path
+from pivotrl.io.records import sidecar_path
 from pivotrl.sampling.vllm import VLLMOptions
 
 
@@ -81,7 +82,12 @@ CONFIG_HELP = ("YAML of TurnEvalConfig fields, or the run config of `pivotrl pro
                "is scored as it was trained. Flags override it.")
 
 
-@guarded(inputs=["turns", "config"], outputs=["out"], with_sidecars=False)
+def result_files(out: Path) -> list[Path]:
+    """What evaluate writes beside RESULT.json: its items, rejects and progress log."""
+    return [items_path(out), result_rejects_path(out), sidecar_path(out, ".log", ".json")]
+
+
+@guarded(inputs=["turns", "config", "split"], folders=["model"], outputs=["out"], beside=result_files)
 @config_fields(TurnEvalConfig, skip=("engine",))
 def evaluate(
     model: Path = typer.Option(..., "--model", help="Checkpoint dir (HF format: model + tokenizer)."),
@@ -92,13 +98,15 @@ def evaluate(
     split: Optional[Path] = typer.Option(None, help="The split file of `pivotrl extract --eval-fraction` "
                                          "(default: the one beside TURNS); only turns of its eval "
                                          "trajectories are scored."),
+    overwrite: bool = typer.Option(False, help="Replace a RESULT that holds an earlier result (and its "
+                                   "items, rejects and log); without it that is an error."),
     overrides: dict | None = None,
 ) -> None:
     """Turn accuracy of a model on held-out turns, with an interval clustered by trajectory."""
     from pivotrl.evaluate import turns as turn_eval
     from pivotrl.io.inputs import check_chat_template
+    from pivotrl.io.outputs import OutputExistsError, claim_output
     from pivotrl.io.progress import ProgressLog
-    from pivotrl.io.records import sidecar_path
     from pivotrl.io.split import resolve_split
     from pivotrl.sampling import SamplerError
 
@@ -109,6 +117,10 @@ def evaluate(
         held_out = resolve_split(split, turns)
     except ValueError as exc:
         raise fail(f"pivotrl evaluate --turns: {exc}", 2) from None
+    try:
+        claim_output(out, resume=False, overwrite=overwrite, resumable=False, companions=result_files(out))
+    except OutputExistsError as exc:
+        raise fail(f"pivotrl evaluate: {exc}", 1) from None
     log = ProgressLog("evaluate", None, unit="turn", every_s=30.0, log_file=sidecar_path(out, ".log", ".json"))
     try:
         sampler, tokenizer = cfg.build_sampler(str(model))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from pivotrl.cli.console import fail
@@ -16,10 +17,13 @@ def _paths(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def guarded(*, inputs: Iterable[str] = (), outputs: Iterable[str] = (), with_sidecars: bool = True):
-    """Wrap a verb: its parameters named in `outputs` (plus their `sidecars` unless
-    with_sidecars=False) are checked against those named in `inputs` before it runs; an
-    OutputPathError, there or from inside the verb, exits 2 with the message."""
+def guarded(*, inputs: Iterable[str] = (), outputs: Iterable[str] = (), folders: Iterable[str] = (),
+            beside: Callable[[Any], list[Path]] | None = sidecars):
+    """Wrap a verb: its parameters named in `outputs`, and the files it writes beside each
+    (`beside(out)`: by default `io.outputs.sidecars`; None: none), are checked against those
+    named in `inputs` and in `folders` (inputs that are folders, such as a model: no output goes
+    inside them) before it runs; an OutputPathError, there or from inside the verb, exits 2 with
+    the message."""
     def wrap(fn):
         sig = inspect.signature(fn)
 
@@ -27,10 +31,11 @@ def guarded(*, inputs: Iterable[str] = (), outputs: Iterable[str] = (), with_sid
         def verb(*args, **kwargs):
             given = sig.bind_partial(*args, **kwargs).arguments
             ins = [p for k in inputs for p in _paths(given.get(k))]
+            dirs = [p for k in folders for p in _paths(given.get(k))]
             outs = [q for k in outputs for p in _paths(given.get(k)) if p is not None
-                    for q in [p, *(sidecars(p) if with_sidecars else [])]]
+                    for q in [p, *(beside(p) if beside else [])]]
             try:
-                check_outputs(ins, outs)
+                check_outputs(ins, outs, input_folders=dirs)
                 return fn(*args, **kwargs)
             except OutputPathError as exc:
                 raise fail(str(exc), 2) from None

@@ -49,7 +49,7 @@ def progress_bar(show: bool):
         yield lambda done, total, rate: bar.update(task, completed=done, total=total, rate=rate)
 
 
-@guarded(inputs=["turns", "shard_files", "config"], outputs=["out"])
+@guarded(inputs=["turns", "shard_files", "config"], folders=["model"], outputs=["out"])
 @config_fields(ProfileConfig, skip=("engine",))
 def profile(
     turns: Path = typer.Argument(..., help="Turns JSONL (from pivotrl extract)."),

@@ -38,9 +38,12 @@ def select(
     plot: bool = typer.Option(True, help="Write PIVOTS.hist.png."),
     allow_empty: bool = typer.Option(False, help="Accept 0 pivots (every turn all-fail, all-pass or too "
                                      "easy); without it that is an error."),
+    overwrite: bool = typer.Option(False, help="Replace a PIVOTS file that holds pivots already (and its "
+                                   "stats, histogram and rejects); without it that is an error."),
 ) -> None:
     """Keep the pivots: mixed outcomes, not too easy (writes PIVOTS.stats.json and a histogram)."""
     from pivotrl.io.empty import EmptyResultError
+    from pivotrl.io.outputs import OutputExistsError, claim_output, sidecars
     from pivotrl.select import select_file
 
     try:
@@ -50,6 +53,10 @@ def select(
         raise fail(str(exc), 2) from None
     if not profile_file.is_file():
         raise fail(f"{profile_file}: no such file", 2)
+    try:
+        claim_output(out, resume=False, overwrite=overwrite, companions=sidecars(out), resumable=False)
+    except OutputExistsError as exc:
+        raise fail(f"pivotrl select: {exc}", 1) from None
     try:
         stats = select_file(profile_file, out, cfg, plot_png=plot, allow_empty=allow_empty)
     except EmptyResultError as exc:

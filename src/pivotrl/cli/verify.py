@@ -13,7 +13,7 @@ from pivotrl.cli.console import console, fail
 from pivotrl.cli.guard import guarded
 
 
-@guarded(inputs=["cases", "config"], outputs=["out"], with_sidecars=False)
+@guarded(inputs=["cases", "config"], outputs=["out"], beside=None)
 def verify(cases: Path = typer.Argument(..., help="Verify cases JSONL (Turn + candidate/completion)."),
            verifier: str = typer.Option("toolcall", help="Verifier name."),
            config: Optional[Path] = typer.Option(None, help="YAML verifier config."),

@@ -1,25 +1,28 @@
-"""Output paths: no verb writes onto one of its inputs, no run writes over another's results, and
-one writer at a time per output.
+"""Output paths: no verb writes onto, or into, one of its inputs; no run writes over another's
+results; one writer at a time per output.
 
-`check_outputs` is the one rule for inputs (`pivotrl.cli.guard` applies it to every verb before
-the verb opens anything); `claim_output` the one for earlier results (`train`, `sft`, `e2e` and
-`profile`: a non-empty output only with `--resume` or `--overwrite`); `output_lock` keeps two runs
-from appending to the same file.
+`check_outputs` is the one rule for inputs (`pivotrl.cli.guard` applies it to the file verbs
+before they open anything, `io.run_folder` to the training verbs' run folders): an output may not
+be an input, hold one (a folder), or lie inside an input folder (a model folder stays as it was
+given). `claim_output` is the one rule for an output file's earlier results (`profile`, `select`,
+`evaluate`: a used output only with `--resume` or `--overwrite`; run folders: `io.run_folder`);
+`output_lock` keeps two runs from appending to the same file.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from pivotrl.io.inputs import InputError
 from pivotrl.io.records import rejects_path, sidecar_path, stats_path
 
 
-class OutputPathError(ValueError):
-    """An output path that is an input, or another output, of the same command."""
+class OutputPathError(InputError):
+    """An output path that is an input, holds one or lies inside one, or is another output of the
+    same command."""
 
 
 class OutputLockedError(ValueError):
@@ -30,50 +33,40 @@ class OutputExistsError(ValueError):
     """An output that holds an earlier run's results, given without --resume or --overwrite."""
 
 
-# What a folder that a run wrote holds (any one of them): `--overwrite` deletes only such folders.
-RUN_MARKERS = ("metrics.jsonl", "train.log", "config.json", "trainer_state.json", "adapter", "summary.json")
-# What a run writes before its first result (its prompt rows, a dataset cache): a folder holding
-# only these is a start that failed, and a new run rewrites them.
-RUN_CACHES = ("prompts.rank*.jsonl", ".prompt_cache")
-
-
-def claim_output(path: str | Path, *, resume: bool, overwrite: bool, companions: Iterable[Path] = ()) -> None:
-    """Make `path` (a run folder, or an output file with its `companions`: stats, log, rejects)
-    ready for a run. Empty or missing: nothing to do. Holding results: `resume` keeps them for the
-    run to continue, `overwrite` deletes them first (on the main process only, under `accelerate
-    launch`), and neither is OutputExistsError saying what is there: two runs never mix their
-    checkpoints and metrics in one folder, and a rerun never cuts a log it did not write."""
+def claim_output(path: str | Path, *, resume: bool, overwrite: bool, companions: Iterable[Path] = (),
+                 resumable: bool = True) -> None:
+    """Make the output file `path` and its `companions` (stats, log, rejects: files the verb
+    writes beside it) ready for a run. A used output (not empty) is kept for `resume` (the run
+    continues it), deleted with its companions for `overwrite`, and otherwise OutputExistsError
+    saying what it holds: a rerun never replaces results silently. `overwrite` also deletes the
+    companions of an empty or missing output: a crashed run's stale stats must not block the
+    restart. Only the main process deletes (under `accelerate launch`). `resumable=False`: the
+    verb has no --resume (the message offers only --overwrite)."""
     path = Path(path)
-    held = _holding(path)
-    if held is None:
-        return
     if resume and overwrite:
         raise ValueError("--resume and --overwrite exclude each other: continue the run, or replace it")
-    if resume:
-        return
-    if not overwrite:
-        raise OutputExistsError(f"{path} already holds {held}: pass --resume to continue that run, "
-                                "--overwrite to replace it, or choose another output")
-    if path.is_dir() and not any((path / m).exists() for m in RUN_MARKERS) and not any(path.glob("checkpoint-*")):
-        raise OutputExistsError(f"{path} holds {held} but no run's results (no {', '.join(RUN_MARKERS[:2])} or "
-                                "checkpoint-*): --overwrite deletes only run folders; choose another output")
-    if os.environ.get("RANK", "0") != "0":
-        return
     if path.is_dir():
-        shutil.rmtree(path)
-    else:
-        for p in (path, *companions):
-            p.unlink(missing_ok=True)
+        raise OutputExistsError(f"{path} is a folder: give the path of a file to write")
+    held = holding(path)
+    if held is not None and not (resume or overwrite):
+        again = "pass --resume to continue that run, --overwrite to replace it" if resumable \
+            else "pass --overwrite to replace it"
+        raise OutputExistsError(f"{path} already holds {held}: {again}, or choose another output")
+    if not overwrite or os.environ.get("RANK", "0") != "0":
+        return
+    for p in (path, *companions):
+        p.unlink(missing_ok=True)
 
 
-def _holding(path: Path) -> str | None:
-    """What a non-empty output holds, in words; None when it is missing or empty."""
+def holding(path: Path, ignore: Iterable[str] = ()) -> str | None:
+    """What a non-empty output (a file, or a folder less the entries matching `ignore`) holds, in
+    words; None when it is missing or empty."""
     if path.is_dir():
-        entries = sorted(p.name for p in path.iterdir() if not any(p.match(c) for c in RUN_CACHES))
+        entries = sorted(p.name for p in path.iterdir() if not any(p.match(c) for c in ignore))
         if not entries:
             return None
         checkpoints = [e for e in entries if e.startswith("checkpoint-")]
-        shown = (checkpoints[-3:] + [e for e in entries if e in RUN_MARKERS[:2]]) or entries[:3]
+        shown = (checkpoints[-3:] + [e for e in entries if e in ("metrics.jsonl", "train.log")]) or entries[:3]
         more = ", …" if len(entries) > len(shown) else ""
         return f"{len(entries)} entries ({', '.join(shown)}{more})"
     if path.is_file() and path.stat().st_size > 0:
@@ -93,17 +86,29 @@ def _identities(p: Path) -> set[tuple[object, ...]]:
     return ids
 
 
-def check_outputs(inputs: Iterable[str | Path | None],
-                  outputs: Iterable[str | Path | None]) -> None:
+def _places(p: Path) -> set[Path]:
+    """Where a path is: as written (made absolute) and with symlinks followed. Both count for
+    "inside": a link inside an output folder is deleted with it, wherever it points."""
+    return {Path(os.path.abspath(p)), p.resolve()}
+
+
+def _inside(inner: Path, outer: Path) -> bool:
+    return any(i != o and i.is_relative_to(o) for i in _places(inner) for o in _places(outer))
+
+
+def check_outputs(inputs: Iterable[str | Path | None], outputs: Iterable[str | Path | None], *,
+                  input_folders: Iterable[str | Path | None] = ()) -> None:
     """Raise OutputPathError when an output would overwrite an input or another output: the
     same resolved path (symlinks followed) or, for files that exist, the same inode (hard
-    links). None entries are ignored."""
+    links); or when an output folder holds an existing input (writing or `--overwrite` there
+    could replace it); or when an output lies inside one of `input_folders` (inputs that are
+    folders, such as a model: it is left exactly as it was given). None entries are ignored."""
+    folders = [Path(p) for p in input_folders if p is not None]
+    ins = [Path(p) for p in inputs if p is not None] + folders
+    outs = [Path(p) for p in outputs if p is not None]
     seen: dict[tuple[object, ...], tuple[str, Path]] = {}
-    for kind, paths in (("input", inputs), ("output", outputs)):
-        for raw in paths:
-            if raw is None:
-                continue
-            p = Path(raw)
+    for kind, paths in (("input", ins), ("output", outs)):
+        for p in paths:
             ids = _identities(p)
             for key in ids:
                 if kind == "output" and key in seen:
@@ -112,11 +117,19 @@ def check_outputs(inputs: Iterable[str | Path | None],
                                           "refusing to overwrite it; choose another path")
             for key in ids:
                 seen.setdefault(key, (kind, p))
+    for out in outs:
+        for given in ins:
+            if given.exists() and _inside(given, out):
+                raise OutputPathError(f"output folder {out} holds the input {given}: a verb never writes "
+                                      "where its inputs are; choose an output folder that holds none")
+            if given in folders and given.is_dir() and _inside(out, given):
+                raise OutputPathError(f"output {out} is inside the input folder {given}: a verb never "
+                                      "writes into its inputs; choose a path outside it")
 
 
 def sidecars(out: str | Path) -> list[Path]:
-    """Files verbs write next to OUT: its rejects, stats and histogram."""
-    return [rejects_path(out), stats_path(out), sidecar_path(out, ".hist.png")]
+    """Files verbs write next to OUT: its rejects, stats, histogram and progress log."""
+    return [rejects_path(out), stats_path(out), sidecar_path(out, ".hist.png"), sidecar_path(out, ".log")]
 
 
 @contextmanager

@@ -83,9 +83,16 @@ def find_split(data: str | Path | Iterable[str | Path]) -> Path | None:
     return next(iter(found), None)
 
 
+def split_file(explicit: str | Path | None, data: str | Path | Iterable[str | Path] | None) -> Path | None:
+    """The split file a stage applies: the given one, else the one found beside `data`, else None."""
+    if explicit is not None:
+        return Path(explicit)
+    return find_split(data) if data is not None else None
+
+
 def resolve_split(explicit: str | Path | None, data: str | Path | Iterable[str | Path] | None) -> Split | None:
-    """The split a stage applies: the given file, else the one found beside `data`, else None."""
-    path = explicit if explicit is not None else (find_split(data) if data is not None else None)
+    """The split a stage applies (`split_file`), read."""
+    path = split_file(explicit, data)
     return read_split(path) if path is not None else None
 
 

@@ -60,8 +60,8 @@ class ProfileConfig(TurnSampling):
                               "hash(id) mod N == I (0-based).")
     resume: bool = Field(False, description="Continue an --out that holds profiles (a stopped run: same "
                          "settings, no turn lost or doubled).")
-    overwrite: bool = Field(False, description="Delete an --out that holds profiles (and its stats, log and "
-                            "rejects) first; without it or --resume such an --out is an error.")
+    overwrite: bool = Field(False, description="Delete an --out that holds profiles, and its stats, log and "
+                            "rejects (a crashed run's too), first; without it or --resume such an --out is an error.")
     progress_seconds: float = Field(30.0, gt=0, description="Seconds between progress lines (stderr off "
                                     "a terminal, and PROFILE.log), also while one chunk is sampled.")
 

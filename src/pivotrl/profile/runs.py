@@ -89,7 +89,8 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
                    if previous["settings"].get(k) != v}
         if changed:
             raise ValueError(f"{out_path} was written with other settings {changed} "
-                             "(old, new); resume with the same command or write a new --out")
+                             "(old, new): resume with the same settings, start over with --overwrite, "
+                             "or write a new --out")
     # Two passes: ids and line numbers first (each turn dropped as read), then the turns to do,
     # streamed into the sampler, so a run holds about one chunk of turns, not its whole shard.
     check_input(turns_path)

@@ -90,9 +90,11 @@ class _RunCommon(YamlConfig):
     num_epochs: float = Field(1.0, description="Passes over the data (GRPO: over PIVOTS, see module doc).")
     save_steps: int = Field(50, description="Checkpoint every N optimizer steps (ours).")
     save_total_limit: int | None = Field(None, description="Keep at most N checkpoints (None: all; TRL).")
-    resume: bool = Field(False, description="Continue from the last checkpoint-* in output_dir (--resume).")
-    overwrite: bool = Field(False, description="Delete what output_dir holds (an earlier run's checkpoints, "
-                            "metrics, log) first; without it or --resume a non-empty output_dir is an error.")
+    resume: bool = Field(False, description="Continue from the last checkpoint-* in output_dir (--resume), on "
+                         "the input files the run started on (a changed one is an error).")
+    overwrite: bool = Field(False, description="Delete what an earlier run wrote in output_dir (checkpoints, "
+                            "metrics, log, model; never an input, nor a folder no run wrote) first; without "
+                            "it or --resume a non-empty output_dir is an error.")
     report_to: Literal["none", "tensorboard", "wandb"] = Field("none", description="Experiment tracker "
                                                               "(ours: none; metrics.jsonl is always written).")
     logging_steps: int = Field(1, description="Log (and append to metrics.jsonl) every N steps (ours: every step).")

@@ -25,10 +25,10 @@ from transformers.trainer_utils import get_last_checkpoint
 from pivotrl.formats.chat import load_tokenizer, prompt_text, prompt_token_ids
 from pivotrl.formats.options import template_mismatch, write_template_settings
 from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
-from pivotrl.io.outputs import claim_output
+from pivotrl.io.run_folder import claim_run_folder, finish_run, start_run
 from pivotrl.io.records import Turn, stats_path
 from pivotrl.sampling.pipeline import context_length
-from pivotrl.io.split import HeldOut, resolve_split
+from pivotrl.io.split import HeldOut, resolve_split, split_file
 from pivotrl.io.turn_files import iter_pivots
 from pivotrl.train.config import GRPORunConfig, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines
@@ -279,13 +279,16 @@ def pivots_profile_settings(pivots: str | Path) -> dict[str, Any]:
 def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     """Run (or resume) GRPO on the configured pivot set. Returns a summary dict."""
     output_dir = Path(cfg.output_dir)
-    claim_output(output_dir, resume=cfg.resume, overwrite=cfg.overwrite)
+    claim_run_folder(output_dir, model=cfg.model, inputs=[cfg.pivots, cfg.split], resume=cfg.resume,
+                     overwrite=cfg.overwrite)
     check_input_file(cfg.pivots, "pivots", "`pivotrl select`")
     check_model(cfg.model, "model")
     from trl import GRPOConfig
 
     with_trl_overrides({}, cfg.trl_overrides, GRPOConfig)  # a misspelt key fails before any work
     held_out = HeldOut(resolve_split(cfg.split, [cfg.pivots]))
+    start_run(output_dir, "train", {"pivots": cfg.pivots, "split": split_file(cfg.split, [cfg.pivots])},
+              resume=cfg.resume)
     warning = template_mismatch(cfg.format_options(), pivots_profile_settings(cfg.pivots), "train", "profiling")
     if warning:
         logger.warning(warning)
@@ -328,6 +331,7 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     save_final(trainer, tokenizer, output_dir, base_model=cfg.model)
     if trainer.accelerator.is_main_process:
         write_template_settings(output_dir, cfg.format_options())
+        finish_run(output_dir)
     return {"steps": trainer.state.global_step, "pivots": len(turns), "rows": n_rows,
             "held_out": held_out.summary(), "dropped": trainer.pivot_dropped, "rollout_turns": trainer.rollout_turns,
             "reprofiles": reprofiles, "output_dir": str(output_dir),

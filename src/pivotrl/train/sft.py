@@ -26,9 +26,9 @@ from pivotrl.formats.chat import apply_template, load_tokenizer, template_messag
 from pivotrl.formats.families import training_chat_template
 from pivotrl.formats.options import write_template_settings
 from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
-from pivotrl.io.outputs import claim_output
+from pivotrl.io.run_folder import claim_run_folder, finish_run, start_run
 from pivotrl.io.records import Reject, Trajectory, read_records, rejects_path
-from pivotrl.io.split import HeldOut, resolve_split
+from pivotrl.io.split import HeldOut, resolve_split, split_file
 from pivotrl.train.config import SFTRunConfig, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.grpo import save_final, world_size
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines
@@ -167,8 +167,9 @@ def build_sft_trainer(cfg: SFTRunConfig, rows: list[dict[str, Any]], tokenizer, 
 def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     """Run (or resume) SFT on the configured trajectories. Returns a summary dict."""
     output_dir = Path(cfg.output_dir)
-    claim_output(output_dir, resume=cfg.resume, overwrite=cfg.overwrite)
     files = cfg.data if isinstance(cfg.data, list) else [cfg.data]
+    claim_run_folder(output_dir, model=cfg.model, inputs=[*files, cfg.split], resume=cfg.resume,
+                     overwrite=cfg.overwrite)
     for path in files:
         check_input_file(path, "data", "your trajectory file")
     check_model(cfg.model, "model")
@@ -176,6 +177,7 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
 
     with_trl_overrides({}, cfg.trl_overrides, SFTConfig)  # a misspelt key fails before any work
     held_out = HeldOut(resolve_split(cfg.split, files))
+    start_run(output_dir, "sft", {"data": files, "split": split_file(cfg.split, files)}, resume=cfg.resume)
     tokenizer = load_tokenizer(cfg.model)
     check_chat_template(tokenizer, cfg.model)
     data = build_rows(cfg.data, tokenizer, cfg.max_length, cfg.assistant_only_loss, cfg.chat_template_kwargs,
@@ -202,6 +204,7 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     save_final(trainer, tokenizer, output_dir)
     if trainer.accelerator.is_main_process:
         write_template_settings(output_dir, {"chat_template_kwargs": cfg.chat_template_kwargs})
+        finish_run(output_dir)
     return {"steps": trainer.state.global_step, "trajectories": len(data.rows),
             "held_out": held_out.summary(), "dropped": data.dropped, "train_loss": round(result.training_loss, 4),
             "output_dir": str(output_dir), "metrics": str(output_dir / "metrics.jsonl")}
