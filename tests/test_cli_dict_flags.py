@@ -53,7 +53,7 @@ def capture(monkeypatch):
 
 
 VALUES = {"chat_template_kwargs": {"enable_thinking": False, "depth": 2},
-          "verifier_config": {"strict": True}, "trl_overrides": {"beta": 0.04, "top_k": 5}}
+          "verifier_config": {"strict": True}, "trl_overrides": {"adam_beta2": 0.95, "optim": "adamw_torch"}}
 
 
 def spellings(value: dict, tmp_path: Path) -> list[str]:
