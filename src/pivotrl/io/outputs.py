@@ -34,7 +34,10 @@ class OutputExistsError(ValueError):
 RUN_MARKERS = ("metrics.jsonl", "train.log", "config.json", "trainer_state.json", "adapter", "summary.json")
 # What a run writes before its first result (its prompt rows, a dataset cache): a folder holding
 # only these is a start that failed, and a new run rewrites them.
-RUN_CACHES = ("prompts.rank*.jsonl", ".prompt_cache")
+# The plan and the config as used, written before a run's first step (pivotrl.run_plan): in a run
+# folder, or beside a file output.
+PLAN_FILE, CONFIG_FILE, PLAN_ENDING = "run_plan.json", "run_config.yaml", ".plan.json"
+RUN_CACHES = ("prompts.rank*.jsonl", ".prompt_cache", PLAN_FILE, CONFIG_FILE)
 
 
 def claim_output(path: str | Path, *, resume: bool, overwrite: bool, companions: Iterable[Path] = ()) -> None:
@@ -115,8 +118,8 @@ def check_outputs(inputs: Iterable[str | Path | None],
 
 
 def sidecars(out: str | Path) -> list[Path]:
-    """Files verbs write next to OUT: its rejects, stats and histogram."""
-    return [rejects_path(out), stats_path(out), sidecar_path(out, ".hist.png")]
+    """Files verbs write next to OUT: its rejects, stats, histogram and plan."""
+    return [rejects_path(out), stats_path(out), sidecar_path(out, ".hist.png"), sidecar_path(out, PLAN_ENDING)]
 
 
 @contextmanager

@@ -32,6 +32,8 @@ from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.train.config import SFTRunConfig, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.grpo import save_final, world_size
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines
+from pivotrl.run_plan import Launch, NothingToRun
+from pivotrl.train.plan import begin_training, sft_plan
 from pivotrl.train.resume import Resumable
 
 SFT_METRIC_KEYS = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm",
@@ -164,10 +166,13 @@ def build_sft_trainer(cfg: SFTRunConfig, rows: list[dict[str, Any]], tokenizer, 
     return trainer
 
 
-def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
-    """Run (or resume) SFT on the configured trajectories. Returns a summary dict."""
+def train_sft(cfg: SFTRunConfig, *, launch: Launch | None = None) -> dict[str, Any]:
+    """Run (or resume) SFT on the configured trajectories. Returns a summary dict. The plan is
+    printed and saved first (pivotrl.run_plan); `launch.dry_run` stops there, writing nothing."""
     output_dir = Path(cfg.output_dir)
-    claim_output(output_dir, resume=cfg.resume, overwrite=cfg.overwrite)
+    dry_run = bool(launch and launch.dry_run)
+    if not dry_run:
+        claim_output(output_dir, resume=cfg.resume, overwrite=cfg.overwrite)
     files = cfg.data if isinstance(cfg.data, list) else [cfg.data]
     for path in files:
         check_input_file(path, "data", "your trajectory file")
@@ -180,7 +185,7 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     check_chat_template(tokenizer, cfg.model)
     data = build_rows(cfg.data, tokenizer, cfg.max_length, cfg.assistant_only_loss, cfg.chat_template_kwargs,
                       held_out)
-    if data.dropped and os.environ.get("RANK", "0") == "0":
+    if data.dropped and os.environ.get("RANK", "0") == "0" and not dry_run:
         output_dir.mkdir(parents=True, exist_ok=True)
         with rejects_path(output_dir / "sft_data.jsonl").open("w") as f:
             for where, reason in data.dropped:
@@ -192,6 +197,10 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     resume = get_last_checkpoint(str(output_dir)) if cfg.resume and output_dir.is_dir() else None
     if cfg.resume and resume is None:
         raise FileNotFoundError(f"--resume: no checkpoint-* folder in {output_dir}")
+    plan = sft_plan(cfg, tokenizer, len(data.rows), len(data.dropped), held_out.dropped, total, world_size(),
+                    resume_from=resume and Path(resume).name)
+    if not begin_training(plan, cfg, launch):
+        return {"dry_run": True, "plan": plan.as_dict()}
     trainer = build_sft_trainer(cfg, data.rows, tokenizer, total)
     progress = ProgressLines(output_dir / "train.log", cfg.progress_seconds, "loss")
     trainer.add_callback(progress)
@@ -199,6 +208,8 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
         result = trainer.train(resume_from_checkpoint=resume)
     finally:
         progress.stop()
+    if trainer.state.global_step == 0:  # never save the base model as the trained one
+        raise NothingToRun(f"0 optimizer steps trained on {len(data.rows)} trajectories: nothing saved")
     save_final(trainer, tokenizer, output_dir)
     if trainer.accelerator.is_main_process:
         write_template_settings(output_dir, {"chat_template_kwargs": cfg.chat_template_kwargs})
