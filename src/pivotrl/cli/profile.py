@@ -56,6 +56,7 @@ def progress_bar(show: bool):
 @guarded(inputs=["turns", "shard_files", "config"], outputs=["out"])
 @config_fields(ProfileConfig, skip=("engine",))
 def profile(
+    ctx: typer.Context,
     turns: Path = typer.Argument(..., help="Turns JSONL (from pivotrl extract)."),
     shard_files: Optional[list[Path]] = typer.Argument(None, help="With --merge: shard outputs to join."),
     out: Path = typer.Option(..., "--out", help="Profile JSONL (appended; rerun the same command with --resume to continue)."),
@@ -125,7 +126,7 @@ def profile(
     except (SamplerError, ValueError, OSError) as exc:  # unreachable server or Hub; other settings
         raise fail(str(exc), 1) from None
     except KeyboardInterrupt:
-        again = given_command(drop=("resume", "overwrite"), add=["--resume"])
+        again = given_command(ctx, drop=("resume", "overwrite"), add=["--resume"])
         console.print(f"[yellow]stopped; {escape(str(out))} keeps every finished turn. Continue the run "
                       f"with:\n  {escape(again)}[/yellow]")
         raise typer.Exit(130) from None

@@ -31,24 +31,20 @@ STRICT = typer.Option(False, "--strict", help="A chat_template_kwargs key the mo
                       "reads is an error (default: a warning).")
 
 
-def given_command(*, drop: Iterable[str] = (), add: Iterable[str] = ()) -> str:
-    """The command line of the running verb as the user gave it (every parameter given on the
-    command line, as click parsed it), less the parameters named in `drop`, plus the words `add`."""
-    import click
-    from click.core import ParameterSource
-
-    ctx = click.get_current_context(silent=True)
+def given_command(ctx: typer.Context | None, *, drop: Iterable[str] = (), add: Iterable[str] = ()) -> str:
+    """The command line of the verb running in `ctx` as the user gave it (every parameter given on
+    the command line, as parsed), less the parameters named in `drop`, plus the words `add`."""
     if ctx is None:
         return " ".join(["the same command", *add])
     words = ["pivotrl", *ctx.command_path.split()[1:]]
     dropped = set(drop)
     for param in ctx.command.params:
-        if param.name in dropped or ctx.get_parameter_source(param.name) not in (
-                ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+        source = ctx.get_parameter_source(param.name)
+        if param.name in dropped or getattr(source, "name", "") not in ("COMMANDLINE", "ENVIRONMENT"):
             continue
         value = ctx.params.get(param.name)
         values = list(value) if isinstance(value, (list, tuple)) else [value]
-        if isinstance(param, click.Argument):
+        if param.param_type_name == "argument":
             words += [str(v) for v in values]
         elif getattr(param, "is_flag", False) and param.secondary_opts:
             words.append(param.opts[0] if value else param.secondary_opts[0])
@@ -67,17 +63,17 @@ def last_checkpoint(folder: str | Path) -> str | None:
     return max(found)[1] if found else None
 
 
-def interrupted(cfg: Any) -> str:
+def interrupted(cfg: Any, ctx: typer.Context | None = None) -> str:
     """What a stopped run says, read when it stops: after a checkpoint, the command that continues
     it (`--resume`); before the first one there is nothing to resume from, so the command that
     starts it again (`--overwrite`: the folder holds the stopped run's metrics and log)."""
     out, every = cfg.output_dir, cfg.save_steps
     checkpoint = last_checkpoint(out)
     if checkpoint:
-        again = given_command(drop=("resume", "overwrite"), add=["--resume"] + (["--no-overwrite"] if cfg.overwrite else []))
+        again = given_command(ctx, drop=("resume", "overwrite"), add=["--resume"] + (["--no-overwrite"] if cfg.overwrite else []))
         return (f"stopped. {out} keeps {checkpoint}, the last checkpoint (one every save_steps = {every} "
                 f"steps), and the metrics and log so far. Continue the run with:\n  {again}")
-    again = given_command(drop=("resume", "overwrite"), add=["--overwrite"] + (["--no-resume"] if cfg.resume else []))
+    again = given_command(ctx, drop=("resume", "overwrite"), add=["--overwrite"] + (["--no-resume"] if cfg.resume else []))
     return (f"stopped before the first checkpoint (one every save_steps = {every} steps): there is nothing to "
             f"resume from; {out} keeps the metrics and log so far. Start the run again with:\n  {again}")
 
@@ -100,7 +96,7 @@ def print_summary(verb: str, summary: dict) -> None:
 
 def run_training_verb(verb: str, config_model: type, config: Path | None, overrides: dict[str, Any] | None,
                       run: Callable[..., dict], *, dry_run: bool = False, strict: bool = False,
-                      raw_data: Callable[[Any], Any] | None = None) -> None:
+                      raw_data: Callable[[Any], Any] | None = None, ctx: typer.Context | None = None) -> None:
     """The body of a training verb: `run(cfg, launch=...)` on the assembled run config.
     raw_data: the run's trajectory files, for a verb that reads raw trajectories (it warns when
     no split keeps the held-out ones out)."""
@@ -110,7 +106,7 @@ def run_training_verb(verb: str, config_model: type, config: Path | None, overri
         if warning:
             console.print(f"[yellow]warning: {escape(warning)}[/yellow]")
     launch = Launch(dry_run=dry_run, strict=strict)
-    print_summary(verb, run_job(console, verb, lambda: run(cfg, launch=launch), lambda: interrupted(cfg)))
+    print_summary(verb, run_job(console, verb, lambda: run(cfg, launch=launch), lambda: interrupted(cfg, ctx)))
     leave_process_group()
 
 
@@ -120,14 +116,14 @@ def training_verb(verb: str, config_model: type, run: str, doc: str, example: st
     per field, `--dry-run`, `--strict`; it calls `run` ("module:function", imported when the verb
     runs, so `--help` loads no trainer) as `run(cfg, launch=...)`. raw_data: the config field naming
     raw trajectory files (the split warning). `doc` is the verb's help."""
-    def command(config: Optional[Path] = typer.Option(
+    def command(ctx: typer.Context, config: Optional[Path] = typer.Option(
                     None, "--config", help=f"Run YAML of {config_model.__name__} fields (its relative "
                     f"paths are relative to its folder); flags override it ({example})."),
                 dry_run: bool = DRY_RUN, strict: bool = STRICT, overrides: dict | None = None) -> None:
         module, name = run.split(":")
         run_training_verb(verb, config_model, config, overrides, getattr(importlib.import_module(module), name),
                           dry_run=dry_run, strict=strict,
-                          raw_data=(lambda cfg: getattr(cfg, raw_data)) if raw_data else None)
+                          raw_data=(lambda cfg: getattr(cfg, raw_data)) if raw_data else None, ctx=ctx)
 
     command.__name__ = command.__qualname__ = verb
     command.__doc__ = doc

@@ -71,19 +71,47 @@ def split_too_long(prompts: list[str], tokenizer: Any, limit: int | None) -> tup
     return fits, too_long
 
 
+class PrefetchStopped(BaseException):
+    """Raised in a prefetch worker to stop it: its caller left (Ctrl-C, an error, or it stopped
+    reading). A BaseException, so no `except Exception` inside the sampler swallows it."""
+
+
+def stop_thread(thread: threading.Thread, finished: threading.Event, timeout: float = 30.0) -> None:
+    """Stop a Python thread that has not `finished` and wait for it to. An exception is raised
+    in it (CPython's PyThreadState_SetAsyncExc), delivered at its next Python bytecode: a torch
+    model's forward runs Python between its ops, so a generation stops within one op. Why it must
+    stop, not be left as a daemon: a daemon thread still inside torch when the interpreter
+    finalizes is cut off by pthread_exit, which unwinds through C++ frames that forbid it, and
+    the process aborts ("terminate called without an active exception", SIGABRT) instead of
+    exiting with its own status (130 after Ctrl-C). The thread's own `finished` event, not
+    `is_alive()`: a Ctrl-C that lands in `thread.join()` leaves CPython 3.11's Thread marked
+    stopped while it still runs."""
+    import ctypes
+
+    if finished.is_set() or thread.ident is None:
+        return
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(PrefetchStopped))
+    finished.wait(timeout)
+
+
 def prefetch(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
-    """fn(item) for each item in order; fn(next) runs in a daemon thread (it does not hold the
-    process at exit after Ctrl-C) while the caller handles the current result."""
+    """fn(item) for each item in order; fn(next) runs in a worker thread while the caller handles
+    the current result. When the caller leaves early (Ctrl-C, an error, or it stops iterating)
+    the worker is stopped and joined (`stop_thread`), so no thread outlives the loop."""
     it = iter(items)
 
     def start(item: T) -> tuple[threading.Thread, dict[str, Any]]:
-        box: dict[str, Any] = {}
+        box: dict[str, Any] = {"finished": threading.Event()}
 
         def run() -> None:
             try:
                 box["value"] = fn(item)
+            except PrefetchStopped:
+                pass
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller below
                 box["error"] = exc
+            finally:
+                box["finished"].set()
 
         thread = threading.Thread(target=run, name="pivotrl-prefetch", daemon=True)
         thread.start()
@@ -91,11 +119,15 @@ def prefetch(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
 
     first = next(it, _END)
     pending = start(first) if first is not _END else None
-    while pending is not None:
-        thread, box = pending
-        thread.join()
-        if "error" in box:
-            raise box["error"]
-        following = next(it, _END)
-        pending = start(following) if following is not _END else None
-        yield box["value"]
+    try:
+        while pending is not None:
+            thread, box = pending
+            thread.join()
+            if "error" in box:
+                raise box["error"]
+            following = next(it, _END)
+            pending = start(following) if following is not _END else None
+            yield box["value"]
+    finally:
+        if pending is not None:
+            stop_thread(pending[0], pending[1]["finished"])
