@@ -246,3 +246,18 @@ def test_ctrl_c_in_a_prefetch_loop_stops_its_worker():
     with pytest.raises(KeyboardInterrupt):
         list(prefetch(slow, range(3)))
     assert ended.is_set() and time.monotonic() - started < 30
+
+
+def test_the_rl_run_configs_share_their_common_fields_instead_of_redeclaring_them():
+    """E2ERunConfig takes its optimizer, checkpoint and group-RL fields from the same blocks as
+    GRPORunConfig (one declaration, one help); it re-declares only its per-turn token budget and its
+    step count (E2E has no epochs), with their own meaning."""
+    from pivotrl.train.config import GRPORunConfig, GroupRLOptions, RunBasics, SFTRunConfig
+    from pivotrl_testbed.e2e_config import E2ERunConfig
+
+    assert issubclass(E2ERunConfig, RunBasics) and issubclass(E2ERunConfig, GroupRLOptions)
+    assert issubclass(GRPORunConfig, RunBasics) and issubclass(GRPORunConfig, GroupRLOptions)
+    assert issubclass(SFTRunConfig, RunBasics)
+    shared = set(RunBasics.model_fields) | set(GroupRLOptions.model_fields)
+    assert len(shared) == 18
+    assert set(E2ERunConfig.__annotations__) & shared == {"max_completion_length"}

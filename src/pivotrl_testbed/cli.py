@@ -75,10 +75,10 @@ def testbed_build(
                                              "an error when it is not what this config would pretrain."),
 ) -> None:
     """Build the testbed: worlds' data, OOD tasks and the tiny base model (cached)."""
-    from pivotrl_testbed.testbed.build import BUILD_LOG, build_testbed, load_config
+    from pivotrl_testbed.testbed.build import BUILD_LOG, build_testbed, load_testbed_config
 
     try:
-        cfg = load_config(config)
+        cfg = load_testbed_config(config)
     except ValueError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2)

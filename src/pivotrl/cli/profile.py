@@ -15,7 +15,6 @@ from pivotrl.cli.console import console, fail
 from pivotrl.cli.guard import guarded
 from pivotrl.cli.options import config_fields, engine_option, load_run_config
 from pivotrl.cli.run_verb import DRY_RUN, STRICT, given_command
-from pivotrl.io.inputs import InputError
 from pivotrl.profile.loop import ProfileConfig
 from pivotrl.run_plan import Launch
 from pivotrl.sampling.vllm import VLLMOptions
@@ -121,8 +120,6 @@ def profile(
         with progress_bar(progress) as on_progress:
             doc = profile_file(turns, out, sampler, ver, tokenizer, cfg, model_name=model,
                                progress=progress, on_progress=on_progress)
-    except InputError as exc:
-        raise fail(str(exc), 2) from None
     except (SamplerError, ValueError, OSError) as exc:  # unreachable server or Hub; other settings
         raise fail(str(exc), 1) from None
     except KeyboardInterrupt:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pivotrl.formats.template_vars import unread_kwargs_warning
+from pivotrl.io.empty import require_some
 from pivotrl.io.records import Reject, is_blank, iter_lines
 from pivotrl.io.turn_files import parse_shard, scan_turns
 from pivotrl.profile.loop import ProfileConfig
@@ -31,12 +32,15 @@ def written_ids(path: str | Path) -> set[str]:
 
 def profile_plan(turns: str | Path, out: str | Path, cfg: ProfileConfig, tokenizer: Any, model: str) -> RunPlan:
     shard = parse_shard(cfg.shard)
-    ids, rejected = [], 0
+    ids, rejected, first_reject = [], 0, None
     for _, rec in scan_turns(turns, shard):
         if isinstance(rec, Reject):
             rejected += 1
+            first_reject = first_reject or rec.reason
         else:
             ids.append(rec.id)
+    if shard is None:  # the whole file holds no turn: the reason (e.g. trajectories, not turns) names the fix
+        require_some(len(ids), "turns", turns, rejected=rejected, first_reject=first_reject, expects="turns")
     done = written_ids(out) if cfg.resume else set()
     todo = sum(1 for i in ids if i not in done)
     warning = unread_kwargs_warning(tokenizer, cfg.chat_template_kwargs, model)
