@@ -77,7 +77,8 @@ class RunPlan:
             (f", {self.held_out} held out" if self.held_out else "") + ")" if self.read is not None else ""
         out = [f"{self.unit}: {self.items}{read}"]
         if self.steps is not None:
-            out.append(f"steps: {self.steps}" + (f" (resuming from {self.resume_from})" if self.resume_from else ""))
+            resuming = f" (resuming from {self.resume_from})" if self.resume_from else ""
+            out.append(f"steps: {self.steps}{resuming}")
         if self.per_step is not None:
             out.append(f"{self.unit} per step: {self.per_step:g}")
         if self.completions_per_step is not None:

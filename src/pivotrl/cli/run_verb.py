@@ -69,11 +69,12 @@ def interrupted(cfg: Any, ctx: typer.Context | None = None) -> str:
     starts it again (`--overwrite`: the folder holds the stopped run's metrics and log)."""
     out, every = cfg.output_dir, cfg.save_steps
     checkpoint = last_checkpoint(out)
+    given = ("resume", "overwrite")  # replaced by the one the next run needs (a YAML's turned off)
     if checkpoint:
-        again = given_command(ctx, drop=("resume", "overwrite"), add=["--resume"] + (["--no-overwrite"] if cfg.overwrite else []))
+        again = given_command(ctx, drop=given, add=["--resume"] + (["--no-overwrite"] if cfg.overwrite else []))
         return (f"stopped. {out} keeps {checkpoint}, the last checkpoint (one every save_steps = {every} "
                 f"steps), and the metrics and log so far. Continue the run with:\n  {again}")
-    again = given_command(ctx, drop=("resume", "overwrite"), add=["--overwrite"] + (["--no-resume"] if cfg.resume else []))
+    again = given_command(ctx, drop=given, add=["--overwrite"] + (["--no-resume"] if cfg.resume else []))
     return (f"stopped before the first checkpoint (one every save_steps = {every} steps): there is nothing to "
             f"resume from; {out} keeps the metrics and log so far. Start the run again with:\n  {again}")
 
