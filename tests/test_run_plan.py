@@ -157,6 +157,10 @@ def test_ctrl_c_after_a_checkpoint_says_resume(turns, tiny_model_dir, tmp_path, 
     assert result.exit_code == 130, result.output
     assert "keeps checkpoint-2" in result.output
     assert given_again(result.output, train_args(turns, tiny_model_dir, out)) == "--resume"
+    # a resumed run's ETA: its steps left at the median step time it recorded
+    (out / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "step_time": 10.0}) + "\n" for s in (1, 2)))
+    dry = run(*train_args(turns, tiny_model_dir, out, "--resume", "--max-steps", "8", "--dry-run"))
+    assert "steps: 8 (resuming from checkpoint-2)" in dry.output and "ETA: 1m00s (6 steps" in dry.output
     assert (out / "checkpoint-2" / "trainer_state.json").exists()
 
 

@@ -39,7 +39,8 @@ from pivotrl.io.progress import ProgressLog
 from pivotrl.io.records import Message, Trajectory, iter_valid
 from pivotrl.io.seeds import derive_seed
 from pivotrl.io.split import HeldOut, resolve_split
-from pivotrl.run_plan import CONFIG_FILE, PLAN_FILE, Launch, RunPlan, start_run
+from pivotrl.run_plan import Launch, RunPlan
+from pivotrl.train.plan import begin_training
 from pivotrl_testbed.e2e_config import E2ERunConfig
 
 
@@ -195,7 +196,7 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
     check_model(cfg.model, "model")
     resume = latest_checkpoint(out) if cfg.resume and out.is_dir() else None
     plan = e2e_plan(cfg, len(tasks), dropped.get("held_out_records", 0), dropped.get("no_world", 0), resume)
-    if not start_run(plan, cfg, out / PLAN_FILE, out / CONFIG_FILE, launch):
+    if not begin_training(plan, cfg, launch):
         return {"dry_run": True, "plan": plan.as_dict()}
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)

@@ -46,7 +46,29 @@ def sft_plan(cfg: SFTRunConfig, tokenizer: Any, items: int, dropped: int, held_o
         details={"processes": world}, warnings=[warning] if warning else [])
 
 
+def resumed_eta(metrics: Path, steps_left: int) -> str | None:
+    """The time a resumed run has left, at the median step time its metrics.jsonl recorded; None
+    when it recorded none."""
+    import json
+    import statistics
+
+    from pivotrl.io.progress import duration
+
+    try:
+        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return None
+    times = [r["step_time"] for r in rows if isinstance(r, dict) and isinstance(r.get("step_time"), (int, float))]
+    if not times:
+        return None
+    return f"{duration(statistics.median(times) * steps_left)} ({steps_left} steps at the earlier run's median step time)"
+
+
 def begin_training(plan: RunPlan, cfg: Any, launch: Launch | None) -> bool:
-    """`pivotrl.run_plan.start_run` for a run folder (the plan and config in OUTPUT_DIR)."""
+    """`pivotrl.run_plan.start_run` for a run folder (the plan and config in OUTPUT_DIR); a resumed
+    run's ETA from the step times it has recorded."""
     out = Path(cfg.output_dir)
+    if plan.resume_from and plan.steps is not None and plan.eta is None:
+        done = int(plan.resume_from.rsplit("-", 1)[1])
+        plan.eta = resumed_eta(out / "metrics.jsonl", max(plan.steps - done, 0))
     return start_run(plan, cfg, out / PLAN_FILE, out / CONFIG_FILE, launch)
