@@ -39,12 +39,12 @@ def main() -> None:
 
     from pivotrl_testbed.e2e import RecordingPolicy, pack_turns
     from pivotrl_testbed.episodes import run_episodes
-    from pivotrl_testbed.testbed.build import build_testbed, is_built, load_config
+    from pivotrl_testbed.testbed.build import build_testbed, is_built, load_testbed_config
     from pivotrl_testbed.testbed.tasks import make_tasks
     from pivotrl.sampling.generate import completion_logps, span_logps
 
     torch.set_num_threads(1)
-    if not is_built(args.testbed, load_config(None)):
+    if not is_built(args.testbed, load_testbed_config(None)):
         print(f"building the testbed in {args.testbed} (once)")
         build_testbed(args.testbed)
     base = args.testbed / "base"

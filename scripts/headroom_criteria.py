@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pivotrl_testbed.demo import DemoConfig, run_demo
 from pivotrl_testbed.evaluate import SampledConfig
-from pivotrl_testbed.testbed.build import is_built, load_config
+from pivotrl_testbed.testbed.build import is_built, load_testbed_config
 from pivotrl_testbed.testbed.common import WORLDS
 from pivotrl_testbed.testbed.criteria import check
 
@@ -27,7 +27,7 @@ def main() -> None:
     ap.add_argument("--config", type=Path, help="the build's TestbedConfig YAML (default: the default)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    cfg = load_config(args.config)
+    cfg = load_testbed_config(args.config)
     if not is_built(args.build, cfg):
         sys.exit(f"{args.build}: not a finished build of {args.config or 'the default config'}")
     # Both worlds and k = 4 sampled dev scoring: the demo's settings when the criteria were

@@ -21,8 +21,8 @@ from transformers import AutoTokenizer
 
 build, steps, layers = Path(sys.argv[1]), int(sys.argv[2]), [int(x) for x in sys.argv[3].split(",")]
 if len(sys.argv) > 4 and not (build / "base" / "tokenizer.json").exists():
-    from pivotrl_testbed.testbed.build import load_config, train_tokenizer, write_data
-    cfg = load_config(sys.argv[4])
+    from pivotrl_testbed.testbed.build import load_testbed_config, train_tokenizer, write_data
+    cfg = load_testbed_config(sys.argv[4])
     expert, weak, _, ood_train = write_data(build, cfg, lambda m: print(m, file=sys.stderr))
     train_tokenizer(cfg, expert, weak, ood_train).save_pretrained(build / "base")
 tok = AutoTokenizer.from_pretrained(str(build / "base"))

@@ -53,7 +53,7 @@ def capture(monkeypatch):
 
 
 VALUES = {"chat_template_kwargs": {"enable_thinking": False, "depth": 2},
-          "verifier_config": {"strict": True}, "trl_overrides": {"beta": 0.04, "top_k": 5}}
+          "verifier_config": {"strict": True}, "trl_overrides": {"adam_beta2": 0.95, "optim": "adamw_torch"}}
 
 
 def spellings(value: dict, tmp_path: Path) -> list[str]:
@@ -100,7 +100,7 @@ def test_dict_flags_take_yaml_json_or_a_file(verb, turns, tiny_model_dir, tmp_pa
 
 
 def test_a_long_inline_mapping_is_not_taken_for_a_file_name():
-    from pivotrl.cli.options import mapping_value
+    from pivotrl.run_config import mapping_value
 
     value = {f"key_{i}": i for i in range(60)}  # about 700 characters, no slash
     assert mapping_value("--trl-overrides", json.dumps(value)) == value

@@ -85,7 +85,7 @@ def test_flags_override_yaml_through_the_command_line(tmp_path, monkeypatch):
     from pivotrl.cli import app
 
     seen = {}
-    monkeypatch.setattr(grpo, "train", lambda cfg: seen.setdefault("cfg", cfg) and {})
+    monkeypatch.setattr(grpo, "train", lambda cfg, **_: seen.setdefault("cfg", cfg) and {})
     run = tmp_path / "run.yaml"
     run.write_text("model: m\noutput_dir: out\npivots: p.jsonl\nlearning_rate: 3.0e-4\n")
     result = CliRunner().invoke(app, ["train", "--config", str(run), "--learning-rate", "1e-5",

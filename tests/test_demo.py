@@ -158,9 +158,9 @@ def test_demo_yaml_is_the_default_and_typos_are_errors(tmp_path):
     # turn accuracy on more eval trajectories (the headline interval), episodes as the default's;
     # the testbed it builds holds them, the default's testbed is left as it is
     assert (full.eval.turn_trajectories, full.eval.episodes) == (FULL_TURN_TRAJECTORIES, DemoConfig().eval.episodes)
-    from pivotrl_testbed.testbed.build import load_config
+    from pivotrl_testbed.testbed.build import load_testbed_config
 
-    testbed = load_config(None)
+    testbed = load_testbed_config(None)
     assert full.sized_testbed(testbed).n_eval == full.dev_tasks + FULL_TURN_TRAJECTORIES > testbed.n_eval
     assert DemoConfig().sized_testbed(testbed) == testbed
     assert full.sized_testbed(testbed).weights_digest() == testbed.weights_digest()

@@ -9,7 +9,7 @@ import pytest
 
 from pivotrl_testbed.testbed import build as build_mod
 from pivotrl_testbed.testbed import shipped
-from pivotrl_testbed.testbed.build import TestbedConfig, build_testbed, load_config
+from pivotrl_testbed.testbed.build import TestbedConfig, build_testbed, load_testbed_config
 
 
 def weights_digest(base_dir) -> str:
@@ -21,14 +21,14 @@ def test_the_shipped_base_is_the_default_configs():
     # the base fails here: the shipped weights would silently stop being used.
     info = shipped.shipped_info()
     assert info is not None, "no shipped base in the package"
-    assert info["config_hash"] == load_config(None).digest()
+    assert info["config_hash"] == load_testbed_config(None).digest()
     assert not info["base_source"].startswith(("shipped", "kept"))  # weights this build trained
     assert (shipped.SHIPPED / "base" / "model.safetensors").is_file()
 
 
 def test_the_written_out_configs_are_the_default_and_the_plain_recipe():
-    assert load_config("configs/testbed.yaml") == load_config(None) != TestbedConfig()
-    assert load_config("configs/testbed_plain.yaml") == TestbedConfig()
+    assert load_testbed_config("configs/testbed.yaml") == load_testbed_config(None) != TestbedConfig()
+    assert load_testbed_config("configs/testbed_plain.yaml") == TestbedConfig()
 
 
 def test_a_shipped_build_is_reused_bit_for_bit(quick_testbed, tmp_path, monkeypatch):
@@ -87,7 +87,7 @@ def test_eval_sizes_leave_the_base_untouched(tmp_path):
     start with the smaller build's (the demo's dev and eval splits are prefixes)."""
     from pivotrl_testbed.testbed.build import train_tokenizer, write_data
 
-    quick = load_config(None).quick()  # the shipped recipe: variants, agentic OOD, false starts
+    quick = load_testbed_config(None).quick()  # the shipped recipe: variants, agentic OOD, false starts
     small, large = quick, quick.model_copy(update={"n_eval": 14, "ood_eval": 12})
     assert small.weights_digest() == large.weights_digest() and small.digest() != large.digest()
     toks = {}

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from pivotrl_testbed.testbed import build as build_mod
 from pivotrl_testbed.testbed import mixture, shipped
-from pivotrl_testbed.testbed.build import TestbedConfig, build_testbed, load_config
+from pivotrl_testbed.testbed.build import TestbedConfig, build_testbed, load_testbed_config
 from pivotrl_testbed.testbed.pretrain import PretrainConfig
 from pivotrl_testbed.testbed.stages import PretrainStage, stage_config
 
@@ -55,7 +55,7 @@ def test_a_stage_changes_the_mixture_and_nothing_else():
 
 def test_the_candidate_configs_with_stages_start_from_their_kept_builds():
     for name, kept in (("s", "r3"), ("s2", "r3"), ("t", "r3")):
-        cfg = load_config(f"configs/testbed_candidate_{name}.yaml")
+        cfg = load_testbed_config(f"configs/testbed_candidate_{name}.yaml")
         assert cfg.pretrain_stages, name
         record = json.loads(open(f"docs/results/candidates/{kept}/build.json").read())
         assert cfg.with_stages(0).digest() == record["config_hash"], name

@@ -1,12 +1,14 @@
-"""`trl_overrides` are applied last: each field pivotrl derives for TRL's GRPOConfig and SFTConfig
-can be overridden (one test per field, the list read from the code that derives them), and a key
-TRL does not have is an error naming it."""
+"""`trl_overrides` hold only what pivotrl does not model: every field pivotrl derives for TRL's
+GRPOConfig and SFTConfig is refused there, with the flag to use (one test per field, the list read
+from the code that derives them); a key TRL does not have is an error naming it; each value is
+checked against the TRL field's type; and what is left reaches TRL's config."""
 
 from __future__ import annotations
 
-import enum
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from pivotrl.train.config import GRPORunConfig, SFTRunConfig
 from pivotrl.train.grpo import grpo_config, grpo_kwargs
@@ -17,24 +19,7 @@ STEPS = 10
 GRPO_BASE = dict(model="m", output_dir="/tmp/pivotrl-overrides", pivots="p", max_completion_length=64,
                  max_prompt_length=100, use_vllm=True)
 SFT_BASE = dict(model="m", output_dir="/tmp/pivotrl-overrides", data="d")
-
-# A value other than the derived one for every field pivotrl derives (TRL must accept it on CPU).
-COMMON = {"output_dir": "/tmp/pivotrl-overrides-elsewhere", "learning_rate": 3e-4,
-          "lr_scheduler_type": "linear", "warmup_steps": 3, "weight_decay": 0.1, "max_grad_norm": 0.5,
-          "per_device_train_batch_size": 32, "gradient_accumulation_steps": 2, "max_steps": 7,
-          "save_strategy": "no", "save_steps": 5, "save_total_limit": 2, "logging_steps": 3,
-          "report_to": ["tensorboard"], "seed": 5, "bf16": True, "gradient_checkpointing": True,
-          "use_cpu": False, "disable_tqdm": False, "ignore_data_skip": False}
-GRPO_VALUES = {**COMMON, "num_generations": 8, "max_completion_length": 32, "temperature": 0.7,
-               "top_p": 0.9, "epsilon": 0.1, "epsilon_high": 0.3, "beta": 0.04, "loss_type": "grpo",
-               "scale_rewards": "batch", "num_iterations": 2, "use_vllm": False, "vllm_mode": "server",
-               "vllm_gpu_memory_utilization": 0.5, "log_completions": True, "vllm_max_model_length": 512}
-SFT_VALUES = {**COMMON, "max_length": 256, "packing": True, "assistant_only_loss": True,
-              "completion_only_loss": True}
-
-
-def plain(value):
-    return value.value if isinstance(value, enum.Enum) else value
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "trajectories.jsonl"
 
 
 def derived_grpo() -> list[str]:
@@ -45,29 +30,70 @@ def derived_sft() -> list[str]:
     return sorted(sft_kwargs(SFTRunConfig(**SFT_BASE), STEPS))
 
 
-def test_every_derived_field_has_an_override_test():
-    assert set(derived_grpo()) == set(GRPO_VALUES)
-    assert set(derived_sft()) == set(SFT_VALUES)
+def refused(config: type, base: dict, field: str, value=1) -> str:
+    with pytest.raises(ValueError) as info:
+        config(**base, trl_overrides={field: value})
+    return str(info.value)
 
 
 @pytest.mark.parametrize("field", derived_grpo())
-def test_trl_overrides_win_over_each_derived_grpo_field(field):
-    value = GRPO_VALUES[field]
-    cfg = GRPORunConfig(**GRPO_BASE, trl_overrides={field: value})
-    assert grpo_kwargs(cfg, STEPS)[field] != value  # the override changes what pivotrl derives
-    assert plain(getattr(grpo_config(cfg, STEPS), field)) == value
+def test_each_field_pivotrl_derives_for_grpo_is_refused_as_an_override(field):
+    message = refused(GRPORunConfig, GRPO_BASE, field)
+    assert repr(field) in message
+    if field in GRPORunConfig.model_fields:  # the flag of the same setting
+        assert "--" + field.replace("_", "-") in message
 
 
 @pytest.mark.parametrize("field", derived_sft())
-def test_trl_overrides_win_over_each_derived_sft_field(field):
-    value = SFT_VALUES[field]
-    cfg = SFTRunConfig(**SFT_BASE, trl_overrides={field: value})
-    assert sft_kwargs(cfg, STEPS)[field] != value
-    assert plain(getattr(sft_config(cfg, STEPS), field)) == value
+def test_each_field_pivotrl_derives_for_sft_is_refused_as_an_override(field):
+    message = refused(SFTRunConfig, SFT_BASE, field)
+    assert repr(field) in message
+    if field in SFTRunConfig.model_fields:
+        assert "--" + field.replace("_", "-") in message
+
+
+def test_a_trl_name_for_a_pivotrl_setting_names_pivotrls_flag():
+    assert "--num-epochs" in refused(GRPORunConfig, GRPO_BASE, "num_train_epochs", 2.0)
+    assert "--precision" in refused(SFTRunConfig, SFT_BASE, "bf16", True)
+    assert "--max-prompt-length" in refused(GRPORunConfig, GRPO_BASE, "vllm_max_model_length", 512)
 
 
 def test_an_unknown_override_is_an_error_naming_it():
-    with pytest.raises(ValueError, match=r"'betta' is not a field of TRL's GRPOConfig"):
-        grpo_config(GRPORunConfig(**GRPO_BASE, trl_overrides={"betta": 0.1, "beta": 0.1}), STEPS)
+    assert "'betta' is not a field of TRL's GRPOConfig" in refused(GRPORunConfig, GRPO_BASE, "betta")
     with pytest.raises(ValueError, match=r"'pakking', 'seeed' are not fields of TRL's SFTConfig"):
-        sft_config(SFTRunConfig(**SFT_BASE, trl_overrides={"seeed": 1, "pakking": True}), STEPS)
+        SFTRunConfig(**SFT_BASE, trl_overrides={"seeed": 1, "pakking": True})
+
+
+def test_what_pivotrl_does_not_model_reaches_trl_with_trls_type():
+    # YAML reads 3e-4 as a string; TRL's field is a float, so it becomes the float it means
+    cfg = GRPORunConfig(**GRPO_BASE, trl_overrides={"adam_beta2": "3e-4", "optim": "adamw_torch"})
+    assert cfg.trl_overrides == {"adam_beta2": 3e-4, "optim": "adamw_torch"}
+    assert grpo_config(cfg, STEPS).adam_beta2 == 3e-4
+    sft = SFTRunConfig(**SFT_BASE, trl_overrides={"adam_epsilon": "1e-6"})
+    assert sft_config(sft, STEPS).adam_epsilon == 1e-6
+    with pytest.raises(ValueError, match=r"adam_beta2: 'fast' is not a float"):
+        GRPORunConfig(**GRPO_BASE, trl_overrides={"adam_beta2": "fast"})
+
+
+def run(*argv):
+    from pivotrl.cli import app
+
+    return CliRunner().invoke(app, list(map(str, argv)), env={"COLUMNS": "400", "NO_COLOR": "1"})
+
+
+@pytest.mark.parametrize("verb", ["train", "sft"])
+def test_the_cli_refuses_a_second_door_with_the_flag_to_use(verb, tmp_path):
+    data = ["--pivots", tmp_path / "p.jsonl"] if verb == "train" else ["--data", EXAMPLE]
+    result = run(verb, *data, "--model", tmp_path / "m", "--output-dir", tmp_path / "o",
+                 "--trl-overrides", "{num_generations: 4}" if verb == "train" else "{max_length: 64}")
+    assert result.exit_code == 2, result.output
+    assert ("--num-generations" if verb == "train" else "--max-length") in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "o").exists()
+
+
+def test_the_cli_names_the_key_of_a_value_of_the_wrong_type(tmp_path):
+    result = run("train", "--pivots", tmp_path / "p.jsonl", "--model", tmp_path / "m", "--output-dir",
+                 tmp_path / "o", "--trl-overrides", "{adam_beta2: fast}")
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if "adam_beta2" in line]
+    assert len(lines) == 1 and "not a float" in lines[0]

@@ -37,26 +37,6 @@ def demo(out: Path = typer.Option(Path("pivotrl_demo"), help="Output folder (cac
     console.print(f"report: {out / 'report.md'}  results: {out / 'results.json'}")
 
 
-def e2e(config: Optional[Path] = typer.Option(None, "--config", help="Run YAML of E2ERunConfig fields; "
-                                              "flags override it (configs/e2e_testbed.yaml)."),
-        overrides: dict | None = None) -> None:
-    """The end-to-end RL baseline: GRPO over whole episodes in a registered world, reward = the
-    world's success. Give a run YAML, or the required fields as flags:
-    `pivotrl e2e --tasks T --model M --output-dir D`."""
-    from pivotrl.cli.options import load_config, run_job
-    from pivotrl.cli.train import warn_without_split
-    from pivotrl_testbed.e2e import train_e2e
-    from pivotrl_testbed.e2e_config import E2ERunConfig
-
-    cfg = load_config(console, E2ERunConfig, config, **(overrides or {}))
-    warn_without_split("e2e", cfg.split, cfg.tasks)
-    summary = run_job(console, "e2e", lambda: train_e2e(cfg),
-                      f"stopped. {cfg.output_dir} keeps a checkpoint-N/ every save_steps ({cfg.save_steps}): "
-                      "rerun the same command with --resume to continue from the last one")
-    for key, value in summary.items():
-        console.print(f"{key}: {value}")
-
-
 @data_app.command("bfcl")
 def data_bfcl(out: Path = typer.Option(..., "--out", help="Trajectory JSONL to write."),
               categories: Optional[list[str]] = typer.Option(
@@ -95,10 +75,10 @@ def testbed_build(
                                              "an error when it is not what this config would pretrain."),
 ) -> None:
     """Build the testbed: worlds' data, OOD tasks and the tiny base model (cached)."""
-    from pivotrl_testbed.testbed.build import BUILD_LOG, build_testbed, load_config
+    from pivotrl_testbed.testbed.build import BUILD_LOG, build_testbed, load_testbed_config
 
     try:
-        cfg = load_config(config)
+        cfg = load_testbed_config(config)
     except ValueError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2)
@@ -183,10 +163,14 @@ def testbed_evaluate(
 
 def register(app: typer.Typer) -> None:
     """Mount the testbed's verbs on `pivotrl` (entry point `pivotrl.commands: testbed`)."""
-    from pivotrl.cli.options import config_fields
+    from pivotrl.cli.run_verb import training_verb
     from pivotrl_testbed.e2e_config import E2ERunConfig
 
     app.command()(demo)
-    app.command("e2e")(config_fields(E2ERunConfig)(e2e))
+    app.command("e2e")(training_verb(
+        "e2e", E2ERunConfig, "pivotrl_testbed.e2e:train_e2e", example="configs/e2e_testbed.yaml", raw_data="tasks",
+        doc="""The end-to-end RL baseline: GRPO over whole episodes in a registered world, reward = the
+        world's success. Give a run YAML, or the required fields as flags:
+        `pivotrl e2e --tasks T --model M --output-dir D`."""))
     app.add_typer(testbed_app, name="testbed")
     app.add_typer(data_app, name="data")

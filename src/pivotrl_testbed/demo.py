@@ -362,7 +362,7 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
     from pivotrl_testbed.report import write_report
     from pivotrl_testbed.stats import paired_halfwidth
     from pivotrl_testbed.testbed.agentic_ood import split_kinds
-    from pivotrl_testbed.testbed.build import build_testbed, load_config
+    from pivotrl_testbed.testbed.build import build_testbed, load_testbed_config
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     start = time.time()
@@ -370,7 +370,7 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
     log = logged_to(out / "demo.log", log)
     testbed = testbed or out / "testbed"
     log(f"1/5 testbed in {testbed} (cached after the first build)")
-    testbed_config = cfg.sized_testbed(testbed_config or load_config(None))
+    testbed_config = cfg.sized_testbed(testbed_config or load_testbed_config(None))
     info = build_testbed(testbed, testbed_config, progress=lambda m: log(f"  build: {m}"))
     log(f"  testbed ready ({'cached' if info.get('cached') else 'built'})")
     pivot_stats, rows, items, world_cost = prepare_and_score_base(testbed, out, cfg, log)

@@ -39,6 +39,8 @@ from pivotrl.io.progress import ProgressLog
 from pivotrl.io.records import Message, Trajectory, iter_valid
 from pivotrl.io.seeds import derive_seed
 from pivotrl.io.split import HeldOut, resolve_split, split_file
+from pivotrl.run_plan import Launch, RunPlan
+from pivotrl.train.plan import begin_training
 from pivotrl_testbed.e2e_config import E2ERunConfig
 
 
@@ -155,20 +157,39 @@ def load_tasks(cfg: E2ERunConfig) -> tuple[list[Trajectory], dict[str, Any]]:
     if not tasks:
         raise ValueError(f"{cfg.tasks}: no task to run ({held_out.dropped} held out, {no_world} with no "
                          "registered world: set `world:` or metadata.world)")
-    return tasks, {"held_out": held_out.summary(), "no_world": no_world}
+    return tasks, {"held_out": held_out.summary(), "held_out_records": held_out.dropped, "no_world": no_world}
+
+
+def e2e_plan(cfg: E2ERunConfig, tasks: int, held_out: int, no_world: int,
+             resume: tuple[int, Path] | None) -> RunPlan:
+    """The run's plan: max_steps steps of tasks_per_step tasks, G episodes each (a pass over the
+    tasks is reshuffled when it runs out, so any number of tasks fills a step)."""
+    return RunPlan(verb="e2e", unit="tasks", items=tasks, read=tasks + held_out + no_world, dropped=no_world,
+                   held_out=held_out,
+                   steps=cfg.max_steps, per_step=cfg.tasks_per_step,
+                   completions_per_step=cfg.tasks_per_step * cfg.num_generations,
+                   token_budget={"max_completion_length (per turn)": cfg.max_completion_length,
+                                 "max_turns": cfg.max_turns},
+                   epochs=cfg.max_steps * cfg.tasks_per_step / tasks if tasks else None,
+                   resume_from=resume[1].name if resume else None,
+                   details={"episodes_per_task": cfg.num_generations})
 
 
 def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
-              reward_fn: Callable[[EpisodeResult], float] | None = None) -> dict[str, Any]:
+              reward_fn: Callable[[EpisodeResult], float] | None = None,
+              launch: Launch | None = None) -> dict[str, Any]:
     """Run the baseline; writes metrics.jsonl (reward vs rollout turns) and the final model.
-    `reward_fn` replaces the world's success (0/1) as the episode reward (shaping experiments)."""
+    `reward_fn` replaces the world's success (0/1) as the episode reward (shaping experiments).
+    The plan is printed and saved first; `launch.dry_run` stops there, writing nothing."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
     out = Path(cfg.output_dir)
+    dry_run = bool(launch and launch.dry_run)
     files = cfg.tasks if isinstance(cfg.tasks, list) else [cfg.tasks]
-    claim_run_folder(out, model=cfg.model, inputs=[*files, cfg.split], resume=cfg.resume, overwrite=cfg.overwrite)
+    claim_run_folder(out, model=cfg.model, inputs=[*files, cfg.split], resume=cfg.resume, overwrite=cfg.overwrite,
+                     dry_run=dry_run)
     dropped: dict[str, Any] = {}
     read = tasks is None  # tasks handed in by the caller are not read from cfg.tasks
     if read:
@@ -177,9 +198,12 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
         raise ValueError(f"{cfg.tasks}: no tasks")
     check_model(cfg.model, "model")
     start_run(out, "e2e", {"tasks": files, "split": split_file(cfg.split, files)} if read else {},
-              resume=cfg.resume)
+              resume=cfg.resume, dry_run=dry_run)
+    resume = latest_checkpoint(out) if cfg.resume and out.is_dir() else None
+    plan = e2e_plan(cfg, len(tasks), dropped.get("held_out_records", 0), dropped.get("no_world", 0), resume)
+    if not begin_training(plan, cfg, launch):
+        return {"dry_run": True, "plan": plan.as_dict()}
     out.mkdir(parents=True, exist_ok=True)
-    resume = latest_checkpoint(out) if cfg.resume else None
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
     model = AutoModelForCausalLM.from_pretrained(resume[1] if resume else cfg.model, dtype=torch.float32)
     model.to("cuda" if torch.cuda.is_available() else "cpu")

@@ -8,12 +8,15 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from pivotrl.cli.console import console, fail
 from pivotrl.cli.guard import guarded
-from pivotrl.cli.options import config_fields, engine_option, load_config
+from pivotrl.cli.options import config_fields, engine_option, load_run_config
+from pivotrl.cli.run_verb import DRY_RUN, STRICT, given_command
 from pivotrl.profile.loop import ProfileConfig
+from pivotrl.run_plan import Launch
 from pivotrl.sampling.vllm import VLLMOptions
 
 
@@ -52,6 +55,7 @@ def progress_bar(show: bool):
 @guarded(inputs=["turns", "shard_files", "config"], folders=["model"], outputs=["out"])
 @config_fields(ProfileConfig, skip=("engine",))
 def profile(
+    ctx: typer.Context,
     turns: Path = typer.Argument(..., help="Turns JSONL (from pivotrl extract)."),
     shard_files: Optional[list[Path]] = typer.Argument(None, help="With --merge: shard outputs to join."),
     out: Path = typer.Option(..., "--out", help="Profile JSONL (appended; rerun the same command with --resume to continue)."),
@@ -70,6 +74,8 @@ def profile(
     api_key_env: Optional[str] = typer.Option(None, help="openai: env variable of the API key (OPENAI_API_KEY)."),
     header: Optional[list[str]] = typer.Option(None, "--header", help="openai: 'Name: value' (repeat)."),
     extra_body: Optional[str] = typer.Option(None, help="openai: JSON object merged into every request."),
+    dry_run: bool = DRY_RUN,
+    strict: bool = STRICT,
     overrides: dict | None = None,
 ) -> None:
     """Sample K actions per turn with the reference policy and score them.
@@ -94,24 +100,51 @@ def profile(
                               header=header, extra_body=extra_body)
     except ValueError as exc:
         raise fail(str(exc), 2) from None
-    cfg = load_config(console, ProfileConfig, config, **overrides)
+    cfg = load_run_config(console, ProfileConfig, config, **overrides)
     cfg = cfg.model_copy(update={"engine": {**cfg.engine, **engine}})
     try:
         ver = cfg.build_verifier()
+        if dry_run:  # the plan needs the tokenizer only: no model is loaded, nothing written
+            from pivotrl.formats.chat import load_tokenizer
+
+            tokenizer = load_tokenizer(model)
+            check_chat_template(tokenizer, model)
+            start_profile(turns, out, cfg, tokenizer, model, Launch(dry_run=True, strict=strict))
+            console.print("pivotrl profile: dry run, nothing sampled or written (run it without --dry-run)")
+            return
         sampler, tokenizer = build_sampler(cfg.backend, model, cfg.engine, base_url=cfg.base_url,
                                            batch_size=cfg.batch_size, concurrency=cfg.concurrency,
                                            served_model_name=cfg.served_model_name)
         check_chat_template(tokenizer, model)
+        start_profile(turns, out, cfg, tokenizer, model, Launch(strict=strict))
         with progress_bar(progress) as on_progress:
             doc = profile_file(turns, out, sampler, ver, tokenizer, cfg, model_name=model,
                                progress=progress, on_progress=on_progress)
     except (SamplerError, ValueError, OSError) as exc:  # unreachable server or Hub; other settings
         raise fail(str(exc), 1) from None
     except KeyboardInterrupt:
-        console.print(f"[yellow]stopped; {out} keeps every finished turn — rerun the same command "
-                      "with --resume to continue[/yellow]")
+        again = given_command(ctx, drop=("resume", "overwrite"), add=["--resume"])
+        console.print(f"[yellow]stopped; {escape(str(out))} keeps every finished turn. Continue the run "
+                      f"with:\n  {escape(again)}[/yellow]")
         raise typer.Exit(130) from None
     console.print(profile_table(doc, out))
+
+
+def start_profile(turns: Path, out: Path, cfg: ProfileConfig, tokenizer, model: str, launch) -> None:
+    """Print the run's plan; unless a dry run, claim --out (pivotrl.io.outputs: an earlier run's
+    results only with --resume or --overwrite) and write the plan and config as used beside it."""
+    from pivotrl.io.outputs import claim_output
+    from pivotrl.io.records import rejects_path, sidecar_path, stats_path
+    from pivotrl.profile.plan import profile_plan
+    from pivotrl.run_plan import PLAN_ENDING, check_plan, write_plan
+
+    plan = profile_plan(turns, out, cfg, tokenizer, model)
+    check_plan(plan, launch)
+    if launch.dry_run:
+        return
+    claim_output(out, resume=cfg.resume, overwrite=cfg.overwrite,
+                 companions=[stats_path(out), sidecar_path(out, ".log"), rejects_path(out)])
+    write_plan(plan, cfg, sidecar_path(out, PLAN_ENDING))
 
 
 def _merge_shards(turns: Path, shard_files: Optional[list[Path]], out: Path, merge: bool) -> None:

@@ -24,14 +24,14 @@ def verify(cases: Path = typer.Argument(..., help="Verify cases JSONL (Turn + ca
                                                          "qwen-xml, glm, deepseek, harmony, response-template.")
            ) -> None:
     """Score every case; one {"id","reward","valid","reason"} line per input line, in order."""
-    from pivotrl.evaluate.cases import load_config, verify_file
+    from pivotrl.evaluate.cases import load_verifier_options, verify_file
     from pivotrl.formats.actions import parse_completion
     from pivotrl.formats.families import parser_for_model
 
     if not cases.exists():
         raise fail(f"{cases}: no such file", 1)
     try:
-        options = load_config(config, verifier)
+        options = load_verifier_options(config, verifier)
         parse = parser_for_model(model, response_format) if model or response_format else parse_completion
         summary = verify_file(cases, verifier, options, out if out is not None else sys.stdout, parse=parse)
     except (KeyError, ValueError, TypeError, OSError) as exc:  # unknown verifier/format, bad config or model dir

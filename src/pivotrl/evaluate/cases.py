@@ -32,7 +32,7 @@ from pivotrl.verifiers import get_verifier
 BATCH = 256  # cases per score_batch call (the judge verifier sends a batch concurrently)
 
 
-def load_config(path: str | Path | None, verifier_name: str) -> dict[str, Any]:
+def load_verifier_options(path: str | Path | None, verifier_name: str) -> dict[str, Any]:
     """Verifier options from YAML: a flat mapping of options, or one section per verifier name
     (`toolcall: {...}`) from which the named verifier's section is taken."""
     if path is None:

@@ -33,6 +33,11 @@ class OutputExistsError(ValueError):
     """An output that holds an earlier run's results, given without --resume or --overwrite."""
 
 
+# The plan and the config as used, written before a run's first step (pivotrl.run_plan): in a run
+# folder, or beside a file output.
+PLAN_FILE, CONFIG_FILE, PLAN_ENDING = "run_plan.json", "run_config.yaml", ".plan.json"
+
+
 def claim_output(path: str | Path, *, resume: bool, overwrite: bool, companions: Iterable[Path] = (),
                  resumable: bool = True) -> None:
     """Make the output file `path` and its `companions` (stats, log, rejects: files the verb
@@ -128,8 +133,9 @@ def check_outputs(inputs: Iterable[str | Path | None], outputs: Iterable[str | P
 
 
 def sidecars(out: str | Path) -> list[Path]:
-    """Files verbs write next to OUT: its rejects, stats, histogram and progress log."""
-    return [rejects_path(out), stats_path(out), sidecar_path(out, ".hist.png"), sidecar_path(out, ".log")]
+    """Files verbs write next to OUT: its rejects, stats, histogram, progress log and plan."""
+    return [rejects_path(out), stats_path(out), sidecar_path(out, ".hist.png"), sidecar_path(out, ".log"),
+            sidecar_path(out, PLAN_ENDING)]
 
 
 @contextmanager

@@ -27,17 +27,17 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from pivotrl.io.inputs import InputError
-from pivotrl.io.outputs import OutputExistsError, check_outputs, holding
+from pivotrl.io.outputs import CONFIG_FILE, PLAN_FILE, OutputExistsError, check_outputs, holding
 from pivotrl.io.records import write_text_atomic
 
 RECORD = "pivotrl_run.json"
 # What a run writes before it ends (a crashed run leaves these; `runs` is the tensorboard log):
 # `--overwrite` deletes them even when the record does not list them yet.
 RUN_FILES = ("checkpoint-*", "metrics.jsonl", "train.log", "prompts.rank*.jsonl", ".prompt_cache",
-             "*.rejects.jsonl", "runs", RECORD)
+             "*.rejects.jsonl", "runs", PLAN_FILE, CONFIG_FILE, RECORD)
 # What a run writes before its first result: a folder holding only these is a start that failed,
 # and a new run takes it over without --overwrite.
-RUN_CACHES = ("prompts.rank*.jsonl", ".prompt_cache", RECORD)
+RUN_CACHES = ("prompts.rank*.jsonl", ".prompt_cache", PLAN_FILE, CONFIG_FILE, RECORD)
 # The files by which a run folder written before the record existed is known.
 LEGACY_MARKERS = ("metrics.jsonl", "train.log", "checkpoint-*")
 
@@ -49,13 +49,13 @@ class InputChangedError(InputError):
 
 
 def claim_run_folder(path: str | Path, *, model: str | Path, inputs: Iterable[str | Path | None],
-                     resume: bool, overwrite: bool) -> None:
+                     resume: bool, overwrite: bool, dry_run: bool = False) -> None:
     """Make `path` ready for a run, before anything is loaded. An output that is or holds the
     `model` folder or one of the input files `inputs`, or lies inside the model folder, is
     OutputPathError. Empty, missing or a failed start: nothing to do. Holding a run: `resume`
     keeps it, `overwrite` deletes what the run wrote (on the main process only), neither is
     OutputExistsError saying what is there. A folder holding no run is neither continued nor
-    cleared."""
+    cleared. `dry_run`: every check, nothing deleted."""
     path = Path(path)
     check_outputs(inputs, [path], input_folders=[model])
     if resume and overwrite:
@@ -70,7 +70,7 @@ def claim_run_folder(path: str | Path, *, model: str | Path, inputs: Iterable[st
         raise OutputExistsError(f"{path} holds {held} but no run (no {RECORD}, metrics.jsonl, train.log "
                                 "or checkpoint-*): --resume continues and --overwrite deletes only what a "
                                 "run wrote; choose another output")
-    if resume:
+    if resume or dry_run:
         return
     if os.environ.get("RANK", "0") == "0":
         for entry in run_entries(path):
@@ -90,17 +90,19 @@ def run_entries(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.name in wrote or any(p.match(m) for m in RUN_FILES))
 
 
-def start_run(path: str | Path, verb: str, inputs: InputFiles, *, resume: bool) -> None:
+def start_run(path: str | Path, verb: str, inputs: InputFiles, *, resume: bool,
+              dry_run: bool = False) -> None:
     """Record a starting run's input files in its folder (`inputs`: a label such as "pivots" →
     a file, a list of files or None); on `resume`, first check them against the record:
     InputChangedError naming the first file whose content (sha256) is not the run's. A folder
-    without a record (a run of an older version) is recorded as it is. The main process writes."""
+    without a record (a run of an older version) is recorded as it is. The main process writes;
+    `dry_run` checks and writes nothing."""
     path = Path(path)
     now = {label: [_file_hash(p) for p in _as_list(files)] for label, files in inputs.items()}
     record = _record(path) if resume else None
     if record:
         _check_unchanged(record.get("inputs", {}), now)
-    if os.environ.get("RANK", "0") != "0":
+    if dry_run or os.environ.get("RANK", "0") != "0":
         return
     if not record:
         present = sorted(p.name for p in path.iterdir()) if path.is_dir() else []

@@ -71,31 +71,73 @@ def split_too_long(prompts: list[str], tokenizer: Any, limit: int | None) -> tup
     return fits, too_long
 
 
-def prefetch(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
-    """fn(item) for each item in order; fn(next) runs in a daemon thread (it does not hold the
-    process at exit after Ctrl-C) while the caller handles the current result."""
-    it = iter(items)
+class PrefetchStopped(BaseException):
+    """Raised in a prefetch worker to stop it: its caller left (Ctrl-C, an error, or it stopped
+    reading). A BaseException, so no `except Exception` inside the sampler swallows it."""
 
-    def start(item: T) -> tuple[threading.Thread, dict[str, Any]]:
-        box: dict[str, Any] = {}
+
+def stop_thread(thread: threading.Thread, finished: threading.Event, timeout: float = 30.0) -> None:
+    """Stop a Python thread that has not `finished` and wait for it to. An exception is raised
+    in it (CPython's PyThreadState_SetAsyncExc), delivered at its next Python bytecode: a torch
+    model's forward runs Python between its ops, so a generation stops within one op. Why it must
+    stop, not be left as a daemon: a daemon thread still inside torch when the interpreter
+    finalizes is cut off by pthread_exit, which unwinds through C++ frames that forbid it, and
+    the process aborts ("terminate called without an active exception", SIGABRT) instead of
+    exiting with its own status (130 after Ctrl-C). The thread's own `finished` event, not
+    `is_alive()`: a Ctrl-C that lands in `thread.join()` leaves CPython 3.11's Thread marked
+    stopped while it still runs. A thread whose id is not known yet (Ctrl-C inside
+    `thread.start()`) is waited for a moment: its target checks its cancel flag before any work,
+    and one whose OS thread was never made has nothing to stop."""
+    import ctypes
+
+    if finished.wait(0 if thread.ident is not None else 1.0) or thread.ident is None:
+        return
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(PrefetchStopped))
+    finished.wait(timeout)
+
+
+def prefetch(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+    """fn(item) for each item in order; fn(next) runs in a worker thread while the caller handles
+    the current result. When the caller leaves early (Ctrl-C, an error, or it stops iterating)
+    the worker is stopped and joined (`stop_thread`), so no thread outlives the loop — a Ctrl-C
+    inside `thread.start()` included: the worker is registered before it starts."""
+    it = iter(items)
+    pending: tuple[threading.Thread, dict[str, Any]] | None = None
+
+    def start(item: T) -> None:
+        nonlocal pending
+        box: dict[str, Any] = {"finished": threading.Event(), "cancel": False}
 
         def run() -> None:
             try:
-                box["value"] = fn(item)
+                if not box["cancel"]:
+                    box["value"] = fn(item)
+            except PrefetchStopped:
+                pass
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller below
                 box["error"] = exc
+            finally:
+                box["finished"].set()
 
         thread = threading.Thread(target=run, name="pivotrl-prefetch", daemon=True)
+        pending = (thread, box)  # before start(): a Ctrl-C inside it still stops the thread
         thread.start()
-        return thread, box
 
-    first = next(it, _END)
-    pending = start(first) if first is not _END else None
-    while pending is not None:
-        thread, box = pending
-        thread.join()
-        if "error" in box:
-            raise box["error"]
-        following = next(it, _END)
-        pending = start(following) if following is not _END else None
-        yield box["value"]
+    try:
+        first = next(it, _END)
+        if first is not _END:
+            start(first)
+        while pending is not None:
+            thread, box = pending
+            thread.join()
+            if "error" in box:
+                raise box["error"]
+            pending = None
+            following = next(it, _END)
+            if following is not _END:
+                start(following)
+            yield box["value"]
+    finally:
+        if pending is not None:
+            pending[1]["cancel"] = True
+            stop_thread(pending[0], pending[1]["finished"])

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from pivotrl.formats.options import FormatOptions
 from pivotrl.io.yaml_config import YamlConfig, field_like
@@ -74,40 +74,27 @@ class ReprofileOptions(YamlConfig):
                                     "rollouts' verifier, sampling, format and budget, k = 8.")
 
 
-class _RunCommon(YamlConfig):
+class RunBasics(YamlConfig):
+    """What every training run has, whichever loop trains it (TRL's for `train` and `sft`, the
+    testbed's E2E loop): its model and folder, the optimizer's settings, checkpoints and logs."""
+
     model: str = Field(..., description="Policy to start from: a local HF directory or hub id (for PivotRL "
                        "the same π0 that profiled the turns).")
     output_dir: Path = Field(..., description="Where checkpoints, the final model + tokenizer and metrics.jsonl go.")
     learning_rate: float = Field(1e-6, description="Peak learning rate (paper: 1e-6 for 30B-scale models; the "
                                  "testbed configs set their own, ~1e-4 for 1M-parameter models).")
-    lr_scheduler_type: str = Field("constant_with_warmup", description="transformers scheduler name (ours: "
-                                   "constant after warmup, as in the paper's RL recipe; 'cosine' for decay).")
-    warmup_steps: int = Field(0, description="Linear warmup in optimizer steps (TRL: 0).")
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup in optimizer steps (TRL: 0).")
     weight_decay: float = Field(0.0, description="AdamW weight decay (TRL: 0).")
     max_grad_norm: float = Field(1.0, description="Gradient clipping norm (TRL: 1.0).")
-    gradient_accumulation_steps: int = Field(1, description="Micro-steps per optimizer step (TRL: 1).")
-    max_steps: int | None = Field(None, description="Optimizer steps; when set it wins over num_epochs.")
-    num_epochs: float = Field(1.0, description="Passes over the data (GRPO: over PIVOTS, see module doc).")
-    save_steps: int = Field(50, description="Checkpoint every N optimizer steps (ours).")
-    save_total_limit: int | None = Field(None, description="Keep at most N checkpoints (None: all; TRL).")
+    save_steps: int = Field(50, ge=1, description="Checkpoint every N optimizer steps (ours): a resumed run "
+                            "continues from the last one.")
     resume: bool = Field(False, description="Continue from the last checkpoint-* in output_dir (--resume), on "
                          "the input files the run started on (a changed one is an error).")
     overwrite: bool = Field(False, description="Delete what an earlier run wrote in output_dir (checkpoints, "
                             "metrics, log, model; never an input, nor a folder no run wrote) first; without "
                             "it or --resume a non-empty output_dir is an error.")
-    report_to: Literal["none", "tensorboard", "wandb"] = Field("none", description="Experiment tracker "
-                                                              "(ours: none; metrics.jsonl is always written).")
-    logging_steps: int = Field(1, description="Log (and append to metrics.jsonl) every N steps (ours: every step).")
+    logging_steps: int = Field(1, ge=1, description="Log (and append to metrics.jsonl) every N steps (ours: every step).")
     seed: int = Field(0, description="Seed of sampling, shuffling and init (ours).")
-    precision: Literal["auto", "bf16", "fp32"] = Field("auto", description="auto: bf16 on GPUs that support it, "
-                                                      "fp32 on CPU (bf16 autocast on CPU is ~16× slower, docs/DESIGN.md).")
-    gradient_checkpointing: bool = Field(False, description="Recompute activations (TRL: True; ours: False, "
-                                         "2× slower on small models — turn on for big ones).")
-    lora: LoraOptions = Field(default_factory=LoraOptions, description="PEFT LoRA options.")
-    trl_overrides: dict[str, Any] = Field(default_factory=dict, description="TRL config fields passed "
-                                          "through verbatim and applied last: they win over every field "
-                                          "pivotrl derives (e.g. beta, deepspeed, fsdp). A key that is not "
-                                          "a field of TRL's GRPOConfig / SFTConfig is an error.")
     split: Path | None = Field(None, description="Split file of `pivotrl extract --eval-fraction` "
                                "(TURNS.split.json): records of its eval trajectories are dropped and "
                                "counted, never trained on. None: the one beside the data file, if any "
@@ -117,6 +104,53 @@ class _RunCommon(YamlConfig):
                                     "(ours; 0: every logged step).")
 
     path_fields: ClassVar[tuple[str, ...]] = ("model", "output_dir", "split")
+
+
+class GroupRLOptions(BaseModel):
+    """The group-RL settings both RL methods share (PivotRL's GRPO and the E2E baseline), so the two
+    differ only in what they roll out."""
+
+    num_generations: int = Field(16, ge=1, description="G completions per pivot (paper τ² recipe: 16).")
+    max_completion_length: int | None = Field(None, ge=1, description="Tokens per completion. None (ours): "
+                                              "4096 for a thinking model (its reasoning comes first), else 256 "
+                                              "(one action); see pivotrl.formats.families.token_budget. Cut "
+                                              "completions are logged as truncated_rate.")
+    epsilon: float = Field(0.2, description="Lower clip ε (paper/DAPO clip-higher recipe: 0.2).")
+    epsilon_high: float = Field(0.28, description="Upper clip ε_high (paper/DAPO clip-higher: 0.28).")
+    num_iterations: int = Field(1, ge=1, description="Optimizer passes per generated batch (TRL μ: 1, on-policy).")
+
+
+class _RunCommon(RunBasics):
+    """A run TRL trains (`train`, `sft`): TRL's schedule, precision, trackers and LoRA."""
+
+    trl_config_name: ClassVar[str] = "TrainingArguments"  # the TRL config its trl_overrides are checked against
+
+    lr_scheduler_type: str = Field("constant_with_warmup", description="transformers scheduler name (ours: "
+                                   "constant after warmup, as in the paper's RL recipe; 'cosine' for decay).")
+    gradient_accumulation_steps: int = Field(1, ge=1, description="Micro-steps per optimizer step (TRL: 1).")
+    max_steps: int | None = Field(None, ge=1, description="Optimizer steps; when set it wins over num_epochs.")
+    num_epochs: float = Field(1.0, gt=0, description="Passes over the data (GRPO: over PIVOTS, see module doc).")
+    save_total_limit: int | None = Field(None, description="Keep at most N checkpoints (None: all; TRL).")
+    report_to: Literal["none", "tensorboard", "wandb"] = Field("none", description="Experiment tracker "
+                                                              "(ours: none; metrics.jsonl is always written).")
+    precision: Literal["auto", "bf16", "fp32"] = Field("auto", description="auto: bf16 on GPUs that support it, "
+                                                      "fp32 on CPU (bf16 autocast on CPU is ~16× slower, docs/DESIGN.md).")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations (TRL: True; ours: False, "
+                                         "2× slower on small models — turn on for big ones).")
+    lora: LoraOptions = Field(default_factory=LoraOptions, description="PEFT LoRA options.")
+    trl_overrides: dict[str, Any] = Field(default_factory=dict, description="Fields of TRL's GRPOConfig / "
+                                          "SFTConfig that pivotrl does not model (e.g. deepspeed, fsdp, "
+                                          "optim, adam_beta2), passed to TRL as given. A pivotrl setting "
+                                          "(num_generations, beta, learning_rate, ...) is refused with its "
+                                          "flag, a key TRL does not have is an error, and each value is "
+                                          "checked against the TRL field's type (pivotrl.train.trl_overrides).")
+
+    @field_validator("trl_overrides")
+    @classmethod
+    def _only_what_pivotrl_does_not_model(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from pivotrl.train.trl_overrides import checked_trl_overrides
+
+        return checked_trl_overrides(value, cls.trl_config_name, set(cls.model_fields))
 
     @field_validator("report_to")
     @classmethod
@@ -137,28 +171,22 @@ class _RunCommon(YamlConfig):
         return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
 
 
-class GRPORunConfig(_RunCommon, SamplingOptions, VerifierOptions, FormatOptions):
+class GRPORunConfig(_RunCommon, GroupRLOptions, SamplingOptions, VerifierOptions, FormatOptions):
+    trl_config_name: ClassVar[str] = "GRPOConfig"
+
     pivots: Path = Field(..., description="Pivots JSONL (Turn/Profile records, the output of `pivotrl select`; "
                          "its --strategy all|random gives the ablations' training states).")
     invalid_action_penalty: float = Field(0.0, description="Reward of an unparseable completion (docs/DESIGN.md: "
                                           "0, never more than a wrong action; use <0 to punish format errors).")
-    num_generations: int = Field(16, description="G completions per pivot (paper τ² recipe: 16).")
     max_prompt_length: int | None = Field(None, description="Pivots whose prompt is longer (tokens) are "
                                           "dropped and counted (TRL 1.16 has no prompt truncation; cutting a "
                                           "chat prompt would break it). None (ours): the model's context "
                                           "less max_completion_length (train.grpo.with_prompt_cap).")
-    max_completion_length: int | None = Field(None, description="Tokens per completion. None (ours): 4096 "
-                                              "for a thinking model (its reasoning comes first), else 256 (one "
-                                              "action); see pivotrl.formats.families.token_budget. Cut completions are "
-                                              "logged as truncated_rate.")
-    epsilon: float = Field(0.2, description="Lower clip ε (paper/DAPO clip-higher recipe: 0.2).")
-    epsilon_high: float = Field(0.28, description="Upper clip ε_high (paper/DAPO clip-higher: 0.28).")
     beta: float = Field(0.0, description="KL coefficient to the reference model (paper: 0, no KL).")
     loss_type: str = Field("dapo", description="Token-level loss normalised over all tokens of the batch "
                            "(paper: token-level; TRL 1.16 calls it 'dapo').")
     scale_rewards: Literal["group", "batch", "none"] = Field("group", description="Advantage normalisation "
                                                              "(paper: group-normalised, GRPO).")
-    num_iterations: int = Field(1, description="Optimizer passes per generated batch (TRL μ: 1, on-policy).")
     use_vllm: bool = Field(False, description="Generate with vLLM (GPU only; `pip install pivotrl[vllm]`).")
     vllm_mode: Literal["colocate", "server"] = Field("colocate", description="vLLM in the training processes "
                                                      "(colocate) or a separate `trl vllm-serve` (server); TRL.")
@@ -202,6 +230,8 @@ class GRPORunConfig(_RunCommon, SamplingOptions, VerifierOptions, FormatOptions)
 
 
 class SFTRunConfig(_RunCommon):
+    trl_config_name: ClassVar[str] = "SFTConfig"
+
     data: Path | list[Path] = Field(..., description="Trajectory JSONL file(s): the SAME trajectories the "
                                     "pivots were extracted from.")
     learning_rate: float = Field(1e-5, description="Peak learning rate (ours for real models, SFT's usual "
@@ -247,15 +277,15 @@ def trl_common_kwargs(cfg: _RunCommon, total_steps: int) -> dict[str, Any]:
 
 
 def with_trl_overrides(kwargs: dict[str, Any], overrides: dict[str, Any], trl_config: type) -> dict[str, Any]:
-    """`kwargs` (what pivotrl derives) with the run's `trl_overrides` on top: the user's word wins
-    over every derived field. A key that `trl_config` (TRL's GRPOConfig or SFTConfig) does not
-    have is a ValueError naming it, never a silently dropped setting."""
-    import dataclasses
+    """`kwargs` (what pivotrl derives) with the run's `trl_overrides` added: TRL fields pivotrl does
+    not model (pivotrl.train.trl_overrides). One door for each setting: an override of a field
+    pivotrl derives, or a key that `trl_config` (TRL's GRPOConfig or SFTConfig) does not have, is a
+    ValueError naming it, never a setting that silently wins or is dropped."""
+    from pivotrl.train.trl_overrides import checked_trl_overrides
 
-    known = {f.name for f in dataclasses.fields(trl_config)}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise ValueError(f"trl_overrides: {', '.join(map(repr, unknown))} "
-                         f"{'is not a field' if len(unknown) == 1 else 'are not fields'} of TRL's "
-                         f"{trl_config.__name__}")
-    return {**kwargs, **overrides}
+    checked = checked_trl_overrides(overrides, trl_config.__name__, set())
+    derived = sorted(set(kwargs) & set(checked))
+    if derived:
+        raise ValueError(f"trl_overrides: {', '.join(map(repr, derived))} set by pivotrl from the run "
+                         "config; set the run config's field instead")
+    return {**kwargs, **checked}

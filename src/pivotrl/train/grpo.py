@@ -33,6 +33,8 @@ from pivotrl.io.turn_files import iter_pivots
 from pivotrl.train.config import GRPORunConfig, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines
 from pivotrl.profile.loop import ProfileConfig
+from pivotrl.run_plan import Launch, NothingToRun
+from pivotrl.train.plan import begin_training, grpo_plan
 from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
 from pivotrl.train.reward import PivotReward
 from pivotrl.train.trainer import PivotGRPOTrainer
@@ -276,11 +278,13 @@ def pivots_profile_settings(pivots: str | Path) -> dict[str, Any]:
         return {}
 
 
-def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
-    """Run (or resume) GRPO on the configured pivot set. Returns a summary dict."""
+def train(cfg: GRPORunConfig, *, reward_funcs=None, launch: Launch | None = None) -> dict[str, Any]:
+    """Run (or resume) GRPO on the configured pivot set. Returns a summary dict. The plan is
+    printed and saved first (pivotrl.run_plan); `launch.dry_run` stops there, writing nothing."""
     output_dir = Path(cfg.output_dir)
+    dry_run = bool(launch and launch.dry_run)
     claim_run_folder(output_dir, model=cfg.model, inputs=[cfg.pivots, cfg.split], resume=cfg.resume,
-                     overwrite=cfg.overwrite)
+                     overwrite=cfg.overwrite, dry_run=dry_run)
     check_input_file(cfg.pivots, "pivots", "`pivotrl select`")
     check_model(cfg.model, "model")
     from trl import GRPOConfig
@@ -288,25 +292,29 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     with_trl_overrides({}, cfg.trl_overrides, GRPOConfig)  # a misspelt key fails before any work
     held_out = HeldOut(resolve_split(cfg.split, [cfg.pivots]))
     start_run(output_dir, "train", {"pivots": cfg.pivots, "split": split_file(cfg.split, [cfg.pivots])},
-              resume=cfg.resume)
+              resume=cfg.resume, dry_run=dry_run)
     warning = template_mismatch(cfg.format_options(), pivots_profile_settings(cfg.pivots), "train", "profiling")
     if warning:
         logger.warning(warning)
     turns = load_pivot_set(cfg, held_out)
     cfg, tokenizer = prepare(cfg)
     prompts = build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs,
-                            spill=spill_path(cfg))
+                            spill=None if dry_run else spill_path(cfg))
     n_rows = len(prompts)
     total = cfg.total_steps(max(n_rows, 1), world_size())
+    resume = get_last_checkpoint(str(output_dir)) if cfg.resume and output_dir.is_dir() else None
+    if cfg.resume and resume is None:
+        raise FileNotFoundError(f"--resume: no checkpoint-* folder in {output_dir}")
+    plan = grpo_plan(cfg, tokenizer, n_rows, len(prompts.dropped), held_out.dropped, total, world_size(),
+                     resume_from=resume and Path(resume).name)
+    if not begin_training(plan, cfg, launch):
+        return {"dry_run": True, "plan": plan.as_dict()}
     hook = None
     if cfg.reprofile.enabled:
         # Same verifier and sampling as the rollouts unless the options say otherwise; each pivot
         # is profiled once over all processes and all continue on the same pivots (train.reprofile).
         hook = ReprofileHook(threshold=cfg.reprofile.threshold, every_n_steps=cfg.reprofile.every_n_steps,
                              profile=reprofile_config(cfg))
-    resume = get_last_checkpoint(str(output_dir)) if cfg.resume and output_dir.is_dir() else None
-    if cfg.resume and resume is None:
-        raise FileNotFoundError(f"--resume: no checkpoint-* folder in {output_dir}")
     reprofiles = 0
     progress = ProgressLines(output_dir / "train.log", cfg.progress_seconds, "reward")
     while True:
@@ -328,6 +336,8 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
         resume = get_last_checkpoint(str(output_dir))
         if not turns:
             break
+    if trainer.state.global_step == 0:  # never save the base model as the trained one
+        raise NothingToRun(f"0 optimizer steps trained on {n_rows} pivots: nothing saved")
     save_final(trainer, tokenizer, output_dir, base_model=cfg.model)
     if trainer.accelerator.is_main_process:
         write_template_settings(output_dir, cfg.format_options())

@@ -32,6 +32,8 @@ from pivotrl.io.split import HeldOut, resolve_split, split_file
 from pivotrl.train.config import SFTRunConfig, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.grpo import save_final, world_size
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines
+from pivotrl.run_plan import Launch, NothingToRun
+from pivotrl.train.plan import begin_training, sft_plan
 from pivotrl.train.resume import Resumable
 
 SFT_METRIC_KEYS = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm",
@@ -164,12 +166,14 @@ def build_sft_trainer(cfg: SFTRunConfig, rows: list[dict[str, Any]], tokenizer, 
     return trainer
 
 
-def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
-    """Run (or resume) SFT on the configured trajectories. Returns a summary dict."""
+def train_sft(cfg: SFTRunConfig, *, launch: Launch | None = None) -> dict[str, Any]:
+    """Run (or resume) SFT on the configured trajectories. Returns a summary dict. The plan is
+    printed and saved first (pivotrl.run_plan); `launch.dry_run` stops there, writing nothing."""
     output_dir = Path(cfg.output_dir)
+    dry_run = bool(launch and launch.dry_run)
     files = cfg.data if isinstance(cfg.data, list) else [cfg.data]
     claim_run_folder(output_dir, model=cfg.model, inputs=[*files, cfg.split], resume=cfg.resume,
-                     overwrite=cfg.overwrite)
+                     overwrite=cfg.overwrite, dry_run=dry_run)
     for path in files:
         check_input_file(path, "data", "your trajectory file")
     check_model(cfg.model, "model")
@@ -177,12 +181,13 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
 
     with_trl_overrides({}, cfg.trl_overrides, SFTConfig)  # a misspelt key fails before any work
     held_out = HeldOut(resolve_split(cfg.split, files))
-    start_run(output_dir, "sft", {"data": files, "split": split_file(cfg.split, files)}, resume=cfg.resume)
+    start_run(output_dir, "sft", {"data": files, "split": split_file(cfg.split, files)}, resume=cfg.resume,
+              dry_run=dry_run)
     tokenizer = load_tokenizer(cfg.model)
     check_chat_template(tokenizer, cfg.model)
     data = build_rows(cfg.data, tokenizer, cfg.max_length, cfg.assistant_only_loss, cfg.chat_template_kwargs,
                       held_out)
-    if data.dropped and os.environ.get("RANK", "0") == "0":
+    if data.dropped and os.environ.get("RANK", "0") == "0" and not dry_run:
         output_dir.mkdir(parents=True, exist_ok=True)
         with rejects_path(output_dir / "sft_data.jsonl").open("w") as f:
             for where, reason in data.dropped:
@@ -194,6 +199,10 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     resume = get_last_checkpoint(str(output_dir)) if cfg.resume and output_dir.is_dir() else None
     if cfg.resume and resume is None:
         raise FileNotFoundError(f"--resume: no checkpoint-* folder in {output_dir}")
+    plan = sft_plan(cfg, tokenizer, len(data.rows), len(data.dropped), held_out.dropped, total, world_size(),
+                    resume_from=resume and Path(resume).name)
+    if not begin_training(plan, cfg, launch):
+        return {"dry_run": True, "plan": plan.as_dict()}
     trainer = build_sft_trainer(cfg, data.rows, tokenizer, total)
     progress = ProgressLines(output_dir / "train.log", cfg.progress_seconds, "loss")
     trainer.add_callback(progress)
@@ -201,6 +210,8 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
         result = trainer.train(resume_from_checkpoint=resume)
     finally:
         progress.stop()
+    if trainer.state.global_step == 0:  # never save the base model as the trained one
+        raise NothingToRun(f"0 optimizer steps trained on {len(data.rows)} trajectories: nothing saved")
     save_final(trainer, tokenizer, output_dir)
     if trainer.accelerator.is_main_process:
         write_template_settings(output_dir, {"chat_template_kwargs": cfg.chat_template_kwargs})

@@ -220,7 +220,7 @@ class TestbedConfig(BaseModel):
         return self.model_copy(update={f: fields[f].default for f in EVAL_ONLY_FIELDS}).digest()
 
 
-def load_config(path: str | Path | None) -> TestbedConfig:
+def load_testbed_config(path: str | Path | None) -> TestbedConfig:
     """The config in a YAML file; None: the default testbed's (`testbed.default`)."""
     from pivotrl_testbed.testbed.default import DEFAULT_RECIPE
 
@@ -301,7 +301,7 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     from pivotrl_testbed.testbed.criteria import in_domain_examples, world_list_examples
     from pivotrl_testbed.testbed.tiny import load_tiny, parameter_count, save_tiny
 
-    cfg = cfg or load_config(None)
+    cfg = cfg or load_testbed_config(None)
     out = Path(out_dir)
     show = progress or (lambda msg: None)
     log_file = out / BUILD_LOG

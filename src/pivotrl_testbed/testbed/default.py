@@ -23,7 +23,7 @@ What it is, in the order the choice was made (each step measured there):
   world's, and q at toolshop's opening and fifth turn was below 0.1.
 """
 
-# The recipe as TestbedConfig fields (`build.load_config(None)` validates it; configs/testbed.yaml
+# The recipe as TestbedConfig fields (`build.load_testbed_config(None)` validates it; configs/testbed.yaml
 # writes it out). Plain data: this module imports nothing, so the build can read it.
 DEFAULT_RECIPE = {
     "variants": 2000, "variant_names": "shared", "variant_own_share": 0.3, "variant_prompts": "composed",
