@@ -25,23 +25,26 @@ Without a C compiler the shim is not built and the clock is real (`clock_status(
 The kernel's own clocks are hidden the same way: `/proc/stat` (boot time), `/proc/uptime` and
 `/proc/loadavg` are fixed files bound over the sandbox's procfs (`proc_binds`), so boot time +
 uptime never gives the real time and `uptime`, `ps` and `top` read the same numbers in every
-run. Processes' start times (`/proc/<pid>/stat`) count from boot: as root the sandbox gets a time
-namespace whose boot clock starts about one second before the run (`boottime_prefix`), so `ps`
-shows every process started at the fixed boot time, with no CPU use over the fixed uptime, in
-every run (not as root the host's boot clock shows through there). Memory columns (RSS, VSZ)
-are the processes' own, not the clock's: they can differ by a page from run to run.
+run. Processes' start times (`/proc/<pid>/stat`) count from boot: the sandbox gets a time namespace
+whose boot clock reads 10 ms when the run starts (`boottime_prefix`; not as root, with a user
+namespace of its own), so `ps` shows every process started at the fixed boot time, with no
+CPU use over the fixed uptime, in every run. Memory columns (RSS, VSZ) are the processes' own,
+not the clock's: they can differ by a page from run to run.
+
+Socket timestamps (`SO_TIMESTAMP*`) would read the host's real time: the supervisor's filter
+refuses them (`pivotrl.sandbox.watch`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-from pivotrl.sandbox.workspace import FIXED_MTIME
+from pivotrl.sandbox.workspace import FIXED_MTIME, workspace_parent
 
 FIXED_TIME = FIXED_MTIME  # 2024-01-01 00:00:00 UTC
 SHIM_PATH = "/opt/pivotrl/fixedclock.so"  # where the skeleton holds it, as the sandbox sees it
@@ -180,14 +183,95 @@ def proc_binds(skeleton: Path) -> list[str]:
     return out
 
 
+# Starts COMMAND in a new time namespace whose boot clock reads 10 ms: every process of a run
+# (which takes well under a second to start them) then starts in second 0 of the fixed boot.
+# The offset takes nanoseconds (`unshare --boottime` takes whole seconds, so the clock's
+# sub-second part would decide between two start seconds). Not as root the namespace comes
+# with a user namespace of its own that maps the caller's ids to themselves.
+TIMENS_SOURCE = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int put(const char *file, const char *text) {
+    int fd = open(file, O_WRONLY | O_CLOEXEC);
+    int ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+    if (fd >= 0) close(fd);
+    return ok ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+    char text[64];
+    unsigned uid = getuid(), gid = getgid();
+    if (argc < 2) return 125;
+    if (unshare(CLONE_NEWTIME | (uid ? CLONE_NEWUSER : 0)) < 0) { perror("timens: unshare"); return 125; }
+    if (uid) {
+        snprintf(text, sizeof text, "%u %u 1\n", uid, uid);
+        if (put("/proc/self/setgroups", "deny") < 0 || put("/proc/self/uid_map", text) < 0) return 125;
+        snprintf(text, sizeof text, "%u %u 1\n", gid, gid);
+        if (put("/proc/self/gid_map", text) < 0) return 125;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_BOOTTIME, &now);
+    long long off = -((long long)now.tv_sec * 1000000000LL + now.tv_nsec) + 10000000LL;
+    long long sec = off / 1000000000LL, nsec = off % 1000000000LL;
+    if (nsec < 0) { nsec += 1000000000LL; sec -= 1; }
+    snprintf(text, sizeof text, "boottime %lld %lld\n", sec, nsec);
+    if (put("/proc/self/timens_offsets", text) < 0) { perror("timens: offsets"); return 125; }
+    execvp(argv[1], argv + 1);
+    perror("timens: exec");
+    return 127;
+}
+"""
+_timens: str | None = None
+
+
+def _timens_helper() -> str:
+    """The helper above, compiled once per machine and user ("" without a C compiler)."""
+    global _timens
+    if _timens is None:
+        _timens = ""
+        cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+        stamp = hashlib.sha256(TIMENS_SOURCE.encode()).hexdigest()[:12]
+        target = Path(workspace_parent()) / f"pivotrl-timens-{os.getuid()}-{stamp}"
+        if target.is_file():
+            _timens = str(target)
+        elif cc is not None:
+            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+                src = Path(tmp) / "timens.c"
+                src.write_text(TIMENS_SOURCE)
+                try:
+                    subprocess.run([cc, "-O2", "-o", f"{tmp}/timens", str(src)], check=True,
+                                   capture_output=True, timeout=120)
+                    os.replace(f"{tmp}/timens", target)  # whole or absent, whoever builds it
+                    _timens = str(target)
+                except (OSError, subprocess.SubprocessError):
+                    pass
+    return _timens
+
+
+_timens_works: bool | None = None
+
+
 def boottime_prefix() -> list[str]:
-    """As root: a command prefix that starts the sandbox in a time namespace whose boot clock
-    reads about one second (the most the kernel lets it go back), so processes' start times read
-    the same in every run (module docstring); [] where that cannot be done."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
+    """A command prefix that starts the sandbox in a time namespace whose boot clock starts at
+    the run, so processes' start times read the same in every run (module docstring); [] where
+    that cannot be done here (no C compiler, or the kernel refuses the namespaces)."""
+    global _timens_works
+    helper = _timens_helper()
+    if not helper:
         return []
-    up = time.clock_gettime(time.CLOCK_BOOTTIME)
-    return ["unshare", "--time", "--boottime", str(-(int(up) - 1))]
+    if _timens_works is None:
+        try:
+            _timens_works = subprocess.run([helper, "true"], capture_output=True,
+                                           timeout=30).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            _timens_works = False
+    return [helper] if _timens_works else []
 
 
 def shim_built(skeleton: Path) -> bool:
