@@ -137,6 +137,7 @@ def _commands() -> dict[str, str]:
     cmds.update({f"race-{name}-{i}": cmd for name, cmd in RACES.items() for i in range(4)})
     cmds.update({f"expert-{i}": cmd for i, cmd in enumerate(_expert_scripts())})
     cmds["timestamp"] = "./atk timestamp"
+    cmds.update({f"ps-{i}": "ps -eo pid,ppid,lstart,etime,time,stat,args" for i in range(5)})
     return cmds
 
 
@@ -189,6 +190,12 @@ def test_socket_timestamps_never_read_the_host_clock(who):
     assert "option" not in got["stdout"], got  # SO_TIMESTAMP* are refused
     stamps = [int(line.split()[1]) for line in got["stdout"].splitlines() if line.startswith("timestamp")]
     assert all(s == FIXED_TIME for s in stamps), got
+
+
+@pytest.mark.parametrize("who", WHO)
+def test_ps_reads_the_same_in_every_run(who):
+    outs = {v["stdout"] for k, v in results(who).items() if k.startswith("ps-")}
+    assert len(outs) == 1 and "00:00:00" in outs.pop(), outs
 
 
 # ---------------------------------------------------------------- the expert's commands

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -175,11 +176,22 @@ def build_proc_files(skeleton: Path) -> None:
         os.chmod(target / name, 0o444)
 
 
-def proc_binds(skeleton: Path) -> list[str]:
-    """bwrap arguments binding the fixed files over the new procfs."""
+def proc_binds(skeleton: Path, side: Path | None = None) -> list[str]:
+    """bwrap arguments binding the fixed files over the new procfs. With `side` (a directory of
+    the run's own, used where the boot clock cannot be set, `boottime_prefix` == []) the boot
+    time in /proc/stat is a random one of this run instead: processes' start times then count
+    from the host's real boot clock, and a command that shows them (`ps`) must read
+    differently in every run, so the shell verifier finds its turn irreproducible
+    (unverifiable) rather than guess from two runs that happened in the same second."""
     out = []
     for name in PROC_FILES:
-        out += ["--ro-bind", str(skeleton / PROC_DIR.lstrip("/") / name), f"/proc/{name}"]
+        host = skeleton / PROC_DIR.lstrip("/") / name
+        if side is not None and name == "stat":
+            host = side / "proc-stat"
+            btime = FIXED_TIME - UPTIME_S - 1 - secrets.randbelow(10**6)
+            host.write_text(PROC_FILES["stat"].replace(f"btime {FIXED_TIME - UPTIME_S}\n",
+                                                       f"btime {btime}\n"))
+        out += ["--ro-bind", str(host), f"/proc/{name}"]
     return out
 
 
