@@ -137,6 +137,7 @@ def _commands() -> dict[str, str]:
     cmds.update({f"race-{name}-{i}": cmd for name, cmd in RACES.items() for i in range(4)})
     cmds.update({f"expert-{i}": cmd for i, cmd in enumerate(_expert_scripts())})
     cmds["timestamp"] = "./atk timestamp"
+    cmds["inside"] = INSIDE
     cmds.update({f"ps-{i}": "ps -eo pid,ppid,lstart,etime,time,stat,args" for i in range(5)})
     return cmds
 
@@ -196,6 +197,52 @@ def test_socket_timestamps_never_read_the_host_clock(who):
 def test_ps_reads_the_same_in_every_run(who):
     outs = {v["stdout"] for k, v in results(who).items() if k.startswith("ps-")}
     assert len(outs) == 1 and "00:00:00" in outs.pop(), outs
+
+
+# Calls inside the workspace, which the supervisor makes itself: each must do what the kernel
+# does (results, errors, modes), compared with the same script run outside any sandbox.
+INSIDE = r"""umask 022
+rm -f atk a.txt; echo a > f; echo b >> f; : > g; mkdir d; mkdir e/; mkdir e/; rmdir e/
+mkdir -p x/y/z; ln f h; ln -s f s; ln -s nowhere dangling; mv g d/; mv d/g d/g2; mv x/ x2/
+mv f/ f3; chmod 600 h; chmod 711 d; touch -d 2020-01-01 h; truncate -s 3 h; cat h; echo
+echo out > /dev/stdout; echo err > /dev/stderr; echo fd > /proc/self/fd/1; echo n > /dev/null
+echo via-link > s; cat f; echo new > dangling; cat nowhere; rm -f s dangling; rm nowhere
+mkfifo p; (cat p &); echo fifo > p; sleep 0.2
+python3 -c "
+import os
+def tried(what, f, *args):
+    try:
+        f(*args)
+    except OSError as e:
+        print(what, e.errno)
+fd = os.open('.', os.O_TMPFILE | os.O_WRONLY, 0o600); os.write(fd, b't'); os.close(fd)
+os.utime('h', (1, 2)); print(oct(os.stat('h').st_mode & 0o777))  # (times read fixed)
+os.setxattr('h', 'user.k', b'v'); print(os.getxattr('h', 'user.k')); os.removexattr('h', 'user.k')
+os.mkdir('m', 0o777); print(oct(os.stat('m').st_mode & 0o777))
+os.close(os.open('c', os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)); print(oct(os.stat('c').st_mode))
+tried('excl', os.open, 'c', os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+tried('nodir', os.open, 's2/x', os.O_CREAT | os.O_WRONLY)
+tried('slash', os.open, 'c/', os.O_CREAT | os.O_WRONLY)
+tried('slash-ro', os.open, 'c/', os.O_WRONLY)
+tried('rmdir', os.rmdir, 'h/')
+tried('unlink-dir', os.unlink, 'd')
+tried('rename-over', os.rename, 'd', 'c')
+tried('link-exists', os.link, 'c', 'h')
+os.symlink('c', 'sc'); tried('link-slash', os.open, 'sc/', os.O_WRONLY)
+os.chdir('d'); open('../rel', 'w').write('r'); os.chdir('..'); print(open('rel').read())
+"
+find . -mindepth 1 -printf '%p %y %m\n' | sort; find . -type f -printf '%p %s\n' | sort; true"""
+
+
+@pytest.mark.parametrize("who", WHO)
+def test_calls_the_supervisor_makes_itself_do_what_the_kernel_does(who, tmp_path):
+    got = results(who)["inside"]
+    want = subprocess.run(["bash", "-c", INSIDE.replace("/proc/self/fd/1", "/dev/stdout")
+                           .replace("rm -f atk a.txt; ", "")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert got["effects"] == {}, got
+    assert got["stdout"] == want.stdout + "3\n", (got["stdout"], want.stdout)
+    assert got["stderr"] == want.stderr
 
 
 # ---------------------------------------------------------------- the expert's commands
