@@ -80,7 +80,10 @@ _HARMLESS = re.compile(r"^(/dev/(null|zero|full|tty|random|urandom|ptmx|pts/ptmx
                        r"|(pipe|socket|anon_inode):\[?[\w-]*\]?)$")
 MAX_EFFECTS = 32  # distinct attempts kept per run (the rest counted)
 
-SOURCE = Path(__file__).with_name("watch.c").read_text(encoding="utf-8")
+# watch.c includes watch_paths.c; SOURCE (both) names the build in the skeleton's stamp
+SOURCES = {name: Path(__file__).with_name(name).read_text(encoding="utf-8")
+           for name in ("watch.c", "watch_paths.c")}
+SOURCE = "".join(SOURCES.values())
 
 
 def build_watch(skeleton: Path) -> bool:
@@ -91,8 +94,9 @@ def build_watch(skeleton: Path) -> bool:
     target = skeleton / WATCH_PATH.lstrip("/")
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
+        for name, text in SOURCES.items():
+            (Path(tmp) / name).write_text(text)
         src = Path(tmp) / "watch.c"
-        src.write_text(SOURCE)
         try:
             subprocess.run([cc, "-O2", "-o", str(target), str(src)], check=True,
                            capture_output=True, timeout=120)
