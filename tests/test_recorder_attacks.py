@@ -72,13 +72,16 @@ ATTACKS = {
     "sendmmsg_unix": ("./atk sendmmsg /run/x.sock", "/run/x.sock"),
     "unknown_call": ("python3 -c 'import ctypes; ctypes.CDLL(None).syscall(68, 1, 0o1600)'",
                      "syscall 68"),  # msgget: SysV IPC is outside the allow-list
+    "fchmod_fd": ("python3 -c \"import os; os.fchmod(os.open('/etc/passwd', os.O_RDONLY), 0o777)\" "
+                  "2>/dev/null", "/etc/passwd"),
     "chdir_python": ("python3 -c \"import os; os.chdir('/etc'); os.unlink('hosts')\" 2>/dev/null",
                      "/etc/hosts"),
 }
 if os.uname().machine != "x86_64":
     del ATTACKS["unknown_call"]
 SECRET = ("./atk secret /etc/passwd", "<unreadable>")
-RACES = {"flip": "./atk flip 24", "memflip": "./atk memflip 24"}  # 24 tries a run
+RACES = {"flip": "./atk flip 24", "memflip": "./atk memflip 24",  # 24 tries a run
+         "fdflip": "./atk fdflip 24"}
 
 
 # Runs each command in a fresh workspace: {name: {"stdout", "stderr", "effects"}}. A string, so

@@ -31,6 +31,16 @@ static void *flip_memory(void *arg) {  /* the path's directory, flipped between 
     return NULL;
 }
 
+static void *flip_fd(void *arg) {  /* descriptor 5: a workspace file, then /etc/passwd */
+    (void)arg;
+    int inside = open("a.txt", O_RDONLY), outside = open("/etc/passwd", O_RDONLY);
+    for (;;) {
+        dup2(inside, 5);
+        dup2(outside, 5);
+    }
+    return NULL;
+}
+
 /* `tries` creations of p0, p1, ... through `path` while something flips where it leads; prints
    the names whose creation the kernel refused (it was asked to create them in /etc) */
 static void race(int tries, const char *path) {
@@ -108,6 +118,15 @@ int main(int argc, char **argv) {
         mkdir("/tmp/d", 0755);
         pthread_create(&t, NULL, flip_memory, NULL);
         race(atoi(path), flip_buf);
+        return 0;
+    }
+    if (!strcmp(what, "fdflip")) {  /* the descriptor swapped by another thread */
+        pthread_t t;
+        int hits = 0;
+        pthread_create(&t, NULL, flip_fd, NULL);
+        for (int i = 0; i < atoi(path); i++)
+            if (fchmod(5, 0644) < 0 && blocked()) hits++;
+        printf("reached /etc:%s\n", hits ? " passwd" : "");
         return 0;
     }
     if (!strcmp(what, "timestamp")) {  /* a socket's receive time: the host's clock */

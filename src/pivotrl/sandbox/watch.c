@@ -184,7 +184,10 @@ static int path_call(int listener, struct seccomp_notif *req, const struct call 
             struct { unsigned long long flags, mode, resolve; } how;
             if (a[3] < sizeof how || read_mem(tid, a[2], &how, sizeof how) < 0) { emit(c->op, "<unreadable> open_how"); return 0; }
             oflags = how.flags; mode = how.mode;
-            own = how.resolve == 0;  /* RESOLVE_* narrow the lookup: left to the kernel */
+            if (how.resolve) {  /* a lookup of its own rules: not one the supervisor redoes */
+                if (how.flags & WRITE_FLAGS) emit("other", "openat2 with RESOLVE_* flags");
+                return 0;
+            }
         }
 #ifdef SYS_creat
         else if (nr == SYS_creat) { oflags = O_CREAT | O_WRONLY | O_TRUNC; mode = a[1]; }
@@ -197,15 +200,16 @@ static int path_call(int listener, struct seccomp_notif *req, const struct call 
         follow = nr == SYS_linkat ? !!(at & AT_SYMLINK_FOLLOW) : !(at & AT_SYMLINK_NOFOLLOW);
         empty_ok = !!(at & AT_EMPTY_PATH);
     }
-    if (nr == SYS_utimensat && !a[1]) { fd_record(tid, c->op, a[0], ""); return 0; }
+    int on_fd = c->dirfd == -2 || (nr == SYS_utimensat && !a[1]);
     if (c->emul == E_SYMLINK && read_str(tid, a[0], text, sizeof text) < 0) { emit(c->op, "<unreadable> path"); return 0; }
-    if (read_str(tid, a[c->path], path, sizeof path) < 0
+    if ((!on_fd && read_str(tid, a[c->path], path, sizeof path) < 0)
         || (c->path2 >= 0 && read_str(tid, a[c->path2], path2, sizeof path2) < 0)) {
         emit(c->op, "<unreadable> path");
         return 0;
     }
     struct where w, w2 = {.dir = -1, .obj = -1};
-    walk(tid, c->dirfd >= 0 ? (long)(int)a[c->dirfd] : AT_FDCWD, path, follow, empty_ok, &w);
+    if (on_fd) held(tid, (long)(int)a[0], &w);
+    else walk(tid, c->dirfd >= 0 ? (long)(int)a[c->dirfd] : AT_FDCWD, path, follow, empty_ok, &w);
     where_path(&w);
     emit(c->op, w.path);
     int ok = w.err ? w.inside : emulable(&w, c->emul);
@@ -253,9 +257,6 @@ static void handle(int listener) {
             goto done;
         }
     switch (nr) {
-    case SYS_fchmod: fd_record(tid, "chmod", a[0], ""); break;
-    case SYS_fchown: fd_record(tid, "chown", a[0], ""); break;
-    case SYS_fsetxattr: case SYS_fremovexattr: fd_record(tid, "xattr", a[0], ""); break;
     case SYS_ioctl:
         snprintf(out, sizeof out, "ioctl 0x%x on ", (unsigned)a[1]);
         fd_record(tid, "other", a[0], out);

@@ -119,6 +119,21 @@ static void walk(pid_t tid, long dirfd, const char *path, int follow, int empty_
     close(cur);
 }
 
+/* The object behind the caller's descriptor `fd`, held open here (so a descriptor the caller
+   swaps afterwards changes nothing); w->err EBADF when it cannot be read (w->inside when the
+   caller has no such descriptor: the kernel's EBADF to give). */
+static void held(pid_t tid, long fd, struct where *w) {
+    char link[64];
+    snprintf(link, sizeof link, "/proc/%d/fd/%d", tid, (int)fd);
+    w->dir = -1; w->name[0] = 0; w->trailing = 0; w->err = 0;
+    w->obj = open(link, O_PATH | O_CLOEXEC);
+    if (w->obj < 0) {
+        w->inside = errno == ENOENT;
+        w->err = EBADF;
+        snprintf(w->path, PATH_MAX, "<unresolved> fd %d", (int)fd);
+    }
+}
+
 static void where_path(struct where *w) {
     char at[PATH_MAX];
     if (w->err) return;
@@ -178,6 +193,11 @@ static const struct call CALLS[] = {
     {SYS_setxattrat_, "xattr", 0, 1, -1, -1, 2, 1, E_XATTR},
     {SYS_removexattrat_, "xattr", 0, 1, -1, -1, 2, 1, E_XATTR},
     {SYS_file_setattr_, "attr", 0, 1, -1, -1, 4, 1, E_ATTR},
+    /* dirfd -2: the argument `path` is a descriptor */
+    {SYS_fchmod, "chmod", -2, 0, -1, -1, -1, 1, E_CHMOD},
+    {SYS_fchown, "chown", -2, 0, -1, -1, -1, 1, E_CHOWN},
+    {SYS_fsetxattr, "xattr", -2, 0, -1, -1, -1, 1, E_XATTR},
+    {SYS_fremovexattr, "xattr", -2, 0, -1, -1, -1, 1, E_XATTR},
 };
 
 static mode_t caller_umask(pid_t tid) {
@@ -200,7 +220,7 @@ static const char *self_fd(int fd, char *buf) {
    caller's memory or cwd can make the kernel act elsewhere); returns the call's result or
    -errno. Only for objects the command may change: regular files and directories. */
 static int is_xattr_set(long nr) {
-    return nr == SYS_setxattr || nr == SYS_lsetxattr || nr == SYS_setxattrat_;
+    return nr == SYS_setxattr || nr == SYS_lsetxattr || nr == SYS_setxattrat_ || nr == SYS_fsetxattr;
 }
 
 /* Do the call here, on what `walk` found (so no later change of a symlink, a directory, the
