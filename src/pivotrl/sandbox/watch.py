@@ -13,7 +13,8 @@ memory, signals, process control, an open that cannot write, a socket of AF_UNIX
 without an address, an `ioctl` whose request only reads or acts on the caller's own
 descriptors). Every other call asks the supervisor, which fails closed:
 - a call on a path (open for writing, unlink, rename, mkdir, link, symlink, chmod, chown,
-  truncate, mknod, utime, xattrs, `fchmodat2`, `setxattrat`, `file_setattr`...): the path is read
+  truncate, mknod, utime, xattrs, `fchmodat2`, `setxattrat`, `file_setattr`...) or on a
+  descriptor (fchmod, fchown, fsetxattr: the object it names is held open): the path is read
   from the caller's memory and resolved for the caller, one name at a time from a directory held
   open: `/proc/self` and `/proc/thread-self` name the caller, /proc's magic links (`cwd`,
   `fd/N`, so `/dev/fd/N` too) are the caller's objects, symlinks are read and followed as the
@@ -42,10 +43,11 @@ The filter is in the kernel: it is inherited by every process of the command and
 removed; io_uring (which would bypass it) and foreign system-call ABIs are refused. The
 supervisor cannot be killed or read from inside: signals to a pid 1 without handlers are
 dropped, and it is not dumpable (its /proc files belong to a user the sandbox does not have).
-Known limit: calls on a path outside the workspace that the supervisor lets the kernel make
-(the record is written, the kernel refuses) are resolved twice, so a path that changes in
-between can be recorded as another outside path than the one the kernel refused; and xattr
-and `utime(s)` calls inside the workspace are left to the kernel after the record.
+Known limits: a call on a path outside the workspace that the supervisor leaves to the kernel
+(the record is written, the kernel refuses) is resolved twice, so a path that changes in between
+can be recorded as another outside path than the one refused (still an attempt); and a write
+opened on a named FIFO or socket inside the workspace is left to the kernel after the supervisor
+looked (opening a FIFO can block, which the supervisor must not).
 
 Not recorded, on purpose: writes inside the workspace (its files are compared), in the run's
 scratch /tmp and /dev/shm (fresh per run and thrown away), in HOME (its changes are compared
