@@ -43,11 +43,10 @@ The filter is in the kernel: it is inherited by every process of the command and
 removed; io_uring (which would bypass it) and foreign system-call ABIs are refused. The
 supervisor cannot be killed or read from inside: signals to a pid 1 without handlers are
 dropped, and it is not dumpable (its /proc files belong to a user the sandbox does not have).
-Known limits: a call on a path outside the workspace that the supervisor leaves to the kernel
+Known limit: a call on a path outside the workspace that the supervisor leaves to the kernel
 (the record is written, the kernel refuses) is resolved twice, so a path that changes in between
-can be recorded as another outside path than the one refused (still an attempt); and a write
-opened on a named FIFO or socket inside the workspace is left to the kernel after the supervisor
-looked (opening a FIFO can block, which the supervisor must not).
+can be recorded as another outside path than the one refused (still an attempt). An open that
+may wait (a FIFO) is made by a helper process of the supervisor, which never blocks itself.
 
 Not recorded, on purpose: writes inside the workspace (its files are compared), in the run's
 scratch /tmp and /dev/shm (fresh per run and thrown away), in HOME (its changes are compared
