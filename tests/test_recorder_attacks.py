@@ -76,9 +76,16 @@ ATTACKS = {
                   "2>/dev/null", "/etc/passwd"),
     "chdir_python": ("python3 -c \"import os; os.chdir('/etc'); os.unlink('hosts')\" 2>/dev/null",
                      "/etc/hosts"),
+    "proc_mem": ("python3 -c \"open('/proc/self/mem', 'r+b')\" 2>/dev/null", "/proc/"),
+    "rename_out": ("mv a.txt /etc/ 2>/dev/null", "/etc/a.txt"),
+    "ptrace": ("python3 -c 'import ctypes; ctypes.CDLL(None).syscall(101, 16, 1, 0, 0)'",
+               "syscall 101"),  # PTRACE_ATTACH to pid 1
+    "adjtimex": ("python3 -c 'import ctypes; ctypes.CDLL(None).syscall(159, "
+                 "ctypes.create_string_buffer(256))'", "syscall 159"),  # reads the real clock
 }
 if os.uname().machine != "x86_64":
-    del ATTACKS["unknown_call"]
+    for name in ("unknown_call", "ptrace", "adjtimex"):
+        del ATTACKS[name]
 SECRET = ("./atk secret /etc/passwd", "<unreadable>")
 RACES = {"flip": "./atk flip 24", "memflip": "./atk memflip 24",  # 24 tries a run
          "fdflip": "./atk fdflip 24"}
