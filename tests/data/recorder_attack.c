@@ -147,6 +147,12 @@ int main(int argc, char **argv) {
         }
         struct timeval tv;
         if (ioctl(sv[1], 0x8906 /* SIOCGSTAMP */, &tv) == 0) printf("timestamp %ld\n", (long)tv.tv_sec);
+        /* the clock read by system calls, past the C library (and its clock shim) */
+        struct timespec ts;
+        if (syscall(SYS_clock_gettime, CLOCK_REALTIME, &ts) == 0) printf("timestamp %ld\n", (long)ts.tv_sec);
+        if (syscall(SYS_clock_gettime, CLOCK_TAI, &ts) == 0) printf("timestamp %ld\n", (long)ts.tv_sec);
+        if (syscall(SYS_gettimeofday, &tv, NULL) == 0) printf("timestamp %ld\n", (long)tv.tv_sec);
+        printf("monotonic %d\n", syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts) == 0);
         return 0;
     }
     fprintf(stderr, "unknown attack %s\n", what);

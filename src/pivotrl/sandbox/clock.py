@@ -13,8 +13,10 @@ workspace file is stamped with; TZ=UTC in the sandbox) and every file timestamp 
 call returns read the same, frozen (time does not advance during a run: two `date` calls in
 one command agree). Monotonic clocks, sleeps and timeouts stay real. /etc/ld.so.preload is
 read by the dynamic loader whatever the environment says, so `env -i` or `unset LD_PRELOAD`
-do not escape it. Known hole: statically linked programs (none in Debian's coreutils, bash,
-grep, sed, findutils, python) and direct system calls see the real clock.
+do not escape it. A direct system call for the wall clock (`clock_gettime(CLOCK_REALTIME)`,
+`gettimeofday`, `time`) is refused by the supervisor's filter (`pivotrl.sandbox.watch`). Known
+hole: a statically linked program (none in Debian's coreutils, bash, grep, sed, findutils,
+python) reads the real clock from the vDSO, which no system call filter sees.
 
 The shim also makes every program's stderr line-buffered, so concurrent writers (the processes
 of a pipeline) never splice their messages mid-line; callers that need a deterministic picture

@@ -22,6 +22,7 @@
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sys/stat.h>
@@ -339,6 +340,19 @@ static int install(void) {
         BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, 65, 0, 1),
         RET(SECCOMP_RET_ALLOW),
         RET(SECCOMP_RET_ERRNO | ENOPROTOOPT),
+        /* the wall clock read by a system call, not the vDSO the clock shim covers: refused */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clock_gettime, 0, 7),
+        LD_ARG(0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, CLOCK_REALTIME, 4, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, CLOCK_REALTIME_COARSE, 3, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, CLOCK_REALTIME_ALARM, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, CLOCK_TAI, 1, 0),
+        RET(SECCOMP_RET_ALLOW),
+        RET(SECCOMP_RET_ERRNO | EPERM),
+        RET_IF(SYS_gettimeofday, SECCOMP_RET_ERRNO | EPERM),
+#ifdef SYS_time
+        RET_IF(SYS_time, SECCOMP_RET_ERRNO | EPERM),
+#endif
         /* ioctl: only requests that read, or act on the process's own descriptors */
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ioctl, 0, 2 * 19 + 2),  /* 19 requests */
         LD_ARG(1),
@@ -355,7 +369,7 @@ static int install(void) {
         ALLOW_IF(SYS_stat), ALLOW_IF(SYS_lstat), ALLOW_IF(SYS_access), ALLOW_IF(SYS_pipe),
         ALLOW_IF(SYS_select), ALLOW_IF(SYS_poll), ALLOW_IF(SYS_dup2), ALLOW_IF(SYS_pause),
         ALLOW_IF(SYS_alarm), ALLOW_IF(SYS_fork), ALLOW_IF(SYS_vfork), ALLOW_IF(SYS_getdents),
-        ALLOW_IF(SYS_readlink), ALLOW_IF(SYS_getpgrp), ALLOW_IF(SYS_time), ALLOW_IF(SYS_epoll_create),
+        ALLOW_IF(SYS_readlink), ALLOW_IF(SYS_getpgrp), ALLOW_IF(SYS_epoll_create),
         ALLOW_IF(SYS_epoll_wait), ALLOW_IF(SYS_inotify_init), ALLOW_IF(SYS_signalfd),
         ALLOW_IF(SYS_eventfd), ALLOW_IF(SYS_arch_prctl),
 #endif
@@ -392,8 +406,7 @@ static int install(void) {
         ALLOW_IF(SYS_getpeername), ALLOW_IF(SYS_getsockopt), ALLOW_IF(SYS_shutdown),
         ALLOW_IF(SYS_listen), ALLOW_IF(SYS_accept), ALLOW_IF(SYS_accept4), ALLOW_IF(SYS_recvfrom),
         ALLOW_IF(SYS_recvmsg), ALLOW_IF(SYS_recvmmsg), ALLOW_IF(SYS_nanosleep),
-        ALLOW_IF(SYS_clock_nanosleep), ALLOW_IF(SYS_clock_gettime), ALLOW_IF(SYS_clock_getres),
-        ALLOW_IF(SYS_gettimeofday), ALLOW_IF(SYS_getitimer), ALLOW_IF(SYS_setitimer),
+        ALLOW_IF(SYS_clock_nanosleep), ALLOW_IF(SYS_clock_getres), ALLOW_IF(SYS_getitimer), ALLOW_IF(SYS_setitimer),
         ALLOW_IF(SYS_timer_create), ALLOW_IF(SYS_timer_settime), ALLOW_IF(SYS_timer_gettime),
         ALLOW_IF(SYS_timer_getoverrun), ALLOW_IF(SYS_timer_delete), ALLOW_IF(SYS_getpid),
         ALLOW_IF(SYS_getppid), ALLOW_IF(SYS_gettid), ALLOW_IF(SYS_getuid), ALLOW_IF(SYS_geteuid),
