@@ -187,7 +187,7 @@ def require_sandbox() -> None:
 
 
 def _bwrap_argv(skeleton: Path, limits: SandboxLimits, nproc: int, workfd: int,
-                side: Path, recfd: int) -> list[str]:
+                side: Path, recfd: int, boot_fixed: bool) -> list[str]:
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1",
             *(["--share-net"] if effects.network_recorded() else []),  # the run's own netns
             "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
@@ -202,7 +202,8 @@ def _bwrap_argv(skeleton: Path, limits: SandboxLimits, nproc: int, workfd: int,
         host = Path("/") / d
         if host.is_dir() and not host.is_symlink():
             argv += ["--ro-bind", str(host), f"/{d}"]
-    argv += ["--proc", "/proc", *clock.proc_binds(skeleton), "--dev", "/dev",
+    argv += ["--proc", "/proc", *clock.proc_binds(skeleton, None if boot_fixed else side),
+             "--dev", "/dev",
              "--bind", str(side / "shm"), "/dev/shm", "--remount-ro", "/dev",
              "--bind", str(side / "tmp"), "/tmp", "--bind", str(side / "home"),
              effects.HOME_IN_SANDBOX,
@@ -333,9 +334,9 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits, staged: bool = Fa
     try:
         if as_root:
             chown_tree(side, uid, uid)
-        argv = (_cgroup_prefix(group) + (netns.prefix() if netns else [])
-                + clock.boottime_prefix() + prefix
-                + _bwrap_argv(skeleton, limits, nproc, workfd, side, rec_w) + cmd)
+        boot = clock.boottime_prefix()
+        argv = (_cgroup_prefix(group) + (netns.prefix() if netns else []) + boot + prefix
+                + _bwrap_argv(skeleton, limits, nproc, workfd, side, rec_w, bool(boot)) + cmd)
         # The output pipes belong to the uid the command runs as, so reopening them
         # (`echo x > /dev/stderr`, i.e. /proc/self/fd/2) works as it does outside a sandbox.
         out_r, out_w = os.pipe()

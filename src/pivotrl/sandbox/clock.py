@@ -13,8 +13,10 @@ workspace file is stamped with; TZ=UTC in the sandbox) and every file timestamp 
 call returns read the same, frozen (time does not advance during a run: two `date` calls in
 one command agree). Monotonic clocks, sleeps and timeouts stay real. /etc/ld.so.preload is
 read by the dynamic loader whatever the environment says, so `env -i` or `unset LD_PRELOAD`
-do not escape it. Known hole: statically linked programs (none in Debian's coreutils, bash,
-grep, sed, findutils, python) and direct system calls see the real clock.
+do not escape it. A direct system call for the wall clock (`clock_gettime(CLOCK_REALTIME)`,
+`gettimeofday`, `time`) is refused by the supervisor's filter (`pivotrl.sandbox.watch`). Known
+hole: a statically linked program (none in Debian's coreutils, bash, grep, sed, findutils,
+python) reads the real clock from the vDSO, which no system call filter sees.
 
 The shim also makes every program's stderr line-buffered, so concurrent writers (the processes
 of a pipeline) never splice their messages mid-line; callers that need a deterministic picture
@@ -25,23 +27,27 @@ Without a C compiler the shim is not built and the clock is real (`clock_status(
 The kernel's own clocks are hidden the same way: `/proc/stat` (boot time), `/proc/uptime` and
 `/proc/loadavg` are fixed files bound over the sandbox's procfs (`proc_binds`), so boot time +
 uptime never gives the real time and `uptime`, `ps` and `top` read the same numbers in every
-run. Processes' start times (`/proc/<pid>/stat`) count from boot: as root the sandbox gets a time
-namespace whose boot clock starts about one second before the run (`boottime_prefix`), so `ps`
-shows every process started at the fixed boot time, with no CPU use over the fixed uptime, in
-every run (not as root the host's boot clock shows through there). Memory columns (RSS, VSZ)
-are the processes' own, not the clock's: they can differ by a page from run to run.
+run. Processes' start times (`/proc/<pid>/stat`) count from boot: the sandbox gets a time namespace
+whose boot clock reads 10 ms when the run starts (`boottime_prefix`; not as root, with a user
+namespace of its own), so `ps` shows every process started at the fixed boot time, with no
+CPU use over the fixed uptime, in every run. Memory columns (RSS, VSZ) are the processes' own,
+not the clock's: they can differ by a page from run to run.
+
+Socket timestamps (`SO_TIMESTAMP*`) would read the host's real time: the supervisor's filter
+refuses them (`pivotrl.sandbox.watch`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-from pivotrl.sandbox.workspace import FIXED_MTIME
+from pivotrl.sandbox.workspace import FIXED_MTIME, workspace_parent
 
 FIXED_TIME = FIXED_MTIME  # 2024-01-01 00:00:00 UTC
 SHIM_PATH = "/opt/pivotrl/fixedclock.so"  # where the skeleton holds it, as the sandbox sees it
@@ -172,22 +178,114 @@ def build_proc_files(skeleton: Path) -> None:
         os.chmod(target / name, 0o444)
 
 
-def proc_binds(skeleton: Path) -> list[str]:
-    """bwrap arguments binding the fixed files over the new procfs."""
+def proc_binds(skeleton: Path, side: Path | None = None) -> list[str]:
+    """bwrap arguments binding the fixed files over the new procfs. With `side` (a directory of
+    the run's own, used where the boot clock cannot be set, `boottime_prefix` == []) the boot
+    time in /proc/stat is a random one of this run instead: processes' start times then count
+    from the host's real boot clock, and a command that shows them (`ps`) must read
+    differently in every run, so the shell verifier finds its turn irreproducible
+    (unverifiable) rather than guess from two runs that happened in the same second."""
     out = []
     for name in PROC_FILES:
-        out += ["--ro-bind", str(skeleton / PROC_DIR.lstrip("/") / name), f"/proc/{name}"]
+        host = skeleton / PROC_DIR.lstrip("/") / name
+        if side is not None and name == "stat":
+            host = side / "proc-stat"
+            btime = FIXED_TIME - UPTIME_S - 1 - secrets.randbelow(10**6)
+            host.write_text(PROC_FILES["stat"].replace(f"btime {FIXED_TIME - UPTIME_S}\n",
+                                                       f"btime {btime}\n"))
+        out += ["--ro-bind", str(host), f"/proc/{name}"]
     return out
 
 
+# Starts COMMAND in a new time namespace whose boot clock reads 10 ms: every process of a run
+# (which takes well under a second to start them) then starts in second 0 of the fixed boot.
+# The offset takes nanoseconds (`unshare --boottime` takes whole seconds, so the clock's
+# sub-second part would decide between two start seconds). Not as root the namespace comes
+# with a user namespace of its own that maps the caller's ids to themselves.
+TIMENS_SOURCE = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int put(const char *file, const char *text) {
+    int fd = open(file, O_WRONLY | O_CLOEXEC);
+    int ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+    if (fd >= 0) close(fd);
+    return ok ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+    char text[64];
+    unsigned uid = getuid(), gid = getgid();
+    if (argc < 2) return 125;
+    if (unshare(CLONE_NEWTIME | (uid ? CLONE_NEWUSER : 0)) < 0) { perror("timens: unshare"); return 125; }
+    if (uid) {
+        snprintf(text, sizeof text, "%u %u 1\n", uid, uid);
+        if (put("/proc/self/setgroups", "deny") < 0 || put("/proc/self/uid_map", text) < 0) return 125;
+        snprintf(text, sizeof text, "%u %u 1\n", gid, gid);
+        if (put("/proc/self/gid_map", text) < 0) return 125;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_BOOTTIME, &now);
+    long long off = -((long long)now.tv_sec * 1000000000LL + now.tv_nsec) + 10000000LL;
+    long long sec = off / 1000000000LL, nsec = off % 1000000000LL;
+    if (nsec < 0) { nsec += 1000000000LL; sec -= 1; }
+    snprintf(text, sizeof text, "boottime %lld %lld\n", sec, nsec);
+    if (put("/proc/self/timens_offsets", text) < 0) { perror("timens: offsets"); return 125; }
+    execvp(argv[1], argv + 1);
+    perror("timens: exec");
+    return 127;
+}
+"""
+_timens: str | None = None
+
+
+def _timens_helper() -> str:
+    """The helper above, compiled once per machine and user ("" without a C compiler)."""
+    global _timens
+    if _timens is None:
+        _timens = ""
+        cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+        stamp = hashlib.sha256(TIMENS_SOURCE.encode()).hexdigest()[:12]
+        target = Path(workspace_parent()) / f"pivotrl-timens-{os.getuid()}-{stamp}"
+        if target.is_file():
+            _timens = str(target)
+        elif cc is not None:
+            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+                src = Path(tmp) / "timens.c"
+                src.write_text(TIMENS_SOURCE)
+                try:
+                    subprocess.run([cc, "-O2", "-o", f"{tmp}/timens", str(src)], check=True,
+                                   capture_output=True, timeout=120)
+                    os.replace(f"{tmp}/timens", target)  # whole or absent, whoever builds it
+                    _timens = str(target)
+                except (OSError, subprocess.SubprocessError):
+                    pass
+    return _timens
+
+
+_timens_works: bool | None = None
+
+
 def boottime_prefix() -> list[str]:
-    """As root: a command prefix that starts the sandbox in a time namespace whose boot clock
-    reads about one second (the most the kernel lets it go back), so processes' start times read
-    the same in every run (module docstring); [] where that cannot be done."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
+    """A command prefix that starts the sandbox in a time namespace whose boot clock starts at
+    the run, so processes' start times read the same in every run (module docstring); [] where
+    that cannot be done here (no C compiler, or the kernel refuses the namespaces)."""
+    global _timens_works
+    helper = _timens_helper()
+    if not helper:
         return []
-    up = time.clock_gettime(time.CLOCK_BOOTTIME)
-    return ["unshare", "--time", "--boottime", str(-(int(up) - 1))]
+    if _timens_works is None:
+        try:
+            _timens_works = subprocess.run([helper, "true"], capture_output=True,
+                                           timeout=30).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            _timens_works = False
+    return [helper] if _timens_works else []
 
 
 def shim_built(skeleton: Path) -> bool:

@@ -6,17 +6,33 @@ prints it. The sandbox makes such attempts fail (read-only binds, no devices, no
 failure leaves nothing to compare; so the attempts themselves are recorded.
 
 The mechanism is seccomp user notification, through a small supervisor (`watch.c` next to this
-file, compiled once per machine into the sandbox's skeleton root like the clock shim). It runs as pid 1
-of the sandbox (bwrap `--as-pid-1`): it forks the command under a seccomp filter that asks it
-about every syscall that can change something (an open for writing, unlink, rename, mkdir, link,
-symlink, chmod, chown, truncate, mknod, utime, xattrs, mount and other system calls), and every
-network or socket attempt (a socket of any family but AF_UNIX; connect, bind, sendto with an
-address, sendmsg), reads the path or address from the caller's memory, resolves it as the kernel
-would (cwd, dirfd, symlinks of the directory), writes one line `op<TAB>path` to a pipe the host
-reads, and lets the call proceed (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`): the kernel then applies
-the sandbox's own rules, so a recorded attempt fails or succeeds exactly as it would unwatched.
-It ends with `done<TAB>status`; a record without it (the supervisor did not finish) is itself an
-effect. Why this and not the alternatives:
+file, compiled once per machine into the sandbox's skeleton root like the clock shim). It runs as
+pid 1 of the sandbox (bwrap `--as-pid-1`) and forks the command under a seccomp filter that is
+an allow-list: only calls known to change nothing outside the process run unasked (reads,
+memory, signals, process control, an open that cannot write, a socket of AF_UNIX, a sendto
+without an address, an `ioctl` whose request only reads or acts on the caller's own
+descriptors). Every other call asks the supervisor, which fails closed:
+- a call on a path (open for writing, unlink, rename, mkdir, link, symlink, chmod, chown,
+  truncate, mknod, utime, xattrs, `fchmodat2`, `setxattrat`, `file_setattr`...) or on a
+  descriptor (fchmod, fchown, fsetxattr: the object it names is held open): the path is read
+  from the caller's memory and resolved for the caller, one name at a time from a directory held
+  open: `/proc/self` and `/proc/thread-self` name the caller, /proc's magic links (`cwd`,
+  `fd/N`, so `/dev/fd/N` too) are the caller's objects, symlinks are read and followed as the
+  kernel would. Where it lands outside the workspace, HOME and scratch, it is recorded (`op<TAB>
+  path`) and the kernel then applies the sandbox's own rules (the call fails or succeeds exactly
+  as unwatched). Where it lands inside, the supervisor makes the call itself, on what it
+  resolved (`emulate`: a new file's descriptor is handed to the caller), so nothing that
+  changes after it looked (a symlink flipped under /tmp, the path's memory rewritten by another
+  thread, a cwd moved) can make the kernel act elsewhere unrecorded;
+- a path it cannot read (memory it may not read: `memfd_secret`, a process made undumpable) or
+  resolve (`<unresolved>`) is an attempt;
+- a network or socket call (connect, bind, sendto with an address, sendmsg, sendmmsg, a socket of
+  any family but AF_UNIX) is recorded with its address;
+- any other call outside the allow-list (an unknown `ioctl` such as `FS_IOC_SETFLAGS`, SysV IPC,
+  ptrace, mount, a call newer than this list) is an attempt (`other`), whatever it does.
+Socket timestamps (`SO_TIMESTAMP*`, the host's real time) are refused outright. It ends with
+`done<TAB>status`; a record without it (the supervisor did not finish) is itself an effect. Why
+this and not the alternatives:
 - an overlay mounted as root before bwrap sees only writes that *succeed*: a write to a
   root-owned file fails with EACCES before it reaches the overlay, and a connect to a missing
   socket leaves no file at all;
@@ -27,14 +43,16 @@ The filter is in the kernel: it is inherited by every process of the command and
 removed; io_uring (which would bypass it) and foreign system-call ABIs are refused. The
 supervisor cannot be killed or read from inside: signals to a pid 1 without handlers are
 dropped, and it is not dumpable (its /proc files belong to a user the sandbox does not have).
-Known limit: the path is read from the caller's memory before the kernel reads it, so a
-multi-threaded program can change it in between (a recorded path can be another than the one
-used); the read-only mounts still hold, only the record can be wrong.
+Known limit: a call on a path outside the workspace that the supervisor leaves to the kernel
+(the record is written, the kernel refuses) is resolved twice, so a path that changes in between
+can be recorded as another outside path than the one refused (still an attempt). An open that
+may wait (a FIFO) is made by a helper process of the supervisor, which never blocks itself.
 
 Not recorded, on purpose: writes inside the workspace (its files are compared), in the run's
 scratch /tmp and /dev/shm (fresh per run and thrown away), in HOME (its changes are compared
-from its snapshot, `pivotrl.sandbox.effects`), to the harmless devices (/dev/null, /dev/tty,
-the process's own descriptors) and Python's bytecode caches.
+from its snapshot, `pivotrl.sandbox.effects`), and to the harmless devices (/dev/null,
+/dev/tty, the caller's own pipes and sockets), all as resolved for the caller: no path is
+harmless by its name (a `__pycache__` outside the workspace is an attempt like any other).
 
 `recording()` says whether attempts are recorded here (a C compiler and a kernel with seccomp
 user notification, Linux >= 5.6); without it the shell verifier refuses to run unless told to
@@ -56,14 +74,17 @@ NETWORK_EFFECT = "<network>"
 UNFINISHED = "<watch>"  # key of the effect "the supervisor did not report its end"
 _SCRATCH = ("/work", "/tmp", "/dev/shm", "/home/user")
 # glibc asks nscd (absent) on every user or group lookup (`ls -l`, `id`)
-_HARMLESS = re.compile(r"^(/dev/(null|zero|full|tty|random|urandom|stdin|stdout|stderr|ptmx)"
+# (paths as the supervisor resolved them for the caller: `/dev/stdout` or `/proc/self/fd/1` is
+# the caller's pipe or file, never a name taken on trust)
+_HARMLESS = re.compile(r"^(/dev/(null|zero|full|tty|random|urandom|ptmx|pts/ptmx|pts/\d+)"
                        r"|(/var)?/run/nscd/socket"
-                       r"|/dev/(fd|pts)/.*|/proc/(self|thread-self|\d+)/fd/.*"
-                       r"|(pipe|socket|anon_inode):.*)$")
-_PYCACHE = re.compile(r"(^|/)__pycache__(/|$)|\.pyc$")
+                       r"|(pipe|socket|anon_inode):\[?[\w-]*\]?)$")
 MAX_EFFECTS = 32  # distinct attempts kept per run (the rest counted)
 
-SOURCE = Path(__file__).with_name("watch.c").read_text(encoding="utf-8")
+# watch.c includes watch_paths.c; SOURCE (both) names the build in the skeleton's stamp
+SOURCES = {name: Path(__file__).with_name(name).read_text(encoding="utf-8")
+           for name in ("watch.c", "watch_paths.c")}
+SOURCE = "".join(SOURCES.values())
 
 
 def build_watch(skeleton: Path) -> bool:
@@ -74,8 +95,9 @@ def build_watch(skeleton: Path) -> bool:
     target = skeleton / WATCH_PATH.lstrip("/")
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
+        for name, text in SOURCES.items():
+            (Path(tmp) / name).write_text(text)
         src = Path(tmp) / "watch.c"
-        src.write_text(SOURCE)
         try:
             subprocess.run([cc, "-O2", "-o", str(target), str(src)], check=True,
                            capture_output=True, timeout=120)
@@ -96,7 +118,7 @@ def _unescape(text: str) -> str:
 
 
 def _outside(path: str) -> bool:
-    if _HARMLESS.match(path) or _PYCACHE.search(path):
+    if _HARMLESS.match(path):
         return False
     return not any(path == top or path.startswith(top + "/") for top in _SCRATCH)
 
