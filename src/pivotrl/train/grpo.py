@@ -35,6 +35,7 @@ from pivotrl.train.metrics import MetricsJSONL, ProgressLines
 from pivotrl.profile.loop import ProfileConfig
 from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
 from pivotrl.train.reward import PivotReward
+from pivotrl.train.saved_config import restore_base_settings
 from pivotrl.train.trainer import PivotGRPOTrainer
 
 logger = logging.getLogger(__name__)
@@ -231,12 +232,15 @@ def save_final(trainer, tokenizer, output_dir: Path, base_model: str | None = No
     Every process must call it. LoRA: the adapter in adapter/, and in output_dir the base
     (`base_model`, default the adapter's own base) with the adapter merged by PEFT on the main
     process: LoRA leaves the base frozen, and under ZeRO-3 or FSDP the training copy's parameters
-    are partitioned, so they cannot be merged in place."""
+    are partitioned, so they cannot be merged in place. The config keeps its base's settings where
+    training changed them for itself (train/saved_config.py)."""
     accelerator = trainer.accelerator
     model = accelerator.unwrap_model(trainer.model)
     state = accelerator.get_state_dict(getattr(trainer, "model_wrapped", None) or trainer.model)
     lora = hasattr(model, "merge_and_unload")
     if accelerator.is_main_process:
+        if not lora:  # (a merged LoRA model is saved from its base's own config)
+            restore_base_settings(model, base_model)
         target = output_dir / "adapter" if lora else output_dir
         model.save_pretrained(target, state_dict=state)  # PEFT keeps only the adapter's weights
         if lora:
