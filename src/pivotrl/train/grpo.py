@@ -31,7 +31,7 @@ from pivotrl.sampling.pipeline import check_budget, context_length
 from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.io.turn_files import iter_pivots
 from pivotrl.train.config import GRPORunConfig, trl_common_kwargs, with_trl_overrides
-from pivotrl.train.metrics import MetricsJSONL, ProgressLines
+from pivotrl.train.metrics import MetricsJSONL, ProgressLines, quiet_trainer
 from pivotrl.profile.loop import ProfileConfig
 from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
 from pivotrl.train.reward import PivotReward
@@ -213,6 +213,7 @@ def build_trainer(cfg: GRPORunConfig, turns: list[Turn], *, total_steps: int | N
         shared_rollouts=cfg.shared_rollouts,
     )
     trainer.add_callback(MetricsJSONL(Path(cfg.output_dir) / "metrics.jsonl", trainer=trainer))
+    quiet_trainer(trainer, Path(cfg.output_dir) / "train.log")
     for cb in callbacks or []:
         trainer.add_callback(cb)
     trainer.pivot_dropped = prompts.dropped

@@ -31,7 +31,7 @@ from pivotrl.io.records import Reject, Trajectory, read_records, rejects_path
 from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.train.config import SFTRunConfig, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.grpo import save_final, world_size
-from pivotrl.train.metrics import MetricsJSONL, ProgressLines
+from pivotrl.train.metrics import MetricsJSONL, ProgressLines, quiet_trainer
 from pivotrl.train.resume import Resumable
 
 SFT_METRIC_KEYS = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm",
@@ -162,6 +162,7 @@ def build_sft_trainer(cfg: SFTRunConfig, rows: list[dict[str, Any]], tokenizer, 
                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                          peft_config=cfg.lora.peft_config(model=cfg.model))
     trainer.add_callback(MetricsJSONL(Path(cfg.output_dir) / "metrics.jsonl", keys=SFT_METRIC_KEYS))
+    quiet_trainer(trainer, Path(cfg.output_dir) / "train.log")
     return trainer
 
 
