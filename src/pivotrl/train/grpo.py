@@ -35,7 +35,7 @@ from pivotrl.train.metrics import MetricsJSONL, ProgressLines, quiet_trainer
 from pivotrl.profile.loop import ProfileConfig
 from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
 from pivotrl.train.reward import PivotReward
-from pivotrl.train.saved_config import restore_base_settings
+from pivotrl.train.saved_config import base_settings
 from pivotrl.train.trainer import PivotGRPOTrainer
 
 logger = logging.getLogger(__name__)
@@ -235,10 +235,10 @@ def save_final(trainer, tokenizer, output_dir: Path, base_model: str | None = No
     state = accelerator.get_state_dict(getattr(trainer, "model_wrapped", None) or trainer.model)
     lora = hasattr(model, "merge_and_unload")
     if accelerator.is_main_process:
-        if not lora:  # (a merged LoRA model is saved from its base's own config)
-            restore_base_settings(model, base_model)
         target = output_dir / "adapter" if lora else output_dir
-        model.save_pretrained(target, state_dict=state)  # PEFT keeps only the adapter's weights
+        # (a merged LoRA model is saved from its base's own config)
+        with base_settings(model, None if lora else base_model):
+            model.save_pretrained(target, state_dict=state)  # PEFT keeps only the adapter's weights
         if lora:
             merge_adapter(base_model or model.peft_config["default"].base_model_name_or_path,
                           target, output_dir, dtype=next(t.dtype for t in state.values() if t.is_floating_point()))

@@ -33,6 +33,7 @@ from pivotrl.train.config import SFTRunConfig, trl_common_kwargs, with_trl_overr
 from pivotrl.train.grpo import save_final, world_size
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines, quiet_trainer
 from pivotrl.train.resume import Resumable
+from pivotrl.train.saved_config import SavesBaseSettings
 
 SFT_METRIC_KEYS = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm",
                    "mean_token_accuracy": "mean_token_accuracy", "entropy": "entropy",
@@ -40,8 +41,9 @@ SFT_METRIC_KEYS = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm"
                    "aux_loss": "aux_loss"}  # MoE load-balancing loss, part of `loss` (router_aux_loss_coef)
 
 
-class PivotSFTTrainer(Resumable, SFTTrainer):
-    """TRL's SFTTrainer, with the resume fixes of train/resume.py."""
+class PivotSFTTrainer(Resumable, SavesBaseSettings, SFTTrainer):
+    """TRL's SFTTrainer, with the resume fixes of train/resume.py; checkpoints keep the base's
+    settings (train/saved_config.py)."""
 
 
 @dataclass
