@@ -288,7 +288,7 @@ def with_profile_settings(cfg: GRPORunConfig, profiled: dict[str, Any]) -> tuple
     stats) wherever the run config does not set its own, and where each setting came from."""
     update, origin = {}, {}
     for field, key in PROFILED_SETTINGS:
-        if field in cfg.model_fields_set and getattr(cfg, field) not in (None, {}):
+        if field in cfg.model_fields_set and getattr(cfg, field) is not None:  # given, `{}` included
             origin[field] = "run config"
         elif profiled.get(key) not in (None, {}):
             update[field], origin[field] = profiled[key], "profiling (the pivots' stats)"
