@@ -108,7 +108,8 @@ def test_train_and_evaluate_use_the_settings_profiling_and_training_recorded(tmp
     recorded = json.loads((tmp_path / "run" / "template_settings.json").read_text())
     assert recorded["chat_template_kwargs"] == nothink and recorded["max_new_tokens"] == 5
     assert set(recorded["settings_from"].values()) == {"profiling (the pivots' stats)", "default"}
-    invoke("evaluate", "--model", tmp_path / "run", "--turns", turns, "--out", tmp_path / "e.json")
+    out = invoke("evaluate", "--model", tmp_path / "run", "--turns", turns, "--out", tmp_path / "e.json")
+    assert "evaluate: token budget 5 tokens per sample (as the model's run recorded it)" in out
     result = json.loads((tmp_path / "e.json").read_text())
     assert result["settings"]["chat_template_kwargs"] == nothink and result["settings"]["max_new_tokens"] == 5
     assert result["settings_from"]["max_new_tokens"] == "the model's template_settings.json"

@@ -81,6 +81,7 @@ def test_moe_with_router_logits_on_runs_every_verb(tmp_path, tiny_model_dir, dat
     invoke("e2e", "--tasks", data / "trajectories.jsonl", "--split", data / "turns.split.json", "--model", base,
            "--output-dir", tmp_path / "e2e", "--max-steps", 1, "--tasks-per-step", 1, "--num-generations", 2,
            "--max-turns", 1, "--max-completion-length", 6)
+    assert metrics(tmp_path / "e2e")[0]["rollout_turns"] == 2  # its episodes were generated
     assert_config_is_the_bases(base, tmp_path / "e2e")
     eval_turns = data / "turns.eval.jsonl"
     invoke("evaluate", "--model", tmp_path / "sft", "--turns", eval_turns, "--out", tmp_path / "sft.json", *budget)

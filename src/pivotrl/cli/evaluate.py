@@ -141,7 +141,9 @@ def evaluate(
     try:
         sampler, tokenizer = cfg.build_sampler(str(model))
         check_chat_template(tokenizer, model)
-        for note in budget_notes(cfg, sampler, tokenizer, cfg.samples, "evaluate"):
+        recorded = settings_from["max_new_tokens"] == "the model's template_settings.json"
+        for note in budget_notes(cfg, sampler, tokenizer, cfg.samples, "evaluate",
+                                 "as the model's run recorded it" if recorded else None):
             console.print(escape(note), style="yellow" if note.startswith("warning") else None)
         with log.running():
             result = turn_eval.evaluate_turns_file(

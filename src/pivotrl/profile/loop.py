@@ -166,11 +166,13 @@ def checked_sampling(cfg: TurnSampling, sampler, tokenizer) -> SamplingParams:
 CPU_THINKING_BUDGET = 256
 
 
-def budget_notes(cfg: TurnSampling, sampler, tokenizer, samples_per_turn: int, verb: str) -> list[str]:
-    """What a verb says before it samples: its token budget and where it comes from, and, for a
-    thinking template whose budget will not finish in reasonable time on the hf backend on CPU,
-    that it will not and how to set it. The budget is checked first (`checked_sampling`)."""
-    budget, source = cfg.sampling(tokenizer).max_new_tokens, cfg.budget_source(tokenizer)
+def budget_notes(cfg: TurnSampling, sampler, tokenizer, samples_per_turn: int, verb: str,
+                 source: str | None = None) -> list[str]:
+    """What a verb says before it samples: its token budget and where it comes from (`source`,
+    when the caller knows better than the config), and, for a thinking template whose budget will
+    not finish in reasonable time on the hf backend on CPU, that it will not and how to set it.
+    The budget is checked first (`checked_sampling`)."""
+    budget, source = cfg.sampling(tokenizer).max_new_tokens, source or cfg.budget_source(tokenizer)
     try:
         checked_sampling(cfg, sampler, tokenizer)
     except ValueError as exc:
