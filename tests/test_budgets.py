@@ -73,7 +73,7 @@ def test_a_sample_is_told_cut_only_when_it_reached_the_budget(tmp_path):
 def test_profile_lines_move_while_one_chunk_is_sampled(tmp_path):
     model = tiny_qwen3(tmp_path / "m", "qwen3")
     out = invoke("profile", write_pivots(tmp_path / "turns.jsonl", 2), "--model", model, "--k", 2,
-                 "--max-new-tokens", 400, "--progress-seconds", 0.2, "--out", tmp_path / "p.jsonl")
+                 "--max-new-tokens", 400, "--progress-seconds", 0.05, "--out", tmp_path / "p.jsonl")
     waiting = [line for line in out.splitlines() if line.startswith("profile 0/2 · ")]
     assert waiting and all("tokens sampled" in line and "– s/turn" not in line for line in waiting)
     counts = [int(line.split(" tokens sampled")[0].split(" · ")[-1].replace(",", "")) for line in waiting]
