@@ -15,7 +15,7 @@ from pivotrl.cli.console import console, fail
 from pivotrl.cli.guard import guarded
 from pivotrl.cli.options import config_fields, engine_option, load_run_config
 from pivotrl.cli.run_verb import DRY_RUN, STRICT, given_command
-from pivotrl.profile.loop import ProfileConfig
+from pivotrl.profile.loop import ProfileConfig, budget_notes
 from pivotrl.run_plan import Launch
 from pivotrl.sampling.vllm import VLLMOptions
 
@@ -116,6 +116,8 @@ def profile(
                                            batch_size=cfg.batch_size, concurrency=cfg.concurrency,
                                            served_model_name=cfg.served_model_name)
         check_chat_template(tokenizer, model)
+        for note in budget_notes(cfg, sampler, tokenizer, cfg.k, "profile"):
+            console.print(escape(note), style="yellow" if note.startswith("warning") else None)
         start_profile(turns, out, cfg, tokenizer, model, Launch(strict=strict))
         with progress_bar(progress) as on_progress:
             doc = profile_file(turns, out, sampler, ver, tokenizer, cfg, model_name=model,

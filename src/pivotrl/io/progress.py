@@ -55,8 +55,9 @@ class ProgressLog:
     def line(self, done: int, extra: str = "") -> str:
         elapsed = self.clock() - self.t0
         new = done - self.start
-        parts = [f"{self.label} {done}/{self.total}" if self.total else f"{self.label} {done}",
-                 rate_text(elapsed, new, self.unit)]
+        parts = [f"{self.label} {done}/{self.total}" if self.total else f"{self.label} {done}"]
+        if new > 0 or not extra:  # before the first unit, the work noted in `extra` is the progress
+            parts.append(rate_text(elapsed, new, self.unit))
         if self.total and new > 0:
             parts.append(f"ETA {duration((self.total - done) * elapsed / new)}")
         parts.append(f"elapsed {duration(elapsed)}")
@@ -115,3 +116,19 @@ class ProgressLog:
         finally:
             stop.set()
             thread.join()
+
+
+class TokenCount:
+    """Tokens sampled since `t0` (a `time.perf_counter()` reading) and their rate, as a progress
+    line shows them while a chunk of samples is drawn (`sample_and_score`'s `on_tokens`)."""
+
+    def __init__(self, t0: float | None = None):
+        self.t0, self.tokens = time.perf_counter() if t0 is None else t0, 0
+
+    def add(self, k: int) -> None:
+        self.tokens += k
+
+    def text(self) -> str:
+        if not self.tokens:
+            return ""
+        return f"{self.tokens:,} tokens sampled ({self.tokens / max(time.perf_counter() - self.t0, 1e-9):,.0f}/s)"

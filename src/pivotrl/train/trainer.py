@@ -9,8 +9,10 @@ import torch
 from trl import GRPOTrainer
 
 from pivotrl.formats.chat import prompt_token_ids
+from pivotrl.sampling.generate import router_logits_off
 from pivotrl.train.resume import Resumable
 from pivotrl.train.reward import group_stats
+from pivotrl.train.saved_config import SavesBaseSettings
 from pivotrl.train.shared_prefix import (enable_shared_prefix_forward, has_shared_prefix_forward,
                                          rollout_fallback_reason, shared_prefill_rollouts,
                                          shared_prefix_logps, unsupported_reason)
@@ -43,7 +45,7 @@ def score_only_completions_on_cpu(enabled: bool = True) -> bool:
     return True
 
 
-class PivotGRPOTrainer(Resumable, GRPOTrainer):
+class PivotGRPOTrainer(Resumable, SavesBaseSettings, GRPOTrainer):
     """GRPOTrainer plus the metrics PivotRL reports: per-group reward std, fraction of zero-std
     groups, and rollout turns spent (one completion = one model turn), counted over all processes."""
 
@@ -83,8 +85,12 @@ class PivotGRPOTrainer(Resumable, GRPOTrainer):
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         if self.shared_rollouts and images is None and not multimodal_fields and not has_tool_images:
             return shared_prefill_rollouts(self, prompt_ids), None
-        return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
-                                             has_tool_images)
+        # TRL's generate reads `output_router_logits` from the config, and an MoE checkpoint that
+        # has it on cannot compute the load-balancing loss over a padded, cached batch: off while
+        # sampling (the loss forward asks for the router logits itself).
+        with router_logits_off(self._causal_lm(self.model)):
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)
 
     def _tokenize_prompts(self, prompts: list):
         """Text prompts under the one tokenization rule (pivotrl.formats.chat): the template's text is the
