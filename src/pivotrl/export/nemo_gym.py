@@ -364,6 +364,21 @@ def _foreign(row: dict[str, Any], params: dict[str, Any], action: dict[str, Any]
     return gym
 
 
+def row_position(row: dict[str, Any]) -> tuple[str | None, int | None]:
+    """The row's own trajectory id and assistant ordinal (0-based: `meta_info.assistant_depth`,
+    else `info.depth`), where it names them; NeMo-Gym's own rows name neither."""
+    traj = row.get("trajectory_id")
+    traj_id = str(traj) if isinstance(traj, (str, int)) and not isinstance(traj, bool) and str(traj) else None
+    depth = None
+    for key, field in (("meta_info", "assistant_depth"), ("info", "depth")):
+        block = row.get(key)
+        value = block.get(field) if isinstance(block, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            depth = value
+            break
+    return traj_id, depth
+
+
 def nemo_gym_to_turn(row: dict[str, Any], fallback_id: str | None = None) -> Turn:
     """A NeMo-Gym row back to a Turn (raises ValueError naming the field). The Turn id is the
     row's `id`, else its `uuid`, else `fallback_id` (e.g. file:line)."""
@@ -392,7 +407,12 @@ def nemo_gym_to_turn(row: dict[str, Any], fallback_id: str | None = None) -> Tur
         turn_index, domain = meta.get("turn", len(context)), meta.get("domain")
     else:
         turn_meta = dict(meta)
-        trajectory_id, turn_index, domain = row_id, len(context), meta.get("domain")
+        # A published pivot set's own trajectory id and ordinal keep its pivots of one
+        # trajectory together (a split is drawn by trajectory); without them, each row is its own.
+        own_trajectory, own_turn = row_position(row)
+        trajectory_id = own_trajectory or row_id
+        turn_index = own_turn if own_turn is not None else len(context)
+        domain = meta.get("domain")
     # Our own rows carry an imported row's fields inside turn_metadata already.
     if not ours and (gym := _foreign(row, params, action)):
         turn_meta["nemo_gym"] = gym
