@@ -93,17 +93,27 @@ def test_nemo_gym_row_shape():
     assert text["metadata"]["expected_extra"] == {"reasoning_content": "greet"}
 
 
-def test_round_trip_turns_nemo_gym_turns(tmp_path):
+def test_round_trip_through_the_cli_gives_back_the_same_turns(tmp_path):
+    """Turns → NeMo-Gym rows → Turns is the identity, argument types included: NeMo-Gym's rows
+    hold arguments as JSON strings, an object comes back an object, a string a string."""
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+
     turns = sample_turns()
-    src = tmp_path / "turns.jsonl"
+    objects = turns[0].model_copy(deep=True)  # the expected call's arguments as an object too
+    objects.id, objects.expected.tool_calls[0].function.arguments = "t1/8b", {"order_id": "O-7", "amount": 20.0}
+    turns.append(objects)
+    src, rows, back = tmp_path / "turns.jsonl", tmp_path / "rows.jsonl", tmp_path / "back.jsonl"
     write_atomic(src, turns)
-    rows = tmp_path / "rows.jsonl"
-    s1 = export_file(src, rows, "nemo-gym")
-    back = tmp_path / "back.jsonl"
-    s2 = import_nemo_gym(rows, back)
-    assert (s1.written, s2.written, s1.rejects, s2.rejects) == (2, 2, [], [])
+    runner = CliRunner()
+    assert runner.invoke(app, ["export", str(src), "--format", "nemo-gym", "--out", str(rows)]).exit_code == 0
+    r = runner.invoke(app, ["import", "nemo-gym", str(rows), "--out", str(back)])
+    assert r.exit_code == 0, r.output
     got = list(iter_valid(back, Turn))
-    assert [_semantic(t) for t in got] == [_semantic(t) for t in turns]
+    assert [t.model_dump(mode="json") for t in got] == [t.model_dump(mode="json") for t in turns]
+    assert isinstance(got[0].context[2].tool_calls[0].function.arguments, dict)
+    assert isinstance(got[0].context[4].tool_calls[0].function.arguments, str)
     assert got[0].model_extra["reward_mean"] == 0.5  # Profile fields survive
     assert got[0].context[3].name == "get_order"
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pivotrl.io.records import Message, Turn, message_text, sidecar_path
+from pivotrl.io.records import Message, Turn, message_text, parse_arguments, sidecar_path
 
 AGENT_REF_TYPE = "responses_api_agents"
 DEFAULT_AGENT_NAME = "pivotrl_single_step_tool_use_with_argument_comparison_agent"
@@ -142,11 +142,31 @@ def tool_from_responses(tool: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": fn}
 
 
+# The calls of a message whose arguments were a JSON object, not a string: NeMo-Gym's row holds
+# strings only, so without this list a round trip would change their type.
+OBJECT_ARGUMENTS = "pivotrl_object_arguments"
+
+
 def _extras(message: Message) -> dict[str, Any]:
     extra = dict(message.model_extra or {})
     if message.name is not None:
         extra["name"] = message.name
+    objects = [j for j, c in enumerate(message.tool_calls or []) if isinstance(c.function.arguments, dict)]
+    if objects:
+        extra[OBJECT_ARGUMENTS] = objects
     return extra
+
+
+def _restore_objects(message: Message, objects: Any) -> Message:
+    """The calls listed in `objects` (OBJECT_ARGUMENTS) get their arguments back as objects."""
+    for j in objects if isinstance(objects, list) else ():
+        calls = message.tool_calls or []
+        if isinstance(j, int) and 0 <= j < len(calls) and isinstance(calls[j].function.arguments, str):
+            try:
+                calls[j].function.arguments = parse_arguments(calls[j].function.arguments)
+            except ValueError:
+                pass  # not an object after all: the string is kept as it is
+    return message
 
 
 def expected_action(message: Message) -> dict[str, Any]:
@@ -325,11 +345,13 @@ def action_to_message(action: Any, extra: dict[str, Any] | None = None) -> Messa
         raise ValueError(f"{where}.type: unsupported action type {kind!r}")
     extra = dict(extra or {})
     ids = extra.pop("call_ids", None)
+    objects = extra.pop(OBJECT_ARGUMENTS, None)
     for j, call in enumerate(data.get("tool_calls", [])):
         given = ids[j] if isinstance(ids, list) and j < len(ids) else None
         call["id"] = given if isinstance(given, str) else f"call_{j}"
-    return Message.model_validate({**extra, **data, **({"content": extra["content"]}
-                                                       if "content" in extra else {})})
+    return _restore_objects(Message.model_validate({**extra, **data, **({"content": extra["content"]}
+                                                                        if "content" in extra else {})}),
+                            objects)
 
 
 def _context(params: dict[str, Any], infer_names: bool) -> list[Message]:
@@ -393,8 +415,10 @@ def nemo_gym_to_turn(row: dict[str, Any], fallback_id: str | None = None) -> Tur
     message_extra = meta.get("message_extra") if ours else None
     for i, extra in (message_extra.items() if isinstance(message_extra, dict) else ()):
         if str(i).isdigit() and int(i) < len(context) and isinstance(extra, dict):
-            context[int(i)] = Message.model_validate({**context[int(i)].model_dump(exclude_none=True),
-                                                      **extra})
+            extra = dict(extra)
+            objects = extra.pop(OBJECT_ARGUMENTS, None)
+            context[int(i)] = _restore_objects(Message.model_validate(
+                {**context[int(i)].model_dump(exclude_none=True), **extra}), objects)
     tools = params.get("tools") or []
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise ValueError("responses_create_params.tools: not a list of objects")
