@@ -1,5 +1,5 @@
-"""`pivotrl export` (Turns → NeMo-Gym rows or verl parquet) and `pivotrl import nemo-gym` (rows →
-Turns), over `pivotrl.export`."""
+"""`pivotrl export` (Turns → NeMo-Gym rows or verl parquet) and `pivotrl import nemo-gym|verl`
+(rows → Turns), over `pivotrl.export`."""
 
 from __future__ import annotations
 
@@ -81,6 +81,18 @@ def import_nemo_gym(rows: Path = typer.Argument(..., help="NeMo-Gym rows JSONL."
     from pivotrl.export import import_nemo_gym as read_rows
 
     _import(read_rows, "nemo-gym", rows, out, eval_fraction, seed)
+
+
+@guarded(inputs=["rows"], outputs=["out"])
+def import_verl(rows: Path = typer.Argument(..., help="verl parquet (or JSONL of the same rows)."),
+                out: Path = typer.Option(..., "--out", help="Turns JSONL to write."),
+                eval_fraction: float = option(ExtractOptions, "eval_fraction"),
+                seed: int = option(ExtractOptions, "seed")) -> None:
+    """verl rows back to Turns: those `pivotrl export --format verl` wrote, or others whose
+    ground truth is the expert's assistant message (the context is then the row's prompt)."""
+    from pivotrl.export import import_verl as read_rows
+
+    _import(read_rows, "verl", rows, out, eval_fraction, seed)
 
 
 def _import(read, fmt: str, src: Path, out: Path, eval_fraction: float, seed: int) -> None:

@@ -21,7 +21,7 @@ from pivotrl.export.nemo_gym import (DEFAULT_AGENT_NAME, PARALLEL_CALLS, gym_con
                                      gym_config_path, missing_tools, nemo_gym_to_turn, row_problem,
                                      turn_to_nemo_gym)
 from pivotrl.export.verl import (DEFAULT_AGENT_LOOP, ToolUnion, tool_config_path, turn_to_verl,
-                                 verl_schema, write_tool_config)
+                                 verl_schema, verl_to_turn, write_tool_config)
 from pivotrl.io.empty import check_input, require_some
 from pivotrl.export.pass_rates import imported_profile, profiled_by
 from pivotrl.io.records import (Profile, Record, Reject, Trajectory, Turn, atomic_path,
@@ -31,7 +31,7 @@ from pivotrl.io.records import (Profile, Record, Reject, Trajectory, Turn, atomi
 FORMATS = ("nemo-gym", "verl")
 __all__ = ["DEFAULT_AGENT_LOOP", "DEFAULT_AGENT_NAME", "FORMATS", "PARALLEL_CALLS", "ExportSummary",
            "check_turn", "export_file", "gym_config_path",
-           "import_nemo_gym", "nemo_gym_to_turn", "row_to_turn", "tool_config_path",
+           "import_nemo_gym", "import_verl", "nemo_gym_to_turn", "row_to_turn", "tool_config_path",
            "turn_to_nemo_gym", "turn_to_verl", "verl_schema"]
 
 
@@ -183,10 +183,11 @@ class NemoGymRow(Record):
     expected_action: dict[str, Any]
 
 
-def row_to_turn(row: dict[str, Any], fallback_id: str | None = None) -> Turn | tuple[str, str]:
-    """A row as a valid Turn, or (field, reason) saying why not; never raises on bad data."""
+def _turn_or_problem(build, row: dict[str, Any], fallback_id: str | None) -> Turn | tuple[str, str]:
+    """`build(row, fallback_id)` as a valid Turn, or (field, reason) saying why not; never raises
+    on bad data."""
     try:
-        turn = nemo_gym_to_turn(row, fallback_id)
+        turn = build(row, fallback_id)
     except ValidationError as exc:
         err = exc.errors()[0]
         return ".".join(str(p) for p in err["loc"]), err["msg"]
@@ -196,8 +197,13 @@ def row_to_turn(row: dict[str, Any], fallback_id: str | None = None) -> Turn | t
     return check_turn(turn) or turn
 
 
+def row_to_turn(row: dict[str, Any], fallback_id: str | None = None) -> Turn | tuple[str, str]:
+    """A NeMo-Gym row as a valid Turn, or (field, reason) saying why not; never raises on bad data."""
+    return _turn_or_problem(nemo_gym_to_turn, row, fallback_id)
+
+
 def _import_turns(src: Path, out: Path, convert, *, eval_fraction: float = 0.0,
-                  seed: int = 0) -> ExportSummary:
+                  seed: int = 0, jsonl: bool = True) -> ExportSummary:
     """`convert(notes)` yields a Turn or a Reject for every record of `src` (counting what it
     read besides the turns in `notes`). The Turns go to `out`, or with `eval_fraction` those of
     held-out trajectories (drawn as `extract` draws them: by trajectory, never by row) to
@@ -210,7 +216,8 @@ def _import_turns(src: Path, out: Path, convert, *, eval_fraction: float = 0.0,
     eval_out = sidecar_path(out, ".eval.jsonl") if eval_fraction > 0 else None
     _refuse_overwrite(src, out, rejects_path(out), stats_path(out),
                       *([eval_out, split_path(out)] if eval_out else []))
-    check_input(src)
+    if jsonl:
+        check_input(src)
     summary, models = ExportSummary(), Counter()
     held: frozenset[str] = frozenset()
     if eval_out is not None:  # a first pass for the trajectory ids: the split is exact
@@ -241,13 +248,15 @@ def _import_turns(src: Path, out: Path, convert, *, eval_fraction: float = 0.0,
     if models:
         summary.warnings[f"pass rates imported as profiles of {profiled_by(models)}: PivotRL "
                          "selects with the trained policy's own (`pivotrl profile` re-profiles)"] += 1
-    write_text_atomic(stats_path(out), json.dumps({
-        "imported_from": str(src), "turns": summary.written, "profiles": sum(models.values()),
-        "profiled_by": dict(models), "notes": dict(summary.notes),
-        # what `pivotrl select` passes on to training (`select.profile_settings`)
-        "settings": {"model": profiled_by(models), "chat_template_kwargs": None,
-                     "response_format": None, "max_new_tokens": None}}, indent=2))
-    summary.files.append(stats_path(out))
+        write_text_atomic(stats_path(out), json.dumps({
+            "imported_from": str(src), "turns": summary.written, "profiles": sum(models.values()),
+            "profiled_by": dict(models), "notes": dict(summary.notes),
+            # what `pivotrl select` passes on to training (`select.profile_settings`)
+            "settings": {"model": profiled_by(models), "chat_template_kwargs": None,
+                         "response_format": None, "max_new_tokens": None}}, indent=2))
+        summary.files.append(stats_path(out))
+    elif stats_path(out).is_file() and "imported_from" in stats_path(out).read_text():
+        stats_path(out).unlink()  # an earlier import's profiler would be claimed for these turns
     _write_rejects(out, summary.rejects)
     require_some(summary.written, "turns", src, rejected=len(summary.rejects),
                  first_reject=summary.rejects[0] if summary.rejects else None, result=summary)
@@ -272,3 +281,46 @@ def import_nemo_gym(rows: str | Path, out: str | Path, *, eval_fraction: float =
                    Reject(str(rows), lineno, result[1], result[0], json.dumps(row)[:2000]))
 
     return _import_turns(rows, out, convert, eval_fraction=eval_fraction, seed=seed)
+
+
+PARQUET_MAGIC = b"PAR1"  # a parquet file's first bytes
+
+
+def _is_parquet(path: Path) -> bool:
+    with path.open("rb") as fh:
+        return fh.read(4) == PARQUET_MAGIC
+
+
+def _verl_rows(path: Path, batch_rows: int = 1000) -> Iterator[tuple[int, dict[str, Any] | Reject]]:
+    """(row number, row or Reject) of a verl parquet file, a batch at a time, or of a JSONL file
+    of the same rows (one line each)."""
+    if not _is_parquet(path):
+        for lineno, rec in read_records(path, Record):
+            yield lineno, rec if isinstance(rec, Reject) else rec.model_dump()
+        return
+    import pyarrow.parquet as pq
+
+    n = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
+        for row in batch.to_pylist():
+            n += 1
+            yield n, row
+
+
+def import_verl(rows: str | Path, out: str | Path, *, eval_fraction: float = 0.0,
+                seed: int = 0) -> ExportSummary:
+    """verl rows (parquet, or JSONL of the same rows) -> Turns JSONL (bad rows to the rejects file,
+    numbered from 1 in file order); `pivotrl.export.verl.verl_to_turn` reads each row."""
+    rows, out = Path(rows), Path(out)
+
+    def convert(notes: Counter) -> Iterator[Turn | Reject]:
+        for n, row in _verl_rows(rows):
+            if isinstance(row, Reject):
+                yield row
+                continue
+            result = _turn_or_problem(verl_to_turn, row, f"{rows.stem}:{n}")
+            yield (result if isinstance(result, Turn) else
+                   Reject(str(rows), n, result[1], result[0], json.dumps(row, default=str)[:2000]))
+
+    return _import_turns(rows, out, convert, eval_fraction=eval_fraction, seed=seed,
+                         jsonl=not _is_parquet(rows))
