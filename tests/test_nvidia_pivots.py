@@ -49,6 +49,7 @@ def test_nvidia_rows_import_select_train_without_profiling(tmp_path, tiny_model_
     pivots = tmp_path / "pivots.jsonl"
     r = runner.invoke(app, ["select", str(turns), "--out", str(pivots), "--no-plot"])
     assert r.exit_code == 0, r.output
+    assert "profiled by" in r.output and "qwen_235b" in r.output
     kept = list(iter_valid(pivots, Profile))
     # NeMo-Gym's (and the paper's) guidance: mixed outcomes, not too easy; all-pass dropped
     mixed = [t for t in train_side if 0 < t.reward_mean < 0.75]
