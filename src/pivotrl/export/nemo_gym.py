@@ -22,7 +22,8 @@ Turn such as a Profile's samples, the expert's reasoning and text next to its ca
 goes to `metadata`, so `import nemo-gym` gives back the same Turn. Rows written by NeMo-Gym
 itself (no id, `uuid`, output-message items with ids and annotations, batches, an
 `instructions` string, expected actions without `type`) are read too; their other fields are
-kept under the Turn's `metadata["nemo_gym"]` and written back on export.
+kept under the Turn's `metadata["nemo_gym"]` and written back on export. Published pivot sets
+name each row's trajectory and place in it (`row_position`): those are the Turn's.
 """
 
 from __future__ import annotations
