@@ -172,7 +172,8 @@ def main() -> int:
             earlier = [Message.model_validate(m) for i in range(30) for m in history_pair(i, rng)]
             corpus += [prompt_text(seed_tok, [*t.context[:2], *earlier], t.tools) for t in turns[:4]]
         tokenizer = build_tokenizer(corpus)
-        room = TinyModelConfig(max_positions=max(2048, args.prompt_tokens + args.max_completion + 256))
+        room = TinyModelConfig(max_positions=max(2048, args.prompt_tokens + args.max_completion + 2048))
+        tokenizer.model_max_length = room.max_positions  # the context pivotrl reads off both
         model_dir = save_tiny(build_model(tokenizer, room), tokenizer, tmp / "model")
     if args.prompt_tokens:
         turns = lengthen_pivots(tmp / "pivots.jsonl", turns, tokenizer, args.prompt_tokens)

@@ -45,6 +45,7 @@ def testbed_model(tmp: Path, max_positions: int = 2048) -> Path:
                                           tokenize=False)
              for t in generate_trajectories("toolshop", "train", 200, seed=0)]
     tokenizer = build_tokenizer(texts)
+    tokenizer.model_max_length = max_positions  # the context pivotrl reads off both
     return save_tiny(build_model(tokenizer, TinyModelConfig(max_positions=max_positions)), tokenizer, tmp / "model")
 
 
@@ -97,7 +98,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench_profile_"))
     model_dir = args.model or (DEFAULT_BASE if (DEFAULT_BASE / "config.json").exists() else None)
     source = str(model_dir) if model_dir else "random tiny Llama of the testbed's shape"
-    model_dir = model_dir or testbed_model(tmp, max(2048, args.prompt_tokens + args.max_new_tokens + 256))
+    model_dir = model_dir or testbed_model(tmp, max(2048, args.prompt_tokens + args.max_new_tokens + 4096))
     turns_path = tmp / "turns.jsonl"
     sampler = HFSampler(str(model_dir), batch_size=args.batch_size, device="cpu")
     write_turns(turns_path, args.turns, sampler.tokenizer, args.prompt_tokens)
