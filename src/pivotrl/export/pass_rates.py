@@ -20,7 +20,8 @@ Such a row carries, beside the NeMo-Gym request and action:
 - reward mean and population std are computed from the outcomes (`make_profile`, as profiling
   does), and `metadata["imported_profile"]` says which model and field they came from.
 
-PivotRL assumes the policy being trained did the profiling: the stats name the model
+A row without pass rates stays a plain Turn (`select` rejects it, naming the missing field:
+profile such rows). PivotRL assumes the policy being trained did the profiling: the stats name the model
 (`profiled_by`), and `pivotrl train` warns when `--model` is another one; re-profiling with
 `pivotrl profile` is the fix.
 """
