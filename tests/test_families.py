@@ -287,6 +287,17 @@ def test_thinking_kwargs_reach_the_prompt_and_set_the_token_budget():
     assert with_token_budget(cfg, qwen3).max_completion_length == 256
 
 
+def test_a_template_that_thinks_only_when_asked_gets_the_plain_budget():
+    """Gemma 4's template takes `enable_thinking` but thinks only when it is set; Qwen3's (edited,
+    so not matched by name) thinks unless it is unset."""
+    gemma4 = make_tokenizer("gemma4")
+    assert not detect(gemma4).thinks and token_budget(gemma4) == 256
+    assert token_budget(gemma4, chat_kwargs={"enable_thinking": True}) == 4096  # when asked to think
+    edited = make_tokenizer("qwen3")
+    edited.chat_template += "\n"
+    assert detect(edited).template is None and detect(edited).thinks and token_budget(edited) == 4096
+
+
 def test_harmony_ends_as_samplers_and_trainers_leave_it():
     tok = make_tokenizer("gptoss")
     text = completion(tok, call())
