@@ -317,7 +317,8 @@ def test_a_tied_head_is_not_reported_missing_on_resume(tiny_model_dir, monkeypat
 
 def test_train_warns_when_its_template_settings_are_not_profilings(tmp_path, tiny_model_dir, monkeypatch, caplog):
     """The pivots' stats carry how they were profiled (select copies PROFILE.stats.json's settings):
-    training with other chat-template variables warns; the trained model records its own."""
+    training given other chat-template variables warns (given none, it takes profiling's:
+    tests/test_budgets.py); the trained model records its own."""
     import pivotrl.train.grpo as grpo
     from pivotrl.formats.options import recorded_template_settings, template_mismatch, write_template_settings
     from pivotrl.select import SelectConfig, select_file
@@ -337,11 +338,11 @@ def test_train_warns_when_its_template_settings_are_not_profilings(tmp_path, tin
     monkeypatch.setattr(grpo, "load_pivot_set", lambda *a, **k: (_ for _ in ()).throw(Stop()))
     cfg = GRPORunConfig(model=str(tiny_model_dir), pivots=tmp_path / "pivots.jsonl", output_dir=tmp_path / "run")
     with caplog.at_level("WARNING", logger="pivotrl.train.grpo"), pytest.raises(Stop):
-        grpo.train(cfg)
-    assert "chat_template_kwargs {'enable_thinking': False} there, {} here" in caplog.text
+        grpo.train(GRPORunConfig(**{**cfg.model_dump(), "chat_template_kwargs": {"enable_thinking": True}}))
+    assert "chat_template_kwargs {'enable_thinking': False} there, {'enable_thinking': True} here" in caplog.text
     caplog.clear()
     with caplog.at_level("WARNING", logger="pivotrl.train.grpo"), pytest.raises(Stop):
-        grpo.train(cfg.model_copy(update={"chat_template_kwargs": {"enable_thinking": False}}))
+        grpo.train(cfg)
     assert "template settings" not in caplog.text
     write_template_settings(tmp_path / "run", {"chat_template_kwargs": {"enable_thinking": False}})
     trained = recorded_template_settings(tmp_path / "run" / "checkpoint-2")  # a checkpoint finds its run's

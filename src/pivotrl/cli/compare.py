@@ -70,7 +70,7 @@ def compare(
         else:
             if max_model_len:
                 overrides["engine"] = {"max_model_len": max_model_len}
-            cfg, ver = check_inputs(model, turns, config, overrides)
+            cfg, ver, _ = check_inputs(model, turns, config, overrides)
             with console.status(f"scoring {len(model)} models on {turns.name}"):
                 doc = compare_models(turns, [str(m) for m in model], out, ver, cfg)
     except (SamplerError, ValueError, OSError) as exc:

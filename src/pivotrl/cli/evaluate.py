@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pivotrl.cli.console import console, fail
@@ -59,8 +60,23 @@ def run_settings(config: Path | None) -> dict[str, Any]:
     return out
 
 
-def check_inputs(models: Sequence[Path], turns: Path, config: Path | None, options: dict[str, Any]):
-    """(TurnEvalConfig, verifier) from `--config` and the flags (defaults < config < flags); a bad
+# The settings a model's own run recorded (formats.options.SETTINGS_FILE) that evaluate uses
+# unless told otherwise: the prompts it was trained on, its tool-call format, its token budget.
+RECORDED_SETTINGS = ("chat_template_kwargs", "response_format", "max_new_tokens")
+
+
+def recorded_run_settings(model: Path) -> dict[str, Any]:
+    """What `model`'s run recorded of RECORDED_SETTINGS ({} for a model pivotrl did not train)."""
+    from pivotrl.formats.options import recorded_template_settings
+
+    recorded = recorded_template_settings(model) or {}
+    return {k: recorded[k] for k in RECORDED_SETTINGS if recorded.get(k) not in (None, {})}
+
+
+def check_inputs(models: Sequence[Path], turns: Path, config: Path | None, options: dict[str, Any],
+                 recorded: dict[str, Any] | None = None):
+    """(TurnEvalConfig, verifier, where each of RECORDED_SETTINGS came from) from the model's
+    recorded settings, `--config` and the flags (defaults < recorded < config < flags); a bad
     input exits 2 naming it."""
     from pivotrl.io.inputs import check_input_file, check_model
     from pivotrl.io.yaml_config import build_model
@@ -69,9 +85,14 @@ def check_inputs(models: Sequence[Path], turns: Path, config: Path | None, optio
         for m in models:
             check_model(m)
         check_input_file(turns, "--turns", "`pivotrl extract --eval-fraction F` (TURNS.eval.jsonl)")
-        cfg = build_model(TurnEvalConfig, {**run_settings(config), **options},
+        from_config = run_settings(config)
+        layers = (("flags", options), ("--config", from_config),
+                  ("the model's template_settings.json", recorded or {}))
+        settings_from = {key: next((name for name, given in layers if key in given), "default")
+                         for key in RECORDED_SETTINGS}
+        cfg = build_model(TurnEvalConfig, {**(recorded or {}), **from_config, **options},
                           config if config is not None else "options")
-        return cfg, cfg.build_verifier()
+        return cfg, cfg.build_verifier(), settings_from
     except (KeyError, ValueError, TypeError, OSError) as exc:  # unknown verifier, bad options
         raise fail(f"pivotrl evaluate: {exc}", 2) from None
 
@@ -100,11 +121,12 @@ def evaluate(
     from pivotrl.io.progress import ProgressLog
     from pivotrl.io.records import sidecar_path
     from pivotrl.io.split import resolve_split
+    from pivotrl.profile.loop import budget_notes
     from pivotrl.sampling import SamplerError
 
     if max_model_len:
         overrides["engine"] = {"max_model_len": max_model_len}
-    cfg, ver = check_inputs([model], turns, config, overrides)
+    cfg, ver, settings_from = check_inputs([model], turns, config, overrides, recorded_run_settings(model))
     try:
         held_out = resolve_split(split, turns)
     except ValueError as exc:
@@ -113,8 +135,10 @@ def evaluate(
     try:
         sampler, tokenizer = cfg.build_sampler(str(model))
         check_chat_template(tokenizer, model)
+        for note in budget_notes(cfg, sampler, tokenizer, cfg.samples, "evaluate"):
+            console.print(escape(note), style="yellow" if note.startswith("warning") else None)
         result = turn_eval.evaluate_turns_file(turns, out, sampler, ver, tokenizer, cfg, model_name=str(model),
-                                               split=held_out,
+                                               split=held_out, settings_from=settings_from,
                                                progress=lambda done, total: log.update(done, total=total))
     except (SamplerError, ValueError) as exc:
         raise fail(str(exc), 1) from None

@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from pivotrl.cli.console import console, fail
 from pivotrl.cli.guard import guarded
 from pivotrl.cli.options import config_fields, engine_option, load_config
-from pivotrl.profile.loop import ProfileConfig
+from pivotrl.profile.loop import ProfileConfig, budget_notes
 from pivotrl.sampling.vllm import VLLMOptions
 
 
@@ -102,6 +103,8 @@ def profile(
                                            batch_size=cfg.batch_size, concurrency=cfg.concurrency,
                                            served_model_name=cfg.served_model_name)
         check_chat_template(tokenizer, model)
+        for note in budget_notes(cfg, sampler, tokenizer, cfg.k, "profile"):
+            console.print(escape(note), style="yellow" if note.startswith("warning") else None)
         with progress_bar(progress) as on_progress:
             doc = profile_file(turns, out, sampler, ver, tokenizer, cfg, model_name=model,
                                progress=progress, on_progress=on_progress)

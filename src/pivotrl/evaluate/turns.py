@@ -162,11 +162,13 @@ def result_rejects_path(out: str | Path) -> Path:
 
 def evaluate_turns_file(turns_path: str | Path, out_path: str | Path, sampler, verifier, tokenizer,
                         cfg: TurnEvalConfig, *, model_name: str = "", split: Split | None = None,
-                        progress: Callable[[int, int], Any] | None = None) -> dict[str, Any]:
+                        progress: Callable[[int, int], Any] | None = None,
+                        settings_from: dict[str, str] | None = None) -> dict[str, Any]:
     """Score the turns of `turns_path`; write RESULT.json (`out_path`), the scored turns
     (RESULT.items.jsonl) and bad lines (RESULT.rejects.jsonl). Returns the result dict.
     `split`: score only turns of its eval trajectories (the others are counted, not scored).
-    `progress(done, total)` is called after each scored turn."""
+    `progress(done, total)` is called after each scored turn. `settings_from`: where the caller
+    took the template settings and budget from, recorded in the result."""
     turns_path, out_path = Path(turns_path), Path(out_path)
     outputs = (out_path, items_path(out_path), result_rejects_path(out_path))
     if turns_path.resolve() in {p.resolve() for p in outputs}:
@@ -200,6 +202,7 @@ def evaluate_turns_file(turns_path: str | Path, out_path: str | Path, sampler, v
     if warning:
         logger.warning(warning)
     result = {"model": model_name, "turns_file": str(turns_path), "settings": settings,
+              **({"settings_from": settings_from} if settings_from else {}),
               **({"warnings": [warning]} if warning else {}),
               "rejected_lines": len(rejects), "prompt_limit": prompt_limit(sampler),
               "too_long": too_long, **summarize(items),

@@ -55,9 +55,15 @@ def template_mismatch(ours: dict[str, Any], theirs: dict[str, Any], stage: str, 
             "other prompts than the ones it was measured or trained on; give the same ones")
 
 
+# Besides the FormatOptions: the token budget the run sampled with (None: none, as for SFT) and
+# where each setting came from (`settings_from`), so `evaluate` scores the model as it was run.
+RUN_SETTINGS = ("max_new_tokens", "settings_from")
+
+
 def write_template_settings(folder: str | Path, options: dict[str, Any]) -> None:
-    """Record a trained model's template settings in `folder` (SETTINGS_FILE)."""
+    """Record a trained model's template settings (and RUN_SETTINGS) in `folder` (SETTINGS_FILE)."""
     keep = {k: options.get(k) for k in FormatOptions.model_fields}
+    keep.update({k: options[k] for k in RUN_SETTINGS if options.get(k) is not None})
     write_text_atomic(Path(folder) / SETTINGS_FILE, json.dumps(keep, indent=1))
 
 

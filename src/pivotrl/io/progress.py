@@ -55,8 +55,9 @@ class ProgressLog:
     def line(self, done: int, extra: str = "") -> str:
         elapsed = self.clock() - self.t0
         new = done - self.start
-        parts = [f"{self.label} {done}/{self.total}" if self.total else f"{self.label} {done}",
-                 rate_text(elapsed, new, self.unit)]
+        parts = [f"{self.label} {done}/{self.total}" if self.total else f"{self.label} {done}"]
+        if new > 0 or not extra:  # before the first unit, the work noted in `extra` is the progress
+            parts.append(rate_text(elapsed, new, self.unit))
         if self.total and new > 0:
             parts.append(f"ETA {duration((self.total - done) * elapsed / new)}")
         parts.append(f"elapsed {duration(elapsed)}")

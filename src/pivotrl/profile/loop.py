@@ -8,6 +8,7 @@ holds for batching). `pivotrl.profile.runs` puts this loop over files."""
 
 from __future__ import annotations
 
+import inspect
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -16,14 +17,14 @@ from pydantic import BaseModel, Field
 
 from pivotrl.formats.actions import parse_completion
 from pivotrl.formats.chat import prompt_text
-from pivotrl.formats.families import PLAIN_TOKEN_BUDGET
+from pivotrl.formats.families import PLAIN_TOKEN_BUDGET, is_thinking
 from pivotrl.formats.options import FormatOptions
 from pivotrl.io.records import Profile, Sample, Turn
 from pivotrl.io.seeds import derive_seed
 from pivotrl.io.turn_files import chunks
 from pivotrl.sampling.base import Completion, SamplingParams
 from pivotrl.sampling.options import EngineConfig, SamplingOptions
-from pivotrl.sampling.pipeline import prefetch, prompt_limit, split_too_long
+from pivotrl.sampling.pipeline import check_budget, prefetch, prompt_limit, split_too_long
 from pivotrl.scoring import Parser, score_completions
 from pivotrl.verifiers.base import Score
 from pivotrl.verifiers.options import VerifierOptions
@@ -41,6 +42,13 @@ class TurnSampling(EngineConfig, SamplingOptions, VerifierOptions, FormatOptions
     chunk_turns: int = Field(64, ge=1, description="Turns per sampler call; the sampler sorts them "
                              "by length into batches, so larger chunks pad less (memory only, not "
                              "results).")
+
+    def budget_source(self, tokenizer: Any) -> str:
+        """Where the token budget comes from, as a user would change it."""
+        if self.max_new_tokens is not None:
+            return "max_new_tokens"
+        thinking = is_thinking(tokenizer, self.chat_template_kwargs, self.response_format)
+        return "the default for a thinking template" if thinking else "the default"
 
     def sampling(self, tokenizer: Any = None) -> SamplingParams:
         """Sampling parameters; an unset max_new_tokens is the model's budget (needs `tokenizer`)."""
@@ -86,8 +94,24 @@ def unverifiable(verifier, turn: Turn) -> str:
     return str(check(turn) or "") if callable(check) else ""
 
 
+# What the parsers add to a reason when a thinking block or analysis channel is left open: they
+# read the text alone, so they cannot tell a sample cut at the budget from one that stopped there.
+RAISE_BUDGET = "raise max_new_tokens"
+
+
+def sample_reason(reason: str, finish_reason: str) -> str:
+    """The parser's reason, told "cut" only when the sample was: a sample that ended with its stop
+    token inside an open thinking block left it open itself, and a larger budget changes nothing."""
+    if finish_reason == "length" or RAISE_BUDGET not in reason:
+        return reason
+    for hint in (f"; {RAISE_BUDGET}", f" ({RAISE_BUDGET})"):
+        reason = reason.replace(hint, "")
+    return reason.replace("cut inside", "ended inside") + " before the token budget (not cut)"
+
+
 def _sample(c: Completion, s: Score) -> Sample:
-    return Sample(completion=c.text, reward=s.reward, valid=s.valid, reason=s.reason,
+    return Sample(completion=c.text, reward=s.reward, valid=s.valid,
+                  reason=sample_reason(s.reason, c.finish_reason),
                   finish_reason=c.finish_reason, tokens=c.completion_tokens)
 
 
@@ -126,16 +150,58 @@ class RunStats(BaseModel):
     samples_per_second: float = 0.0
 
 
+def checked_sampling(cfg: TurnSampling, sampler, tokenizer) -> SamplingParams:
+    """The sampling parameters, their token budget checked against the engine's context
+    (`check_budget`, the rule `train` applies too)."""
+    params = cfg.sampling(tokenizer)
+    limit = prompt_limit(sampler)  # the engine's context less the first new token's position
+    check_budget(params.max_new_tokens, None if limit is None else limit + 1, "max_new_tokens")
+    return params
+
+
+# A thinking model may spend its whole budget on every sample. Measured on 2 CPU cores (hf backend,
+# a Qwen3 thinking template, 78 turns): at the thinking default of 4096 tokens no turn had
+# finished after 10 min; at 96 tokens the run took 12 s. Above this, a CPU run is told so.
+CPU_THINKING_BUDGET = 256
+
+
+def budget_notes(cfg: TurnSampling, sampler, tokenizer, samples_per_turn: int, verb: str) -> list[str]:
+    """What a verb says before it samples: its token budget and where it comes from, and, for a
+    thinking template whose budget will not finish in reasonable time on the hf backend on CPU,
+    that it will not and how to set it. The budget is checked first (`checked_sampling`)."""
+    budget, source = cfg.sampling(tokenizer).max_new_tokens, cfg.budget_source(tokenizer)
+    try:
+        checked_sampling(cfg, sampler, tokenizer)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (the budget is {source}; set it with --max-new-tokens)") from None
+    notes = [f"{verb}: token budget {budget} tokens per sample ({source}); {samples_per_turn} "
+             f"sample(s) per turn"]
+    on_cpu = getattr(sampler, "name", "") == "hf" and str(getattr(sampler, "device", "")).startswith("cpu")
+    if on_cpu and budget > CPU_THINKING_BUDGET and is_thinking(tokenizer, cfg.chat_template_kwargs,
+                                                                cfg.response_format):
+        notes.append(f"warning: a thinking template may spend all {budget} tokens on every sample: up "
+                     f"to {samples_per_turn * budget:,} tokens per turn, minutes per turn on the hf "
+                     f"backend on CPU. Set --max-new-tokens (e.g. {CPU_THINKING_BUDGET}; cut samples "
+                     "are counted as truncated) or sample on a GPU (--backend vllm).")
+    return notes
+
+
 def sample_and_score(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: TurnSampling, n: int,
                      seed_of: Callable[[int, str], int], parse: Parser | None = None,
-                     too_long: dict[str, int] | None = None
+                     too_long: dict[str, int] | None = None,
+                     on_tokens: Callable[[int], Any] | None = None
                      ) -> Iterator[tuple[Turn, list[Completion], list[Sample]]]:
     """The one sample-then-score loop (profiling and evaluation): each turn's prompt in the
     model's own template, `n` actions sampled with the seed `seed_of(cfg.seed, turn.id)`, each
     scored through `pivotrl.scoring`; (turn, completions, samples) in order. A prompt longer than
     the engine takes is set aside into `too_long` (id → prompt tokens), not sampled.
-    parse: the completion parser (default: the model's own format, `cfg.parser`)."""
-    params = cfg.sampling(tokenizer)
+    parse: the completion parser (default: the model's own format, `cfg.parser`). on_tokens(k):
+    called as a sampler that reports its decoding steps (hf) draws k more tokens, from the
+    sampling thread, so progress moves while a chunk is sampled."""
+    params = checked_sampling(cfg, sampler, tokenizer)
+    extra = {}
+    if on_tokens is not None and "on_step" in inspect.signature(sampler.sample).parameters:
+        extra["on_step"] = lambda step: on_tokens(int(step.active.sum()))
     parse = parse or cfg.parser(tokenizer)
     limit = prompt_limit(sampler)
     too_long = too_long if too_long is not None else {}
@@ -146,7 +212,7 @@ def sample_and_score(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: T
         skipped = {chunk[i].id: n_tokens for i, n_tokens in over.items()}
         chunk, prompts = [chunk[i] for i in fits], [prompts[i] for i in fits]
         seeds = [seed_of(cfg.seed, t.id) for t in chunk]
-        return chunk, sampler.sample(prompts, n, params, seeds=seeds) if chunk else [], skipped
+        return chunk, sampler.sample(prompts, n, params, seeds=seeds, **extra) if chunk else [], skipped
 
     # Chunk i+1 is sampled while chunk i is scored (pivotrl.sampling.pipeline).
     for chunk, completions, skipped in prefetch(sample, chunks(turns, cfg.chunk_turns)):
@@ -155,12 +221,14 @@ def sample_and_score(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: T
 
 
 def profile_stream(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: ProfileConfig,
-                   stats: RunStats | None = None, parse: Parser | None = None) -> Iterator[Profile]:
+                   stats: RunStats | None = None, parse: Parser | None = None,
+                   on_tokens: Callable[[int], Any] | None = None) -> Iterator[Profile]:
     """Profiles of `turns` in order (the library core; `profile_file` adds files and resume).
-    parse: the completion parser (default: the tokenizer's own format, `formats.parser_for`)."""
+    parse: the completion parser (default: the tokenizer's own format, `formats.parser_for`).
+    on_tokens: `sample_and_score`'s."""
     stats = stats if stats is not None else RunStats()
     for turn, comps, row in sample_and_score(turns, sampler, verifier, tokenizer, cfg, cfg.k, turn_seed,
-                                             parse, stats.too_long):
+                                             parse, stats.too_long, on_tokens):
         stats.rollout_turns += len(comps)
         stats.generated_tokens += sum(c.completion_tokens for c in comps)
         stats.prompt_tokens += comps[0].prompt_tokens if comps else 0

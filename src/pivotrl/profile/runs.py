@@ -137,15 +137,26 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
         # is told a whole chunk at once, so no line rates a chunk's time as a few turns' (the
         # turns of a chunk are scored one by one, as fast as the machine allows).
         rate = ""
+        # Tokens as they are drawn (the hf sampler reports each decoding step), so a line moves
+        # while a chunk of long samples is sampled, before any of its turns is scored.
+        tokens = _TokenCount(t0)
+
+        def on_tokens(k: int) -> None:
+            tokens.add(k)
+            log.note(log.done, " · ".join(filter(None, [rate, tokens.text()])))
+            if on_progress is not None:
+                on_progress(log.done, len(lines), " · ".join(filter(None, [rate, tokens.text()])))
+
         with AppendWriter(out_path) as writer, log.running():
-            for i, rec in enumerate(profile_stream(todo, sampler, verifier, tokenizer, cfg, stats)):
+            for i, rec in enumerate(profile_stream(todo, sampler, verifier, tokenizer, cfg, stats,
+                                                   on_tokens=on_tokens)):
                 writer.write(rec)
                 rate = f"{stats.rollout_turns / max(time.perf_counter() - t0, 1e-9):,.1f} samples/s"
                 finished = len(lines) - n_todo + i + 1
                 if on_progress is not None:
                     on_progress(finished, len(lines), rate)
                 if (i + 1) % cfg.chunk_turns == 0:
-                    log.note(finished, rate)
+                    log.note(finished, " · ".join(filter(None, [rate, tokens.text()])))
                     save(final=False)
         if n_todo:
             log.update(len(lines), rate)  # the last line
@@ -157,6 +168,21 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
                    f"engine takes ({prompt_limit(sampler)}); raise max_model_len", "context").to_json()
             for tid, n in stats.too_long.items()])
     return doc
+
+
+class _TokenCount:
+    """Tokens sampled since `t0` and their rate, as a progress line shows them."""
+
+    def __init__(self, t0: float):
+        self.t0, self.tokens = t0, 0
+
+    def add(self, k: int) -> None:
+        self.tokens += k
+
+    def text(self) -> str:
+        if not self.tokens:
+            return ""
+        return f"{self.tokens:,} tokens sampled ({self.tokens / max(time.perf_counter() - self.t0, 1e-9):,.0f}/s)"
 
 
 class MergeError(ValueError):

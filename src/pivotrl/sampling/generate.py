@@ -22,6 +22,11 @@ end-to-end RL baseline all call it, so they share one padding, seeding and stopp
   uniform. So a sample is a function of (model, prompt, its seed) alone, whichever other prompts
   share its batch, up to floating-point differences of the batched forward (~1e-7, which can flip
   a draw only when it lands that close to a token boundary). Temperature 0 is greedy.
+- Router logits off. A mixture-of-experts config may ask every forward for its router logits
+  (`output_router_logits: true`, as MoE checkpoints ship and TRL's trainers save): the model then
+  computes its load-balancing loss against the attention mask, which during cached decoding covers
+  the cache, not the step's tokens (a size mismatch). Generation needs no loss, so every forward
+  here runs with them off (`router_logits_off`); training asks for them per call, as TRL does.
 - Stop rule. A row stops at its first stop token (kept in `tokens`: training needs it) or after
   `max_new_tokens`. With `window`, a prompt that does not leave room for `max_new_tokens` inside
   it is not generated at all (`finish_reason="overlong"`, no tokens) rather than run past the
@@ -158,7 +163,7 @@ def generate(model: Any, prompts: Sequence[Sequence[int]], seeds: Sequence[Seque
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), router_logits_off(model):
             for n, group in by_n.items():
                 per_batch = max(1, batch_size // n)
                 for start in range(0, len(group), per_batch):
@@ -180,6 +185,25 @@ def generate(model: Any, prompts: Sequence[Sequence[int]], seeds: Sequence[Seque
         if was_training:
             model.train()
     return results
+
+
+@contextmanager
+def router_logits_off(model: Any):
+    """Run `model` with `output_router_logits` off in its config (and its text config), restoring
+    it after: a generating forward never needs the MoE load-balancing loss, and with padding or a
+    cache the model cannot compute it (module docstring). Models without the setting: unchanged."""
+    config = getattr(model, "config", None)
+    configs = [] if config is None else [config] + (
+        [config.get_text_config()] if hasattr(config, "get_text_config") else [])
+    unique = {id(c): c for c in configs}.values()  # a text-only model's text config is itself
+    saved = [(c, c.output_router_logits) for c in unique if getattr(c, "output_router_logits", False)]
+    for c, _ in saved:
+        c.output_router_logits = False
+    try:
+        yield
+    finally:
+        for c, value in saved:
+            c.output_router_logits = value
 
 
 def generate_each(model: Any, prompts: Sequence[Sequence[int]], seeds: Sequence[int | None],

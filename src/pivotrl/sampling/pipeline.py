@@ -11,7 +11,8 @@ the caller at that chunk.
 (`sampler.max_prompt_tokens()`), so one over-long prompt costs a report instead of the whole
 chunk: vLLM fails a `generate` call outright on such a prompt, and a resume would hit it again.
 `context_length(config, tokenizer)` is the one rule for a model's context when no engine states
-it (the hf sampler, GRPO's default `max_prompt_length`).
+it (the hf sampler, GRPO's default `max_prompt_length`), and `check_budget` the one rule for a
+token budget against it.
 """
 
 from __future__ import annotations
@@ -54,6 +55,20 @@ def context_length(config: Any = None, tokenizer: Any = None) -> int | None:
     if isinstance(limit, int) and 0 < limit < _NO_LIMIT:
         found.append(limit)
     return min(found) if found else None
+
+
+def check_budget(budget: int, context: int | None, flag: str) -> int | None:
+    """THE token-budget check of every verb that generates (`profile`, `evaluate`, `compare`,
+    `train`): `budget` new tokens must leave room for a prompt in the model's `context` (None: the
+    model states none). Returns the room left for a prompt; a budget that leaves none is a
+    ValueError naming `flag`, in every verb alike."""
+    if context is None:
+        return None
+    room = context - budget
+    if room < 1:
+        raise ValueError(f"{flag} {budget} leaves no room for a prompt in the model's context of "
+                         f"{context} tokens: lower it")
+    return room
 
 
 def split_too_long(prompts: list[str], tokenizer: Any, limit: int | None) -> tuple[list[int], dict[int, int]]:

@@ -27,7 +27,7 @@ from pivotrl.formats.options import template_mismatch, write_template_settings
 from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
 from pivotrl.io.outputs import claim_output
 from pivotrl.io.records import Turn, stats_path
-from pivotrl.sampling.pipeline import context_length
+from pivotrl.sampling.pipeline import check_budget, context_length
 from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.io.turn_files import iter_pivots
 from pivotrl.train.config import GRPORunConfig, trl_common_kwargs, with_trl_overrides
@@ -35,6 +35,7 @@ from pivotrl.train.metrics import MetricsJSONL, ProgressLines
 from pivotrl.profile.loop import ProfileConfig
 from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
 from pivotrl.train.reward import PivotReward
+from pivotrl.train.saved_config import restore_base_settings
 from pivotrl.train.trainer import PivotGRPOTrainer
 
 logger = logging.getLogger(__name__)
@@ -153,14 +154,9 @@ def with_prompt_cap(cfg: GRPORunConfig, tokenizer: Any, model_config: Any = None
         from transformers import AutoConfig
 
         model_config = AutoConfig.from_pretrained(cfg.model)
-    context = context_length(model_config, tokenizer)
-    if context is None:
-        return cfg
-    room = context - cfg.max_completion_length
-    if room < 1:
-        raise ValueError(f"max_completion_length {cfg.max_completion_length} leaves no room for a prompt "
-                         f"in the model's context of {context} tokens: lower it")
-    return cfg.model_copy(update={"max_prompt_length": room})
+    room = check_budget(cfg.max_completion_length, context_length(model_config, tokenizer),
+                        "max_completion_length")
+    return cfg if room is None else cfg.model_copy(update={"max_prompt_length": room})
 
 
 def grpo_kwargs(cfg: GRPORunConfig, total_steps: int) -> dict[str, Any]:
@@ -231,12 +227,15 @@ def save_final(trainer, tokenizer, output_dir: Path, base_model: str | None = No
     Every process must call it. LoRA: the adapter in adapter/, and in output_dir the base
     (`base_model`, default the adapter's own base) with the adapter merged by PEFT on the main
     process: LoRA leaves the base frozen, and under ZeRO-3 or FSDP the training copy's parameters
-    are partitioned, so they cannot be merged in place."""
+    are partitioned, so they cannot be merged in place. The config keeps its base's settings where
+    training changed them for itself (train/saved_config.py)."""
     accelerator = trainer.accelerator
     model = accelerator.unwrap_model(trainer.model)
     state = accelerator.get_state_dict(getattr(trainer, "model_wrapped", None) or trainer.model)
     lora = hasattr(model, "merge_and_unload")
     if accelerator.is_main_process:
+        if not lora:  # (a merged LoRA model is saved from its base's own config)
+            restore_base_settings(model, base_model)
         target = output_dir / "adapter" if lora else output_dir
         model.save_pretrained(target, state_dict=state)  # PEFT keeps only the adapter's weights
         if lora:
@@ -276,6 +275,27 @@ def pivots_profile_settings(pivots: str | Path) -> dict[str, Any]:
         return {}
 
 
+# Run settings `train` takes from profiling when the run does not set them: (run config field,
+# the profile's field). PivotRL trains the policy on the prompts, and with the budget, that
+# measured the pivots.
+PROFILED_SETTINGS = (("chat_template_kwargs", "chat_template_kwargs"), ("response_format", "response_format"),
+                     ("max_completion_length", "max_new_tokens"))
+
+
+def with_profile_settings(cfg: GRPORunConfig, profiled: dict[str, Any]) -> tuple[GRPORunConfig, dict[str, str]]:
+    """`cfg` with the template settings and token budget profiling used (`profiled`: the pivots'
+    stats) wherever the run config does not set its own, and where each setting came from."""
+    update, origin = {}, {}
+    for field, key in PROFILED_SETTINGS:
+        if field in cfg.model_fields_set and getattr(cfg, field) not in (None, {}):
+            origin[field] = "run config"
+        elif profiled.get(key) not in (None, {}):
+            update[field], origin[field] = profiled[key], "profiling (the pivots' stats)"
+        else:
+            origin[field] = "the model's default" if field == "max_completion_length" else "default"
+    return cfg.model_copy(update=update), origin
+
+
 def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     """Run (or resume) GRPO on the configured pivot set. Returns a summary dict."""
     output_dir = Path(cfg.output_dir)
@@ -286,7 +306,10 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
 
     with_trl_overrides({}, cfg.trl_overrides, GRPOConfig)  # a misspelt key fails before any work
     held_out = HeldOut(resolve_split(cfg.split, [cfg.pivots]))
-    warning = template_mismatch(cfg.format_options(), pivots_profile_settings(cfg.pivots), "train", "profiling")
+    profiled = pivots_profile_settings(cfg.pivots)
+    cfg, settings_from = with_profile_settings(cfg, profiled)
+    # (Pivots without stats say nothing of how they were profiled: nothing to compare with.)
+    warning = template_mismatch(cfg.format_options(), profiled, "train", "profiling") if profiled else None
     if warning:
         logger.warning(warning)
     turns = load_pivot_set(cfg, held_out)
@@ -327,8 +350,10 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
             break
     save_final(trainer, tokenizer, output_dir, base_model=cfg.model)
     if trainer.accelerator.is_main_process:
-        write_template_settings(output_dir, cfg.format_options())
+        write_template_settings(output_dir, {**cfg.format_options(), "max_new_tokens": cfg.max_completion_length,
+                                             "settings_from": settings_from})
     return {"steps": trainer.state.global_step, "pivots": len(turns), "rows": n_rows,
+            "max_completion_length": cfg.max_completion_length, "settings_from": settings_from,
             "held_out": held_out.summary(), "dropped": trainer.pivot_dropped, "rollout_turns": trainer.rollout_turns,
             "reprofiles": reprofiles, "output_dir": str(output_dir),
             "metrics": str(output_dir / "metrics.jsonl")}

@@ -17,6 +17,9 @@ METRIC_KEYS = {  # metrics.jsonl key ← TRL log key
     "learning_rate": "learning_rate", "grad_norm": "grad_norm", "step_time": "step_time",
     "completion_length": "completions/mean_length", "entropy": "entropy", "kl": "kl",
     "truncated_rate": "completions/clipped_ratio",  # cut at max_completion_length (a thinking budget too small)
+    # The parts of the loss TRL logs besides the total: the MoE load-balancing loss (added to the
+    # loss with the model's router_aux_loss_coef) and, with an entropy bonus, the policy term.
+    "aux_loss": "aux_loss", "policy_loss": "policy_loss",
 }
 
 

@@ -36,7 +36,8 @@ from pivotrl.train.resume import Resumable
 
 SFT_METRIC_KEYS = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm",
                    "mean_token_accuracy": "mean_token_accuracy", "entropy": "entropy",
-                   "num_tokens": "num_tokens"}
+                   "num_tokens": "num_tokens",
+                   "aux_loss": "aux_loss"}  # MoE load-balancing loss, part of `loss` (router_aux_loss_coef)
 
 
 class PivotSFTTrainer(Resumable, SFTTrainer):
@@ -199,7 +200,7 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
         result = trainer.train(resume_from_checkpoint=resume)
     finally:
         progress.stop()
-    save_final(trainer, tokenizer, output_dir)
+    save_final(trainer, tokenizer, output_dir, base_model=cfg.model)
     if trainer.accelerator.is_main_process:
         write_template_settings(output_dir, {"chat_template_kwargs": cfg.chat_template_kwargs})
     return {"steps": trainer.state.global_step, "trajectories": len(data.rows),

@@ -9,6 +9,7 @@ import torch
 from trl import GRPOTrainer
 
 from pivotrl.formats.chat import prompt_token_ids
+from pivotrl.sampling.generate import router_logits_off
 from pivotrl.train.resume import Resumable
 from pivotrl.train.reward import group_stats
 from pivotrl.train.shared_prefix import (enable_shared_prefix_forward, has_shared_prefix_forward,
@@ -83,8 +84,12 @@ class PivotGRPOTrainer(Resumable, GRPOTrainer):
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         if self.shared_rollouts and images is None and not multimodal_fields and not has_tool_images:
             return shared_prefill_rollouts(self, prompt_ids), None
-        return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
-                                             has_tool_images)
+        # TRL's generate reads `output_router_logits` from the config, and an MoE checkpoint that
+        # has it on cannot compute the load-balancing loss over a padded, cached batch: off while
+        # sampling (the loss forward asks for the router logits itself).
+        with router_logits_off(self._causal_lm(self.model)):
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)
 
     def _tokenize_prompts(self, prompts: list):
         """Text prompts under the one tokenization rule (pivotrl.formats.chat): the template's text is the
