@@ -81,7 +81,8 @@ def test_the_whole_path_on_the_shipped_base(tmp_path):
     assert {t.trajectory_id for t in train_turns} == set(split["train"])
     assert {t.trajectory_id for t in eval_turns} == set(split["eval"])
 
-    pivotrl("profile", turns, "--model", base, "--k", "4", "--out", profile, "--no-progress")
+    pivotrl("profile", turns, "--model", base, "--k", "4", "--max-new-tokens", "24", "--out", profile,
+            "--no-progress")
     profiled = jsonl(profile)
     assert sorted(p["id"] for p in profiled) == sorted(t.id for t in train_turns)
     assert all(p["k"] == len(p["samples"]) == 4 for p in profiled)
@@ -96,8 +97,10 @@ def test_the_whole_path_on_the_shipped_base(tmp_path):
 
     run = tmp_path / "pivotrl"
     pivotrl("train", "--pivots", pivots, "--model", base, "--output-dir", run, "--max-steps", "1",
-            "--num-generations", "2", "--max-completion-length", "24", "--progress-seconds", "0")
+            "--num-generations", "2", "--progress-seconds", "0")
     assert [r["step"] for r in trained_rows(run)] == [1]
+    trained_with = json.loads((run / "template_settings.json").read_text())
+    assert trained_with["max_new_tokens"] == 24, trained_with  # profiling's budget, not the default
     loads_and_differs(run, base)
 
     sft = tmp_path / "sft"
@@ -107,13 +110,15 @@ def test_the_whole_path_on_the_shipped_base(tmp_path):
     loads_and_differs(sft, base)
 
     results = {}
-    for name in ("pivotrl", "sft"):
+    # PivotRL's model is scored as trained, with nothing repeated; the SFT run samples nothing, so
+    # its budget is given (compare refuses results scored with different budgets).
+    for name, flags in (("pivotrl", []), ("sft", ["--max-new-tokens", "24"])):
         out = tmp_path / f"{name}.eval.json"
-        pivotrl("evaluate", "--model", tmp_path / name, "--turns", tmp_path / "turns.eval.jsonl", "--out", out)
+        pivotrl("evaluate", "--model", tmp_path / name, "--turns", tmp_path / "turns.eval.jsonl", "--out", out,
+                *flags)
         results[name] = json.loads(out.read_text())
         assert results[name]["turns"] == len(eval_turns) and results[name]["split"]["turns_not_held_out"] == 0
         assert 0.0 <= results[name]["accuracy"] <= 1.0
-    # As trained: the budget and template settings `train` used, without repeating them.
     assert results["pivotrl"]["settings"]["max_new_tokens"] == 24
     assert "warnings" not in results["pivotrl"]
 
