@@ -3,6 +3,7 @@
     python3 bench/bench_grpo_step.py [--pivots-per-step 4] [--generations 8] [--repeats 5] [--steps 3]
     python3 bench/bench_grpo_step.py --model runs/testbed/base   # the default when that folder exists
     python3 bench/bench_grpo_step.py --arch qwen3_5,nemotron_h   # hybrids too; checkpointing off and on
+    python3 bench/bench_grpo_step.py --prompt-tokens 8192        # long contexts: earlier tool results
 
 Pivots are shaped like the demo's: the toolshop world's system prompt and tool schemas (~400-token
 prompts, lengths mixed by the user's message), G completions each. The model is `--model`, else
@@ -21,6 +22,11 @@ Two measurements, each alternating the arms inside one process so a shared CPU s
    its G samples, instead of TRL's generate over G copies); the random model always writes
    `--max-completion-length` tokens.
 
+`--prompt-tokens N` puts a realistic long prefix in every pivot's context: earlier order look-ups
+and the JSON they returned (bench/long_context.py), until the prompt has N tokens; the random
+model then has room for N + the completion. Every arm reports its peak memory beside the times
+(bench/peak_memory.py: the most held above the arm's start; GPU: CUDA allocated, CPU: sampled RSS).
+
 Each is measured for every model (the base, then each `--arch`: e.g. `--arch qwen3_5,nemotron_h`
 for a linear-attention and a Mamba-2 hybrid at the testbed's width) with gradient checkpointing
 off and on (`--checkpointing`), and a last table puts loss and whole step side by side.
@@ -38,6 +44,9 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+from long_context import history_pair, lengthen  # noqa: E402  (bench/, the script's folder)
+from peak_memory import PeakMemory  # noqa: E402
+
 TESTBED_BASE = Path("runs/testbed/base")
 
 
@@ -58,6 +67,22 @@ def make_pivots(path: Path, n: int, seed: int = 0) -> None:
                 "expected": {"role": "assistant", "tool_calls": [{"id": "c0", "type": "function", "function": {
                     "name": "find_customer", "arguments": json.dumps({"email": f"ann{i}@shop.io"})}}]},
             }) + "\n")
+
+
+def lengthen_pivots(path: Path, turns, tokenizer, n_tokens: int):
+    """Rewrite the pivots of `path` with contexts of at least `n_tokens` prompt tokens."""
+    from pivotrl.formats.chat import prompt_text
+    from pivotrl.io.records import Message, Turn, iter_valid, write_atomic
+
+    def count(context, tools) -> int:
+        messages = [Message.model_validate(m) for m in context]
+        return len(tokenizer(prompt_text(tokenizer, messages, tools), add_special_tokens=False)["input_ids"])
+
+    long = [t.model_copy(update={"context": [Message.model_validate(m) for m in lengthen(
+        [m.model_dump(exclude_none=True) for m in t.context], t.tools, n_tokens, count, seed=i)]})
+            for i, t in enumerate(turns)]
+    write_atomic(path, long)
+    return list(iter_valid(path, Turn))
 
 
 def loss_inputs(tokenizer, prompts: list[str], generations: int, lengths: tuple[int, int], seed: int):
@@ -85,18 +110,20 @@ def loss_inputs(tokenizer, prompts: list[str], generations: int, lengths: tuple[
     return out
 
 
-def time_loss(trainer, inputs, arm: str) -> float:
+def time_loss(trainer, inputs, arm: str) -> tuple[float, float]:
+    """(seconds, peak MiB) of one loss forward + backward on `arm`."""
     from pivotrl.train.trainer import score_only_completions_on_cpu
 
     score_only_completions_on_cpu(arm != "all positions")
     trainer.shared_prefix = arm == "shared prefix"
     model = trainer.model.train()
-    t0 = time.perf_counter()
-    trainer.compute_loss(model, inputs).backward()
-    seconds = time.perf_counter() - t0
+    with PeakMemory() as mem:
+        t0 = time.perf_counter()
+        trainer.compute_loss(model, inputs).backward()
+        seconds = time.perf_counter() - t0
     model.zero_grad(set_to_none=True)
     score_only_completions_on_cpu(True)
-    return seconds
+    return seconds, mem.peak_mib
 
 
 def main() -> int:
@@ -113,6 +140,8 @@ def main() -> int:
     ap.add_argument("--arch", default="", help="comma-separated tiny architectures to time as well "
                     "(pivotrl_testbed.testbed.architectures, e.g. qwen3_5,nemotron_h), random init at "
                     "the testbed's width (128), the same tokenizer and pivots")
+    ap.add_argument("--prompt-tokens", type=int, default=0, help="lengthen every pivot's prompt to at least "
+                    "N tokens with earlier tool calls and results (0: the toolshop prompts, ~400 tokens)")
     ap.add_argument("--checkpointing", choices=("off", "on", "both"), default="both",
                     help="gradient checkpointing in every measurement: off, on, or each model both ways")
     args = ap.parse_args()
@@ -122,9 +151,9 @@ def main() -> int:
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     from pivotrl_testbed.testbed.architectures import save_tiny_arch
-    from pivotrl_testbed.testbed.tiny import build_model, build_tokenizer, save_tiny
+    from pivotrl_testbed.testbed.tiny import TinyModelConfig, build_model, build_tokenizer, save_tiny
     from pivotrl.formats.chat import prompt_text
-    from pivotrl.io.records import Turn, iter_valid
+    from pivotrl.io.records import Message, Turn, iter_valid
     from pivotrl.train.config import GRPORunConfig
     from pivotrl.train.grpo import build_trainer, load_pivot_set
 
@@ -137,8 +166,17 @@ def main() -> int:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
     else:  # as the testbed build does: BPE trained on the rendered prompts, so they are ~400 tokens
         seed_tok = build_tokenizer([], vocab_size=300)
-        tokenizer = build_tokenizer([prompt_text(seed_tok, t.context, t.tools) for t in turns] * 4)
-        model_dir = save_tiny(build_model(tokenizer), tokenizer, tmp / "model")
+        corpus = [prompt_text(seed_tok, t.context, t.tools) for t in turns] * 4
+        if args.prompt_tokens:  # the tool results of a long prefix are in the tokenizer's text too
+            rng = random.Random(0)
+            earlier = [Message.model_validate(m) for i in range(30) for m in history_pair(i, rng)]
+            corpus += [prompt_text(seed_tok, [*t.context[:2], *earlier], t.tools) for t in turns[:4]]
+        tokenizer = build_tokenizer(corpus)
+        room = TinyModelConfig(max_positions=max(2048, args.prompt_tokens + args.max_completion + 2048))
+        tokenizer.model_max_length = room.max_positions  # the context pivotrl reads off both
+        model_dir = save_tiny(build_model(tokenizer, room), tokenizer, tmp / "model")
+    if args.prompt_tokens:
+        turns = lengthen_pivots(tmp / "pivots.jsonl", turns, tokenizer, args.prompt_tokens)
     models = {"base": model_dir}
     for name in filter(None, (a.strip() for a in args.arch.split(","))):
         models[name] = save_tiny_arch(name, tokenizer, tmp / name, width=128)
@@ -170,14 +208,17 @@ def main() -> int:
             loss = time_losses(args, trainer_for, path, tokenizer, texts, ckpt, label)
             step = time_steps(args, trainer_for, path, ckpt) if args.steps else None
             summary.append((label, ckpt, loss, step))
-    print("\nside by side (speed-up = TRL path time / shared-prefix time):")
-    print(f"  {'model':<12} {'checkpointing':<14} {'loss TRL / shared':<22} {'loss ×':>7}   "
-          f"{'whole step TRL / shared loss / + rollouts':<42} {'step ×':>15}")
-    for label, ckpt, (trl, shared, ratio), step in summary:
+    print(f"\nside by side (speed-up = TRL path time / shared-prefix time; peak MiB above each arm's start), "
+          f"prompts {min(lengths)}-{max(lengths)} tokens:")
+    print(f"  {'model':<12} {'checkpointing':<14} {'loss TRL / shared':<22} {'loss ×':>7} {'loss MiB':>13}   "
+          f"{'whole step TRL / shared loss / + rollouts':<42} {'step ×':>15} {'step MiB':>20}")
+    for label, ckpt, (trl, shared, ratio, trl_mib, shared_mib), step in summary:
         step_text = "-" if step is None else f"{step[0]:.2f} / {step[1]:.2f} / {step[2]:.2f} s"
         step_ratio = "-" if step is None else f"{step[0] / step[1]:.2f}× / {step[0] / step[2]:.2f}×"
+        step_mib = "-" if step is None else f"{step[3]:.0f} / {step[4]:.0f} / {step[5]:.0f}"
         print(f"  {label:<12} {'on' if ckpt else 'off':<14} {f'{trl:.3f} / {shared:.3f} s':<22} "
-              f"{ratio:>6.2f}×   {step_text:<42} {step_ratio:>15}")
+              f"{ratio:>6.2f}× {f'{trl_mib:.0f} / {shared_mib:.0f}':>13}   {step_text:<42} {step_ratio:>15} "
+              f"{step_mib:>20}")
     return 0
 
 
@@ -191,11 +232,13 @@ def time_losses(args, trainer_for, path, tokenizer, texts, ckpt: bool, label: st
     # TRL as shipped (every position through the LM head) only where it has always been measured.
     arms = ("all positions", "TRL path", "shared prefix") if label == "base" and not ckpt else ("TRL path", "shared prefix")
     seconds = {arm: [] for arm in arms}
+    peak = {arm: 0.0 for arm in arms}
     for r in range(args.repeats + 1):  # repeat 0 warms up every arm and is not counted
         inputs = loss_inputs(tokenizer, texts[:args.pivots_per_step], args.generations,
                              (args.min_completion, args.max_completion), seed=r)
         for arm in arms:
-            s = time_loss(trainer, inputs, arm)
+            s, mib = time_loss(trainer, inputs, arm)
+            peak[arm] = max(peak[arm], mib)
             if r:
                 seconds[arm].append(s)
     p = inputs["prompt_mask"].sum(1).float().mean().item()
@@ -208,9 +251,10 @@ def time_losses(args, trainer_for, path, tokenizer, texts, ckpt: bool, label: st
     for arm in arms:
         # Paired per repeat (the arms ran back to back), so a load change between repeats cancels.
         ratios[arm] = [a / b for a, b in zip(seconds[arm], seconds["shared prefix"])]
-        print(f"  {arm:<14} {med[arm]:.3f} s   speed-up of shared prefix: median {statistics.median(ratios[arm]):.2f}× "
-              f"(repeats {min(ratios[arm]):.2f}-{max(ratios[arm]):.2f}×)")
-    return med["TRL path"], med["shared prefix"], statistics.median(ratios["TRL path"])
+        print(f"  {arm:<14} {med[arm]:.3f} s, peak {peak[arm]:.0f} MiB   speed-up of shared prefix: median "
+              f"{statistics.median(ratios[arm]):.2f}× (repeats {min(ratios[arm]):.2f}-{max(ratios[arm]):.2f}×)")
+    return (med["TRL path"], med["shared prefix"], statistics.median(ratios["TRL path"]),
+            peak["TRL path"], peak["shared prefix"])
 
 
 def time_steps(args, trainer_for, path, ckpt: bool):
@@ -218,20 +262,24 @@ def time_steps(args, trainer_for, path, ckpt: bool):
     shared-prefix loss, and the shared-prefix loss with rollouts from pivotrl's generation loop
     (one prefill per prompt: `PivotGRPOTrainer.shared_rollouts`). Returns mean seconds per step."""
     arms = ("TRL path", "shared loss", "shared loss + rollouts")
-    step, grad_norms = {arm: [] for arm in arms}, {}
+    step, grad_norms, peak = {arm: [] for arm in arms}, {}, {arm: 0.0 for arm in arms}
     for arm in arms + arms:
         t = trainer_for(path, arm != "TRL path", args.steps, ckpt)
         t.shared_rollouts = arm == "shared loss + rollouts"
-        t0 = time.perf_counter()
-        t.train()
-        step[arm].append((time.perf_counter() - t0) / args.steps)
+        with PeakMemory() as mem:
+            t0 = time.perf_counter()
+            t.train()
+            step[arm].append((time.perf_counter() - t0) / args.steps)
+        peak[arm] = max(peak[arm], mem.peak_mib)
         grad_norms[arm] = [round(e["grad_norm"], 5) for e in t.state.log_history if "grad_norm" in e]
+        del t  # the next arm's peak starts without this trainer's model and optimizer
     mean = {arm: statistics.mean(v) for arm, v in step.items()}
     print(f"  whole optimizer step incl. generation of {args.max_completion_length} tokens (mean of "
-          f"2×{args.steps} steps): " + ", ".join(f"{arm} {mean[arm]:.2f} s/step" for arm in arms))
+          f"2×{args.steps} steps): " + ", ".join(f"{arm} {mean[arm]:.2f} s/step (peak {peak[arm]:.0f} MiB)"
+                                                 for arm in arms))
     print(f"  grad norms (the first two arms: same seed, same rollouts): "
           + "; ".join(f"{arm} {grad_norms[arm]}" for arm in arms))
-    return tuple(mean[arm] for arm in arms)
+    return tuple(mean[arm] for arm in arms) + tuple(peak[arm] for arm in arms)
 
 
 if __name__ == "__main__":

@@ -212,3 +212,28 @@ def test_a_packed_episode_scores_each_turn_as_its_own_forward_does(tiny_model_di
     assert torch.allclose(grads[0], grads[1], atol=1e-5, rtol=1e-4)
     with pytest.raises(ValueError, match="span outside"):
         span_logps(model, [([1, 2, 3], [(2, 5)])])
+
+
+def test_cli_e2e_skips_and_counts_bad_task_lines(tmp_path, tiny_model_dir):
+    """A bad line in the task file is skipped and counted (its reason in the rejects file), as
+    `sft` does, instead of stopping the run."""
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+    from pivotrl.io.records import write_atomic
+    from pivotrl_testbed.testbed.experts import generate_trajectories
+
+    tasks = tmp_path / "tasks.jsonl"
+    write_atomic(tasks, generate_trajectories("toolshop", "train", 2))
+    with tasks.open("a") as fh:
+        fh.write("this is not json\n" + json.dumps({"id": "no-messages"}) + "\n")
+    out = tmp_path / "e2e"
+    r = CliRunner().invoke(app, ["e2e", "--tasks", str(tasks), "--model", str(tiny_model_dir),
+                                 "--output-dir", str(out), "--world", "toolshop", "--tasks-per-step", "2",
+                                 "--num-generations", "2", "--max-turns", "1", "--max-completion-length", "8",
+                                 "--max-steps", "1"])
+    assert r.exit_code == 0, r.output
+    assert "rejected_lines: 2" in " ".join(r.output.split())
+    rejects = [json.loads(line) for line in (out / "tasks.rejects.jsonl").read_text().splitlines()]
+    assert [(x["line"], x["field"]) for x in rejects] == [(3, ""), (4, "messages")]
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 1

@@ -93,17 +93,27 @@ def test_nemo_gym_row_shape():
     assert text["metadata"]["expected_extra"] == {"reasoning_content": "greet"}
 
 
-def test_round_trip_turns_nemo_gym_turns(tmp_path):
+def test_round_trip_through_the_cli_gives_back_the_same_turns(tmp_path):
+    """Turns → NeMo-Gym rows → Turns is the identity, argument types included: NeMo-Gym's rows
+    hold arguments as JSON strings, an object comes back an object, a string a string."""
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+
     turns = sample_turns()
-    src = tmp_path / "turns.jsonl"
+    objects = turns[0].model_copy(deep=True)  # the expected call's arguments as an object too
+    objects.id, objects.expected.tool_calls[0].function.arguments = "t1/8b", {"order_id": "O-7", "amount": 20.0}
+    turns.append(objects)
+    src, rows, back = tmp_path / "turns.jsonl", tmp_path / "rows.jsonl", tmp_path / "back.jsonl"
     write_atomic(src, turns)
-    rows = tmp_path / "rows.jsonl"
-    s1 = export_file(src, rows, "nemo-gym")
-    back = tmp_path / "back.jsonl"
-    s2 = import_nemo_gym(rows, back)
-    assert (s1.written, s2.written, s1.rejects, s2.rejects) == (2, 2, [], [])
+    runner = CliRunner()
+    assert runner.invoke(app, ["export", str(src), "--format", "nemo-gym", "--out", str(rows)]).exit_code == 0
+    r = runner.invoke(app, ["import", "nemo-gym", str(rows), "--out", str(back)])
+    assert r.exit_code == 0, r.output
     got = list(iter_valid(back, Turn))
-    assert [_semantic(t) for t in got] == [_semantic(t) for t in turns]
+    assert [t.model_dump(mode="json") for t in got] == [t.model_dump(mode="json") for t in turns]
+    assert isinstance(got[0].context[2].tool_calls[0].function.arguments, dict)
+    assert isinstance(got[0].context[4].tool_calls[0].function.arguments, str)
     assert got[0].model_extra["reward_mean"] == 0.5  # Profile fields survive
     assert got[0].context[3].name == "get_order"
 
@@ -273,3 +283,45 @@ def test_import_never_crashes_and_accounts_for_every_line(tmp_path, rows):
         summary = exc.result
         assert summary.written == 0
     assert summary.written + len(summary.rejects) == summary.read == len(rows)
+
+
+def test_import_verl_through_the_cli(tmp_path):
+    """`pivotrl import verl`: our own parquet gives back the same turns (split by trajectory with
+    --eval-fraction); another tool's rows (prompt + the expert message as ground truth) are read
+    from the prompt; a row with no expert message goes to the rejects file, naming row and field."""
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+
+    turns = sample_turns()
+    turns[0] = Turn.model_validate(turns[0].model_dump(exclude=set(turns[0].model_extra)))  # verl keeps Turn fields
+    src, parquet, back = tmp_path / "turns.jsonl", tmp_path / "train.parquet", tmp_path / "back.jsonl"
+    write_atomic(src, turns)
+    runner = CliRunner()
+    assert runner.invoke(app, ["export", str(src), "--format", "verl", "--out", str(parquet)]).exit_code == 0
+    r = runner.invoke(app, ["import", "verl", str(parquet), "--out", str(back), "--eval-fraction", "0.5"])
+    assert r.exit_code == 0, r.output
+    got = list(iter_valid(back, Turn)) + list(iter_valid(tmp_path / "back.eval.jsonl", Turn))
+    assert sorted((t.model_dump(mode="json") for t in got), key=lambda d: d["id"]) == [
+        t.model_dump(mode="json") for t in turns]
+    split = json.loads((tmp_path / "back.split.json").read_text())
+    assert sorted(split["train"] + split["eval"]) == ["t1", "t2"] and len(split["eval"]) == 1
+
+    expert = {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {
+        "name": "get_order", "arguments": '{"order_id": "O-1"}'}}]}
+    foreign = [
+        {"data_source": "shop", "prompt": [{"role": "user", "content": "Where is O-1?"}], "ability": "agent",
+         "reward_model": {"style": "rule", "ground_truth": json.dumps(expert)}, "extra_info": {"index": 0}},
+        {"data_source": "math", "prompt": [{"role": "user", "content": "2+2?"}], "ability": "math",
+         "reward_model": {"style": "rule", "ground_truth": "4"}, "extra_info": {"index": 1}},
+    ]
+    rows = tmp_path / "foreign.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in foreign))
+    out = tmp_path / "foreign_turns.jsonl"
+    r = runner.invoke(app, ["import", "verl", str(rows), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    (turn,) = list(iter_valid(out, Turn))
+    assert (turn.id, turn.domain, [m.content for m in turn.context]) == ("foreign:1", "shop", ["Where is O-1?"])
+    assert turn.expected.tool_calls[0].function.name == "get_order"
+    (reject,) = [json.loads(line) for line in rejects_path(out).read_text().splitlines()]
+    assert (reject["line"], reject["field"]) == (2, "reward_model.ground_truth")

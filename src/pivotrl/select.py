@@ -277,6 +277,27 @@ def profile_settings(profile_path: str | Path) -> dict[str, Any] | None:
     return {k: settings.get(k) for k in ("model", "chat_template_kwargs", "response_format", "max_new_tokens")}
 
 
+def other_profiler(model: str | Path, settings: dict[str, Any] | None) -> str | None:
+    """A warning when the pivots were profiled by another model than `model`, the policy about to
+    be trained (None when the same or unknown). PivotRL keeps the turns the trained policy finds
+    mixed; another model's pass rates (imported ones: `pivotrl.export.pass_rates`) keep turns that
+    may be all-pass or all-fail for it."""
+    profiler = (settings or {}).get("model")
+    if not profiler or _same_model(str(profiler), str(model)):
+        return None
+    return (f"train: the pivots were selected on pass rates of {profiler}, not of {model}, the model "
+            "trained here: PivotRL assumes the trained policy did the profiling, so some pivots may "
+            f"give it no signal; re-profile (`pivotrl profile TURNS --model {model}`, then `pivotrl select`)")
+
+
+def _same_model(a: str, b: str) -> bool:
+    """One model named twice: the same string, or two paths to the same folder."""
+    if a == b:
+        return True
+    pa, pb = Path(a).expanduser(), Path(b).expanduser()
+    return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
+
+
 def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfig,
                 *, plot_png: bool = True, allow_empty: bool = False) -> dict[str, Any]:
     """Read a Profile file (bad lines → rejects file), write PIVOTS, PIVOTS.stats.json and the PNG.

@@ -36,7 +36,7 @@ from pivotrl.sampling.generate import completion_logps, generate_each, span_logp
 from pivotrl.io.inputs import check_input_file, check_model
 from pivotrl.io.outputs import claim_output
 from pivotrl.io.progress import ProgressLog
-from pivotrl.io.records import Message, Trajectory, iter_valid
+from pivotrl.io.records import Message, Reject, Trajectory, read_records, rejects_path, write_atomic
 from pivotrl.io.seeds import derive_seed
 from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl_testbed.e2e_config import E2ERunConfig
@@ -145,17 +145,28 @@ def runnable_tasks(cfg: E2ERunConfig, tasks: list[Trajectory]) -> tuple[list[Tra
 
 def load_tasks(cfg: E2ERunConfig) -> tuple[list[Trajectory], dict[str, Any]]:
     """The configured tasks less held-out trajectories (the split) and tasks with no world to run
-    in; what was dropped is counted in the second value."""
+    in; what was dropped is counted in the second value. A bad line is skipped and counted, as
+    `sft` does, its reason in OUTPUT_DIR/tasks.rejects.jsonl (file, line, field)."""
     files = cfg.tasks if isinstance(cfg.tasks, list) else [cfg.tasks]
     for path in files:
         check_input_file(path, "tasks", "`pivotrl testbed build` (DIR/<world>/train.jsonl)")
     held_out = HeldOut(resolve_split(cfg.split, files))
-    tasks = [t for f in files for t in iter_valid(f, Trajectory) if held_out.keep(t.id)]
+    tasks, rejects = [], []
+    for rec in (rec for f in files for _, rec in read_records(f, Trajectory)):
+        if isinstance(rec, Reject):
+            rejects.append(rec)
+        elif held_out.keep(rec.id):
+            tasks.append(rec)
+    rejected = {}
+    if rejects:
+        path = rejects_path(Path(cfg.output_dir) / "tasks.jsonl")
+        write_atomic(path, [r.to_json() for r in rejects])
+        rejected = {"rejected_lines": f"{len(rejects)} (first: {rejects[0]}; all in {path})"}
     tasks, no_world = runnable_tasks(cfg, tasks)
     if not tasks:
         raise ValueError(f"{cfg.tasks}: no task to run ({held_out.dropped} held out, {no_world} with no "
-                         "registered world: set `world:` or metadata.world)")
-    return tasks, {"held_out": held_out.summary(), "no_world": no_world}
+                         f"registered world: set `world:` or metadata.world, {len(rejects)} bad lines)")
+    return tasks, {"held_out": held_out.summary(), "no_world": no_world, **rejected}
 
 
 def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,

@@ -15,6 +15,7 @@ for verb in (extract.extract, verify.verify, profile.profile, select.select, tra
              evaluate.evaluate, compare.compare, export.export, serve.serve):
     app.command()(verb)
 import_app.command("nemo-gym")(export.import_nemo_gym)
+import_app.command("verl")(export.import_verl)
 app.add_typer(import_app, name="import")
 
 

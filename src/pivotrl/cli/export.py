@@ -1,5 +1,5 @@
-"""`pivotrl export` (Turns → NeMo-Gym rows or verl parquet) and `pivotrl import nemo-gym` (rows →
-Turns), over `pivotrl.export`."""
+"""`pivotrl export` (Turns → NeMo-Gym rows or verl parquet) and `pivotrl import nemo-gym|verl`
+(rows → Turns), over `pivotrl.export`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from rich.table import Table
 
 from pivotrl.cli.console import console, fail
 from pivotrl.cli.guard import guarded
+from pivotrl.cli.options import option
 from pivotrl.export import FORMATS, ExportSummary
+from pivotrl.extract import ExtractOptions
 
 
 def export_table(summary: ExportSummary, title: str) -> Table:
@@ -23,6 +25,8 @@ def export_table(summary: ExportSummary, title: str) -> Table:
     table.add_row("lines rejected", str(len(summary.rejects)))
     for reason, n in summary.reasons().most_common():
         table.add_row(f"  {reason}", str(n))
+    for note, n in summary.notes.most_common():
+        table.add_row(note, str(n))
     for domain, n in sorted(summary.by_domain.items()):
         table.add_row(f"domain {domain}", str(n))
     for warning, n in summary.warnings.most_common():
@@ -68,14 +72,40 @@ def export(turns: Path = typer.Argument(..., help="Turns or pivots JSONL."),
 
 @guarded(inputs=["rows"], outputs=["out"])
 def import_nemo_gym(rows: Path = typer.Argument(..., help="NeMo-Gym rows JSONL."),
-                    out: Path = typer.Option(..., "--out", help="Turns JSONL to write.")) -> None:
-    """NeMo-Gym pivot rows back to Turns."""
+                    out: Path = typer.Option(..., "--out", help="Turns JSONL to write (Profile records where "
+                                             "the rows carry pass rates: `pivotrl select` reads them)."),
+                    eval_fraction: float = option(ExtractOptions, "eval_fraction"),
+                    seed: int = option(ExtractOptions, "seed")) -> None:
+    """NeMo-Gym pivot rows back to Turns; rows with pass rates (NVIDIA's pivot sets) become
+    profiles that `pivotrl select` reads without profiling."""
     from pivotrl.export import import_nemo_gym as read_rows
 
-    if not rows.is_file():
-        raise fail(f"{rows}: no such file", 2)
+    _import(read_rows, "nemo-gym", rows, out, eval_fraction, seed)
+
+
+@guarded(inputs=["rows"], outputs=["out"])
+def import_verl(rows: Path = typer.Argument(..., help="verl parquet (or JSONL of the same rows)."),
+                out: Path = typer.Option(..., "--out", help="Turns JSONL to write."),
+                eval_fraction: float = option(ExtractOptions, "eval_fraction"),
+                seed: int = option(ExtractOptions, "seed")) -> None:
+    """verl rows back to Turns: those `pivotrl export --format verl` wrote, or others whose
+    ground truth is the expert's assistant message (the context is then the row's prompt)."""
+    from pivotrl.export import import_verl as read_rows
+
+    _import(read_rows, "verl", rows, out, eval_fraction, seed)
+
+
+def _import(read, fmt: str, src: Path, out: Path, eval_fraction: float, seed: int) -> None:
+    from pivotrl.io.empty import EmptyResultError
+
+    if not src.is_file():
+        raise fail(f"{src}: no such file", 2)
     try:
-        summary = read_rows(rows, out)
+        summary = read(src, out, eval_fraction=eval_fraction, seed=seed)
+    except EmptyResultError as exc:
+        if isinstance(exc.result, ExportSummary):
+            console.print(export_table(exc.result, f"import {fmt} → {out}"))
+        raise fail(f"pivotrl import {fmt}: {exc}", 1) from None
     except ValueError as exc:
         raise fail(str(exc), 2) from None
-    _report(summary, f"import nemo-gym → {out}", out)
+    _report(summary, f"import {fmt} → {out}", out)

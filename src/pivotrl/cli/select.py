@@ -22,6 +22,8 @@ def select_table(stats: dict, strategy: str, out: Path) -> Table:
         table.add_row(key.replace("_", " "), str(stats[key]))
     for dom, d in stats["per_domain"].items():
         table.add_row(f"kept in {dom}", f"{d['kept']}/{d['turns']} ({d['kept_fraction']:.0%})")
+    if (stats.get("profile_settings") or {}).get("model"):  # whose pass rates (train checks it is its --model)
+        table.add_row("profiled by", str(stats["profile_settings"]["model"]))
     return table
 
 

@@ -21,15 +21,17 @@ from pivotrl.export.nemo_gym import (DEFAULT_AGENT_NAME, PARALLEL_CALLS, gym_con
                                      gym_config_path, missing_tools, nemo_gym_to_turn, row_problem,
                                      turn_to_nemo_gym)
 from pivotrl.export.verl import (DEFAULT_AGENT_LOOP, ToolUnion, tool_config_path, turn_to_verl,
-                                 verl_schema, write_tool_config)
+                                 verl_schema, verl_to_turn, write_tool_config)
 from pivotrl.io.empty import check_input, require_some
-from pivotrl.io.records import (Record, Reject, Trajectory, Turn, atomic_path, check_trajectory,
-                             read_records, rejects_path, write_atomic, write_text_atomic)
+from pivotrl.export.pass_rates import imported_profile, profiled_by
+from pivotrl.io.records import (Profile, Record, Reject, Trajectory, Turn, atomic_path,
+                                check_trajectory, read_records, rejects_path, sidecar_path,
+                                stats_path, write_atomic, write_text_atomic)
 
 FORMATS = ("nemo-gym", "verl")
 __all__ = ["DEFAULT_AGENT_LOOP", "DEFAULT_AGENT_NAME", "FORMATS", "PARALLEL_CALLS", "ExportSummary",
            "check_turn", "export_file", "gym_config_path",
-           "import_nemo_gym", "nemo_gym_to_turn", "row_to_turn", "tool_config_path",
+           "import_nemo_gym", "import_verl", "nemo_gym_to_turn", "row_to_turn", "tool_config_path",
            "turn_to_nemo_gym", "turn_to_verl", "verl_schema"]
 
 
@@ -38,6 +40,7 @@ class ExportSummary:
     read: int = 0
     written: int = 0
     rejects: list[Reject] = field(default_factory=list)
+    notes: Counter = field(default_factory=Counter)  # what an import read besides the turns
     by_domain: Counter = field(default_factory=Counter)
     warnings: Counter = field(default_factory=Counter)  # kept rows another engine may object to
     files: list[Path] = field(default_factory=list)  # written besides the output (tool config)
@@ -180,10 +183,11 @@ class NemoGymRow(Record):
     expected_action: dict[str, Any]
 
 
-def row_to_turn(row: dict[str, Any], fallback_id: str | None = None) -> Turn | tuple[str, str]:
-    """A row as a valid Turn, or (field, reason) saying why not; never raises on bad data."""
+def _turn_or_problem(build, row: dict[str, Any], fallback_id: str | None) -> Turn | tuple[str, str]:
+    """`build(row, fallback_id)` as a valid Turn, or (field, reason) saying why not; never raises
+    on bad data."""
     try:
-        turn = nemo_gym_to_turn(row, fallback_id)
+        turn = build(row, fallback_id)
     except ValidationError as exc:
         err = exc.errors()[0]
         return ".".join(str(p) for p in err["loc"]), err["msg"]
@@ -193,29 +197,130 @@ def row_to_turn(row: dict[str, Any], fallback_id: str | None = None) -> Turn | t
     return check_turn(turn) or turn
 
 
-def import_nemo_gym(rows: str | Path, out: str | Path) -> ExportSummary:
-    """NeMo-Gym rows JSONL -> Turns JSONL (bad rows to the rejects file). Rows without an id or
-    uuid get `<file stem>:<line>`."""
-    rows, out = Path(rows), Path(out)
-    _refuse_overwrite(rows, out, rejects_path(out))
-    summary = ExportSummary()
+def row_to_turn(row: dict[str, Any], fallback_id: str | None = None) -> Turn | tuple[str, str]:
+    """A NeMo-Gym row as a valid Turn, or (field, reason) saying why not; never raises on bad data."""
+    return _turn_or_problem(nemo_gym_to_turn, row, fallback_id)
 
-    def turns() -> Iterator[Turn]:
-        for lineno, rec in read_records(rows, NemoGymRow):
-            summary.read += 1
-            result = (rec if isinstance(rec, Reject)
-                      else row_to_turn(rec.model_dump(), f"{rows.stem}:{lineno}"))
-            if isinstance(result, Turn):
+
+def _import_turns(src: Path, out: Path, convert, *, eval_fraction: float = 0.0,
+                  seed: int = 0, jsonl: bool = True) -> ExportSummary:
+    """`convert(notes)` yields a Turn or a Reject for every record of `src` (counting what it
+    read besides the turns in `notes`). The Turns go to `out`, or with `eval_fraction` those of
+    held-out trajectories (drawn as `extract` draws them: by trajectory, never by row) to
+    `OUT.eval.jsonl` and the split to `OUT.split.json`; rejects beside `out`; `OUT.stats.json`
+    says who profiled the Profile records among them (pass rates that came with the rows:
+    `pivotrl.export.pass_rates`), for `select` to pass on to `train`."""
+    from pivotrl.extract import eval_split
+    from pivotrl.io.split import Split, split_path, write_split
+
+    eval_out = sidecar_path(out, ".eval.jsonl") if eval_fraction > 0 else None
+    _refuse_overwrite(src, out, rejects_path(out), stats_path(out),
+                      *([eval_out, split_path(out)] if eval_out else []))
+    if jsonl:
+        check_input(src)
+    summary, models = ExportSummary(), Counter()
+    held: frozenset[str] = frozenset()
+    if eval_out is not None:  # a first pass for the trajectory ids: the split is exact
+        ids = (t.trajectory_id for t in convert(Counter()) if isinstance(t, Turn))
+        held, warning = eval_split(list(dict.fromkeys(ids)), eval_fraction, seed)
+        summary.warnings.update([warning] if warning else [])
+    split = Split(fraction=eval_fraction, seed=seed, source=str(src))
+
+    def turns(held_out: bool) -> Iterator[Turn]:
+        for result in convert(Counter() if held_out else summary.notes):
+            if isinstance(result, Reject):
+                if not held_out:  # each line is counted once, in the first pass that writes
+                    summary.read += 1
+                    summary.rejects.append(result)
+            elif (result.trajectory_id in held) == held_out:
+                summary.read += 1
                 summary.by_domain[result.domain or "-"] += 1
+                (split.eval if held_out else split.train).append(result.trajectory_id)
+                if isinstance(result, Profile):
+                    models[result.metadata["imported_profile"]["model"]] += 1
                 yield result
-            elif isinstance(result, Reject):
-                summary.rejects.append(result)
-            else:
-                summary.rejects.append(Reject(str(rows), lineno, result[1], result[0],
-                                              json.dumps(rec.model_dump())[:2000]))
 
-    summary.written = write_atomic(out, turns())
+    summary.written = write_atomic(out, turns(False))
+    if eval_out is not None:
+        summary.written += write_atomic(eval_out, turns(True))
+        split.train, split.eval = list(dict.fromkeys(split.train)), list(dict.fromkeys(split.eval))
+        summary.files += [eval_out, write_split(out, split)]
+    if models:
+        summary.warnings[f"pass rates imported as profiles of {profiled_by(models)}: PivotRL "
+                         "selects with the trained policy's own (`pivotrl profile` re-profiles)"] += 1
+        write_text_atomic(stats_path(out), json.dumps({
+            "imported_from": str(src), "turns": summary.written, "profiles": sum(models.values()),
+            "profiled_by": dict(models), "notes": dict(summary.notes),
+            # what `pivotrl select` passes on to training (`select.profile_settings`)
+            "settings": {"model": profiled_by(models), "chat_template_kwargs": None,
+                         "response_format": None, "max_new_tokens": None}}, indent=2))
+        summary.files.append(stats_path(out))
+    elif stats_path(out).is_file() and "imported_from" in stats_path(out).read_text():
+        stats_path(out).unlink()  # an earlier import's profiler would be claimed for these turns
     _write_rejects(out, summary.rejects)
-    require_some(summary.written, "turns", rows, rejected=len(summary.rejects),
+    require_some(summary.written, "turns", src, rejected=len(summary.rejects),
                  first_reject=summary.rejects[0] if summary.rejects else None, result=summary)
     return summary
+
+
+def import_nemo_gym(rows: str | Path, out: str | Path, *, eval_fraction: float = 0.0,
+                    seed: int = 0) -> ExportSummary:
+    """NeMo-Gym rows JSONL -> Turns JSONL (bad rows to the rejects file). Rows without an id or
+    uuid get `<file stem>:<line>`; a row's own `trajectory_id` and `meta_info` place it in its
+    trajectory, and its pass rates make it a Profile record (`pivotrl.export.pass_rates`)."""
+    rows, out = Path(rows), Path(out)
+
+    def convert(notes: Counter) -> Iterator[Turn | Reject]:
+        for lineno, rec in read_records(rows, NemoGymRow):
+            if isinstance(rec, Reject):
+                yield rec
+                continue
+            row = rec.model_dump()
+            result = row_to_turn(row, f"{rows.stem}:{lineno}")
+            yield (imported_profile(result, row, notes) if isinstance(result, Turn) else
+                   Reject(str(rows), lineno, result[1], result[0], json.dumps(row)[:2000]))
+
+    return _import_turns(rows, out, convert, eval_fraction=eval_fraction, seed=seed)
+
+
+PARQUET_MAGIC = b"PAR1"  # a parquet file's first bytes
+
+
+def _is_parquet(path: Path) -> bool:
+    with path.open("rb") as fh:
+        return fh.read(4) == PARQUET_MAGIC
+
+
+def _verl_rows(path: Path, batch_rows: int = 1000) -> Iterator[tuple[int, dict[str, Any] | Reject]]:
+    """(row number, row or Reject) of a verl parquet file, a batch at a time, or of a JSONL file
+    of the same rows (one line each)."""
+    if not _is_parquet(path):
+        for lineno, rec in read_records(path, Record):
+            yield lineno, rec if isinstance(rec, Reject) else rec.model_dump()
+        return
+    import pyarrow.parquet as pq
+
+    n = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
+        for row in batch.to_pylist():
+            n += 1
+            yield n, row
+
+
+def import_verl(rows: str | Path, out: str | Path, *, eval_fraction: float = 0.0,
+                seed: int = 0) -> ExportSummary:
+    """verl rows (parquet, or JSONL of the same rows) -> Turns JSONL (bad rows to the rejects file,
+    numbered from 1 in file order); `pivotrl.export.verl.verl_to_turn` reads each row."""
+    rows, out = Path(rows), Path(out)
+
+    def convert(notes: Counter) -> Iterator[Turn | Reject]:
+        for n, row in _verl_rows(rows):
+            if isinstance(row, Reject):
+                yield row
+                continue
+            result = _turn_or_problem(verl_to_turn, row, f"{rows.stem}:{n}")
+            yield (result if isinstance(result, Turn) else
+                   Reject(str(rows), n, result[1], result[0], json.dumps(row, default=str)[:2000]))
+
+    return _import_turns(rows, out, convert, eval_fraction=eval_fraction, seed=seed,
+                         jsonl=not _is_parquet(rows))

@@ -22,7 +22,8 @@ Turn such as a Profile's samples, the expert's reasoning and text next to its ca
 goes to `metadata`, so `import nemo-gym` gives back the same Turn. Rows written by NeMo-Gym
 itself (no id, `uuid`, output-message items with ids and annotations, batches, an
 `instructions` string, expected actions without `type`) are read too; their other fields are
-kept under the Turn's `metadata["nemo_gym"]` and written back on export.
+kept under the Turn's `metadata["nemo_gym"]` and written back on export. Published pivot sets
+name each row's trajectory and place in it (`row_position`): those are the Turn's.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pivotrl.io.records import Message, Turn, message_text, sidecar_path
+from pivotrl.io.records import Message, Turn, message_text, parse_arguments, sidecar_path
 
 AGENT_REF_TYPE = "responses_api_agents"
 DEFAULT_AGENT_NAME = "pivotrl_single_step_tool_use_with_argument_comparison_agent"
@@ -142,11 +143,31 @@ def tool_from_responses(tool: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": fn}
 
 
+# The calls of a message whose arguments were a JSON object, not a string: NeMo-Gym's row holds
+# strings only, so without this list a round trip would change their type.
+OBJECT_ARGUMENTS = "pivotrl_object_arguments"
+
+
 def _extras(message: Message) -> dict[str, Any]:
     extra = dict(message.model_extra or {})
     if message.name is not None:
         extra["name"] = message.name
+    objects = [j for j, c in enumerate(message.tool_calls or []) if isinstance(c.function.arguments, dict)]
+    if objects:
+        extra[OBJECT_ARGUMENTS] = objects
     return extra
+
+
+def _restore_objects(message: Message, objects: Any) -> Message:
+    """The calls listed in `objects` (OBJECT_ARGUMENTS) get their arguments back as objects."""
+    for j in objects if isinstance(objects, list) else ():
+        calls = message.tool_calls or []
+        if isinstance(j, int) and 0 <= j < len(calls) and isinstance(calls[j].function.arguments, str):
+            try:
+                calls[j].function.arguments = parse_arguments(calls[j].function.arguments)
+            except ValueError:
+                pass  # not an object after all: the string is kept as it is
+    return message
 
 
 def expected_action(message: Message) -> dict[str, Any]:
@@ -325,11 +346,13 @@ def action_to_message(action: Any, extra: dict[str, Any] | None = None) -> Messa
         raise ValueError(f"{where}.type: unsupported action type {kind!r}")
     extra = dict(extra or {})
     ids = extra.pop("call_ids", None)
+    objects = extra.pop(OBJECT_ARGUMENTS, None)
     for j, call in enumerate(data.get("tool_calls", [])):
         given = ids[j] if isinstance(ids, list) and j < len(ids) else None
         call["id"] = given if isinstance(given, str) else f"call_{j}"
-    return Message.model_validate({**extra, **data, **({"content": extra["content"]}
-                                                       if "content" in extra else {})})
+    return _restore_objects(Message.model_validate({**extra, **data, **({"content": extra["content"]}
+                                                                        if "content" in extra else {})}),
+                            objects)
 
 
 def _context(params: dict[str, Any], infer_names: bool) -> list[Message]:
@@ -364,6 +387,21 @@ def _foreign(row: dict[str, Any], params: dict[str, Any], action: dict[str, Any]
     return gym
 
 
+def row_position(row: dict[str, Any]) -> tuple[str | None, int | None]:
+    """The row's own trajectory id and assistant ordinal (0-based: `meta_info.assistant_depth`,
+    else `info.depth`), where it names them; NeMo-Gym's own rows name neither."""
+    traj = row.get("trajectory_id")
+    traj_id = str(traj) if isinstance(traj, (str, int)) and not isinstance(traj, bool) and str(traj) else None
+    depth = None
+    for key, field in (("meta_info", "assistant_depth"), ("info", "depth")):
+        block = row.get(key)
+        value = block.get(field) if isinstance(block, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            depth = value
+            break
+    return traj_id, depth
+
+
 def nemo_gym_to_turn(row: dict[str, Any], fallback_id: str | None = None) -> Turn:
     """A NeMo-Gym row back to a Turn (raises ValueError naming the field). The Turn id is the
     row's `id`, else its `uuid`, else `fallback_id` (e.g. file:line)."""
@@ -378,8 +416,10 @@ def nemo_gym_to_turn(row: dict[str, Any], fallback_id: str | None = None) -> Tur
     message_extra = meta.get("message_extra") if ours else None
     for i, extra in (message_extra.items() if isinstance(message_extra, dict) else ()):
         if str(i).isdigit() and int(i) < len(context) and isinstance(extra, dict):
-            context[int(i)] = Message.model_validate({**context[int(i)].model_dump(exclude_none=True),
-                                                      **extra})
+            extra = dict(extra)
+            objects = extra.pop(OBJECT_ARGUMENTS, None)
+            context[int(i)] = _restore_objects(Message.model_validate(
+                {**context[int(i)].model_dump(exclude_none=True), **extra}), objects)
     tools = params.get("tools") or []
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise ValueError("responses_create_params.tools: not a list of objects")
@@ -392,7 +432,12 @@ def nemo_gym_to_turn(row: dict[str, Any], fallback_id: str | None = None) -> Tur
         turn_index, domain = meta.get("turn", len(context)), meta.get("domain")
     else:
         turn_meta = dict(meta)
-        trajectory_id, turn_index, domain = row_id, len(context), meta.get("domain")
+        # A published pivot set's own trajectory id and ordinal keep its pivots of one
+        # trajectory together (a split is drawn by trajectory); without them, each row is its own.
+        own_trajectory, own_turn = row_position(row)
+        trajectory_id = own_trajectory or row_id
+        turn_index = own_turn if own_turn is not None else len(context)
+        domain = meta.get("domain")
     # Our own rows carry an imported row's fields inside turn_metadata already.
     if not ours and (gym := _foreign(row, params, action)):
         turn_meta["nemo_gym"] = gym

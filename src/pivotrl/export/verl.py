@@ -13,6 +13,11 @@ verl's agent loops take tool schemas from one YAML file only (`data.tool_config_
 never from a row, so the export writes `<out stem>.tool_config.yaml` next to the parquet with
 every tool the rows use (each as verl's `BaseTool`, whose schema is all the chat template needs).
 When rows have different tool sets, verl shows the union to every row: the summary says so.
+
+Back (`verl_to_turn`, `pivotrl import verl`): a row's Turn is rebuilt from `extra_info` (our own
+rows) or, in rows other tools wrote, from `prompt` (the context) and `reward_model.ground_truth`
+(the JSON of the expert's assistant message: a row whose ground truth is something else, such as a
+math answer, has no expert action to learn from and is rejected, naming the field).
 """
 
 from __future__ import annotations
@@ -159,3 +164,47 @@ def write_tool_config(path: Path, union: ToolUnion) -> None:
               "# actor_rollout_ref.rollout.multi_turn.tool_config_path (tool_agent) at this file.\n")
     write_text_atomic(path, header + yaml.safe_dump(union.config(), sort_keys=False,
                                                     allow_unicode=True))
+
+
+def _json_field(info: dict[str, Any], key: str, default: Any) -> Any:
+    value = info.get(key)
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            raise ValueError(f"extra_info.{key}: not JSON") from None
+    return default if value is None else value
+
+
+def verl_to_turn(row: dict[str, Any], fallback_id: str = "verl") -> Turn:
+    """A verl row back to the Turn it holds (raises ValueError naming the field). Context, tools,
+    turn and metadata come from `extra_info` when it has them (rows we wrote), else the context is
+    `prompt`; the expert message is `reward_model.ground_truth`, else `extra_info.expected`."""
+    info = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
+    reward_model = row.get("reward_model") if isinstance(row.get("reward_model"), dict) else {}
+    truth = reward_model.get("ground_truth")
+    try:
+        expected = json.loads(truth) if isinstance(truth, str) and truth else truth
+    except ValueError:
+        expected = None
+    if not isinstance(expected, dict) or "role" not in expected:
+        expected = _json_field(info, "expected", None)
+    if not isinstance(expected, dict):
+        raise ValueError("reward_model.ground_truth: not the JSON of the expert's assistant message "
+                         "(rows written by `pivotrl export --format verl` hold it)")
+    context = _json_field(info, "context", None)
+    if context is None:
+        context = row.get("prompt")
+    if not isinstance(context, list):
+        raise ValueError("prompt: missing or not a list of messages")
+    row_id = str(info.get("id") or fallback_id)
+    turn = info.get("turn")
+    if not isinstance(turn, int) or isinstance(turn, bool):
+        turn = sum(isinstance(m, dict) and m.get("role") == "assistant" for m in context)
+    domain = info.get("domain") or (row.get("data_source") if row.get("data_source") != "pivotrl" else None)
+    return Turn.model_validate({
+        "id": row_id, "trajectory_id": str(info.get("trajectory_id") or row_id), "turn": turn,
+        "domain": domain if isinstance(domain, str) and domain else None,
+        "tools": _json_field(info, "tools", []), "context": context, "expected": expected,
+        "metadata": _json_field(info, "metadata", {}),
+    })

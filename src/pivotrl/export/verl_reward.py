@@ -21,6 +21,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
+from pivotrl.export.verl import verl_to_turn
 from pivotrl.io.records import Turn
 from pivotrl.scoring import score_completion
 
@@ -45,30 +46,12 @@ def _verifier(name: str, config_json: str):
     return get_verifier(name, **json.loads(config_json))
 
 
-def _json_field(info: dict[str, Any], key: str, default: Any) -> Any:
-    value = info.get(key)
-    if isinstance(value, str):
-        return json.loads(value)
-    return default if value is None else value
-
-
 def turn_from_verl(ground_truth: Any, extra_info: dict[str, Any] | None) -> Turn:
     """The Turn a verl row was exported from (context and tools from extra_info; the expected
     message from ground_truth, else extra_info["expected"])."""
-    info = dict(extra_info or {})
-    expected = json.loads(ground_truth) if isinstance(ground_truth, str) and ground_truth else None
-    if not isinstance(expected, dict):
-        expected = _json_field(info, "expected", None)
-    if not isinstance(expected, dict):
-        raise ValueError("ground_truth: not the JSON of the expert message (export with "
-                         "`pivotrl export --format verl`)")
-    row_id = str(info.get("id") or "verl")
-    return Turn.model_validate({
-        "id": row_id, "trajectory_id": str(info.get("trajectory_id") or row_id),
-        "turn": int(info.get("turn") or 0), "domain": info.get("domain") or None,
-        "tools": _json_field(info, "tools", []), "context": _json_field(info, "context", []),
-        "expected": expected, "metadata": _json_field(info, "metadata", {}),
-    })
+    # verl hands the reward function no prompt: without extra_info the context is empty.
+    return verl_to_turn({"reward_model": {"ground_truth": ground_truth}, "extra_info": extra_info or {},
+                         "prompt": []})
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: Any,

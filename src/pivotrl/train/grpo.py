@@ -312,6 +312,10 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None) -> dict[str, Any]:
     warning = template_mismatch(cfg.format_options(), profiled, "train", "profiling") if profiled else None
     if warning:
         logger.warning(warning)
+    from pivotrl.select import other_profiler
+
+    if warning := other_profiler(cfg.model, pivots_profile_settings(cfg.pivots)):
+        logger.warning(warning)
     turns = load_pivot_set(cfg, held_out)
     cfg, tokenizer = prepare(cfg)
     prompts = build_prompts(turns, tokenizer, cfg.max_prompt_length, cfg.chat_template_kwargs,
