@@ -91,11 +91,13 @@ def test_moe_with_router_logits_on_runs_every_verb(tmp_path, tiny_model_dir, dat
 
 
 def test_sft_saves_the_bases_router_setting(tmp_path, tiny_model_dir, data):
-    """TRL's SFTTrainer turns `output_router_logits` on for its loss; the saved model keeps the
-    base's `false`, and the load-balancing loss it trained with is in metrics.jsonl."""
+    """TRL's SFTTrainer turns `output_router_logits` on for its loss; the saved model and its
+    checkpoints keep the base's `false`, and the load-balancing loss it trained with is in
+    metrics.jsonl."""
     base = tiny_moe(tiny_model_dir, tmp_path / "base", router_logits=False)
     invoke("sft", "--data", data / "trajectories.jsonl", "--split", data / "turns.split.json", "--model", base,
            "--output-dir", tmp_path / "sft", "--max-steps", 1, "--per-device-train-batch-size", 2)
-    assert json.loads((tmp_path / "sft" / "config.json").read_text())["output_router_logits"] is False
-    assert_config_is_the_bases(base, tmp_path / "sft")
+    for saved in (tmp_path / "sft", tmp_path / "sft" / "checkpoint-1"):  # the final model and a checkpoint
+        assert json.loads((saved / "config.json").read_text())["output_router_logits"] is False
+        assert_config_is_the_bases(base, saved)
     assert metrics(tmp_path / "sft")[0]["aux_loss"] > 0

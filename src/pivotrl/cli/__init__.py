@@ -19,6 +19,14 @@ import_app.command("verl")(export.import_verl)
 app.add_typer(import_app, name="import")
 
 
+@app.callback()
+def _quiet_console(ctx: typer.Context) -> None:
+    """Every verb (the plugins' too) runs with the libraries' progress bars off (cli.console)."""
+    from pivotrl.cli.console import quiet_libraries
+
+    ctx.call_on_close(quiet_libraries())
+
+
 def _mount_plugins(app: typer.Typer) -> None:
     """Verbs of other installed packages (the testbed's `demo`, `e2e`, `testbed`, `data`): each
     entry point in the `pivotrl.commands` group is a function that mounts its verbs on `app`, so the

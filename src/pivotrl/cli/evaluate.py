@@ -118,7 +118,7 @@ def evaluate(
     """Turn accuracy of a model on held-out turns, with an interval clustered by trajectory."""
     from pivotrl.evaluate import turns as turn_eval
     from pivotrl.io.inputs import check_chat_template
-    from pivotrl.io.progress import ProgressLog
+    from pivotrl.io.progress import ProgressLog, TokenCount
     from pivotrl.io.records import sidecar_path
     from pivotrl.io.split import resolve_split
     from pivotrl.profile.loop import budget_notes
@@ -132,14 +132,22 @@ def evaluate(
     except ValueError as exc:
         raise fail(f"pivotrl evaluate --turns: {exc}", 2) from None
     log = ProgressLog("evaluate", None, unit="turn", every_s=30.0, log_file=sidecar_path(out, ".log", ".json"))
+    tokens = TokenCount()
+
+    def on_tokens(k: int) -> None:  # a line moves while a chunk of long samples is drawn
+        tokens.add(k)
+        log.note(log.done, tokens.text())
+
     try:
         sampler, tokenizer = cfg.build_sampler(str(model))
         check_chat_template(tokenizer, model)
         for note in budget_notes(cfg, sampler, tokenizer, cfg.samples, "evaluate"):
             console.print(escape(note), style="yellow" if note.startswith("warning") else None)
-        result = turn_eval.evaluate_turns_file(turns, out, sampler, ver, tokenizer, cfg, model_name=str(model),
-                                               split=held_out, settings_from=settings_from,
-                                               progress=lambda done, total: log.update(done, total=total))
+        with log.running():
+            result = turn_eval.evaluate_turns_file(
+                turns, out, sampler, ver, tokenizer, cfg, model_name=str(model), split=held_out,
+                settings_from=settings_from, on_tokens=on_tokens,
+                progress=lambda done, total: log.update(done, tokens.text(), total=total))
     except (SamplerError, ValueError) as exc:
         raise fail(str(exc), 1) from None
     except KeyboardInterrupt:

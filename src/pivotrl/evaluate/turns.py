@@ -107,12 +107,13 @@ def turn_seed(seed: int, turn_id: str) -> int:
 
 
 def score_turns(turns: Iterable[Turn], sampler, verifier, tokenizer, cfg: TurnEvalConfig,
-                too_long: dict[str, int] | None = None) -> Iterator[dict[str, Any]]:
+                too_long: dict[str, int] | None = None,
+                on_tokens: Callable[[int], Any] | None = None) -> Iterator[dict[str, Any]]:
     """One item per turn, in order: {id, trajectory_id, success, rewards, valid, reasons, tokens}.
     Turns whose prompt the sampler cannot take are skipped and recorded in `too_long`
-    (id → prompt tokens) when given."""
+    (id → prompt tokens) when given. on_tokens: `sample_and_score`'s."""
     for turn, _, row in sample_and_score(turns, sampler, verifier, tokenizer, cfg, cfg.samples, turn_seed,
-                                         too_long=too_long):
+                                         too_long=too_long, on_tokens=on_tokens):
         yield score_item(turn, row, cfg.success_threshold)
 
 
@@ -163,12 +164,14 @@ def result_rejects_path(out: str | Path) -> Path:
 def evaluate_turns_file(turns_path: str | Path, out_path: str | Path, sampler, verifier, tokenizer,
                         cfg: TurnEvalConfig, *, model_name: str = "", split: Split | None = None,
                         progress: Callable[[int, int], Any] | None = None,
-                        settings_from: dict[str, str] | None = None) -> dict[str, Any]:
+                        settings_from: dict[str, str] | None = None,
+                        on_tokens: Callable[[int], Any] | None = None) -> dict[str, Any]:
     """Score the turns of `turns_path`; write RESULT.json (`out_path`), the scored turns
     (RESULT.items.jsonl) and bad lines (RESULT.rejects.jsonl). Returns the result dict.
     `split`: score only turns of its eval trajectories (the others are counted, not scored).
     `progress(done, total)` is called after each scored turn. `settings_from`: where the caller
-    took the template settings and budget from, recorded in the result."""
+    took the template settings and budget from, recorded in the result. on_tokens:
+    `sample_and_score`'s (tokens as they are drawn)."""
     turns_path, out_path = Path(turns_path), Path(out_path)
     outputs = (out_path, items_path(out_path), result_rejects_path(out_path))
     if turns_path.resolve() in {p.resolve() for p in outputs}:
@@ -188,7 +191,7 @@ def evaluate_turns_file(turns_path: str | Path, out_path: str | Path, sampler, v
         raise ValueError(f"{turns_path}: no valid turns ({len(rejects)} bad lines)")
     too_long: dict[str, int] = {}
     items = []
-    for item in score_turns(chosen, sampler, verifier, tokenizer, cfg, too_long):
+    for item in score_turns(chosen, sampler, verifier, tokenizer, cfg, too_long, on_tokens):
         items.append(item)
         if progress is not None:
             progress(len(items) + len(too_long), len(chosen))

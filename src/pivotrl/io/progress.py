@@ -116,3 +116,19 @@ class ProgressLog:
         finally:
             stop.set()
             thread.join()
+
+
+class TokenCount:
+    """Tokens sampled since `t0` (a `time.perf_counter()` reading) and their rate, as a progress
+    line shows them while a chunk of samples is drawn (`sample_and_score`'s `on_tokens`)."""
+
+    def __init__(self, t0: float | None = None):
+        self.t0, self.tokens = time.perf_counter() if t0 is None else t0, 0
+
+    def add(self, k: int) -> None:
+        self.tokens += k
+
+    def text(self) -> str:
+        if not self.tokens:
+            return ""
+        return f"{self.tokens:,} tokens sampled ({self.tokens / max(time.perf_counter() - self.t0, 1e-9):,.0f}/s)"

@@ -46,7 +46,7 @@ class TurnSampling(EngineConfig, SamplingOptions, VerifierOptions, FormatOptions
     def budget_source(self, tokenizer: Any) -> str:
         """Where the token budget comes from, as a user would change it."""
         if self.max_new_tokens is not None:
-            return "max_new_tokens"
+            return "set by max_new_tokens"
         thinking = is_thinking(tokenizer, self.chat_template_kwargs, self.response_format)
         return "the default for a thinking template" if thinking else "the default"
 
@@ -159,9 +159,10 @@ def checked_sampling(cfg: TurnSampling, sampler, tokenizer) -> SamplingParams:
     return params
 
 
-# A thinking model may spend its whole budget on every sample. Measured on 2 CPU cores (hf backend,
-# a Qwen3 thinking template, 78 turns): at the thinking default of 4096 tokens no turn had
-# finished after 10 min; at 96 tokens the run took 12 s. Above this, a CPU run is told so.
+# A thinking model may spend its whole budget on every sample. As reported on 2 CPU cores (hf
+# backend, a tiny model with a Qwen3 thinking template, 78 turns): at the thinking default of 4096
+# tokens no turn had finished after 10 min; at 96 tokens the run took 12 s. Above this budget (the
+# plain default), a CPU run is told so.
 CPU_THINKING_BUDGET = 256
 
 
@@ -173,7 +174,7 @@ def budget_notes(cfg: TurnSampling, sampler, tokenizer, samples_per_turn: int, v
     try:
         checked_sampling(cfg, sampler, tokenizer)
     except ValueError as exc:
-        raise ValueError(f"{exc} (the budget is {source}; set it with --max-new-tokens)") from None
+        raise ValueError(f"{exc} (the budget is {source}; --max-new-tokens sets it)") from None
     notes = [f"{verb}: token budget {budget} tokens per sample ({source}); {samples_per_turn} "
              f"sample(s) per turn"]
     on_cpu = getattr(sampler, "name", "") == "hf" and str(getattr(sampler, "device", "")).startswith("cpu")

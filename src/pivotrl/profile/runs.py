@@ -18,7 +18,7 @@ from typing import Any
 
 from pivotrl.io.empty import check_input, require_some
 from pivotrl.io.outputs import claim_output, output_lock
-from pivotrl.io.progress import ProgressLog
+from pivotrl.io.progress import ProgressLog, TokenCount
 from pivotrl.io.records import (AppendWriter, Profile, Reject, Turn, done_ids, is_blank, iter_lines,
                                 read_records, rejects_path, sidecar_path, stats_path, write_atomic,
                                 write_text_atomic)
@@ -139,7 +139,7 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
         rate = ""
         # Tokens as they are drawn (the hf sampler reports each decoding step), so a line moves
         # while a chunk of long samples is sampled, before any of its turns is scored.
-        tokens = _TokenCount(t0)
+        tokens = TokenCount(t0)
 
         def on_tokens(k: int) -> None:
             tokens.add(k)
@@ -168,21 +168,6 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
                    f"engine takes ({prompt_limit(sampler)}); raise max_model_len", "context").to_json()
             for tid, n in stats.too_long.items()])
     return doc
-
-
-class _TokenCount:
-    """Tokens sampled since `t0` and their rate, as a progress line shows them."""
-
-    def __init__(self, t0: float):
-        self.t0, self.tokens = t0, 0
-
-    def add(self, k: int) -> None:
-        self.tokens += k
-
-    def text(self) -> str:
-        if not self.tokens:
-            return ""
-        return f"{self.tokens:,} tokens sampled ({self.tokens / max(time.perf_counter() - self.t0, 1e-9):,.0f}/s)"
 
 
 class MergeError(ValueError):

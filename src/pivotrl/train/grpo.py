@@ -31,11 +31,11 @@ from pivotrl.sampling.pipeline import check_budget, context_length
 from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.io.turn_files import iter_pivots
 from pivotrl.train.config import GRPORunConfig, trl_common_kwargs, with_trl_overrides
-from pivotrl.train.metrics import MetricsJSONL, ProgressLines
+from pivotrl.train.metrics import MetricsJSONL, ProgressLines, quiet_trainer
 from pivotrl.profile.loop import ProfileConfig
 from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
 from pivotrl.train.reward import PivotReward
-from pivotrl.train.saved_config import restore_base_settings
+from pivotrl.train.saved_config import base_settings
 from pivotrl.train.trainer import PivotGRPOTrainer
 
 logger = logging.getLogger(__name__)
@@ -213,6 +213,7 @@ def build_trainer(cfg: GRPORunConfig, turns: list[Turn], *, total_steps: int | N
         shared_rollouts=cfg.shared_rollouts,
     )
     trainer.add_callback(MetricsJSONL(Path(cfg.output_dir) / "metrics.jsonl", trainer=trainer))
+    quiet_trainer(trainer, Path(cfg.output_dir) / "train.log")
     for cb in callbacks or []:
         trainer.add_callback(cb)
     trainer.pivot_dropped = prompts.dropped
@@ -234,10 +235,10 @@ def save_final(trainer, tokenizer, output_dir: Path, base_model: str | None = No
     state = accelerator.get_state_dict(getattr(trainer, "model_wrapped", None) or trainer.model)
     lora = hasattr(model, "merge_and_unload")
     if accelerator.is_main_process:
-        if not lora:  # (a merged LoRA model is saved from its base's own config)
-            restore_base_settings(model, base_model)
         target = output_dir / "adapter" if lora else output_dir
-        model.save_pretrained(target, state_dict=state)  # PEFT keeps only the adapter's weights
+        # (a merged LoRA model is saved from its base's own config)
+        with base_settings(model, None if lora else base_model):
+            model.save_pretrained(target, state_dict=state)  # PEFT keeps only the adapter's weights
         if lora:
             merge_adapter(base_model or model.peft_config["default"].base_model_name_or_path,
                           target, output_dir, dtype=next(t.dtype for t in state.values() if t.is_floating_point()))
@@ -287,7 +288,7 @@ def with_profile_settings(cfg: GRPORunConfig, profiled: dict[str, Any]) -> tuple
     stats) wherever the run config does not set its own, and where each setting came from."""
     update, origin = {}, {}
     for field, key in PROFILED_SETTINGS:
-        if field in cfg.model_fields_set and getattr(cfg, field) not in (None, {}):
+        if field in cfg.model_fields_set and getattr(cfg, field) is not None:  # given, `{}` included
             origin[field] = "run config"
         elif profiled.get(key) not in (None, {}):
             update[field], origin[field] = profiled[key], "profiling (the pivots' stats)"

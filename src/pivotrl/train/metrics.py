@@ -1,5 +1,7 @@
 """metrics.jsonl: one line per logged step with the figures PivotRL reports (reward, per-group std,
-zero-std fraction, invalid rate, rollout turns, …), kept consistent across a resume."""
+zero-std fraction, invalid rate, rollout turns, …), kept consistent across a resume; and what a
+run says while it trains: pivotrl's progress lines on the console, TRL's own log dicts in the
+run's log file (`quiet_trainer`)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback
 
 METRIC_KEYS = {  # metrics.jsonl key ← TRL log key
     "reward_mean": "reward", "reward_std": "reward_std", "frac_zero_std": "frac_zero_std",
@@ -119,3 +122,27 @@ class ProgressLines(TrainerCallback):
         if self.log is not None and self.printed != state.global_step:
             self._update(state.global_step, force=True)
         self.stop()
+
+
+class LogDicts(TrainerCallback):
+    """Every log dict TRL and transformers print at each logged step (`{'loss': …, 'reward': …}`),
+    appended to the run's log file instead, on the main process: on the console they buried
+    pivotrl's progress lines (one dict per step), and the log file keeps them whole."""
+
+    def __init__(self, log_file: str | Path):
+        self.log_file = Path(log_file)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        import time
+
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_file.open("a") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} step {state.global_step} {json.dumps(logs)}\n")
+
+
+def quiet_trainer(trainer, log_file: str | Path) -> None:
+    """Send `trainer`'s printed log dicts to `log_file` (LogDicts) instead of the console."""
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(LogDicts(log_file))

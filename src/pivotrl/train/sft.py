@@ -31,8 +31,9 @@ from pivotrl.io.records import Reject, Trajectory, read_records, rejects_path
 from pivotrl.io.split import HeldOut, resolve_split
 from pivotrl.train.config import SFTRunConfig, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.grpo import save_final, world_size
-from pivotrl.train.metrics import MetricsJSONL, ProgressLines
+from pivotrl.train.metrics import MetricsJSONL, ProgressLines, quiet_trainer
 from pivotrl.train.resume import Resumable
+from pivotrl.train.saved_config import SavesBaseSettings
 
 SFT_METRIC_KEYS = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm",
                    "mean_token_accuracy": "mean_token_accuracy", "entropy": "entropy",
@@ -40,8 +41,9 @@ SFT_METRIC_KEYS = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm"
                    "aux_loss": "aux_loss"}  # MoE load-balancing loss, part of `loss` (router_aux_loss_coef)
 
 
-class PivotSFTTrainer(Resumable, SFTTrainer):
-    """TRL's SFTTrainer, with the resume fixes of train/resume.py."""
+class PivotSFTTrainer(Resumable, SavesBaseSettings, SFTTrainer):
+    """TRL's SFTTrainer, with the resume fixes of train/resume.py; checkpoints keep the base's
+    settings (train/saved_config.py)."""
 
 
 @dataclass
@@ -162,6 +164,7 @@ def build_sft_trainer(cfg: SFTRunConfig, rows: list[dict[str, Any]], tokenizer, 
                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                          peft_config=cfg.lora.peft_config(model=cfg.model))
     trainer.add_callback(MetricsJSONL(Path(cfg.output_dir) / "metrics.jsonl", keys=SFT_METRIC_KEYS))
+    quiet_trainer(trainer, Path(cfg.output_dir) / "train.log")
     return trainer
 
 

@@ -12,6 +12,7 @@ from pivotrl.formats.chat import prompt_token_ids
 from pivotrl.sampling.generate import router_logits_off
 from pivotrl.train.resume import Resumable
 from pivotrl.train.reward import group_stats
+from pivotrl.train.saved_config import SavesBaseSettings
 from pivotrl.train.shared_prefix import (enable_shared_prefix_forward, has_shared_prefix_forward,
                                          rollout_fallback_reason, shared_prefill_rollouts,
                                          shared_prefix_logps, unsupported_reason)
@@ -44,7 +45,7 @@ def score_only_completions_on_cpu(enabled: bool = True) -> bool:
     return True
 
 
-class PivotGRPOTrainer(Resumable, GRPOTrainer):
+class PivotGRPOTrainer(Resumable, SavesBaseSettings, GRPOTrainer):
     """GRPOTrainer plus the metrics PivotRL reports: per-group reward std, fraction of zero-std
     groups, and rollout turns spent (one completion = one model turn), counted over all processes."""
 
