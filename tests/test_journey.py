@@ -56,13 +56,18 @@ def trained_rows(run: Path) -> list[dict]:
     return [r for r in jsonl(run / "metrics.jsonl") if "loss" in r]
 
 
-def loads_and_differs(run: Path, base: Path) -> None:
-    """The saved model loads and is not the base (training changed weights)."""
+def saved_model(run: Path, base: Path, moved: bool = True):
+    """The saved model: it loads, with the base's weights' names (a LoRA run saves the merged
+    model), and, when `moved`, training changed them (a GRPO step whose groups all scored 0 has
+    no advantage to follow, so a random model's weights stay put)."""
     from transformers import AutoModelForCausalLM
 
     trained = AutoModelForCausalLM.from_pretrained(run)
-    start = AutoModelForCausalLM.from_pretrained(base)
-    assert any(not torch.equal(a, b) for a, b in zip(trained.state_dict().values(), start.state_dict().values()))
+    start = AutoModelForCausalLM.from_pretrained(base).state_dict()
+    assert trained.state_dict().keys() == start.keys()
+    if moved:
+        assert any(not torch.equal(w, start[k]) for k, w in trained.state_dict().items()), run
+    return trained
 
 
 # ---------------------------------------------------------------- the whole path, one model
@@ -98,17 +103,17 @@ def test_the_whole_path_on_the_shipped_base(tmp_path):
 
     run = tmp_path / "pivotrl"
     pivotrl("train", "--pivots", pivots, "--model", base, "--output-dir", run, "--max-steps", "1",
-            "--num-generations", "2", "--progress-seconds", "0")
+            "--num-generations", "4", "--progress-seconds", "0")
     assert [r["step"] for r in trained_rows(run)] == [1]
     trained_with = json.loads((run / "template_settings.json").read_text())
     assert trained_with["max_new_tokens"] == 24, trained_with  # profiling's budget, not the default
-    loads_and_differs(run, base)
+    saved_model(run, base)
 
     sft = tmp_path / "sft"
     pivotrl("sft", "--data", data, "--split", tmp_path / "turns.split.json", "--model", base,
             "--output-dir", sft, "--max-steps", "1", "--progress-seconds", "0")
     assert [r["step"] for r in trained_rows(sft)] == [1]
-    loads_and_differs(sft, base)
+    saved_model(sft, base)
 
     results = {}
     # PivotRL's model is scored as trained, with nothing repeated; the SFT run samples nothing, so
@@ -223,7 +228,7 @@ def tiny_checkpoint(kind: str, path: Path) -> Path:
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_profile_train_sft_evaluate_on_each_model_kind(kind, orders, tmp_path):
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
     folder, train_turns, eval_turns = orders
     base = tiny_checkpoint(kind, tmp_path / "base")
@@ -254,18 +259,19 @@ def test_profile_train_sft_evaluate_on_each_model_kind(kind, orders, tmp_path):
     if base_config.get("output_router_logits"):  # the router's load-balancing loss is logged
         assert "aux_loss" in row and "aux_loss" in sft_row, (row, sft_row)
 
+    from pivotrl.train.saved_config import SAVED_CONFIG_KEYS, config_differences
+
+    may_change = {key for key, (saved, _) in SAVED_CONFIG_KEYS.items() if saved == "trained"}
     for trained in (run, sft):
         # The saved model loads as the base's architecture, with the base's config but for the
         # keys training may change (one list, with why: pivotrl.train.saved_config).
-        from pivotrl.train.saved_config import SAVED_CONFIG_KEYS, config_differences
-
-        may_change = {key for key, (saved, _) in SAVED_CONFIG_KEYS.items() if saved == "trained"}
         assert set(config_differences(base, trained)) <= may_change, (trained.name, config_differences(base, trained))
-        config = json.loads((trained / "config.json").read_text())
-        model = AutoModelForCausalLM.from_pretrained(trained)
+        model = saved_model(trained, base, moved=trained == sft)
         assert type(model).__name__ == AutoConfig.from_pretrained(base).architectures[0]
-        if config.get("tie_word_embeddings"):
+        if base_config.get("tie_word_embeddings"):
             assert model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    if "--lora" in KINDS[kind][3]:
+        assert (run / "adapter" / "adapter_config.json").is_file()
 
     out = tmp_path / "pivotrl.eval.json"
     pivotrl("evaluate", "--model", run, "--turns", folder / "turns.eval.jsonl", "--out", out)
