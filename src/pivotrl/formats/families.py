@@ -125,7 +125,7 @@ def detect(tokenizer: Any, response_format: str | None = None) -> Family:
         if template == text:
             fmt, thinks = KNOWN_TEMPLATES[name]
             return Family(name, response_format or fmt, thinks)
-    thinks = bool(template) and ("enable_thinking" in template or "<think>" in template)
+    thinks = bool(template) and ("<think>" in template or _thinks_by_default(tokenizer, template))
     if response_format:
         if response_format not in FORMATS and response_format != "response-template":
             raise UnknownFormatError(f"response_format {response_format!r} is not one of "
@@ -144,6 +144,24 @@ def detect(tokenizer: Any, response_format: str | None = None) -> Family:
         "Fix: set `response_format:` in the config (or --response-format) to the format the model "
         "writes, or give the tokenizer a `response_template` (transformers response parsing) in "
         "tokenizer_config.json.")
+
+
+def _thinks_by_default(tokenizer: Any, template: str) -> bool:
+    """Whether a template that takes `enable_thinking` thinks when the caller says nothing. Qwen3's
+    thinks unless told not to (its prompt with `enable_thinking: false` differs from the default
+    one); Gemma 4's thinks only when told to (the same prompt): taking the word alone for thinking
+    gave Gemma 4 a 4096-token budget for answers that fit in 256."""
+    if "enable_thinking" not in template:
+        return False
+    from pivotrl.formats.chat import apply_template
+
+    probe = [{"role": "user", "content": "hi"}]
+    try:
+        default = apply_template(tokenizer, probe, None, add_generation_prompt=True)
+        off = apply_template(tokenizer, probe, None, add_generation_prompt=True, enable_thinking=False)
+    except Exception:  # noqa: BLE001 - a template that cannot render the probe: assume it thinks
+        return True
+    return default != off
 
 
 def _with_response_template(tokenizer: Any) -> Any:
@@ -183,6 +201,8 @@ def is_thinking(tokenizer: Any, chat_kwargs: dict[str, Any] | None = None,
         return True
     if kwargs.get("enable_thinking") is False or kwargs.get("thinking") is False:
         return False
+    if kwargs.get("enable_thinking") is True or kwargs.get("thinking") is True:
+        return True  # asked for (Gemma 4 thinks only when asked, in its own channel, not <think>)
     try:
         return detect(tokenizer, response_format).thinks
     except UnknownFormatError:
