@@ -41,6 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from pivotrl.sandbox.environment import ENV_DIR
 from pivotrl.sandbox.workspace import FIXED_MTIME
 
 FIXED_TIME = FIXED_MTIME  # 2024-01-01 00:00:00 UTC
@@ -53,18 +54,48 @@ SHIM_SOURCE = r"""
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/utsname.h>
 #include <time.h>
+#include <unistd.h>
 
-#define FIXED ((time_t)__FIXED__)
+/* A probe's run reads its own clock and kernel release from files bound at __ENV_DIR__
+   (pivotrl.sandbox.environment); the original run has none there and reads the defaults. */
+static int env_file(const char *name, char *buf, size_t size) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", "__ENV_DIR__", name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, size - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    return 1;
+}
+static time_t fixed_now(void) {
+    static time_t t = -1;
+    char buf[32];
+    if (t == -1) t = env_file("epoch", buf, sizeof buf) ? (time_t)atoll(buf) : (time_t)__FIXED__;
+    return t;
+}
+#define FIXED (fixed_now())
+
 #define REAL(ret, name, args) static ret (*real) args; \
     if (!real) real = (ret (*) args)dlsym(RTLD_NEXT, name); \
     if (!real) { errno = ENOSYS; return -1; }
 #define FIX_TS(ts) do { (ts).tv_sec = FIXED; (ts).tv_nsec = 0; } while (0)
 #define FIX_ST(st) do { FIX_TS((st)->st_atim); FIX_TS((st)->st_mtim); FIX_TS((st)->st_ctim); } while (0)
 
+int uname(struct utsname *u) {
+    REAL(int, "uname", (struct utsname *));
+    int rc = real(u);
+    char buf[sizeof u->release];
+    if (rc == 0 && env_file("kernel", buf, sizeof buf) && buf[0]) strcpy(u->release, buf);
+    return rc;
+}
 static int wall(clockid_t c) {
     return c == CLOCK_REALTIME || c == CLOCK_REALTIME_COARSE || c == CLOCK_TAI;
 }
@@ -141,7 +172,8 @@ def build_shim(skeleton: Path) -> bool:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "fixedclock.c"
-        src.write_text(SHIM_SOURCE.replace("__FIXED__", str(FIXED_TIME)))
+        src.write_text(SHIM_SOURCE.replace("__FIXED__", str(FIXED_TIME))
+                       .replace("__ENV_DIR__", ENV_DIR))
         try:
             subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(target), str(src), "-ldl"],
                            check=True, capture_output=True, timeout=120)

@@ -64,8 +64,12 @@ import shlex
 from pathlib import Path
 
 from pivotrl.sandbox.workspace import remove_tree, rename_entries
+from pivotrl.sandbox.environment import SandboxEnv, vary_environment
+from pivotrl.verifiers.literals import (MAX_CANDIDATE_LITERALS, command_literals, literal_lines,
+                                       new_literals)
 
-PROBES = ("grow", "grow2", "grow3", "data", "names", "bytes", "shrink", "presence")
+PROBES = ("grow", "grow2", "grow3", "data", "names", "bytes", "env", "shrink", "presence")
+CANDIDATE_PROBE = 100  # a grow draw around a candidate's own literals (`perturb_workspace`)
 GROW = ("grow", "grow2", "grow3")  # independent draws of one probe (module doc)
 # Each line repeated 1..N times: the wider the range, the rarer two different sets of lines
 # reach the same count by chance (two lines against two, by the repeats alone: 19/81 = 23% of
@@ -211,7 +215,8 @@ def _sort_extremes(lines: list[str]) -> set[str]:
     return {pick(lines, key=key) for key in _SORT_KEYS for pick in (min, max)}
 
 
-def _grow(text: str, rng: random.Random, vocab: _Vocabulary) -> str:
+def _grow(text: str, rng: random.Random, vocab: _Vocabulary,
+          literals: list[tuple[str, str]] = ()) -> str:
     lines = text.splitlines()
     lo, hi = _numbers(text)
     shapes = [ln for ln in lines if ln.strip()] or vocab.lines or vocab.words
@@ -221,13 +226,15 @@ def _grow(text: str, rng: random.Random, vocab: _Vocabulary) -> str:
     out = [ln for ln, k in zip(lines, times) for _ in range(k)]
     out += [_shaped(rng.choice(shapes), rng, vocab, lo, hi)
             for _ in range(max(2, len(lines) // 2))]
+    # near misses of the file's own words, and lines on both sides of the command's literals,
+    # each in a line of the file's shape (a CSV line keeps its commas: module docstring)
     words = sorted(set(_WORD.findall(text)))
     rng.shuffle(words)
-    for w in words[:MAX_NEAR_MISS_WORDS]:
-        i = rng.randrange(len(w))
-        other = rng.choice([c for c in "abcdefghijklmnopqrstuvwxyz" if c != w[i].lower()])
-        out += [w[:-1], w[1:], w.swapcase(), w[:i] + other + w[i + 1:]]
-    out.append("")  # `grep -c .` counts lines with a character, `wc -l` every line
+    out += literal_lines(shapes, [("word", w) for w in words[:MAX_NEAR_MISS_WORDS]], rng,
+                         vocab.word, templates=1, positions=1)
+    out += literal_lines(shapes, list(literals), rng, vocab.word)
+    if any(not ln.strip() for ln in lines):  # blank lines only where the file holds one
+        out.append("")
     original, moved, extremes = list(out), None, _sort_extremes(out)
     for _ in range(MAX_SHUFFLES):
         rng.shuffle(out)
@@ -323,23 +330,35 @@ def _bytes(root: Path, rng: random.Random, texts: set[str]) -> None:
                 Path(path).write_bytes(bytes(data))
 
 
-def perturb_workspace(root: Path | str, probe: int, seed: str = "", keep: str = "") -> bool:
+def perturb_workspace(root: Path | str, probe: int, seed: str = "", keep: str = "",
+                      extra: str = "") -> bool:
     """Apply probe number `probe` (module docstring) to the directory in place, every choice
     drawn from `seed`; `keep` is the expert's action (the names it mentions are never renamed,
-    and are what the presence probe removes or creates). False when there is no such probe."""
-    if not 0 <= probe < len(PROBES):
-        return False
+    and are what the presence probe removes or creates; its literals get lines on both sides,
+    `pivotrl.verifiers.literals`). `CANDIDATE_PROBE` is a grow draw around the literals of
+    `extra` (a candidate's action) that `keep` does not name. False when there is no such
+    probe. Every probe also runs in another environment (`probe_environment`)."""
     root = Path(root)
-    rng = random.Random(f"{seed}|{probe}")
+    if probe == CANDIDATE_PROBE:
+        kind, literals = "grow", new_literals(extra, keep)[:MAX_CANDIDATE_LITERALS]
+    elif 0 <= probe < len(PROBES):
+        kind, literals = PROBES[probe], command_literals(keep)
+    else:
+        return False
+    # a candidate's probe depends on its literals only: one expert run serves every candidate
+    # naming the same ones
+    rng = random.Random(f"{seed}|{probe}" + (f"|{literals}" if probe == CANDIDATE_PROBE else ""))
+    if kind == "env":
+        return True  # the environment alone (`probe_environment`)
     vocab = _Vocabulary(root)
-    kind = PROBES[probe]
     if kind in (*GROW, "data", "shrink"):
-        change = _shrink if kind == "shrink" else _grow
         data = [f for f in vocab.files if _ext(f[0]) not in _SCRIPTS]
         if kind == "data" and len(data) == len(vocab.files):
             return True  # no script: grow already did this (left unchanged: not run)
         for path, text, how in (vocab.files if kind in GROW else data):
-            _write(path, change(text, rng, vocab), how)
+            new = _shrink(text, rng, vocab) if kind == "shrink" else \
+                _grow(text, rng, vocab, literals)
+            _write(path, new, how)
     elif kind == "names":
         _names(root, rng, vocab, keep)
     elif kind == "presence":
@@ -347,6 +366,15 @@ def perturb_workspace(root: Path | str, probe: int, seed: str = "", keep: str = 
     else:
         _bytes(root, rng, {p for p, _, _ in vocab.files})
     return True
+
+
+def probe_environment(seed: str, probe: int, keep: str = "") -> SandboxEnv:
+    """The environment probe number `probe` runs in: another clock, user, host name, kernel
+    release, locale and workspace path than the original run's and than every other probe's
+    (drawn from `seed`), so a constant cannot stand for what a command reads of them
+    (`echo 2024-01-01` for `date +%F`, `echo user` for `whoami`). The workspace keeps its path
+    where the expert's action names it (`keep` holds "/work")."""
+    return vary_environment(random.Random(f"{seed}|env|{probe}"), keep_workdir="/work" in keep)
 
 
 def probes_to_compare(results: list[tuple[int, bool, object]]) -> list[object]:
