@@ -11,7 +11,9 @@ machine with the system C compiler into the skeleton root) into every dynamicall
 program. It makes the wall clock read `FIXED_TIME` (2024-01-01 00:00:00 UTC, the time every
 workspace file is stamped with; TZ=UTC in the sandbox) and every file timestamp that a stat
 call returns read the same, frozen (time does not advance during a run: two `date` calls in
-one command agree). Monotonic clocks, sleeps and timeouts stay real. /etc/ld.so.preload is
+one command agree). Monotonic clocks, sleeps and timeouts stay real. A verifier's probe runs read
+another clock, file time and kernel release (`uname`) from files bound at
+`pivotrl.sandbox.environment.ENV_DIR`; the original run has none there and reads these defaults. /etc/ld.so.preload is
 read by the dynamic loader whatever the environment says, so `env -i` or `unset LD_PRELOAD`
 do not escape it. Known hole: statically linked programs (none in Debian's coreutils, bash,
 grep, sed, findutils, python) and direct system calls see the real clock.
@@ -75,19 +77,21 @@ static int env_file(const char *name, char *buf, size_t size) {
     buf[n] = 0;
     return 1;
 }
-static time_t fixed_now(void) {
-    static time_t t = -1;
+static time_t env_time(const char *name, time_t *cache) {
     char buf[32];
-    if (t == -1) t = env_file("epoch", buf, sizeof buf) ? (time_t)atoll(buf) : (time_t)__FIXED__;
-    return t;
+    if (*cache == -1) *cache = env_file(name, buf, sizeof buf) ? (time_t)atoll(buf) : (time_t)__FIXED__;
+    return *cache;
 }
-#define FIXED (fixed_now())
+static time_t now_cache = -1, files_cache = -1;
+#define FIXED (env_time("epoch", &now_cache))
+#define FILES (env_time("files", &files_cache))  /* every file's timestamps */
 
 #define REAL(ret, name, args) static ret (*real) args; \
     if (!real) real = (ret (*) args)dlsym(RTLD_NEXT, name); \
     if (!real) { errno = ENOSYS; return -1; }
 #define FIX_TS(ts) do { (ts).tv_sec = FIXED; (ts).tv_nsec = 0; } while (0)
-#define FIX_ST(st) do { FIX_TS((st)->st_atim); FIX_TS((st)->st_mtim); FIX_TS((st)->st_ctim); } while (0)
+#define FIX_FT(ts) do { (ts).tv_sec = FILES; (ts).tv_nsec = 0; } while (0)
+#define FIX_ST(st) do { FIX_FT((st)->st_atim); FIX_FT((st)->st_mtim); FIX_FT((st)->st_ctim); } while (0)
 
 int uname(struct utsname *u) {
     REAL(int, "uname", (struct utsname *));
@@ -143,7 +147,7 @@ XSTAT(__fxstat64, struct stat64, int)
 XSTATAT(__fxstatat, struct stat)
 XSTATAT(__fxstatat64, struct stat64)
 
-#define FIX_SX(ts) do { (ts).tv_sec = FIXED; (ts).tv_nsec = 0; } while (0)
+#define FIX_SX(ts) do { (ts).tv_sec = FILES; (ts).tv_nsec = 0; } while (0)
 int statx(int d, const char *p, int f, unsigned int mask, struct statx *sx) {
     REAL(int, "statx", (int, const char *, int, unsigned int, struct statx *));
     int rc = real(d, p, f, mask, sx);

@@ -7,7 +7,7 @@ same command prints the same thing whenever it runs. Verifiers run probes in oth
 environments (`pivotrl.verifiers.probes.probe_environment`), so that `echo 2024-01-01` cannot
 pass for `date +%F`, nor `echo user` for `whoami`.
 
-How each is set (`env_argv`): the clock and kernel release are read by the preloaded shim
+How each is set (`env_argv`): the clock, the files' timestamps and the kernel release are read by the preloaded shim
 (`pivotrl.sandbox.clock`) from files bound at `ENV_DIR`; the user's name from a passwd and
 group file bound over the skeleton's; the host name by bwrap's `--hostname` and a bound
 /etc/hostname; the locale and USER by the environment; another workspace path by a tmpfs on
@@ -34,7 +34,8 @@ _LOCALES = ("C.UTF-8", "C", "POSIX")
 
 @dataclass(frozen=True)
 class SandboxEnv:
-    epoch: int = FIXED_MTIME  # the wall clock and every file timestamp a command reads
+    epoch: int = FIXED_MTIME  # the wall clock a command reads
+    files_epoch: int = FIXED_MTIME  # every file timestamp a command reads
     user: str = "user"  # the name of uid 1000 ($USER, /etc/passwd)
     hostname: str = "sandbox"
     kernel: str = ""  # the release `uname -r` prints; "" is the host's
@@ -56,7 +57,9 @@ def vary_environment(rng: random.Random, keep_workdir: bool = False) -> SandboxE
     kernel = f"{rng.randrange(3, 7)}.{rng.randrange(0, 20)}.{rng.randrange(1, 200)}-probe"
     lang = rng.choice(_LOCALES[1:])
     workdir = WORKDIR if keep_workdir else f"{WORKDIR}/{rng.choice(_NAMES)}-{rng.randrange(10, 99)}"
-    return SandboxEnv(epoch, user, host, kernel, lang, workdir)
+    # files older than the clock, by days: a file's timestamp does not stand for today's date
+    files_epoch = epoch - rng.randrange(2 * 86_400, 400 * 86_400)
+    return SandboxEnv(epoch, files_epoch, user, host, kernel, lang, workdir)
 
 
 def write_env_files(env: SandboxEnv, side: Path, passwd: str, group: str) -> Path:
@@ -65,7 +68,7 @@ def write_env_files(env: SandboxEnv, side: Path, passwd: str, group: str) -> Pat
     `passwd` and `group` are the skeleton's, with "user" as uid 1000's name."""
     d = side / "env"
     d.mkdir(mode=0o755)
-    files = {"epoch": f"{env.epoch}\n", "kernel": env.kernel, "hostname": env.hostname + "\n",
+    files = {"epoch": f"{env.epoch}\n", "files": f"{env.files_epoch}\n", "kernel": env.kernel, "hostname": env.hostname + "\n",
              "passwd": passwd.replace("\nuser:", f"\n{env.user}:"),
              "group": group.replace("\nuser:", f"\n{env.user}:")}
     for name, text in files.items():

@@ -101,10 +101,12 @@ def _data_words(line: str) -> list[str]:
 
 def literal_lines(lines: list[str], literals: list[tuple[str, str]], rng: random.Random,
                   other_word, templates: int = TEMPLATES_PER_LITERAL,
-                  positions: int = POSITIONS_PER_TEMPLATE) -> list[str]:
+                  positions: int = POSITIONS_PER_TEMPLATE, exact: bool = True) -> list[str]:
     """New lines in the shapes of `lines` (a file's) on both sides of each literal (module
-    docstring); `other_word(rng, like)` draws a replacement word. Empty when the file has no
-    line with a token of a literal's kind."""
+    docstring); `other_word(rng, like)` draws a replacement word. Without `exact`, a word
+    literal's near misses come without the word itself: one file holding `ERRO` lines but no
+    `ERROR` line is what tells `grep -l ERRO *` from `grep -l ERROR *` (the probes alternate it
+    over files and draws). Empty when the file has no line with a token of a literal's kind."""
     shapes = [ln for ln in dict.fromkeys(lines) if ln.strip()]
     out: list[str] = []
     for kind, value in literals:
@@ -115,7 +117,8 @@ def literal_lines(lines: list[str], literals: list[tuple[str, str]], rng: random
             for a, b in rng.sample(spans, min(len(spans), positions)):
                 old = template[a:b]
                 for v in _neighbours(kind, value, old, rng, other_word):
-                    out.append(template[:a] + v + template[b:])
+                    if exact or kind != "word" or v != value:
+                        out.append(template[:a] + v + template[b:])
     return out
 
 

@@ -70,6 +70,7 @@ from pivotrl.verifiers.literals import (MAX_CANDIDATE_LITERALS, command_literals
 
 PROBES = ("grow", "grow2", "grow3", "data", "names", "bytes", "env", "shrink", "presence")
 CANDIDATE_PROBE = 100  # a grow draw around a candidate's own literals (`perturb_workspace`)
+CANDIDATE_TEMPLATES = 6
 GROW = ("grow", "grow2", "grow3")  # independent draws of one probe (module doc)
 # Each line repeated 1..N times: the wider the range, the rarer two different sets of lines
 # reach the same count by chance (two lines against two, by the repeats alone: 19/81 = 23% of
@@ -216,7 +217,7 @@ def _sort_extremes(lines: list[str]) -> set[str]:
 
 
 def _grow(text: str, rng: random.Random, vocab: _Vocabulary,
-          literals: list[tuple[str, str]] = ()) -> str:
+          literals: list[tuple[str, str]] = (), exact: bool = True, templates: int = 1) -> str:
     lines = text.splitlines()
     lo, hi = _numbers(text)
     shapes = [ln for ln in lines if ln.strip()] or vocab.lines or vocab.words
@@ -232,7 +233,8 @@ def _grow(text: str, rng: random.Random, vocab: _Vocabulary,
     rng.shuffle(words)
     out += literal_lines(shapes, [("word", w) for w in words[:MAX_NEAR_MISS_WORDS]], rng,
                          vocab.word, templates=1, positions=1)
-    out += literal_lines(shapes, list(literals), rng, vocab.word)
+    out += literal_lines(shapes, list(literals), rng, vocab.word,
+                         templates=templates if exact else templates + 1, exact=exact)
     if any(not ln.strip() for ln in lines):  # blank lines only where the file holds one
         out.append("")
     original, moved, extremes = list(out), None, _sort_extremes(out)
@@ -355,9 +357,14 @@ def perturb_workspace(root: Path | str, probe: int, seed: str = "", keep: str = 
         data = [f for f in vocab.files if _ext(f[0]) not in _SCRIPTS]
         if kind == "data" and len(data) == len(vocab.files):
             return True  # no script: grow already did this (left unchanged: not run)
-        for path, text, how in (vocab.files if kind in GROW else data):
+        for j, (path, text, how) in enumerate(vocab.files if kind in GROW else data):
+            # every other file (by draw) holds a word literal's near misses without the word
+            exact = (j + probe) % 2 == 0
             new = _shrink(text, rng, vocab) if kind == "shrink" else \
-                _grow(text, rng, vocab, literals)
+                _grow(text, rng, vocab, literals, exact,
+                      # a candidate's few literals go into more of the file's lines, so a
+                      # planted `| grep -v ZZ` meets a line the rest of its command keeps
+                      CANDIDATE_TEMPLATES if probe == CANDIDATE_PROBE else 1)
             _write(path, new, how)
     elif kind == "names":
         _names(root, rng, vocab, keep)
