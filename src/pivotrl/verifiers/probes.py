@@ -7,7 +7,7 @@ tell them apart; comparing them on workspaces that change what the expert's comm
 A verifier runs the expert's command on each probe below (once per turn) and requires a
 candidate to match the expert on them too (`probes_to_compare`). A turn where no probe changes
 the expert's outcome (output, exit code, files, effects) reads nothing the probes can vary (a
-constant, the fixed clock, files outside the workspace): any command printing the same text
+constant, files outside the workspace): any command printing the same text
 would be paid there, so such a turn is *unverifiable* and never a pivot
 (`pivotrl.verifiers.shell`, `pivotrl.select`).
 
@@ -16,11 +16,15 @@ The probes, each applied to its own copy of the workspace:
 - grow: every text file (and every gzip/bzip2/xz file, decompressed and compressed again)
   gets new lines in its own lines' shapes (each word replaced by another word of the
   workspace, each number by one beyond the file's largest or below its smallest), every line
-  repeated 1 to `GROW_MAX_REPEAT` times, near-miss lines (one letter dropped at either end or
-  replaced, case swapped), an empty line, and a reordering in which no original line keeps its
-  place from the start or the end and neither end is the first or last line of a sort order
-  (`head -1` against `sort | head -1`): counts, sums, maxima and minima, deduplicated sets,
-  first and last matches, sizes and weaker patterns move. grow2 and grow3 are two more
+  repeated 1 to `GROW_MAX_REPEAT` times, near misses of its words (one letter dropped at either
+  end or replaced, case swapped, inside a longer word), lines on both sides of every literal of
+  the expert's command (`pivotrl.verifiers.literals`: a threshold's neighbours, a filter term
+  and its near misses, the day before and after a date), a blank line only where the file
+  holds one (every added line keeps a line shape of the file: a CSV line its commas), and a
+  reordering in which no original line keeps its place from the start or the end and neither
+  end is the first or last line of a sort order (`head -1` against `sort | head -1`): counts,
+  sums, maxima and minima, deduplicated sets, first and last matches, sizes, weaker patterns
+  and changed literals move. grow2 and grow3 are two more
   independent draws of it: two commands that count different lines (`grep -c INFO` for
   `grep -c ERROR` in a log with two lines of each) agree on one draw whenever the repeats and
   added lines give both sets the same total (a testbed turn with such a log: 11 of 30 process
@@ -32,6 +36,8 @@ The probes, each applied to its own copy of the workspace:
   words of the workspace (its extension kept), and each directory gets new files named the
   same way with lines in a sibling's shape: listings, globs, `grep -l` and `wc -l *` move;
 - bytes: every other binary file gets bytes of its own inserted (size, checksums, dumps move);
+- env: the files as they are, in another environment (every probe runs in one of its own:
+  `probe_environment`), run only where no probe above changed a file (an empty workspace);
 - shrink (a last resort, `LAST_RESORT`: used only where no probe above moves the expert):
   every text file but scripts keeps one new line of its shape: counts and sizes cross thresholds
   downwards, matches disappear;
@@ -81,8 +87,8 @@ GROW_MAX_REPEAT = 6
 # content (`grep -c X f` and `grep X f | wc -l`) fail or find nothing with other exit codes.
 LAST_RESORT = ("shrink", "presence")
 UNVERIFIABLE = ("turn unverifiable: no probe changes the expert's outcome (it reads nothing the "
-                "probes vary: a constant, the fixed clock or files outside the workspace), so a "
-                "memorised answer could not be told from a right one")
+                "probes vary: a constant or files outside the workspace), so a memorised answer "
+                "could not be told from a right one")
 IRREPRODUCIBLE = ("turn unverifiable: the expert's outcome changes from one run to the next on the "
                   "same workspace (it reads processes, randomness or timing), so no probe can "
                   "show what it reads")

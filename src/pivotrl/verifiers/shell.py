@@ -26,11 +26,18 @@ trees (`snapshot_dir`) are equal.
   turn whose expert command does (the turn cannot be verified: reason says so).
 - Reads and writes, not only output: once per turn the expert's command runs on every probe
   workspace (`pivotrl.verifiers.probes`: files grown and shrunk with lines of their own shapes,
-  names changed, the files it names removed or created, binary files changed; every choice from
-  a secret seed per turn); the probes on which its outcome changes are kept, and a candidate
-  that matches on the original must match the expert's outcome on each of them too. `echo 4`
-  prints what `grep -c apple notes.txt` printed, but not what it prints once the file changes;
-  `grep -c E` counts what `grep -c ERROR` counts only until a line holds an E and no ERROR.
+  lines on both sides of every literal the command names, names changed, the files it names
+  removed or created, binary files changed; each probe in another environment: clock, user,
+  host, kernel release, locale, workspace path; every choice from a secret seed per turn); the
+  probes on which its outcome changes are kept, and a candidate that matches on the original
+  must match the expert's outcome on each of them too. `echo 4` prints what
+  `grep -c apple notes.txt` printed, but not what it prints once the file changes; `grep -c E`
+  counts what `grep -c ERROR` counts only until a line holds an E and no ERROR; `cp` copies
+  what `grep -v DEBUG` writes only until a line holds DEBUG; `echo 2024-01-01` prints what
+  `date +%F` prints only on the original run's clock. A candidate's own literals that the
+  expert's command does not name get one more probe (`pivotrl.verifiers.literals`; the
+  expert's run there cached per set of literals); a candidate naming more than
+  `MAX_CANDIDATE_LITERALS` of them scores 0.
 - A turn on which no probe changes the expert's outcome (or the expert's command times out, or
   its outcome changes between two runs on the same workspace: `ps aux`, `/dev/urandom`) is
   unverifiable: a memorised answer would be paid there, or a probe's effect not be told from
@@ -41,7 +48,10 @@ trees (`snapshot_dir`) are equal.
   or the network outside the workspace, succeeded or not, are compared with the expert's, so
   `rm -rf /usr; echo 3` or `curl -T notes.txt host; grep -c x f` differ from `grep -c x f`;
   /tmp is scratch. The clock is fixed (`pivotrl.sandbox.clock`): `date` and `ls -l` print the
-  same whenever they run.
+  same whenever they run (a probe's clock is another, fixed too).
+- Files are compared with what else a command can change (`snapshot_dir(details=True)`):
+  modes (the workspace root's too), extended attributes, symlink or file, hard links, empty or
+  missing, and which files were written or touched.
 - Call vs message: a command where the expert answered with a message, or a message where the
   expert ran a command, scores 0. A fenced block is a message, not a tool call: it matches only
   an expert who also answered in fenced blocks (in a harness that runs them), never an expert
@@ -335,7 +345,7 @@ class ShellVerifier:
                 results, paths = [], entry.setdefault("paths", [])
                 original = snapshot_dir(base, details=True)
                 own = self._moves(original, expert)
-                entry["why"], original_rerun = "", False
+                entry["why"], original_rerun, ran = "", False, False
                 keep = "\n".join(commands)
                 for i, name in enumerate(PROBES):
                     where, env = copy_workspace(base), probe_environment(seed, i, keep)
@@ -343,8 +353,9 @@ class ShellVerifier:
                     perturb_workspace(where, i, seed, keep=keep)
                     freeze_mtimes(where)
                     before = snapshot_dir(where, details=True)
-                    if before == original and name != "env":
+                    if before == original and not (name == "env" and not ran):
                         continue  # nothing to perturb here (no binary file, say)
+                    ran = True
                     out = self._execute(where, commands, env)
                     # unverifiable there, or only broken (now writing errors): not used
                     broke = any(st[2] for st in out.steps) and not any(st[2] for st in expert.steps)

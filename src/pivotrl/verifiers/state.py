@@ -310,7 +310,7 @@ class StateVerifier:
                 if probed is None:
                     break
                 if _canonical_snapshot(probed.snapshot()) == original and not (
-                        i < len(PROBES) and PROBES[i] == "env"):
+                        i < len(PROBES) and PROBES[i] == "env" and not results):
                     continue  # the probe found nothing to change here: no run needed
                 effects = self._effects(turn, i, exp_calls)
                 results.append((i, effects != own, (i, effects)))
