@@ -47,6 +47,14 @@ def world_turn(cmd: str) -> Turn:
         "world": "terminal", "world_config": {"workspace": WS}}})
 
 
+def both_ways(verifier, t: Turn, wrong: str, same: str) -> None:
+    """The wrong form scores 0, the equivalent form pays."""
+    got = verifier.score(t, run(wrong))
+    assert got.reward == 0.0, (wrong, got.reason)
+    got = verifier.score(t, run(same))
+    assert got.reward == 1.0, (same, got.reason)
+
+
 @pytest.fixture(scope="module")
 def shell():
     v = get_verifier("shell", timeout_s=3.0, cpu_s=2)
@@ -76,11 +84,7 @@ LITERALS = [
 
 @pytest.mark.parametrize("expert,wrong,same", LITERALS)
 def test_every_literal_of_the_expert_is_probed(shell, expert, wrong, same):
-    t = turn(expert)
-    got = shell.score(t, run(wrong))
-    assert got.reward == 0.0, (expert, wrong, got.reason)
-    got = shell.score(t, run(same))
-    assert got.reward == 1.0, (expert, same, got.reason)
+    both_ways(shell, turn(expert), wrong, same)
 
 
 def test_a_blank_line_appears_only_where_the_file_holds_one(shell):
@@ -141,11 +145,7 @@ ENVIRONMENT = [(ENV_EXPERT, "; ".join(w if i == j else p for j, (p, _, _) in enu
 
 @pytest.mark.parametrize("expert,constant,same", ENVIRONMENT)
 def test_a_constant_does_not_stand_for_what_the_environment_gives(shell, expert, constant, same):
-    t = turn(expert)
-    got = shell.score(t, run(constant))
-    assert got.reward == 0.0, (constant, got.reason)
-    got = shell.score(t, run(same))
-    assert got.reward == 1.0, (same, got.reason)
+    both_ways(shell, turn(expert), constant, same)
 
 
 def test_probe_environments_differ_from_the_original_in_every_field():
@@ -179,11 +179,7 @@ SNAPSHOT = [
 
 @pytest.mark.parametrize("expert,wrong,same", SNAPSHOT)
 def test_the_snapshot_sees_what_a_command_can_change(shell, expert, wrong, same):
-    t = turn(expert)
-    got = shell.score(t, run(wrong))
-    assert got.reward == 0.0, (expert, wrong, got.reason)
-    got = shell.score(t, run(same))
-    assert got.reward == 1.0, (expert, same, got.reason)
+    both_ways(shell, turn(expert), wrong, same)
 
 
 # ---------------------------------------------------------------- the state worlds too
@@ -193,12 +189,7 @@ def test_the_snapshot_sees_what_a_command_can_change(shell, expert, wrong, same)
                                                 "echo 2024-01-01 > today.txt", "date -I > today.txt"),
                                                ("whoami", "echo user", "id -un")])
 def test_the_state_verifier_on_the_terminal_world_probes_the_same(expert, wrong, same):
-    v = get_verifier("state")
-    t = world_turn(expert)
-    got = v.score(t, run(wrong))
-    assert got.reward == 0.0, (expert, wrong, got.reason)
-    got = v.score(t, run(same))
-    assert got.reward == 1.0, (expert, same, got.reason)
+    both_ways(get_verifier("state"), world_turn(expert), wrong, same)
 
 
 def test_state_probes_a_candidates_own_literals():

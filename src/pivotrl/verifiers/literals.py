@@ -43,10 +43,11 @@ _NUMBER = r"-?\d+(?:\.\d+)?"
 # A template line's tokens: dates first (a date is not three numbers), then numbers, then words.
 _LINE_TOKEN = re.compile(rf"(?<![\w.])({_DATE})(?![\w])|(\d+(?:\.\d+)?)|([A-Za-z]+)")
 _COMMAND_TOKEN = re.compile(rf"({_DATE})|({_NUMBER})|([A-Za-z]+)")
-# Words after which the next word names a command (its name is not a literal of the data).
-_COMMAND_STARTS = {"|", "||", "&&", ";", "&", "(", "{", "!", "then", "do", "else", "elif",
-                   "if", "while", "until", "xargs", "time", "env", "exec", "command", "nice",
-                   "nohup", "|&", "$("}
+# Operators after which the next word names a command (its name is not a literal of the data),
+# and words that, in a command's place, leave the place to the next word.
+_OPERATORS = {"|", "||", "&&", ";", "&", "(", "|&"}
+_PREFIXES = {"{", "!", "then", "do", "else", "elif", "if", "while", "until", "xargs", "time",
+             "env", "exec", "command", "nice", "nohup", "sudo"}
 
 
 def command_literals(text: str, limit: int = MAX_LITERALS) -> list[tuple[str, str]]:
@@ -81,11 +82,15 @@ def _data_words(line: str) -> list[str]:
         words = line.split()
     out, command_next = [], True
     for w in words:
-        if command_next and w not in _COMMAND_STARTS and "=" not in w:
-            command_next = False  # the command's name
+        if set(w) <= set(";&|()<>"):  # an operator or a redirection
+            command_next = w in _OPERATORS
             continue
-        if w in _COMMAND_STARTS or set(w) <= set(";&|()<>"):
-            command_next = w not in ("<", ">", ">>", "<<", "<<<", "2>", "&>")
+        if command_next and (w in _PREFIXES or re.fullmatch(r"\w+=\S*", w)):
+            if "=" in w:
+                out.append(w)  # X=5 cmd: the assignment is data
+            continue
+        if command_next:
+            command_next = False  # the command's name
             continue
         if w.startswith("--") and "=" in w:
             out.append(w.split("=", 1)[1])  # --lines=3, --field-separator=,

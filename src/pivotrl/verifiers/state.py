@@ -253,8 +253,7 @@ class StateVerifier:
         if base is None:
             base = world_at_turn(turn)
             seed, keep = probe_seed(_turn_key(turn)), _action_text(turn)
-            if probe is not None and not (base.perturb(probe, seed, keep, extra) if extra
-                                          else base.perturb(probe, seed, keep)):
+            if probe is not None and not _perturbed(base, probe, seed, keep, extra):
                 return None
             if not callable(getattr(base, "fork", None)):
                 return base
@@ -368,6 +367,15 @@ class StateVerifier:
 
 
 _UNSET = object()
+
+
+def _perturbed(world, probe: int, seed: str, keep: str, extra: str) -> bool:
+    if not extra:
+        return world.perturb(probe, seed, keep)
+    try:
+        return world.perturb(probe, seed, keep, extra)
+    except TypeError:  # a world whose perturb takes no `extra`: no probe around its literals
+        return False
 
 
 def _action_text(turn: Turn) -> str:
