@@ -326,3 +326,51 @@ def test_every_single_literal_change_of_the_testbed_experts_scores_0_or_is_unver
     shell.close()
     checked, unverifiable = map(sum, zip(*counts))
     assert checked >= 300 and unverifiable <= 3, (checked, unverifiable)
+
+
+def _value_mutations(value):
+    """A JSON argument changed in one literal: a number ±1 (in a string too), a string cut
+    short, its first letter replaced, or another word."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return []
+    if not isinstance(value, str):
+        return [value - 1, value + 1]
+    out = [m.string[:m.start()] + str(int(m.group()) + d) + m.string[m.end():]
+           for m in _NUMBER.finditer(value) for d in (-1, 1) if int(m.group()) + d >= 0]
+    if value:
+        out += [value[:-1], ("q" if value[0] != "q" else "z") + value[1:], "zulu"]
+    return [v for v in dict.fromkeys(out) if v != value]
+
+
+def test_every_single_literal_change_of_the_examples_calls_scores_0():
+    """examples/trajectories.jsonl: every expert call's arguments, one literal changed (or a
+    required argument dropped): the state verifier pays none in the toolshop world, the
+    toolcall verifier none in the worlds without one."""
+    from pathlib import Path
+
+    from pivotrl.extract import ExtractOptions, extract_turns
+    from pivotrl.io.records import Trajectory
+
+    verifiers = {"state": get_verifier("state"), "toolcall": get_verifier("toolcall")}
+    checked = 0
+    path = Path(__file__).resolve().parents[1] / "examples" / "trajectories.jsonl"
+    for line in path.read_text().splitlines():
+        turns, _ = extract_turns(Trajectory.model_validate_json(line), ExtractOptions())
+        for t in turns:
+            calls = t.expected.tool_calls or []
+            v = verifiers["state" if t.metadata.get("world") else "toolcall"]
+            for i, call in enumerate(calls):
+                args = call.args()
+                required = next((f["function"]["parameters"].get("required", [])
+                                 for f in t.tools or [] if f["function"]["name"]
+                                 == call.function.name), [])
+                changed = [{**args, k: m} for k in args for m in _value_mutations(args[k])]
+                changed += [{k2: v2 for k2, v2 in args.items() if k2 != k}
+                            for k in args if k in required]
+                for new in changed:
+                    mutated = [c if j != i else ToolCall(id=c.id, function=FunctionCall(
+                        name=c.function.name, arguments=json.dumps(new))) for j, c in enumerate(calls)]
+                    got = v.score(t, Message(role="assistant", tool_calls=mutated))
+                    assert got.reward == 0.0, (t.id, call.function.name, args, new, got.reason)
+                    checked += 1
+    assert checked >= 200, checked
