@@ -71,7 +71,7 @@ class TerminalWorld:
 
     def reset(self, config: dict[str, Any]) -> None:
         self._drop()
-        self.effects = {}
+        self.effects, self.env = {}, DEFAULT_ENV
         self.workdir = sandbox.copy_workspace(None)
         files = config.get("workspace", config.get("files", {}))  # {path: content}
         sandbox.materialize_workspace(files, self.workdir)
