@@ -35,7 +35,9 @@ import re
 import shlex
 
 MAX_LITERALS = 32  # of the expert's command: the first ones by position (a probe stays small)
-MAX_CANDIDATE_LITERALS = 12  # a candidate naming more new literals than this scores 0
+# A candidate naming more new literals than this scores 0: room for an equivalent written
+# another way (`python3 -c "import csv ..."` for `cut | sort`), not for a planted list.
+MAX_CANDIDATE_LITERALS = 24
 TEMPLATES_PER_LITERAL = 1  # template lines each literal is put into, per file and draw
 POSITIONS_PER_TEMPLATE = 4  # tokens of one template line a literal replaces, one at a time
 _DATE = r"\d{4}-\d{2}-\d{2}"
@@ -106,12 +108,15 @@ def _data_words(line: str) -> list[str]:
 
 def literal_lines(lines: list[str], literals: list[tuple[str, str]], rng: random.Random,
                   other_word, templates: int = TEMPLATES_PER_LITERAL,
-                  positions: int = POSITIONS_PER_TEMPLATE, exact: bool = True) -> list[str]:
+                  positions: int = POSITIONS_PER_TEMPLATE, exact: bool = True,
+                  near: bool = True) -> list[str]:
     """New lines in the shapes of `lines` (a file's) on both sides of each literal (module
     docstring); `other_word(rng, like)` draws a replacement word. Without `exact`, a word
     literal's near misses come without the word itself: one file holding `ERRO` lines but no
     `ERROR` line is what tells `grep -l ERRO *` from `grep -l ERROR *` (the probes alternate it
-    over files and draws). Empty when the file has no line with a token of a literal's kind."""
+    over files and draws). Without `near`, a word is put in as it is, with no near misses (a
+    candidate's own words: what its planted filter acts on). Empty when the file has no line
+    with a token of a literal's kind."""
     shapes = [ln for ln in dict.fromkeys(lines) if ln.strip()]
     out: list[str] = []
     for kind, value in literals:
@@ -121,7 +126,8 @@ def literal_lines(lines: list[str], literals: list[tuple[str, str]], rng: random
             spans = [m.span(group) for m in _LINE_TOKEN.finditer(template) if m.group(group)]
             for a, b in rng.sample(spans, min(len(spans), positions)):
                 old = template[a:b]
-                for v in _neighbours(kind, value, old, rng, other_word):
+                for v in (_neighbours(kind, value, old, rng, other_word)
+                          if near or kind != "word" else [value]):
                     if exact or kind != "word" or v != value:
                         out.append(template[:a] + v + template[b:])
     return out

@@ -76,7 +76,7 @@ from pivotrl.verifiers.literals import (MAX_CANDIDATE_LITERALS, command_literals
 
 PROBES = ("grow", "grow2", "grow3", "data", "names", "bytes", "env", "shrink", "presence")
 CANDIDATE_PROBE = 100  # a grow draw around a candidate's own literals (`perturb_workspace`)
-CANDIDATE_TEMPLATES = 6
+CANDIDATE_TEMPLATES = 6  # lines of a file each of a candidate's literals goes into
 GROW = ("grow", "grow2", "grow3")  # independent draws of one probe (module doc)
 # Each line repeated 1..N times: the wider the range, the rarer two different sets of lines
 # reach the same count by chance (two lines against two, by the repeats alone: 19/81 = 23% of
@@ -223,7 +223,8 @@ def _sort_extremes(lines: list[str]) -> set[str]:
 
 
 def _grow(text: str, rng: random.Random, vocab: _Vocabulary,
-          literals: list[tuple[str, str]] = (), exact: bool = True, templates: int = 1) -> str:
+          literals: list[tuple[str, str]] = (), exact: bool = True,
+          candidate: bool = False) -> str:
     lines = text.splitlines()
     lo, hi = _numbers(text)
     shapes = [ln for ln in lines if ln.strip()] or vocab.lines or vocab.words
@@ -239,8 +240,11 @@ def _grow(text: str, rng: random.Random, vocab: _Vocabulary,
     rng.shuffle(words)
     out += literal_lines(shapes, [("word", w) for w in words[:MAX_NEAR_MISS_WORDS]], rng,
                          vocab.word, templates=1, positions=1)
-    out += literal_lines(shapes, list(literals), rng, vocab.word,
-                         templates=templates if exact else templates + 1, exact=exact)
+    # a candidate's few literals go into more of the file's lines, without near misses, so a
+    # planted `| grep -v ZZ` meets a line the rest of its command keeps
+    out += literal_lines(shapes, list(literals), rng, vocab.word, exact=exact or candidate,
+                         templates=CANDIDATE_TEMPLATES if candidate else 1 if exact else 2,
+                         near=not candidate)
     if any(not ln.strip() for ln in lines):  # blank lines only where the file holds one
         out.append("")
     original, moved, extremes = list(out), None, _sort_extremes(out)
@@ -367,10 +371,7 @@ def perturb_workspace(root: Path | str, probe: int, seed: str = "", keep: str = 
             # every other file (by draw) holds a word literal's near misses without the word
             exact = (j + probe) % 2 == 0
             new = _shrink(text, rng, vocab) if kind == "shrink" else \
-                _grow(text, rng, vocab, literals, exact,
-                      # a candidate's few literals go into more of the file's lines, so a
-                      # planted `| grep -v ZZ` meets a line the rest of its command keeps
-                      CANDIDATE_TEMPLATES if probe == CANDIDATE_PROBE else 1)
+                _grow(text, rng, vocab, literals, exact, probe == CANDIDATE_PROBE)
             _write(path, new, how)
     elif kind == "names":
         _names(root, rng, vocab, keep)
