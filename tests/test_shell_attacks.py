@@ -62,7 +62,6 @@ def score(shell, expert: str, cand: str) -> float:
     ("grep -c ERROR app.log", "grep -c ERR app.log"),
     ("grep -c ERROR app.log", "grep -ci error app.log"),
     ("grep port conf.ini", "grep por conf.ini"),
-    ("wc -l < app.log", "grep -c . app.log"),
     ("sort -u names.txt", "uniq names.txt"),
     ("head -n 1 names.txt", "sort names.txt | head -n 1"),
     ("cat names.txt", "sort names.txt"),
@@ -97,6 +96,9 @@ def test_attacks_score_0(shell, expert, cand):
     # a temp file removed again leaves no effect
     ("sort -u names.txt > out.txt", "t=$(mktemp); sort names.txt > $t; uniq $t > out.txt; rm $t"),
     ("mkdir logs && mv app.log logs/", "mkdir -p logs; mv ./app.log logs"),
+    # they differ only on a blank line, which this log never holds, so no probe adds one (its
+    # shape: test_literal_probes.py has the file with a blank line, where they differ)
+    ("wc -l < app.log", "grep -c . app.log"),
 ])
 def test_equivalent_commands_still_score_1(shell, expert, cand):
     got = shell.score(turn(expert, tid=f"a/{expert}"), run(cand))

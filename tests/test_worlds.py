@@ -193,9 +193,9 @@ def test_terminal_commands_run_in_the_sandbox(monkeypatch):
     calls = []
     real = sandbox.run_in_sandbox
 
-    def spy(command, workdir, limits=None):
+    def spy(command, workdir, limits=None, **kw):
         calls.append(command)
-        return real(command, workdir, limits)
+        return real(command, workdir, limits, **kw)
 
     monkeypatch.setattr(sandbox, "run_in_sandbox", spy)
     w = make_world("terminal")

@@ -64,6 +64,8 @@ from pathlib import Path
 from pivotrl.sandbox import clock, effects, watch
 from pivotrl.sandbox.skeleton import SANDBOX_UID, TOP_DIRS, skeleton_root
 from pivotrl.sandbox.cgroups import SandboxCgroup, layout
+from pivotrl.sandbox.environment import (DEFAULT_ENV, SandboxEnv, env_argv, workdir_argv,
+                                         write_env_files)
 from pivotrl.sandbox.workspace import (DEFAULT_DISK_MB, FIXED_MTIME, WORKSPACE_DIR_ENV,  # noqa: F401
                                chown_tree, copy_workspace, disk_quota_available, freeze_mtimes,
                                is_quota_workspace, materialize_workspace, remove_workspace,
@@ -187,14 +189,15 @@ def require_sandbox() -> None:
 
 
 def _bwrap_argv(skeleton: Path, limits: SandboxLimits, nproc: int, workfd: int,
-                side: Path, recfd: int, boot_fixed: bool) -> list[str]:
+                side: Path, recfd: int, boot_fixed: bool, env: SandboxEnv = DEFAULT_ENV,
+                env_dir: Path | None = None) -> list[str]:
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1",
             *(["--share-net"] if effects.network_recorded() else []),  # the run's own netns
             "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
-            "--disable-userns", "--hostname", "sandbox", "--clearenv",
+            "--disable-userns", "--clearenv",
             "--setenv", "PATH", PATH_IN_SANDBOX, "--setenv", "HOME", effects.HOME_IN_SANDBOX,
             "--setenv", "TMPDIR", "/tmp", "--setenv", "TZ", "UTC",
-            "--setenv", "LANG", "C.UTF-8", "--setenv", "TERM", "dumb", "--setenv", "USER", "user",
+            "--setenv", "TERM", "dumb",
             "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
             *(["--setenv", watch.WATCH_FD_ENV, str(recfd)] if recfd >= 0 else []),
             "--ro-bind", str(skeleton), "/", "--ro-bind", "/usr", "/usr"]
@@ -206,8 +209,7 @@ def _bwrap_argv(skeleton: Path, limits: SandboxLimits, nproc: int, workfd: int,
              "--dev", "/dev",
              "--bind", str(side / "shm"), "/dev/shm", "--remount-ro", "/dev",
              "--bind", str(side / "tmp"), "/tmp", "--bind", str(side / "home"),
-             effects.HOME_IN_SANDBOX,
-             "--bind-fd", str(workfd), "/work", "--chdir", "/work", "--",
+             effects.HOME_IN_SANDBOX, *env_argv(env, env_dir), *workdir_argv(env, workfd), "--",
              # The first process inside writes one byte to its stdin (the write end of a pipe
              # we read): the sandbox is up, so any `bwrap: ...` on stderr from here on is the
              # command's own text. The command's stdin is /dev/null.
@@ -268,9 +270,10 @@ def _user_process_count(uid: int) -> int:
     return n
 
 
-def run_in_sandbox(command: str, workdir: Path | str,
-                   limits: SandboxLimits | None = None) -> SandboxResult:
-    """Run `bash -c command` in the sandbox with `workdir` mounted (writable) at /work."""
+def run_in_sandbox(command: str, workdir: Path | str, limits: SandboxLimits | None = None,
+                   env: SandboxEnv = DEFAULT_ENV) -> SandboxResult:
+    """Run `bash -c command` in the sandbox with `workdir` mounted (writable) at /work, in the
+    environment `env` (`pivotrl.sandbox.environment`: probes vary it)."""
     require_sandbox()
     # Commands exec cannot take fail like a command that cannot run (model text is hostile).
     if "\x00" in command:
@@ -282,7 +285,7 @@ def run_in_sandbox(command: str, workdir: Path | str,
     if size > MAX_COMMAND_BYTES:
         return SandboxResult(126, "", f"command longer than {MAX_COMMAND_BYTES} bytes", False,
                              False)
-    return _run(["bash", "-c", command], Path(workdir), limits or SandboxLimits())
+    return _run(["bash", "-c", command], Path(workdir), limits or SandboxLimits(), env=env)
 
 
 def _needs_stage(workdir: Path) -> bool:
@@ -293,7 +296,8 @@ def _needs_stage(workdir: Path) -> bool:
     return disk_quota_available() and not is_quota_workspace(workdir)
 
 
-def _run(cmd: list[str], workdir: Path, limits: SandboxLimits, staged: bool = False) -> SandboxResult:
+def _run(cmd: list[str], workdir: Path, limits: SandboxLimits, staged: bool = False,
+         env: SandboxEnv = DEFAULT_ENV) -> SandboxResult:
     workdir = workdir.resolve()
     if not workdir.is_dir():
         raise WorkspaceVanished(f"sandbox workdir {workdir} is gone or not a directory (removed "
@@ -302,7 +306,7 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits, staged: bool = Fa
         # run once on a size-limited copy the throwaway uid can reach, then put the result back
         stage = copy_workspace(workdir, limits.disk_mb)
         try:
-            return _run(cmd, stage, limits, staged=True)
+            return _run(cmd, stage, limits, staged=True, env=env)
         finally:
             try:
                 replace_contents(workdir, stage)
@@ -325,6 +329,8 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits, staged: bool = Fa
         nproc = _user_process_count(os.getuid()) + limits.max_processes + 4
     group = SandboxCgroup.create(limits.total_memory_mb * 1024 * 1024, limits.max_processes + 4)
     side = effects.new_side_dir(limits.tmp_mb)
+    env_dir = None if env == DEFAULT_ENV else write_env_files(
+        env, side, (skeleton / "etc/passwd").read_text(), (skeleton / "etc/group").read_text())
     netns = effects.acquire_netns()
     packets = netns.packets() if netns else None
     workfd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
@@ -336,7 +342,7 @@ def _run(cmd: list[str], workdir: Path, limits: SandboxLimits, staged: bool = Fa
             chown_tree(side, uid, uid)
         boot = clock.boottime_prefix()
         argv = (_cgroup_prefix(group) + (netns.prefix() if netns else []) + boot + prefix
-                + _bwrap_argv(skeleton, limits, nproc, workfd, side, rec_w, bool(boot)) + cmd)
+                + _bwrap_argv(skeleton, limits, nproc, workfd, side, rec_w, bool(boot), env, env_dir) + cmd)
         # The output pipes belong to the uid the command runs as, so reopening them
         # (`echo x > /dev/stderr`, i.e. /proc/self/fd/2) works as it does outside a sandbox.
         out_r, out_w = os.pipe()

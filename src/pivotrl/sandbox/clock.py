@@ -11,7 +11,9 @@ machine with the system C compiler into the skeleton root) into every dynamicall
 program. It makes the wall clock read `FIXED_TIME` (2024-01-01 00:00:00 UTC, the time every
 workspace file is stamped with; TZ=UTC in the sandbox) and every file timestamp that a stat
 call returns read the same, frozen (time does not advance during a run: two `date` calls in
-one command agree). Monotonic clocks, sleeps and timeouts stay real. /etc/ld.so.preload is
+one command agree). Monotonic clocks, sleeps and timeouts stay real. A verifier's probe runs read
+another clock, file time and kernel release (`uname`) from files bound at
+`pivotrl.sandbox.environment.ENV_DIR`; the original run has none there and reads these defaults. /etc/ld.so.preload is
 read by the dynamic loader whatever the environment says, so `env -i` or `unset LD_PRELOAD`
 do not escape it. A direct system call for the wall clock (`clock_gettime(CLOCK_REALTIME)`,
 `gettimeofday`, `time`) is refused by the supervisor's filter (`pivotrl.sandbox.watch`). Known
@@ -47,6 +49,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from pivotrl.sandbox.environment import ENV_DIR
 from pivotrl.sandbox.workspace import FIXED_MTIME, workspace_parent
 
 FIXED_TIME = FIXED_MTIME  # 2024-01-01 00:00:00 UTC
@@ -59,18 +62,50 @@ SHIM_SOURCE = r"""
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/utsname.h>
 #include <time.h>
+#include <unistd.h>
 
-#define FIXED ((time_t)__FIXED__)
+/* A probe's run reads its own clock and kernel release from files bound at __ENV_DIR__
+   (pivotrl.sandbox.environment); the original run has none there and reads the defaults. */
+static int env_file(const char *name, char *buf, size_t size) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", "__ENV_DIR__", name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, size - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    return 1;
+}
+static time_t env_time(const char *name, time_t *cache) {
+    char buf[32];
+    if (*cache == -1) *cache = env_file(name, buf, sizeof buf) ? (time_t)atoll(buf) : (time_t)__FIXED__;
+    return *cache;
+}
+static time_t now_cache = -1, files_cache = -1;
+#define FIXED (env_time("epoch", &now_cache))
+#define FILES (env_time("files", &files_cache))  /* every file's timestamps */
+
 #define REAL(ret, name, args) static ret (*real) args; \
     if (!real) real = (ret (*) args)dlsym(RTLD_NEXT, name); \
     if (!real) { errno = ENOSYS; return -1; }
 #define FIX_TS(ts) do { (ts).tv_sec = FIXED; (ts).tv_nsec = 0; } while (0)
-#define FIX_ST(st) do { FIX_TS((st)->st_atim); FIX_TS((st)->st_mtim); FIX_TS((st)->st_ctim); } while (0)
+#define FIX_FT(ts) do { (ts).tv_sec = FILES; (ts).tv_nsec = 0; } while (0)
+#define FIX_ST(st) do { FIX_FT((st)->st_atim); FIX_FT((st)->st_mtim); FIX_FT((st)->st_ctim); } while (0)
 
+int uname(struct utsname *u) {
+    REAL(int, "uname", (struct utsname *));
+    int rc = real(u);
+    char buf[sizeof u->release];
+    if (rc == 0 && env_file("kernel", buf, sizeof buf) && buf[0]) strcpy(u->release, buf);
+    return rc;
+}
 static int wall(clockid_t c) {
     return c == CLOCK_REALTIME || c == CLOCK_REALTIME_COARSE || c == CLOCK_TAI;
 }
@@ -118,7 +153,7 @@ XSTAT(__fxstat64, struct stat64, int)
 XSTATAT(__fxstatat, struct stat)
 XSTATAT(__fxstatat64, struct stat64)
 
-#define FIX_SX(ts) do { (ts).tv_sec = FIXED; (ts).tv_nsec = 0; } while (0)
+#define FIX_SX(ts) do { (ts).tv_sec = FILES; (ts).tv_nsec = 0; } while (0)
 int statx(int d, const char *p, int f, unsigned int mask, struct statx *sx) {
     REAL(int, "statx", (int, const char *, int, unsigned int, struct statx *));
     int rc = real(d, p, f, mask, sx);
@@ -147,7 +182,8 @@ def build_shim(skeleton: Path) -> bool:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "fixedclock.c"
-        src.write_text(SHIM_SOURCE.replace("__FIXED__", str(FIXED_TIME)))
+        src.write_text(SHIM_SOURCE.replace("__FIXED__", str(FIXED_TIME))
+                       .replace("__ENV_DIR__", ENV_DIR))
         try:
             subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(target), str(src), "-ldl"],
                            check=True, capture_output=True, timeout=120)

@@ -10,7 +10,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from pivotrl.sandbox import clock, effects, watch
+from pivotrl.sandbox import clock, effects, environment, watch
 from pivotrl.sandbox.workspace import FIXED_MTIME, workspace_parent
 
 SANDBOX_UID = 1000  # uid/gid the command sees (named "user" in the sandbox's /etc/passwd)
@@ -33,7 +33,7 @@ def skeleton_root() -> Path:
         stamp = hashlib.sha256(repr([(n, _stamp(Path("/etc") / n)) for n in _ETC_FILES]
                                     + [clock.SHIM_SOURCE, clock.FIXED_TIME, clock.PROC_FILES, watch.SOURCE])
                                .encode()).hexdigest()[:12]
-        root = Path(workspace_parent()) / f"pivotrl-sandbox-root-{os.getuid()}-v4-{stamp}"
+        root = Path(workspace_parent()) / f"pivotrl-sandbox-root-{os.getuid()}-v5-{stamp}"
         if not root.is_dir():  # built aside and renamed into place: it exists only when complete
             tmp = Path(tempfile.mkdtemp(prefix=".pivotrl-skel-", dir=root.parent))
             _build_skeleton(tmp)
@@ -55,7 +55,8 @@ def _stamp(path: Path) -> tuple[int, int]:
 
 def _build_skeleton(root: Path) -> None:
     os.chmod(root, 0o755)
-    for d in ("usr", "etc", "tmp", "proc", "dev", "work", "home", "home/user"):
+    for d in ("usr", "etc", "tmp", "proc", "dev", "work", "home", "home/user",
+              "opt", "opt/pivotrl", environment.ENV_DIR.lstrip("/")):  # a probe's files go there
         (root / d).mkdir(mode=0o755)
     for d in TOP_DIRS:
         host = Path("/") / d

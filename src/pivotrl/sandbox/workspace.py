@@ -391,7 +391,7 @@ def replace_contents(dst: Path | str, src: Path | str) -> None:
 # ---------------------------------------------------------------- comparing trees
 
 
-def snapshot_dir(path: Path | str, inline_bytes: int = 4096) -> dict[str, str]:
+def snapshot_dir(path: Path | str, inline_bytes: int = 4096, details: bool = False) -> dict[str, str]:
     """`{relative path: description}` of every entry under `path`, never following symlinks and
     never opening anything but regular files.
 
@@ -400,7 +400,16 @@ def snapshot_dir(path: Path | str, inline_bytes: int = 4096) -> dict[str, str]:
     any mode but 0644/0755, and `[link FIRST] ` for a hard link (FIRST: the first path, sorted,
     of that inode in the tree), so a hard link never passes for a copy. Directories are `<dir>`
     (keys end in "/"; `<dir 0NNN>` for a mode other than 0755), symlinks `<symlink> target`,
-    anything else `<special>`, an entry that cannot be read `<unreadable> reason`."""
+    anything else `<special>`, an entry that cannot be read `<unreadable> reason`.
+
+    With `details` (what verifiers compare: everything a command can change that the contents
+    do not show), also: the workspace root itself as "./" when its mode is not 0755 or it has
+    extended attributes (`chmod 000 .`), `[xattr name=value ...] ` on any entry that has
+    extended attributes, and `[touched] ` on a regular file whose modification time is not
+    FIXED_MTIME (every workspace is frozen at it before a run, so the file was written or
+    touched: `touch f` on an existing f is not `[ -e f ] || : > f`; `cat a > b` and `cp a b`
+    both write b). Directories' times are left out: making and removing a scratch file moves
+    them without changing anything a later command sees."""
     if not os.path.isdir(path):
         raise WorkspaceVanished(f"workspace {path} is gone (removed from outside while in use, "
                                 f"e.g. by a temp cleaner)")
@@ -417,10 +426,39 @@ def snapshot_dir(path: Path | str, inline_bytes: int = 4096) -> dict[str, str]:
         out[key] = value
         if S.S_ISREG(st.st_mode) and st.st_nlink > 1:
             links.setdefault((st.st_dev, st.st_ino), []).append(key)
+        if details:
+            extra = _xattrs(full) + ("[touched] " if S.S_ISREG(st.st_mode)
+                                     and st.st_mtime_ns != FIXED_MTIME * 10**9 else "")
+            out[key] = extra + out[key]
     for keys in links.values():
         for key in keys:
             out[key] = f"[link {min(keys)}] {out[key]}"
+    if details:
+        st = os.lstat(path)
+        root = _xattrs(str(path)) + ("" if S.S_IMODE(st.st_mode) == DIR_MODE
+                                     else f"<dir {S.S_IMODE(st.st_mode):04o}>")
+        if root:
+            out["./"] = root
     return dict(sorted(out.items()))
+
+
+def _xattrs(full: str) -> str:
+    """`[xattr name=value ...] ` of an entry's extended attributes ("" when none or unreadable:
+    a symlink cannot hold user attributes)."""
+    try:
+        names = sorted(os.listxattr(full, follow_symlinks=False))
+    except OSError:
+        return ""
+    if not names:
+        return ""
+    parts = []
+    for name in names:
+        try:
+            value = os.getxattr(full, name, follow_symlinks=False)
+        except OSError:
+            value = b"?"
+        parts.append(f"{name}={value.hex()}")
+    return f"[xattr {' '.join(parts)}] "
 
 
 def _describe(full: str, rel: str, st: os.stat_result, inline_bytes: int) -> tuple[str, str]:

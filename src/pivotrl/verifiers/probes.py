@@ -7,7 +7,7 @@ tell them apart; comparing them on workspaces that change what the expert's comm
 A verifier runs the expert's command on each probe below (once per turn) and requires a
 candidate to match the expert on them too (`probes_to_compare`). A turn where no probe changes
 the expert's outcome (output, exit code, files, effects) reads nothing the probes can vary (a
-constant, the fixed clock, files outside the workspace): any command printing the same text
+constant, files outside the workspace): any command printing the same text
 would be paid there, so such a turn is *unverifiable* and never a pivot
 (`pivotrl.verifiers.shell`, `pivotrl.select`).
 
@@ -16,11 +16,15 @@ The probes, each applied to its own copy of the workspace:
 - grow: every text file (and every gzip/bzip2/xz file, decompressed and compressed again)
   gets new lines in its own lines' shapes (each word replaced by another word of the
   workspace, each number by one beyond the file's largest or below its smallest), every line
-  repeated 1 to `GROW_MAX_REPEAT` times, near-miss lines (one letter dropped at either end or
-  replaced, case swapped), an empty line, and a reordering in which no original line keeps its
-  place from the start or the end and neither end is the first or last line of a sort order
-  (`head -1` against `sort | head -1`): counts, sums, maxima and minima, deduplicated sets,
-  first and last matches, sizes and weaker patterns move. grow2 and grow3 are two more
+  repeated 1 to `GROW_MAX_REPEAT` times, near misses of its words (one letter dropped at either
+  end or replaced, case swapped, inside a longer word), lines on both sides of every literal of
+  the expert's command (`pivotrl.verifiers.literals`: a threshold's neighbours, a filter term
+  and its near misses, the day before and after a date), a blank line only where the file
+  holds one (every added line keeps a line shape of the file: a CSV line its commas), and a
+  reordering in which no original line keeps its place from the start or the end and neither
+  end is the first or last line of a sort order (`head -1` against `sort | head -1`): counts,
+  sums, maxima and minima, deduplicated sets, first and last matches, sizes, weaker patterns
+  and changed literals move. grow2 and grow3 are two more
   independent draws of it: two commands that count different lines (`grep -c INFO` for
   `grep -c ERROR` in a log with two lines of each) agree on one draw whenever the repeats and
   added lines give both sets the same total (a testbed turn with such a log: 11 of 30 process
@@ -32,6 +36,8 @@ The probes, each applied to its own copy of the workspace:
   words of the workspace (its extension kept), and each directory gets new files named the
   same way with lines in a sibling's shape: listings, globs, `grep -l` and `wc -l *` move;
 - bytes: every other binary file gets bytes of its own inserted (size, checksums, dumps move);
+- env: the files as they are, in another environment (every probe runs in one of its own:
+  `probe_environment`), run only where no probe above changed a file (an empty workspace);
 - shrink (a last resort, `LAST_RESORT`: used only where no probe above moves the expert):
   every text file but scripts keeps one new line of its shape: counts and sizes cross thresholds
   downwards, matches disappear;
@@ -64,8 +70,13 @@ import shlex
 from pathlib import Path
 
 from pivotrl.sandbox.workspace import remove_tree, rename_entries
+from pivotrl.sandbox.environment import SandboxEnv, vary_environment
+from pivotrl.verifiers.literals import (MAX_CANDIDATE_LITERALS, command_literals, literal_lines,
+                                       new_literals)
 
-PROBES = ("grow", "grow2", "grow3", "data", "names", "bytes", "shrink", "presence")
+PROBES = ("grow", "grow2", "grow3", "data", "names", "bytes", "env", "shrink", "presence")
+CANDIDATE_PROBE = 100  # a grow draw around a candidate's own literals (`perturb_workspace`)
+CANDIDATE_TEMPLATES = 6  # lines of a file each of a candidate's literals goes into
 GROW = ("grow", "grow2", "grow3")  # independent draws of one probe (module doc)
 # Each line repeated 1..N times: the wider the range, the rarer two different sets of lines
 # reach the same count by chance (two lines against two, by the repeats alone: 19/81 = 23% of
@@ -76,8 +87,8 @@ GROW_MAX_REPEAT = 6
 # content (`grep -c X f` and `grep X f | wc -l`) fail or find nothing with other exit codes.
 LAST_RESORT = ("shrink", "presence")
 UNVERIFIABLE = ("turn unverifiable: no probe changes the expert's outcome (it reads nothing the "
-                "probes vary: a constant, the fixed clock or files outside the workspace), so a "
-                "memorised answer could not be told from a right one")
+                "probes vary: a constant or files outside the workspace), so a memorised answer "
+                "could not be told from a right one")
 IRREPRODUCIBLE = ("turn unverifiable: the expert's outcome changes from one run to the next on the "
                   "same workspace (it reads processes, randomness or timing), so no probe can "
                   "show what it reads")
@@ -211,7 +222,9 @@ def _sort_extremes(lines: list[str]) -> set[str]:
     return {pick(lines, key=key) for key in _SORT_KEYS for pick in (min, max)}
 
 
-def _grow(text: str, rng: random.Random, vocab: _Vocabulary) -> str:
+def _grow(text: str, rng: random.Random, vocab: _Vocabulary,
+          literals: list[tuple[str, str]] = (), exact: bool = True,
+          candidate: bool = False) -> str:
     lines = text.splitlines()
     lo, hi = _numbers(text)
     shapes = [ln for ln in lines if ln.strip()] or vocab.lines or vocab.words
@@ -221,13 +234,19 @@ def _grow(text: str, rng: random.Random, vocab: _Vocabulary) -> str:
     out = [ln for ln, k in zip(lines, times) for _ in range(k)]
     out += [_shaped(rng.choice(shapes), rng, vocab, lo, hi)
             for _ in range(max(2, len(lines) // 2))]
+    # near misses of the file's own words, and lines on both sides of the command's literals,
+    # each in a line of the file's shape (a CSV line keeps its commas: module docstring)
     words = sorted(set(_WORD.findall(text)))
     rng.shuffle(words)
-    for w in words[:MAX_NEAR_MISS_WORDS]:
-        i = rng.randrange(len(w))
-        other = rng.choice([c for c in "abcdefghijklmnopqrstuvwxyz" if c != w[i].lower()])
-        out += [w[:-1], w[1:], w.swapcase(), w[:i] + other + w[i + 1:]]
-    out.append("")  # `grep -c .` counts lines with a character, `wc -l` every line
+    out += literal_lines(shapes, [("word", w) for w in words[:MAX_NEAR_MISS_WORDS]], rng,
+                         vocab.word, templates=1, positions=1)
+    # a candidate's few literals go into more of the file's lines, without near misses, so a
+    # planted `| grep -v ZZ` meets a line the rest of its command keeps
+    out += literal_lines(shapes, list(literals), rng, vocab.word, exact=exact or candidate,
+                         templates=CANDIDATE_TEMPLATES if candidate else 1 if exact else 2,
+                         near=not candidate)
+    if any(not ln.strip() for ln in lines):  # blank lines only where the file holds one
+        out.append("")
     original, moved, extremes = list(out), None, _sort_extremes(out)
     for _ in range(MAX_SHUFFLES):
         rng.shuffle(out)
@@ -323,23 +342,37 @@ def _bytes(root: Path, rng: random.Random, texts: set[str]) -> None:
                 Path(path).write_bytes(bytes(data))
 
 
-def perturb_workspace(root: Path | str, probe: int, seed: str = "", keep: str = "") -> bool:
+def perturb_workspace(root: Path | str, probe: int, seed: str = "", keep: str = "",
+                      extra: str = "") -> bool:
     """Apply probe number `probe` (module docstring) to the directory in place, every choice
     drawn from `seed`; `keep` is the expert's action (the names it mentions are never renamed,
-    and are what the presence probe removes or creates). False when there is no such probe."""
-    if not 0 <= probe < len(PROBES):
-        return False
+    and are what the presence probe removes or creates; its literals get lines on both sides,
+    `pivotrl.verifiers.literals`). `CANDIDATE_PROBE` is a grow draw around the literals of
+    `extra` (a candidate's action) that `keep` does not name. False when there is no such
+    probe. Every probe also runs in another environment (`probe_environment`)."""
     root = Path(root)
-    rng = random.Random(f"{seed}|{probe}")
+    if probe == CANDIDATE_PROBE:
+        kind, literals = "grow", new_literals(extra, keep)[:MAX_CANDIDATE_LITERALS]
+    elif 0 <= probe < len(PROBES):
+        kind, literals = PROBES[probe], command_literals(keep)
+    else:
+        return False
+    # a candidate's probe depends on its literals only: one expert run serves every candidate
+    # naming the same ones
+    rng = random.Random(f"{seed}|{probe}" + (f"|{literals}" if probe == CANDIDATE_PROBE else ""))
+    if kind == "env":
+        return True  # the environment alone (`probe_environment`)
     vocab = _Vocabulary(root)
-    kind = PROBES[probe]
     if kind in (*GROW, "data", "shrink"):
-        change = _shrink if kind == "shrink" else _grow
         data = [f for f in vocab.files if _ext(f[0]) not in _SCRIPTS]
         if kind == "data" and len(data) == len(vocab.files):
             return True  # no script: grow already did this (left unchanged: not run)
-        for path, text, how in (vocab.files if kind in GROW else data):
-            _write(path, change(text, rng, vocab), how)
+        for j, (path, text, how) in enumerate(vocab.files if kind in GROW else data):
+            # every other file (by draw) holds a word literal's near misses without the word
+            exact = (j + probe) % 2 == 0
+            new = _shrink(text, rng, vocab) if kind == "shrink" else \
+                _grow(text, rng, vocab, literals, exact, probe == CANDIDATE_PROBE)
+            _write(path, new, how)
     elif kind == "names":
         _names(root, rng, vocab, keep)
     elif kind == "presence":
@@ -347,6 +380,15 @@ def perturb_workspace(root: Path | str, probe: int, seed: str = "", keep: str = 
     else:
         _bytes(root, rng, {p for p, _, _ in vocab.files})
     return True
+
+
+def probe_environment(seed: str, probe: int, keep: str = "") -> SandboxEnv:
+    """The environment probe number `probe` runs in: another clock, user, host name, kernel
+    release, locale and workspace path than the original run's and than every other probe's
+    (drawn from `seed`), so a constant cannot stand for what a command reads of them
+    (`echo 2024-01-01` for `date +%F`, `echo user` for `whoami`). The workspace keeps its path
+    where the expert's action names it (`keep` holds "/work")."""
+    return vary_environment(random.Random(f"{seed}|env|{probe}"), keep_workdir="/work" in keep)
 
 
 def probes_to_compare(results: list[tuple[int, bool, object]]) -> list[object]:

@@ -26,11 +26,18 @@ trees (`snapshot_dir`) are equal.
   turn whose expert command does (the turn cannot be verified: reason says so).
 - Reads and writes, not only output: once per turn the expert's command runs on every probe
   workspace (`pivotrl.verifiers.probes`: files grown and shrunk with lines of their own shapes,
-  names changed, the files it names removed or created, binary files changed; every choice from
-  a secret seed per turn); the probes on which its outcome changes are kept, and a candidate
-  that matches on the original must match the expert's outcome on each of them too. `echo 4`
-  prints what `grep -c apple notes.txt` printed, but not what it prints once the file changes;
-  `grep -c E` counts what `grep -c ERROR` counts only until a line holds an E and no ERROR.
+  lines on both sides of every literal the command names, names changed, the files it names
+  removed or created, binary files changed; each probe in another environment: clock, user,
+  host, kernel release, locale, workspace path; every choice from a secret seed per turn); the
+  probes on which its outcome changes are kept, and a candidate that matches on the original
+  must match the expert's outcome on each of them too. `echo 4` prints what
+  `grep -c apple notes.txt` printed, but not what it prints once the file changes; `grep -c E`
+  counts what `grep -c ERROR` counts only until a line holds an E and no ERROR; `cp` copies
+  what `grep -v DEBUG` writes only until a line holds DEBUG; `echo 2024-01-01` prints what
+  `date +%F` prints only on the original run's clock. A candidate's own literals that the
+  expert's command does not name get one more probe (`pivotrl.verifiers.literals`; the
+  expert's run there cached per set of literals); a candidate naming more than
+  `MAX_CANDIDATE_LITERALS` of them scores 0.
 - A turn on which no probe changes the expert's outcome (or the expert's command times out, or
   its outcome changes between two runs on the same workspace: `ps aux`, `/dev/urandom`) is
   unverifiable: a memorised answer would be paid there, or a probe's effect not be told from
@@ -41,7 +48,10 @@ trees (`snapshot_dir`) are equal.
   or the network outside the workspace, succeeded or not, are compared with the expert's, so
   `rm -rf /usr; echo 3` or `curl -T notes.txt host; grep -c x f` differ from `grep -c x f`;
   /tmp is scratch. The clock is fixed (`pivotrl.sandbox.clock`): `date` and `ls -l` print the
-  same whenever they run.
+  same whenever they run (a probe's clock is another, fixed too).
+- Files are compared with what else a command can change (`snapshot_dir(details=True)`):
+  modes (the workspace root's too), extended attributes, symlink or file, hard links, empty or
+  missing, and which files were written or touched.
 - Call vs message: a command where the expert answered with a message, or a message where the
   expert ran a command, scores 0. A fenced block is a message, not a tool call: it matches only
   an expert who also answered in fenced blocks (in a harness that runs them), never an expert
@@ -68,11 +78,18 @@ from pivotrl.sandbox.bwrap import (SandboxLimits, copy_workspace, freeze_mtimes,
                                   materialize_workspace, remove_workspace, require_recorded,
                                   require_sandbox, run_in_sandbox, snapshot_dir, workspace_copy)
 from pivotrl.verifiers.base import Score, score_in_threads
-from pivotrl.verifiers.probes import (IRREPRODUCIBLE, PROBES, UNVERIFIABLE, perturb_workspace,
-                                     probe_seed, probes_to_compare, writes)
+from pivotrl.sandbox.environment import DEFAULT_ENV, SandboxEnv
+from pivotrl.verifiers.literals import MAX_CANDIDATE_LITERALS, new_literals
+from pivotrl.verifiers.probes import (CANDIDATE_PROBE, IRREPRODUCIBLE, PROBES, UNVERIFIABLE,
+                                     perturb_workspace, probe_environment, probe_seed,
+                                     probes_to_compare, writes)
+from pivotrl.verifiers.world import keep_lru
 from pivotrl.verifiers.schema import not_offered, schema_index
 from pivotrl.verifiers.shell_actions import DEFAULT_ARG_NAMES, DEFAULT_TOOL_NAMES, extract_action
 from pivotrl.verifiers.toolcall import ToolcallVerifier
+
+CANDIDATE_PROBES_KEPT = 64  # expert outcomes on candidates' literal probes kept per turn (LRU)
+
 
 class ShellConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -220,6 +237,10 @@ class ShellVerifier:
                                         f"verified")
             if cand.commands == exp.commands:
                 return Score(1.0, True, "")  # the expert's own action
+            extra = new_literals("\n".join(cand.commands), "\n".join(exp.commands))
+            if self.config.probes and len(extra) > MAX_CANDIDATE_LITERALS:
+                return Score(0.0, True, f"the command names {len(extra)} literals the expert's "
+                                        f"does not (at most {MAX_CANDIDATE_LITERALS})")
             probes, why = self._probe_set(base, exp.commands, probe_seed(key), expert)
             if why:
                 return Score(0.0, True, why)
@@ -227,6 +248,9 @@ class ShellVerifier:
             if got.problem:
                 return Score(0.0, True, f"candidate command {got.problem}")
             diff = self._compare(expert, got) or self._probe(probes or [], cand.commands)
+            if not diff and extra and probes is not None:
+                diff = self._candidate_probe(base, exp.commands, cand.commands, probe_seed(key),
+                                             expert)
         finally:
             self._release(base)
         return Score(0.0 if diff else 1.0, True, diff)
@@ -258,10 +282,11 @@ class ShellVerifier:
 
     # ------------------------------------------------------------ probes
 
-    def _probe(self, probes: list[tuple[str, Path, Outcome]], cand_cmds: list[str]) -> str:
+    def _probe(self, probes: list[tuple[str, Path, Outcome, SandboxEnv]],
+               cand_cmds: list[str]) -> str:
         """"" when the candidate also matches the expert on every probe it is compared on."""
-        for name, where, exp_i in probes:
-            got = self._execute(where, cand_cmds)
+        for name, where, exp_i, env in probes:
+            got = self._execute(where, cand_cmds, env)
             if got.problem:
                 return f"on a perturbed workspace ({name}) the candidate {got.problem}"
             diff = self._compare(exp_i, got)
@@ -270,8 +295,40 @@ class ShellVerifier:
                         f"or write what the expert's does")
         return ""
 
+    def _candidate_probe(self, base: Path, exp_cmds: list[str], cand_cmds: list[str],
+                         seed: str, expert: Outcome) -> str:
+        """"" when the candidate matches the expert on the probe around its own literals
+        (`probes.CANDIDATE_PROBE`): the expert's outcome there is cached per set of literals,
+        the workspace rebuilt per candidate (the same seed builds the same probe)."""
+        keep, extra = "\n".join(exp_cmds), "\n".join(cand_cmds)
+        literals = tuple(new_literals(extra, keep))
+        env = probe_environment(seed, CANDIDATE_PROBE, keep)
+        with self._lock:
+            entry = self._probes.setdefault(base, {"lock": threading.Lock()})
+        with workspace_copy(base) as where:
+            perturb_workspace(where, CANDIDATE_PROBE, seed, keep, extra)
+            freeze_mtimes(where)
+            with entry["lock"]:
+                outcomes = entry.setdefault("candidate", OrderedDict())
+                exp_i = outcomes.get(literals)
+                if exp_i is None:
+                    exp_i = self._execute(where, exp_cmds, env)
+                    broke = any(st[2] for st in exp_i.steps) and \
+                        not any(st[2] for st in expert.steps)
+                    exp_i = exp_i if not (exp_i.problem or broke) else False
+                    keep_lru(outcomes, literals, exp_i, CANDIDATE_PROBES_KEPT)
+            if exp_i is False:
+                return ""  # the expert only breaks there: the probe shows nothing
+            got = self._run_commands(where, cand_cmds, env)
+        if got.problem:
+            return f"on the probe around its own literals the candidate {got.problem}"
+        diff = self._compare(exp_i, got)
+        return (f"on the probe around its own literals ({', '.join(v for _, v in literals[:4])}): "
+                f"{diff}" if diff else "")
+
     def _probe_set(self, base: Path, commands: list[str], seed: str,
-                   expert: Outcome) -> tuple[list[tuple[str, Path, Outcome]] | None, str]:
+                   expert: Outcome) -> tuple[list[tuple[str, Path, Outcome, SandboxEnv]] | None,
+                                             str]:
         """(the probes a candidate is compared on (`probes.probes_to_compare`): (name, workspace,
         expert outcome there), why the turn is unverifiable ("" when it is not)); None when
         probes are off. Searched once per turn: the expert runs on every probe.
@@ -286,38 +343,41 @@ class ShellVerifier:
         with entry["lock"]:
             if "kept" not in entry:
                 results, paths = [], entry.setdefault("paths", [])
-                original = snapshot_dir(base)
+                original = snapshot_dir(base, details=True)
                 own = self._moves(original, expert)
-                entry["why"], original_rerun = "", False
+                entry["why"], original_rerun, ran = "", False, False
+                keep = "\n".join(commands)
                 for i, name in enumerate(PROBES):
-                    where = copy_workspace(base)
-                    results.append((i, False, (name, where, None)))
-                    perturb_workspace(where, i, seed, keep="\n".join(commands))
+                    where, env = copy_workspace(base), probe_environment(seed, i, keep)
+                    results.append((i, False, (name, where, None, env)))
+                    perturb_workspace(where, i, seed, keep=keep)
                     freeze_mtimes(where)
-                    before = snapshot_dir(where)
-                    if before == original:
+                    before = snapshot_dir(where, details=True)
+                    if before == original and not (name == "env" and not ran):
                         continue  # nothing to perturb here (no binary file, say)
-                    out = self._execute(where, commands)
+                    ran = True
+                    out = self._execute(where, commands, env)
                     # unverifiable there, or only broken (now writing errors): not used
                     broke = any(st[2] for st in out.steps) and not any(st[2] for st in expert.steps)
                     if out.problem or broke:
                         continue
                     moved = self._moves(before, out)
                     if moved != own:  # the probe's doing only if both reruns agree
-                        same_there = self._moves(before, self._execute(where, commands)) == moved
+                        same_there = self._moves(before, self._execute(where, commands, env)) \
+                            == moved
                         same_here = original_rerun or \
                             self._moves(original, self._execute(base, commands)) == own
                         original_rerun = True
                         if not (same_there and same_here):
                             entry["why"] = IRREPRODUCIBLE
                             break
-                    results[-1] = (i, moved != own, (name, where, out))
+                    results[-1] = (i, moved != own, (name, where, out, env))
                 if entry["why"]:
                     entry["kept"] = []
                 else:
                     entry["kept"] = probes_to_compare([r for r in results if r[2][2] is not None])
                     entry["why"] = "" if entry["kept"] else UNVERIFIABLE
-                for _, _, (_, where, _) in results:  # keep the workspaces of the probes in use
+                for _, _, (_, where, _, _) in results:  # keep the workspaces of the probes in use
                     if any(where is k[1] for k in entry["kept"]):
                         paths.append(where)
                     else:
@@ -354,15 +414,16 @@ class ShellVerifier:
             return f"files differ: {', '.join(sorted({k for k, _ in changed})[:5])}"
         return ""
 
-    def _execute(self, base: Path, commands: list[str]) -> Outcome:
+    def _execute(self, base: Path, commands: list[str], env: SandboxEnv = DEFAULT_ENV) -> Outcome:
         with workspace_copy(base) as wd:
-            return self._run_commands(wd, commands)
+            return self._run_commands(wd, commands, env)
 
-    def _run_commands(self, wd: Path, commands: list[str]) -> Outcome:
+    def _run_commands(self, wd: Path, commands: list[str],
+                      env: SandboxEnv = DEFAULT_ENV) -> Outcome:
         cfg = self.config
         steps = []
         for cmd in commands:
-            res = run_in_sandbox(cmd, wd, self._limits)
+            res = run_in_sandbox(cmd, wd, self._limits, env)
             if res.timed_out:
                 return Outcome(steps, {}, f"timed out after {cfg.timeout_s}s")
             if res.truncated:
@@ -372,7 +433,7 @@ class ShellVerifier:
                                            cfg.order_insensitive_lines),
                           normalize_output(res.stderr, cfg.collapse_whitespace, True),
                           json.dumps(res.effects, sort_keys=True)))
-        return Outcome(steps, snapshot_dir(wd) if cfg.compare_files else {})
+        return Outcome(steps, snapshot_dir(wd, details=True) if cfg.compare_files else {})
 
     def _acquire(self, key: str) -> tuple[Path, Outcome] | None:
         # call with self._lock held; an entry in use is not deleted when evicted (see _release)

@@ -49,7 +49,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pivotrl.io.records import Message, Turn
 from pivotrl.sandbox.bwrap import BROKEN_ENVIRONMENT
 from pivotrl.verifiers.base import Score, score_in_threads
-from pivotrl.verifiers.probes import PROBES, UNVERIFIABLE, probe_seed, probes_to_compare, writes
+from pivotrl.verifiers.literals import MAX_CANDIDATE_LITERALS, new_literals
+from pivotrl.verifiers.probes import (CANDIDATE_PROBE, PROBES, UNVERIFIABLE, probe_seed,
+                                     probes_to_compare, writes)
 from pivotrl.verifiers.toolcall import ToolcallVerifier
 from pivotrl.verifiers.world import concurrent_world, keep_lru, world_at_turn
 
@@ -125,6 +127,7 @@ class StateVerifier:
         self._cache: OrderedDict[str, tuple[str, list[str]] | str] = OrderedDict()
         self._verdicts: OrderedDict[tuple[str, str], Score] = OrderedDict()
         self._probe_cache: OrderedDict[str, list[tuple[int, Any]]] = OrderedDict()
+        self._literal_cache: OrderedDict[tuple[str, tuple], Any] = OrderedDict()
         self._bases: OrderedDict[tuple[str, int | None], Any] = OrderedDict()
         self._lock = threading.Lock()
         self._fallback = None
@@ -220,10 +223,12 @@ class StateVerifier:
             return Score(0.0, True, "observations differ from the expert's")
         return Score(1.0, True, "")
 
-    def _effects(self, turn: Turn, probe: int | None, calls) -> tuple[Any, list[str]] | None:
+    def _effects(self, turn: Turn, probe: int | None, calls,
+                 extra: str = "") -> tuple[Any, list[str]] | None:
         """(changes to the snapshot, observations) of `calls` on the world at `turn`, perturbed by
-        `probe` unless None; None when the world has no such probe."""
-        world = self._world(turn, probe)
+        `probe` (around the literals of `extra` too) unless None; None when the world has no
+        such probe."""
+        world = self._world(turn, probe, extra)
         if world is None:
             return None
         before = json.loads(_canonical_snapshot(world.snapshot()))
@@ -233,24 +238,26 @@ class StateVerifier:
             return writes(before, after), observations
         return after, observations
 
-    def _world(self, turn: Turn, probe: int | None):
-        """A fresh world at `turn` (perturbed by `probe` unless None; None when the world has no
-        such probe). Worlds with `fork()` are built once per (turn, probe) and forked."""
+    def _world(self, turn: Turn, probe: int | None, extra: str = ""):
+        """A fresh world at `turn` (perturbed by `probe` unless None, around the literals of
+        `extra` too; None when the world has no such probe). Worlds with `fork()` are built once
+        per (turn, probe, literals) and forked."""
         key, base = None, None
+        lits = tuple(new_literals(extra, _action_text(turn))) if extra else ()
         if self._bases:  # only worlds that fork are kept: others skip the key's cost
-            key = (_turn_key(turn), probe)
+            key = (_turn_key(turn), probe, lits)
             with self._lock:
                 base = self._bases.get(key)
                 if base is not None:
                     self._bases.move_to_end(key)
         if base is None:
             base = world_at_turn(turn)
-            if probe is not None and not base.perturb(probe, probe_seed(_turn_key(turn)),
-                                                      _action_text(turn)):
+            seed, keep = probe_seed(_turn_key(turn)), _action_text(turn)
+            if probe is not None and not _perturbed(base, probe, seed, keep, extra):
                 return None
             if not callable(getattr(base, "fork", None)):
                 return base
-            key = key or (_turn_key(turn), probe)
+            key = key or (_turn_key(turn), probe, lits)
             with self._lock:
                 # a world frees its resources when dropped
                 keep_lru(self._bases, key, base, self.config.cached_worlds)
@@ -258,6 +265,11 @@ class StateVerifier:
 
     def _probe_diff(self, turn: Turn, cand_calls) -> str:
         """"" when the candidate matches the expert on every probe it is compared on."""
+        cand_text = _calls_text(cand_calls)
+        extra = new_literals(cand_text, _action_text(turn))
+        if len(extra) > MAX_CANDIDATE_LITERALS:
+            return (f"the calls name {len(extra)} literals the expert's do not (at most "
+                    f"{MAX_CANDIDATE_LITERALS})")
         kept = self._kept_probes(turn)
         if not kept:
             return UNVERIFIABLE
@@ -267,6 +279,19 @@ class StateVerifier:
                 what = "observations" if got is not None and got[0] == hit[0] else "changes"
                 return f"{what} differ from the expert's on a perturbed copy of the world " \
                        f"({PROBES[i] if i < len(PROBES) else i})"
+        if extra:  # the probe around the candidate's own literals (`pivotrl.verifiers.literals`)
+            key = (_turn_key(turn), tuple(extra))
+            with self._lock:
+                hit = self._literal_cache.get(key, _UNSET)
+            if hit is _UNSET:
+                exp_calls = [(c.function.name, c.args()) for c in turn.expected.tool_calls]
+                hit = self._effects(turn, CANDIDATE_PROBE, exp_calls, cand_text)
+                with self._lock:
+                    keep_lru(self._literal_cache, key, hit, self.config.cache_turns)
+            if hit is not None and self._effects(turn, CANDIDATE_PROBE, cand_calls,
+                                                 cand_text) != hit:
+                return ("changes or observations differ from the expert's on the probe around "
+                        "the calls' own literals")
         return ""
 
     def _kept_probes(self, turn: Turn) -> list[tuple[int, Any]]:
@@ -283,7 +308,8 @@ class StateVerifier:
                 probed = self._world(turn, i)
                 if probed is None:
                     break
-                if _canonical_snapshot(probed.snapshot()) == original:
+                if _canonical_snapshot(probed.snapshot()) == original and not (
+                        i < len(PROBES) and PROBES[i] == "env" and not results):
                     continue  # the probe found nothing to change here: no run needed
                 effects = self._effects(turn, i, exp_calls)
                 results.append((i, effects != own, (i, effects)))
@@ -343,9 +369,26 @@ class StateVerifier:
 _UNSET = object()
 
 
+def _perturbed(world, probe: int, seed: str, keep: str, extra: str) -> bool:
+    if not extra:
+        return world.perturb(probe, seed, keep)
+    try:
+        return world.perturb(probe, seed, keep, extra)
+    except TypeError:  # a world whose perturb takes no `extra`: no probe around its literals
+        return False
+
+
 def _action_text(turn: Turn) -> str:
-    """The expert's calls as text: names it mentions are kept by the probes."""
-    return json.dumps([c.args() for c in turn.expected.tool_calls or []], ensure_ascii=False)
+    """The expert's calls as text: names it mentions are kept by the probes, its literals get
+    probe lines around them."""
+    return _calls_text([(c.function.name, c.args()) for c in turn.expected.tool_calls or []])
+
+
+def _calls_text(calls) -> str:
+    """The arguments of calls, one line each (a command is its own text; other values as JSON)."""
+    return "\n".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+                     for _, args in calls for v in (args.values() if isinstance(args, dict)
+                                                    else [args]))
 
 
 def _turn_key(turn: Turn) -> str:

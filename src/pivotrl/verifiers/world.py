@@ -38,11 +38,13 @@ class World(Protocol):
     # for it. It must not depend on the state. Verifiers treat two calls of a tool as the same
     # action when their canonical forms are equal (`action_rule`).
     #
-    # Optional: `perturb(self, probe: int, seed: str, keep: str) -> bool`, for worlds whose
-    # actions are programs (a shell): change the state in place the way probe number `probe`
-    # does (`pivotrl.verifiers.probes`; its markers drawn from `seed`; no name that occurs in
-    # `keep`, the expert's action, is renamed), False when there is no such probe. The `state`
-    # verifier then judges a call by behaviour on every perturbed copy too.
+    # Optional: `perturb(self, probe: int, seed: str, keep: str, extra: str = "") -> bool`, for
+    # worlds whose actions are programs (a shell): change the state in place the way probe number
+    # `probe` does (`pivotrl.verifiers.probes`; its markers drawn from `seed`; no name that occurs
+    # in `keep`, the expert's action, is renamed; lines around its literals and, for
+    # `probes.CANDIDATE_PROBE`, around those of `extra`, a candidate's action), and run later
+    # calls in the probe's environment (`probes.probe_environment`); False when there is no such
+    # probe. The `state` verifier then judges a call by behaviour on every perturbed copy too.
     #
     # Optional: `canonical_message(self, text) -> Any | None`, a final answer as this world reads
     # it, in the state the world is in (the state at the turn: `world_at_turn`): the answer's

@@ -19,7 +19,8 @@ from typing import Any
 
 from pivotrl_testbed.testbed.common import read_answer, sentence_end
 from pivotrl.sandbox import bwrap as sandbox
-from pivotrl.verifiers.probes import perturb_workspace
+from pivotrl.sandbox.environment import DEFAULT_ENV
+from pivotrl.verifiers.probes import perturb_workspace, probe_environment
 from pivotrl.verifiers.world import register_world
 
 NAME = "terminal"
@@ -66,10 +67,11 @@ class TerminalWorld:
         self.workdir: Path | None = None
         self._cleanup = None
         self.effects: dict[str, str | None] = {}  # what commands did outside the workspace
+        self.env = DEFAULT_ENV  # the environment commands run in (a probe's: `perturb`)
 
     def reset(self, config: dict[str, Any]) -> None:
         self._drop()
-        self.effects = {}
+        self.effects, self.env = {}, DEFAULT_ENV
         self.workdir = sandbox.copy_workspace(None)
         files = config.get("workspace", config.get("files", {}))  # {path: content}
         sandbox.materialize_workspace(files, self.workdir)
@@ -94,7 +96,7 @@ class TerminalWorld:
             return "error: command must be a non-empty string"
         if set(arguments) - {"command"}:
             return f"error: unknown argument {sorted(set(arguments) - {'command'})[0]}"
-        res = sandbox.run_in_sandbox(command, self.workdir, LIMITS)
+        res = sandbox.run_in_sandbox(command, self.workdir, LIMITS, env=self.env)
         self.effects.update(res.effects)
         return observation(res)
 
@@ -103,25 +105,30 @@ class TerminalWorld:
         replaying the context's commands each time)."""
         twin = TerminalWorld()
         twin.effects = dict(self.effects)
+        twin.env = self.env
         if self.workdir is not None:
             twin.workdir = sandbox.copy_workspace(self.workdir)
+            sandbox.freeze_mtimes(twin.workdir)  # what the twin's calls touch shows (snapshot)
             twin._cleanup = weakref.finalize(twin, sandbox.remove_workspace, str(twin.workdir))
         return twin
 
-    def perturb(self, probe: int, seed: str = "", keep: str = "") -> bool:
-        """Change the files the way probe number `probe` does (`pivotrl.verifiers.probes`), so
-        verifiers can tell a command that reads the files from one that only prints what they
-        held; False when no such probe."""
-        if self.workdir is None or not perturb_workspace(self.workdir, probe, seed, keep):
+    def perturb(self, probe: int, seed: str = "", keep: str = "", extra: str = "") -> bool:
+        """Change the files and the environment the way probe number `probe` does
+        (`pivotrl.verifiers.probes`: lines around the literals of `keep` and `extra` too), so
+        verifiers can tell a command that reads the files, the clock or the user from one that
+        only prints what they held; False when no such probe."""
+        if self.workdir is None or not perturb_workspace(self.workdir, probe, seed, keep, extra):
             return False
         sandbox.freeze_mtimes(self.workdir)
+        self.env = probe_environment(seed, probe, keep)
         return True
 
     def snapshot(self) -> dict[str, str]:
-        """The file tree, plus what the commands so far did outside it (keys "\0" + `~/path`,
+        """The file tree with what else a command can change (`snapshot_dir(details=True)`:
+        modes, extended attributes, files touched), plus what the commands so far did outside it (keys "\0" + `~/path`,
         `/tmp/path` or `<network>`: no file name holds a NUL), so a command that deletes the
         home or tries the network leaves another state than one that does not."""
-        files = self.files()
+        files = sandbox.snapshot_dir(self.workdir, details=True) if self.workdir else {}
         files.update({"\0" + k: v for k, v in sorted(self.effects.items())})
         return files
 
