@@ -78,7 +78,7 @@ def test_results_scored_differently_do_not_pair(tmp_path, tokenizer):
         paths.append(tmp_path / f"r{i}.json")
         evaluate_turns_file(path, paths[-1], ScriptedSampler(lambda order: True), get_verifier("toolcall"),
                             tokenizer, TurnEvalConfig(max_new_tokens=4, success_threshold=threshold))
-    with pytest.raises(ValueError, match="success_threshold"):
+    with pytest.raises(ValueError, match=r"--success-threshold 0\.5 vs 1\.0"):  # each value, and the flag
         compare_results(paths, tmp_path / "cmp.json")
     assert compare_results([paths[0], paths[0]], tmp_path / "cmp.json")["pairs"][0]["diff"] == 0.0
 

@@ -184,11 +184,16 @@ def compare_results(results: Sequence[str | Path], out: str | Path,
         docs.append((path, doc))
     first = docs[0][1]
     for path, doc in docs[1:]:
-        differ = [k for k in ("turns_file",) if doc.get(k) != first.get(k)] + [
-            k for k in SCORING_SETTINGS if doc["settings"].get(k) != first["settings"].get(k)]
+        differ = [f"--{k.replace('_', '-')} {doc['settings'].get(k)!r} vs {first['settings'].get(k)!r}"
+                  for k in SCORING_SETTINGS if doc["settings"].get(k) != first["settings"].get(k)]
+        if doc.get("turns_file") != first.get("turns_file"):
+            differ.insert(0, f"turns file {doc.get('turns_file')} vs {first.get('turns_file')}")
         if differ:
-            raise ValueError(f"{path} was scored differently from {docs[0][0]} ({', '.join(differ)}): "
-                             "score every model on the same turns with the same settings")
+            # A model scored "as trained" takes its run's budget and template settings: a baseline
+            # whose run recorded none (SFT) needs them given, so the pair names each value.
+            raise ValueError(f"{path} was scored differently from {docs[0][0]} ({'; '.join(differ)}): "
+                             "score every model on the same turns with the same settings (rerun "
+                             "`pivotrl evaluate` on the other with those flags)")
     models, named_items = [], []
     for path, doc in docs:
         name = str(doc.get("model") or path.stem)
