@@ -14,7 +14,8 @@ import pytest
 
 from nemo_gym_contract import model_errors, validator_problem
 from pivotrl.export import export_file, import_nemo_gym, turn_to_nemo_gym
-from pivotrl.export.nemo_gym import gym_config_path, items_to_messages
+from pivotrl.export.gym_config import gym_config_path
+from pivotrl.export.nemo_gym import items_to_messages
 from pivotrl.extract import ExtractOptions, extract_file
 from pivotrl.io.records import Turn, iter_valid, rejects_path, write_atomic
 from test_export import _semantic, sample_turns

@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pivotrl.export.nemo_gym import (DEFAULT_AGENT_NAME, PARALLEL_CALLS, gym_config,
-                                     gym_config_path, missing_tools, nemo_gym_to_turn, row_problem,
-                                     turn_to_nemo_gym)
+from pivotrl.export.gym_config import gym_config, gym_config_path
+from pivotrl.export.nemo_gym import (DEFAULT_AGENT_NAME, PARALLEL_CALLS, missing_tools, nemo_gym_to_turn,
+                                     row_problem, turn_to_nemo_gym)
 from pivotrl.export.verl import (DEFAULT_AGENT_LOOP, ToolUnion, tool_config_path, turn_to_verl,
                                  verl_schema, verl_to_turn, write_tool_config)
 from pivotrl.io.empty import check_input, require_some

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pivotrl.io.records import Message, Turn, message_text, parse_arguments, sidecar_path
+from pivotrl.io.records import Message, Turn, message_text, parse_arguments
 
 AGENT_REF_TYPE = "responses_api_agents"
 DEFAULT_AGENT_NAME = "pivotrl_single_step_tool_use_with_argument_comparison_agent"
@@ -471,34 +471,3 @@ def missing_tools(turn: Turn) -> list[str]:
     names = {t.get("function", {}).get("name") if t.get("type") == "function" else t.get("name")
              for t in turn.tools if isinstance(t, dict)}
     return [c.function.name for c in turn.expected.tool_calls or [] if c.function.name not in names]
-
-
-def gym_config_path(out: Any) -> Any:
-    """`rows.jsonl` -> `rows.gym_config.yaml`, next to it."""
-    return sidecar_path(out, ".gym_config.yaml")
-
-
-def gym_config(rows_path: Any, agent_names: list[str], batches: bool) -> dict[str, Any]:
-    """A NeMo-Gym config serving the rows: per agent_ref name, an agent block reading the rows and
-    the argument-comparison resources server it routes to (named as NeMo-Gym's configs do:
-    `_agent` -> `_resources_server`). With batch actions, parallel-call rewarding is switched on
-    in F1 mode (missing and surplus calls cost alike)."""
-    from pathlib import Path
-
-    comparator: dict[str, Any] = {"word_count_similarity_threshold": 0.1}
-    if batches:
-        comparator.update(parallel_tool_call_rewarding=True, parallel_tool_call_reward_mode="f1")
-    config: dict[str, Any] = {}
-    for name in agent_names:
-        server = (name[: -len("_agent")] if name.endswith("_agent") else name) + "_resources_server"
-        config[server] = {"resources_servers": {"single_step_tool_use_with_argument_comparison": {
-            "entrypoint": "app.py", "domain": "agent", "verified": False,
-            "tool_call_comparator_config": dict(comparator),
-            "description": "PivotRL pivots exported by pivotrl: one expert action per row."}}}
-        config[name] = {"responses_api_agents": {"tool_simulation_agent": {
-            "entrypoint": "app.py",
-            "resources_server": {"type": "resources_servers", "name": server},
-            "model_server": {"type": "responses_api_models", "name": "policy_model"},
-            "datasets": [{"name": "train", "type": "train", "num_repeats": 1, "license": "TBD",
-                          "jsonl_fpath": str(Path(rows_path).resolve())}]}}}
-    return config

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from pivotrl.io.atomic import atomic_path
 from pivotrl.io.compact_rows import RowDecoder, RowEncoder
 from pivotrl.io.tool_pairing import pair_tool_messages
 
@@ -354,29 +353,6 @@ def dump(record: BaseModel | dict[str, Any]) -> str:
     if isinstance(record, BaseModel):  # pydantic's Rust encoder: ~5× faster than json.dumps
         return record.model_dump_json(exclude_none=True)
     return json.dumps(record, ensure_ascii=False)
-
-
-@contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """`with atomic_path(out) as tmp:` write the whole file to `tmp` (any writer: text, JSONL,
-    parquet); it replaces `out` only when the block ends without an exception, so readers never
-    see a half file and an interrupted run leaves the previous file (or none). The one
-    temp-file-then-rename in the code base."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    # mkstemp makes the file 0600; give it the permissions a plain open() would.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    try:
-        yield Path(tmp)
-        with open(tmp, "rb") as fh:  # the data is on disk before the name points at it
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

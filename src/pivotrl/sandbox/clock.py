@@ -49,6 +49,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from pivotrl.io.atomic import atomic_path
 from pivotrl.sandbox.environment import ENV_DIR
 from pivotrl.sandbox.workspace import FIXED_MTIME, workspace_parent
 
@@ -291,13 +292,14 @@ def _timens_helper() -> str:
         if target.is_file():
             _timens = str(target)
         elif cc is not None:
-            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            with tempfile.TemporaryDirectory() as tmp:
                 src = Path(tmp) / "timens.c"
                 src.write_text(TIMENS_SOURCE)
                 try:
-                    subprocess.run([cc, "-O2", "-o", f"{tmp}/timens", str(src)], check=True,
-                                   capture_output=True, timeout=120)
-                    os.replace(f"{tmp}/timens", target)  # whole or absent, whoever builds it
+                    with atomic_path(target) as out:  # whole or absent, whoever builds it
+                        subprocess.run([cc, "-O2", "-o", str(out), str(src)], check=True,
+                                       capture_output=True, timeout=120)
+                        os.chmod(out, 0o755)
                     _timens = str(target)
                 except (OSError, subprocess.SubprocessError):
                     pass
