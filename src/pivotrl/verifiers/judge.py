@@ -105,15 +105,15 @@ class JudgeUnavailable(RuntimeError):
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 _VERDICT_LINE = re.compile(
     r"[\s*_`~>#-]*(?:\d{1,2}[.)][\s*_`~]*)?(?:(?:final|overall|my)[\s*_`~]+)?"
-    r"VERDICT[\s*_`~]*:[\s*_`~]*(YES|NO)[\s*_`~]*(?:[.!][\s*_`~]*)?"
-    r"(?:\((?P<paren>[^()\n]{1,120})\)|[\u2013\u2014-][\s]+(?P<dash>[^\n]{1,120}?))?"
-    r"[\s*_`~.!]*", re.I)
+    r"VERDICT[\s*_`~]*:[\s*_`~]*(YES|NO)(?P<rest>.*)", re.I)
+_TRIM = " \t\r\f\v*_`~.!"  # formatting and a closing mark around the verdict's note
+_NOTE_CHARS = 120
 # End-of-turn tokens a server may leave after the answer: `<|im_end|>`, `<|eot_id|>`, `</s>`,
-# DeepSeek's `<｜end▁of▁sentence｜>` (its bars are full-width: folded to `|` first).
-# Named one by one: a token-shaped text of any other name ("<|no|>") is part of the reply.
-_END_TOKENS = re.compile(
-    r"(?:\s*(?:<\|(?:im_end|eot_id|eom_id|end|endoftext|end_of_text|return|end\u2581of\u2581sentence)"
-    r"\|>|</s>|<eos>|<end_of_turn>))+\s*$", re.I)
+# DeepSeek's `<｜end▁of▁sentence｜>` (its bars are full-width: folded to `|` first). Named one by
+# one: a token-shaped text of any other name ("<|no|>") is part of the reply.
+_END_TOKEN = re.compile(
+    r"(?:<\|(?:im_end|eot_id|eom_id|end|endoftext|end_of_text|return|end\u2581of\u2581sentence)"
+    r"\|>|</s>|<eos>|<end_of_turn>)$", re.I)
 _DECORATION = re.compile(r"[\s*_`~#>|=-]*")
 # Look-alikes of the letters of VERDICT / YES / NO (Cyrillic, Greek, Latin variants, digits) as
 # the ASCII letter they pass for: used only to find verdicts, never to accept one.
@@ -148,6 +148,21 @@ def _skeleton(text: str) -> str:
     return text.lower().translate(_LOOKALIKE)
 
 
+def _verdict_note(rest: str) -> str | None:
+    """What follows YES/NO on the verdict line, as the note's folded text ("" for none): a closing
+    mark and formatting, then at most a short note in parentheses or after a dash; None for
+    anything else ("VERDICT: YES, they are", "VERDICT: YESNO")."""
+    core = rest.strip(_TRIM)
+    if not core:
+        return ""
+    if len(core) <= _NOTE_CHARS + 2 and core[0] == "(" and core[-1] == ")" and \
+            "(" not in core[1:-1] and ")" not in core[1:-1] and "\n" not in core:
+        return _skeleton(core[1:-1])
+    if len(core) <= _NOTE_CHARS + 2 and core[0] in "-\u2013\u2014" and core[1:2].isspace():
+        return _skeleton(core[1:])
+    return None
+
+
 def parse_verdict(reply: str) -> bool | None:
     """True (VERDICT: YES), False (VERDICT: NO), or None for any other reply (invalid).
 
@@ -162,7 +177,12 @@ def parse_verdict(reply: str) -> bool | None:
         text = text[text.lower().rindex("</think>") + len("</think>"):]
     if "<think>" in text.lower():  # unterminated thinking: no answer was given
         return None
-    text = _END_TOKENS.sub("", _visible(text))
+    text = _visible(text).rstrip()
+    for _ in range(8):  # a few trailing tokens, looked for at the end only (linear in the reply)
+        m = _END_TOKEN.search(text, max(0, len(text) - 40))
+        if m is None:
+            break
+        text = text[:m.start()].rstrip()
     lines = [line for line in text.splitlines() if not _DECORATION.fullmatch(line)]
     if not lines:
         return None
@@ -170,7 +190,9 @@ def parse_verdict(reply: str) -> bool | None:
     if m is None:
         return None
     yes = m.group(1).lower() == "yes"
-    note = _skeleton(m.group("paren") or m.group("dash") or "")
+    note = _verdict_note(m.group("rest"))
+    if note is None:
+        return None  # more on the verdict line than a short note
     if _ANSWER_WORD.search(note) or yes and _NEGATION.search(note):
         return None  # the note answers again, or contradicts the verdict
     for i, line in enumerate(lines):
