@@ -1,0 +1,66 @@
+"""Check a built testbed against the acceptance criteria for a base whose missing skill costs tasks
+(docs/RESULTS.md; `pivotrl_testbed.testbed.task_criteria`): the base's rescue test on the dev
+tasks, then the demo with the SFT arm only (lr grid 1e-4 / 3e-4, checkpoints chosen and runs
+stopped on greedy dev episode success, the dev split scored greedily), then every criterion.
+
+    python3 scripts/task_criteria.py BUILD_DIR --config CONFIG.yaml --out RUN_DIR [--rescue-only]
+
+BUILD_DIR must be a finished build of CONFIG (the script never builds). Writes RUN_DIR/rescue.json,
+the demo's folder and RUN_DIR/criteria.json; --rescue-only stops after the rescue test (and
+checks what the build record and the rescue alone can say).
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pivotrl.io.records import Trajectory, iter_valid
+from pivotrl.verifiers import get_verifier
+from pivotrl_testbed.demo import DemoConfig, run_demo
+from pivotrl_testbed.episodes import ModelPolicy
+from pivotrl_testbed.evaluate import SampledConfig
+from pivotrl_testbed.testbed.build import is_built, load_config
+from pivotrl_testbed.testbed.common import WORLDS
+from pivotrl_testbed.testbed.rescue import rescue_test
+from pivotrl_testbed.testbed.task_criteria import check
+from pivotrl_testbed.testbed.tiny import load_tiny
+
+DEV_TASKS = DemoConfig().dev_tasks  # the demo's dev split: the eval file's first N tasks
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("build", type=Path)
+    ap.add_argument("--config", type=Path, help="the build's TestbedConfig YAML (default: the default)")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--rescue-only", action="store_true")
+    args = ap.parse_args()
+    cfg = load_config(args.config)
+    if not is_built(args.build, cfg):
+        sys.exit(f"{args.build}: not a finished build of {args.config or 'the default config'}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    model, tok = load_tiny(args.build / "base")
+    rescue, details = {}, {}
+    for w in WORLDS:
+        tasks = list(iter_valid(args.build / w / "eval.jsonl", Trajectory))[:DEV_TASKS]
+        got = rescue_test(w, tasks, ModelPolicy(model, tok), get_verifier("state"))
+        rescue[w], details[w] = got["counts"], got["episodes"]
+        print(f"rescue {w}: {got['counts']}", flush=True)
+    (args.out / "rescue.json").write_text(json.dumps({"counts": rescue, "episodes": details}, indent=2) + "\n")
+    build = json.loads((args.build / "build.json").read_text())
+    items = []
+    if not args.rescue_only:
+        demo = DemoConfig(methods=["sft"], dev_greedy=True, worlds=list(WORLDS), select_on="episode",
+                          select_decoding="greedy", learning_rates=[1e-4, 3e-4],
+                          sampled=SampledConfig(k=0))
+        run_demo(args.out / "demo", demo, testbed=args.build, testbed_config=cfg)
+        items = [json.loads(line) for line in (args.out / "demo" / "items.jsonl").read_text().splitlines()]
+    got = check(build, items, rescue)
+    (args.out / "criteria.json").write_text(json.dumps(got, indent=2, default=str) + "\n")
+    for name, v in got.items():
+        print(f"{name}: {v['verdict']}")
+
+
+if __name__ == "__main__":
+    main()
