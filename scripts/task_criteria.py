@@ -1,7 +1,8 @@
 """Check a built testbed against the acceptance criteria for a base whose missing skill costs tasks
 (docs/RESULTS.md; `pivotrl_testbed.testbed.task_criteria`): the base's rescue test on the dev
-tasks, then the demo with the SFT arm only (lr grid 1e-4 / 3e-4, checkpoints chosen and runs
-stopped on greedy dev episode success, the dev split scored greedily), then every criterion.
+tasks, then the demo's SFT arm alone, its training stage only (the demo's data, budget rule and
+dev scoring, greedy, runs stopped and checkpoints chosen on dev episode success; lr 1e-4 and
+3e-4; no profiling, no eval split: every criterion reads dev), then every criterion.
 
     python3 scripts/task_criteria.py BUILD_DIR --config CONFIG.yaml --out RUN_DIR [--rescue-only]
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from pivotrl.io.records import Trajectory, iter_valid
 from pivotrl.verifiers import get_verifier
-from pivotrl_testbed.demo import DemoConfig, run_demo
+from pivotrl_testbed.demo import DemoConfig
 from pivotrl_testbed.episodes import ModelPolicy
 from pivotrl_testbed.evaluate import SampledConfig
 from pivotrl_testbed.testbed.build import is_built, load_config
@@ -49,17 +50,34 @@ def main() -> None:
         print(f"rescue {w}: {got['counts']}", flush=True)
     (args.out / "rescue.json").write_text(json.dumps({"counts": rescue, "episodes": details}, indent=2) + "\n")
     build = json.loads((args.build / "build.json").read_text())
-    items = []
-    if not args.rescue_only:
-        demo = DemoConfig(methods=["sft"], dev_greedy=True, worlds=list(WORLDS), select_on="episode",
-                          select_decoding="greedy", learning_rates=[1e-4, 3e-4],
-                          sampled=SampledConfig(k=0))
-        run_demo(args.out / "demo", demo, testbed=args.build, testbed_config=cfg)
-        items = [json.loads(line) for line in (args.out / "demo" / "items.jsonl").read_text().splitlines()]
+    items = [] if args.rescue_only else sft_items(args.build, args.out / "sft")
+    (args.out / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items))
     got = check(build, items, rescue)
     (args.out / "criteria.json").write_text(json.dumps(got, indent=2, default=str) + "\n")
     for name, v in got.items():
         print(f"{name}: {v['verdict']}")
+
+
+def sft_items(build: Path, out: Path) -> list[dict]:
+    """The base's and every SFT checkpoint's greedy dev item rows: the demo's training stage
+    (`demo.run_jobs`) for the SFT arm at lr 1e-4 and 3e-4, on the demo's shared data."""
+    from pivotrl.io.records import write_atomic
+    from pivotrl_testbed.checkpoint_eval import Evaluator, item_rows
+    from pivotrl_testbed.demo import run_jobs, say
+    from pivotrl_testbed.jobs import Job
+
+    cfg = DemoConfig(methods=["sft"], worlds=list(WORLDS), learning_rates=[1e-4, 3e-4],
+                     sampled=SampledConfig(k=0))
+    evaluator = Evaluator(build, cfg)
+    base = []
+    for w in WORLDS:
+        trajs = list(iter_valid(build / w / "train.jsonl", Trajectory))[:cfg.profile_trajectories]
+        write_atomic(out / "data" / w / "trajectories.jsonl", trajs)
+        _, got = evaluator(None, w, ("dev",))
+        base += item_rows(got, method="base", world=w, seed=0, lr=0.0, step=0)
+    jobs = [Job(w, "sft", lr, 0) for lr in cfg.learning_rates for w in WORLDS]
+    _, items = run_jobs(jobs, build, out, cfg, {w: {} for w in WORLDS}, say, base)
+    return base + items
 
 
 if __name__ == "__main__":
