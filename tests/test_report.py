@@ -238,3 +238,25 @@ def test_one_seed_says_so_and_a_ratio_near_the_base_or_at_a_bound_is_no_ratio(tm
     assert read["pivotrl"] == 100 and read["bound"] == "upper"  # reached at its first checkpoint
     md = (tmp_path / "b" / "report.md").read_text()
     assert "ratio ≤ 50.0× (a bound" in md and "percentile (2.5%, 97.5%)" in md
+
+
+def test_each_arms_compute_is_reported_beside_it():
+    from pivotrl_testbed.compute import compute_block
+
+    def run(method, steps, turns, secs):
+        out = [{"method": method, "world": "w", "seed": 0, "lr": 1e-4, "step": s, "rollout_turns": t}
+               for s, t in zip(steps, turns)]
+        out[-1]["train_seconds"] = secs
+        return out
+
+    rows = run("pivotrl", (10, 20, 30), (1100, 1200, 1300), 300.0) + run("e2e_rl", (10, 20), (500, 1000), 100.0)
+    rows += run("sft", (10, 20), (0, 0), 40.0)
+    side = lambda m, step: {"method": m, "lr": 1e-4, "steps": {0: step}}  # noqa: E731
+    got = compute_block(rows, {"pivotrl": side("pivotrl", 10), "e2e_rl": side("e2e_rl", 20),
+                               "sft": side("sft", 20), "base": side("base", 0)},
+                        {"w": {"profile_rollout_turns": 1000}})
+    assert got["arms"]["pivotrl"] == {"rollout_turns": 1100, "profiling_samples": 1000,
+                                      "train_seconds": 100.0, "train_seconds_run": 300.0,
+                                      "training_tokens": None}
+    assert got["arms"]["sft"]["profiling_samples"] == 0 and "base" not in got["arms"]
+    assert got["pivotrl_over_e2e"] == {"rollout_turns": 1.1, "train_seconds": 1.0}

@@ -18,6 +18,7 @@ from typing import Any
 
 from pivotrl_testbed import stats
 from pivotrl_testbed.checkpoint_eval import DECODINGS, decoded
+from pivotrl_testbed.compute import compute_block
 from pivotrl_testbed.decoding import DEV_BEST, DecodingRule, at_dev_best, decoding_results
 from pivotrl_testbed.frontier import FrontierConfig
 from pivotrl_testbed.joint_report import joint_markdown, joint_results
@@ -258,6 +259,7 @@ def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds:
             "power": power or [],
             "turns_to_match_e2e": {**rollout_match(rows, decoded(items, frontier.decoding), chosen,
                                                    pivot_stats), "schedule_bound": schedule_bound},
+            "compute": compute_block(rows, chosen, pivot_stats),
             "theory": theory, "pivots": pivot_stats, **joint_results(rows, items, chosen, frontier)}
 
 

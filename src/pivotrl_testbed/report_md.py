@@ -188,6 +188,24 @@ def ratio_text(r: dict[str, Any]) -> str:
     return f"ratio {r['ratio']:.1f}× [{_f(lo, 1)}, {_f(hi, 1)}]"
 
 
+def compute_section(results: dict[str, Any]) -> list[str]:
+    """Each arm's compute at its chosen checkpoints (`compute.py`), beside its verdicts."""
+    block = results.get("compute") or {}
+    if not block.get("arms"):
+        return []
+    L = ["## What each arm spent (at its chosen checkpoints; means over seeds, sums over worlds)", "",
+         "| arm | rollout turns | profiling samples | training s (to the chosen step) | "
+         "training s (whole run) |", "|---|---|---|---|---|"]
+    for m, c in block["arms"].items():
+        L.append(f"| {m} | {_f(c['rollout_turns'], 0)} | {c['profiling_samples']} | "
+                 f"{_f(c['train_seconds'], 0)} | {_f(c['train_seconds_run'], 0)} |")
+    r = block.get("pivotrl_over_e2e")
+    if r:
+        L += ["", f"PivotRL's cost as a fraction of E2E RL's: rollout turns {_f(r['rollout_turns'], 2)} "
+              f"(profiling included), training seconds {_f(r['train_seconds'], 2)}."]
+    return L + ["", f"Not in the table: {block['note']}.", ""]
+
+
 def verdict_section(results: dict[str, Any]) -> list[str]:
     L = ["## The paper's claims against ours (paired, eval split)", "", RULE, "",
          "| claim | measure | a | b | a vs b | Δ [95% CI] | verdict |", "|---|---|---|---|---|---|---|"]
@@ -279,7 +297,7 @@ def render_markdown(results: dict[str, Any], plots: list[str]) -> str:
          "results and verdicts are on the disjoint eval split.", ""]
     L += health_section(results)
     L += data_section(results) + power_section(results) + results_section(results)
-    L += decoding_section(results) + verdict_section(results)
+    L += decoding_section(results) + verdict_section(results) + compute_section(results)
     L += ["## Every checkpoint (descriptive)", "", "Dev split, every lr and step (the eval split is "
           "scored at the dev-chosen checkpoints only): the frontier and compute plots show the whole "
           "grid; no verdict is drawn from them.", "",
