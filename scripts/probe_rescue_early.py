@@ -1,0 +1,32 @@
+"""Early look at a candidate base mid-stage: the rescue test (testbed/rescue.py) on the first N dev
+tasks per world, greedy, with the weights of the build's resumable stage-2 state (pretrain/state_stage2.pt).
+
+    python3 scripts/probe_rescue_early.py BUILD_DIR CONFIG.yaml N
+"""
+import json, sys
+from pathlib import Path
+import torch
+torch.set_num_threads(1)
+from transformers import AutoTokenizer
+from pivotrl.io.records import Trajectory, iter_valid
+from pivotrl.verifiers import get_verifier
+from pivotrl_testbed.episodes import ModelPolicy
+from pivotrl_testbed.testbed.build import load_config
+from pivotrl_testbed.testbed.rescue import rescue_test
+from pivotrl_testbed.testbed.tiny import build_model
+out, cfgp, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+cfg = load_config(cfgp)
+tok = AutoTokenizer.from_pretrained(str(out / "base"))
+model = build_model(tok, cfg.model)
+state = torch.load(out / "pretrain" / "state_stage2.pt", weights_only=False)
+model.load_state_dict(state["model"]); model.eval()
+print("step", state["step"])
+for w in cfg.worlds:
+    tasks = list(iter_valid(out / w / "eval.jsonl", Trajectory))[:n]
+    got = rescue_test(w, tasks, ModelPolicy(model, tok), get_verifier("state"))
+    steps = {}
+    for r in got["episodes"]:
+        steps[r["step"]] = steps.get(r["step"], 0) + 1
+    print(w, got["counts"], "deciding step positions:", steps)
+    for r in got["episodes"][:4]:
+        print("   ", r["step"], r.get("rescued"), r.get("action", "")[:150].replace("\n", " "), "| expert:", r.get("expert", "")[:120].replace("\n", " "))
