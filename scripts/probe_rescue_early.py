@@ -3,23 +3,19 @@ tasks per world, greedy, with the weights of the build's resumable stage-2 state
 
     python3 scripts/probe_rescue_early.py BUILD_DIR CONFIG.yaml N
 """
-import json, sys
+import sys
 from pathlib import Path
 import torch
 torch.set_num_threads(1)
-from transformers import AutoTokenizer
 from pivotrl.io.records import Trajectory, iter_valid
 from pivotrl.verifiers import get_verifier
 from pivotrl_testbed.episodes import ModelPolicy
 from pivotrl_testbed.testbed.build import load_config
 from pivotrl_testbed.testbed.rescue import rescue_test
-from pivotrl_testbed.testbed.tiny import build_model
+from pivotrl_testbed.testbed.tiny import load_pretrain_state
 out, cfgp, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 cfg = load_config(cfgp)
-tok = AutoTokenizer.from_pretrained(str(out / "base"))
-model = build_model(tok, cfg.model)
-state = torch.load(out / "pretrain" / "state_stage2.pt", weights_only=False)
-model.load_state_dict(state["model"]); model.eval()
+model, tok, state = load_pretrain_state(out, cfg.model, "state_stage2.pt")
 print("step", state["step"])
 for w in cfg.worlds:
     tasks = list(iter_valid(out / w / "eval.jsonl", Trajectory))[:n]
