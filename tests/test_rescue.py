@@ -46,3 +46,16 @@ def test_the_deciding_step_is_the_first_wrong_one_and_the_experts_action_there_r
         assert row["action"] != row["expert"] and row["rescued"]
     clean = rescue_test("toolshop", tasks, ScriptedPolicy(tasks), verifier)["counts"]
     assert clean == {"episodes": len(tasks), "failed": 0, "departed": 0, "self_rescued": 0, "rescued": 0}
+
+
+def test_tasks_that_share_a_request_are_replayed_each_with_its_own_actions():
+    """Terminal's requests without parameters repeat: a won and a lost task with the same
+    request; only the lost one is replayed, with its own actions."""
+    tasks = [t for t in make_tasks("toolshop", "eval", 40) if t.metadata["task"]["kind"] == "cancel"]
+    policy, verifier = Ungrounded(tasks), get_verifier("state")
+    rows = rescue_test("toolshop", tasks, policy, verifier)["episodes"]
+    won = next(t for t in tasks if t.id not in {r["task"] for r in rows})
+    lost = next(t for t in tasks if t.id in {r["task"] for r in rows})
+    twin = lost.model_copy(update={"id": "twin", "messages": won.messages})  # the won task's request
+    got = rescue_test("toolshop", [won, twin], policy, verifier)
+    assert [r["task"] for r in got["episodes"]] == ["twin"] and "rescued" in got["episodes"][0]

@@ -90,14 +90,16 @@ def rescue_test(world: str, tasks: Sequence[Trajectory], policy: Any, verifier: 
             row["action"], row["expert"] = render_action(step[1]), render_action(step[2])
             if not res.success:
                 mine = [m for m in res.trajectory.messages if m.role == "assistant"][:step[0]]
-                forced[_user_text(task.messages)] = {**{i: render_action(m) for i, m in enumerate(mine)},
-                                                     step[0]: render_action(step[2])}
+                forced[task.id] = {**{i: render_action(m) for i, m in enumerate(mine)},
+                                   step[0]: render_action(step[2])}
         if step is not None or not res.success:
             rows.append(row)
-    replay = [t for t in tasks if _user_text(t.messages) in forced]
-    if replay:
-        for t, res in zip(replay, run_episodes(world, replay, ForcedTurns(policy, forced))):
-            next(r for r in rows if r["task"] == t.id)["rescued"] = res.success
+    # One replay per task: tasks may share a user text (terminal's requests without parameters),
+    # and the forced turns are found by it.
+    for task in tasks:
+        if task.id in forced:
+            res = run_episodes(world, [task], ForcedTurns(policy, {_user_text(task.messages): forced[task.id]}))[0]
+            next(r for r in rows if r["task"] == task.id)["rescued"] = res.success
     counts = {"episodes": len(results), "failed": sum(not r.success for r in results),
               "departed": sum(r["step"] is not None for r in rows),
               "self_rescued": sum(r["step"] is not None and r["success"] for r in rows),
