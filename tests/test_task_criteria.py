@@ -71,3 +71,12 @@ def test_missing_measures_are_open():
     got = check({"config": BUILD["config"]}, [], None)
     assert {v["verdict"] for v in got.values()} == {"open"}
     assert check(BUILD, items(), {"toolshop": RESCUE["toolshop"]})["rescue"]["verdict"] == "open"
+
+
+def test_a_run_to_the_cap_counts_past_the_chosen_point_only():
+    cap = [r for w in WORLDS for step, rate in ((20, 0.5), (60, 0.875))
+           for r in _rows("sft", w, "ood", rate, step=step, lr=1e-4, prefix="next")]
+    got = check(BUILD, items(), RESCUE, to_cap=cap)["ood_can_move"]
+    assert got["verdict"] == "met" and got["largest_move"] == ("next lr=0.0001 seed=0 step=60 (run to the cap)", -0.075)
+    early = [r for r in cap if r["step"] == 20]  # at the chosen step itself: not past it
+    assert check(BUILD, items(), RESCUE, to_cap=early)["ood_can_move"]["verdict"] == "not met"

@@ -94,9 +94,12 @@ def past_chosen(rows: Sequence[dict[str, Any]], chosen: dict[str, Any]) -> list[
 
 
 def check(build: dict[str, Any], items: Sequence[dict[str, Any]],
-          rescue: dict[str, dict[str, int]] | None) -> dict[str, Any]:
+          rescue: dict[str, dict[str, int]] | None,
+          to_cap: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """Every criterion of the module doc: {name: {"verdict", ...numbers}}. `rescue`: {world:
-    {"failed", "rescued", "departed", "self_rescued"}} (`testbed/rescue.py`), None: open."""
+    {"failed", "rescued", "departed", "self_rescued"}} (`testbed/rescue.py`), None: open.
+    `to_cap`: rows of SFT runs trained to their cap without the plateau stop; read only by
+    `ood_can_move` (past the chosen point), never by the choice."""
     worlds = build.get("config", {}).get("worlds", [])
     out: dict[str, Any] = {}
 
@@ -135,11 +138,12 @@ def check(build: dict[str, Any], items: Sequence[dict[str, Any]],
 
     moves: dict[str, float] = {}
     if chosen:
-        later = _means(past_chosen(greedy_dev(items, "ood"), chosen),
+        later = _means(past_chosen(greedy_dev(items, "ood"), chosen)
+                       + [{**r, "step": -int(r["step"])} for r in past_chosen(greedy_dev(to_cap, "ood"), chosen)],
                        lambda r: (family_of(r["item"]), float(r["lr"]), int(r["seed"]), int(r["step"])))
         for (fam, lr, seed, step), v in later.items():
             if fam in base_fam:
-                key = f"{fam} lr={lr:g} seed={seed} step={step}"
+                key = f"{fam} lr={lr:g} seed={seed} step={abs(step)}{' (run to the cap)' if step < 0 else ''}"
                 moves[key] = round(v - base_fam[fam], 4)
     biggest = max(moves.items(), key=lambda kv: abs(kv[1]), default=None)
     out["ood_can_move"] = {"largest_move": biggest, "checkpoints_read": len(moves), "floor": OOD_MOVE,
