@@ -17,16 +17,12 @@ torch.set_num_threads(1)
 from pivotrl.formats.actions import parse_completion
 from pivotrl.io.records import Trajectory, iter_valid
 from pivotrl_testbed.testbed.build import load_testbed_config, position_success
-from pivotrl_testbed.testbed.tiny import build_model
+from pivotrl_testbed.testbed.tiny import load_pretrain_state
 from pivotrl_testbed.episodes import ModelPolicy, expert_turns
-from transformers import AutoTokenizer
 
 out, cfgp, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 cfg = load_testbed_config(cfgp)
-tok = AutoTokenizer.from_pretrained(str(out / "base"))
-model = build_model(tok, cfg.model)
-state = torch.load(out / "pretrain" / "state.pt", weights_only=False)
-model.load_state_dict(state["model"]); model.eval()
+model, tok, state = load_pretrain_state(out, cfg.model)
 res = {"step": state["step"], "loss_ema": state["loss_ema"]}
 t0 = time.time()
 for w in cfg.worlds:

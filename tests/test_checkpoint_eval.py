@@ -92,7 +92,7 @@ def test_dev_is_scored_greedy_only_when_asked_and_eval_always_both_ways(monkeypa
 
     monkeypatch.setattr(drift, "ood_logprob_stats", lambda *a, **k: {"kl": 0.1, "rank_corr": 0.9})
     evaluator = Evaluator.__new__(Evaluator)
-    evaluator.cfg = DemoConfig(dev_greedy=dev_greedy)
+    evaluator.cfg = DemoConfig(dev_greedy=dev_greedy, select_decoding="sampled")
     evaluator.dev_greedy = Evaluator.wants_dev_greedy(evaluator.cfg)
     evaluator.base, evaluator.tokenizer, evaluator.kl_texts = object(), object(), []
     evaluator.trajs = {"toolshop": {"dev": "dev", "eval": "eval"}}
@@ -112,13 +112,15 @@ def test_greedy_selection_always_scores_dev_greedy():
     from pivotrl_testbed.demo import DemoConfig
 
     cfg = DemoConfig(dev_greedy=False, select_decoding="greedy")
-    assert Evaluator.wants_dev_greedy(cfg) and not Evaluator.wants_dev_greedy(DemoConfig())
+    assert Evaluator.wants_dev_greedy(cfg) and Evaluator.wants_dev_greedy(DemoConfig())
+    assert not Evaluator.wants_dev_greedy(DemoConfig(select_decoding="sampled"))
 
 
 def test_the_grid_scores_dev_turns_and_eval_only_at_an_asked_temperature(monkeypatch):
-    """Dev over the grid's temperatures not already scored there, turns only (what an arm's
-    temperature is chosen by); eval at one temperature on request, turns and OOD; never again
-    at greedy or the training temperature, which every chosen checkpoint has."""
+    """Dev over the grid's temperatures, episodes and turns (an arm's temperature is chosen on
+    episodes, turns reported beside), where a checkpoint's own scoring left them out; eval at
+    one temperature on request, turns, OOD and episodes; never again at greedy, and at the
+    training temperature only the episodes its sampled scoring leaves out."""
     import pivotrl_testbed.evaluate as ev
     from pivotrl_testbed.checkpoint_eval import Evaluator
     from pivotrl_testbed.decoding import DecodingRule
@@ -134,26 +136,36 @@ def test_the_grid_scores_dev_turns_and_eval_only_at_an_asked_temperature(monkeyp
         scored.append((tasks, "ood", sampled.temperature if sampled else 0.0))
         return {}
 
+    def fake_world(model, tok, world, trajs, cfg, items, sampled=None):
+        scored.append((trajs[0], "episode", sampled.temperature if sampled else 0.0))
+        items += [{"measure": "episode", "item": 0, "cluster": 0, "outcome": 1.0},
+                  {"measure": "turn", "item": 0, "cluster": 0, "outcome": 1.0}]
+        return {}
+
     monkeypatch.setattr(ev, "evaluate_turns", fake_turns)
     monkeypatch.setattr(ev, "evaluate_ood", fake_ood)
+    monkeypatch.setattr(ev, "evaluate_world", fake_world)
     evaluator = Evaluator.__new__(Evaluator)
-    evaluator.cfg = DemoConfig()
+    evaluator.cfg = DemoConfig(select_decoding="sampled", dev_greedy=False)
     evaluator.dev_greedy = False
     evaluator.base, evaluator.tokenizer = object(), object()
     evaluator.trajs = {"toolshop": {"dev": ["dev"], "eval": []}}
     evaluator.ood = {"dev": "dev", "eval": "eval"}
     rule = DecodingRule(temperatures=[0.0, 0.5, 1.0])
-    rows = evaluator.grid(None, "toolshop", rule)
-    assert sorted(scored) == [("dev", "turn", 0.0), ("dev", "turn", 0.5)]
-    assert {(r["split"], r["decoding"]) for r in rows} == {("dev", "greedy"), ("dev", "T0.5")}
+    rows = evaluator.grid(None, "toolshop", rule, with_pass=False)
+    assert sorted(scored) == [("dev", "episode", 0.0), ("dev", "episode", 0.5), ("dev", "episode", 1.0),
+                              ("dev", "turn", 0.0), ("dev", "turn", 0.5)]
+    assert {(r["split"], r["decoding"], r["measure"]) for r in rows} == {
+        ("dev", d, m) for d in ("greedy", "T0.5") for m in ("turn", "episode")} | {("dev", "sampled", "episode")}
     scored.clear()
     evaluator.trajs = {"toolshop": {"dev": [], "eval": ["eval"]}}
     rows = evaluator.at_temperature(None, "toolshop", 0.5, rule)
-    assert sorted(scored) == [("eval", "ood", 0.5), ("eval", "turn", 0.5)]
+    assert sorted(scored) == [("eval", "episode", 0.5), ("eval", "ood", 0.5), ("eval", "turn", 0.5)]
     assert {(r["split"], r["decoding"]) for r in rows} == {("eval", "T0.5")}
-    for t in (0.0, 1.0):
-        with pytest.raises(ValueError):
-            evaluator.at_temperature(None, "toolshop", t, rule)
+    scored.clear()
+    assert {r["measure"] for r in evaluator.at_temperature(None, "toolshop", 1.0, rule)} == {"episode"}
+    with pytest.raises(ValueError):
+        evaluator.at_temperature(None, "toolshop", 0.0, rule)
 
 
 def test_pass_at_k_is_sampled_on_the_first_seeds_only(monkeypatch, tmp_path):

@@ -114,8 +114,10 @@ def test_ood_is_read_at_the_arms_dev_best_temperature_too():
 
 
 def test_the_eval_split_is_scored_at_a_grid_temperature_only_where_an_arm_chose_it(monkeypatch, tmp_path):
-    """The demo scores dev over the grid first; then eval at T = 0.5 only at the chosen
-    checkpoints of the arms whose dev-best is 0.5 (here PivotRL's, not SFT's or the base's)."""
+    """The demo scores dev over the grid first (episodes, the selection measure); then eval at
+    T = 0.5 only at the chosen checkpoints of the arms whose dev-best is 0.5 (PivotRL's), and at
+    the training temperature only the episodes its own scoring leaves out (SFT's and the
+    base's dev-best is T = 1), never greedily (scored at every chosen checkpoint)."""
     import pivotrl_testbed.demo as demo
     import pivotrl_testbed.frontier as frontier
     import pivotrl_testbed.report as report
@@ -132,7 +134,7 @@ def test_the_eval_split_is_scored_at_a_grid_temperature_only_where_an_arm_chose_
 
     def dev_rows(method, world, step, decoding, rate):
         return [{"method": method, "world": world, "seed": 0, "lr": 1e-4 if method != "base" else 0.0,
-                 "step": step, "split": "dev", "measure": "turn", "item": i, "cluster": i,
+                 "step": step, "split": "dev", "measure": "episode", "item": i, "cluster": i,
                  "outcome": float(i < rate * 10), "decoding": decoding} for i in range(10)]
 
     items = [r for m in ("pivotrl", "sft", "base") for w in worlds
@@ -147,5 +149,14 @@ def test_the_eval_split_is_scored_at_a_grid_temperature_only_where_an_arm_chose_
         (job.method if job else "base", world, step, t)) or [])
     logged: list[str] = []
     demo.score_chosen(jobs, [], items, tmp_path, tmp_path, DemoConfig(worlds=worlds, workers=1), logged.append)
-    assert sorted(calls) == [("pivotrl", "terminal", 20, 0.5), ("pivotrl", "toolshop", 20, 0.5)]
+    assert sorted(calls) == [("base", "terminal", 0, 1.0), ("base", "toolshop", 0, 1.0),
+                             ("pivotrl", "terminal", 20, 0.5), ("pivotrl", "toolshop", 20, 0.5),
+                             ("sft", "terminal", 20, 1.0), ("sft", "toolshop", 20, 1.0)]
     assert any("dev-best temperatures: " in line and "pivotrl 0.5" in line for line in logged)
+
+
+def test_the_lowest_temperature_within_one_standard_error_of_the_best_is_chosen():
+    scores = {0.0: 0.50, 0.5: 0.54, 1.0: 0.52}
+    assert best_temperature(scores) == 0.5  # without sizes: the best (ties only to 1e-12)
+    assert best_temperature(scores, {0.0: 100, 0.5: 100, 1.0: 100}) == 0.0  # δ ≈ 0.05
+    assert best_temperature(scores, {0.0: 10_000, 0.5: 10_000, 1.0: 10_000}) == 0.5  # δ ≈ 0.005

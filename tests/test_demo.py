@@ -63,8 +63,8 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testb
             assert [c["step"] for c in m["checkpoints"]] == [1, 2]
             for c in m["checkpoints"]:  # the dev curve in the selection's decoding
                 assert {"step", "lr", "rollout_turns", "in_domain", "ood", "kl_to_base"} <= set(c)
-                assert c["decoding"] == "sampled" and c["turn_accuracy"] is not None
-                assert c["in_domain"] is None  # episodes are not sampled by default
+                assert c["decoding"] == "greedy" and c["turn_accuracy"] is not None
+                assert c["in_domain"] is not None  # episodes, the selection measure, scored greedy
     ck = {n: m["checkpoints"] for n, m in saved["methods"].items()}
     assert all(c["rollout_turns"] == 0 for c in ck["sft"])
     # Every arm's data: the first 2 trajectories; PivotRL's candidates are all of their turns.
@@ -85,8 +85,8 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testb
                for r in items if r["decoding"] != "pass")
     assert all(set(r) == keys | {"position", "samples", "successes"} and r["samples"] == 4
                and r["outcome"] == r["successes"] / 4 for r in items if r["decoding"] == "pass")
-    # Dev is scored in the selection's decoding (sampled) at every checkpoint, eval both ways
-    # (dev_greedy off); at the chosen checkpoints, dev at the decoding grid's other temperatures
+    # Dev is scored greedy (the selection's decoding) and sampled at every checkpoint, eval both
+    # ways; at the chosen checkpoints, dev at the decoding grid's other temperatures
     # and pass@k's samples on eval (the base and the headline arms only); eval at 0.5 only for
     # the arms whose dev-best it is.
     assert set(saved["decoding"]["best"]) == {"base", *METHODS}
@@ -96,15 +96,21 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testb
         (("dev", "sampled"), ("eval", "greedy"), ("eval", "sampled"), ("dev", "greedy"),
          ("dev", "T0.5"))} | {(m, "eval", "T0.5") for m in at_half} | {
         (m, "eval", "pass") for m in ("base", *HEADLINE_ARMS)}
-    assert {r["measure"] for r in items if r["decoding"] == "T0.5" and r["split"] == "dev"} == {"turn"}
+    # the grid scores dev episodes (the selection measure) and turns; eval at an arm's own
+    # temperature gets episodes too, at the training temperature only the episodes
+    assert {r["measure"] for r in items if r["decoding"] == "T0.5" and r["split"] == "dev"} == {"turn", "episode"}
     assert {r["measure"] for r in items if r["decoding"] == "T0.5" and r["split"] == "eval"} \
-        == ({"turn", "ood"} if at_half else set())
+        == ({"turn", "ood", "episode"} if at_half else set())
+    at_one = {m for m, t in saved["decoding"]["best"].items() if t == 1.0}
+    assert {r["method"] for r in items if r["decoding"] == "sampled" and r["measure"] == "episode"
+            and r["split"] == "eval"} == at_one
     assert {r["measure"] for r in items if r["decoding"] == "pass"} == {"turn"}
     assert set(saved["decoding"]["pass"]["pivotrl"]) >= {"pass@2", "pass^4"}
     assert {r["measure"] for r in items} == {"episode", "turn", "ood"}
-    # Sampled: turn accuracy and OOD only (episodes off by default), each a mean over k=2 samples.
+    # Sampled at every checkpoint: turn accuracy and OOD only (episodes: the grid's, above), each
+    # a mean over k=2 samples.
     sampled = [r for r in items if r["decoding"] == "sampled"]
-    assert {r["measure"] for r in sampled} == {"turn", "ood"}
+    assert {r["measure"] for r in sampled if r["measure"] != "episode"} == {"turn", "ood"}
     assert all(r["outcome"] in (0.0, 0.5, 1.0) for r in sampled)
     assert {v["decoding"] for v in saved["verdicts"]} == {"dev-best", "greedy", "sampled"}
     assert saved["verdicts"][0]["decoding"] == "dev-best"  # the headline
@@ -385,7 +391,7 @@ def test_a_job_stops_at_the_step_where_its_run_in_the_other_world_stopped(tmp_pa
     checkpoint: its dev score still rises, yet it trains no checkpoint past that step."""
     import pivotrl_testbed.jobs as jobs
 
-    cfg = DemoConfig(worlds=["toolshop", "terminal"], eval_every=10, steps=60)
+    cfg = DemoConfig(worlds=["toolshop", "terminal"], eval_every=10, steps=60, early_until=0)
     trained = []
 
     def fake_train(job, testbed, out, cfg, until=None):
@@ -395,7 +401,7 @@ def test_a_job_stops_at_the_step_where_its_run_in_the_other_world_stopped(tmp_pa
 
     def rising(key, checkpoints, evaluator, extra):
         (step, _), = checkpoints.items()
-        item = {**key, "step": step, "split": "dev", "measure": "turn", "item": 0, "cluster": 0,
+        item = {**key, "step": step, "split": "dev", "measure": cfg.select_on, "item": 0, "cluster": 0,
                 "decoding": cfg.select_decoding, "outcome": step / 100}
         return [{**key, "step": step}], [item]
 
@@ -413,3 +419,8 @@ def test_a_job_stops_at_the_step_where_its_run_in_the_other_world_stopped(tmp_pa
     trained.clear()
     rows, _ = jobs.run_job(jobs.Job("terminal", "pivotrl", 1e-4, 0), tmp_path, tmp_path, cfg, {}, start=0.0)
     assert trained == [10, 20, 30, 40, 50, 60] and rows[-1]["stop_reason"] == "cap"
+    # the default schedule: every 5 steps over the first 20
+    trained.clear()
+    jobs.run_job(jobs.Job("terminal", "e2e_rl", 1e-4, 0), tmp_path, tmp_path,
+                 cfg.model_copy(update={"early_until": 20, "e2e_steps": 40}), {}, start=0.0)
+    assert trained == [5, 10, 15, 20, 30, 40]

@@ -64,6 +64,25 @@ def test_budget_rule_stops_after_patience_checkpoints_without_a_gain():
         BudgetRule(patience=0)
 
 
+def test_denser_early_checkpoints_do_not_stop_a_run_sooner():
+    """With checkpoints every 5 steps to 20 and every 10 after, a plateau is patience × 10 steps
+    since the last gain (from step 0 when the base sets the bar), as at 10-step checkpoints."""
+    rule = BudgetRule(patience=2)
+    flat = [(5, .20), (10, .20), (15, .20)]
+    assert stop_step(flat, rule, cap=60, start=.25)[0] == 10  # patience counted in checkpoints
+    assert stop_step(flat, rule, cap=60, start=.25, every=10) == (None, "running")
+    assert stop_step(flat + [(20, .20)], rule, cap=60, start=.25, every=10)[0] == 20
+    gain = [(5, .30), (10, .31), (15, .30), (20, .30), (30, .31)]  # last gain at 10: stop at 30
+    assert stop_step(gain[:4], rule, cap=60, start=.25, every=10) == (None, "running")
+    assert stop_step(gain, rule, cap=60, start=.25, every=10)[0] == 30
+    from pivotrl_testbed.demo_config import DemoConfig
+
+    cfg = DemoConfig(steps=60, e2e_steps=150)
+    assert cfg.checkpoint_steps("sft") == [5, 10, 15, 20, 30, 40, 50, 60] and cfg.save_every() == 5
+    assert cfg.checkpoint_steps("e2e_rl")[:6] == [5, 10, 15, 20, 30, 40]
+    assert DemoConfig(early_until=0).checkpoint_steps("sft") == [10, 20, 30, 40, 50, 60]
+
+
 def test_a_run_stops_where_its_run_in_another_world_stopped():
     rule = BudgetRule(patience=2)
     rising = [(10, .30), (20, .35), (30, .40)]

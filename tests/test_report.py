@@ -64,7 +64,7 @@ def test_checkpoints_are_chosen_on_dev_never_on_eval(tmp_path):
         "base": {(0.0, 0): (0.3, 0.3)},
         "pivotrl": {(1e-4, 10): (0.6, 0.4), (1e-4, 20): (0.5, 0.8),
                     (3e-4, 10): (0.4, 0.9), (3e-4, 20): (0.4, 0.9)},
-        "sft": {(1e-4, 10): (0.4, 0.4), (1e-4, 20): (0.45, 0.45)}})
+        "sft": {(1e-4, 10): (0.3, 0.4), (1e-4, 20): (0.45, 0.45)}})  # gaps beyond δ ≈ 0.08
     res = report(tmp_path, rows, items)
     pv = res["methods"]["pivotrl"]
     assert pv["chosen"]["lr"] == 1e-4 and pv["chosen"]["steps"] == {"0": 10}
@@ -209,6 +209,54 @@ def test_agentic_format_ood_is_reported_apart(tmp_path):
 def test_without_agentic_rows_nothing_agentic_is_reported(tmp_path):
     rows, items = make({"base": {(0.0, 0): (0.3, 0.3, 0.9)}, "sft": {(1e-4, 10): (0.5, 0.5, 0.6)}})
     res = report(tmp_path, rows, items)
-    assert {v["measure"] for v in res["verdicts"]} == {"turn", "ood"}  # sft vs base only
+    assert {v["measure"] for v in res["verdicts"]} == {"turn", "episode", "ood"}  # sft vs base only
     md = (tmp_path / "report.md").read_text()
     assert "agentic-format" not in md and "| non-agentic OOD | KL to base (OOD) |" in md
+
+
+def test_one_seed_says_so_and_a_ratio_near_the_base_or_at_a_bound_is_no_ratio(tmp_path):
+    """A one-seed run's verdicts carry '1 seed: indicative; `--full` decides'; E2E RL's target
+    under the base + 0.05 makes the rollout ratio 'not measurable'; an interval whose end is the
+    estimate is shown as a bound, with the interval's method named."""
+    from pivotrl_testbed.report import ONE_SEED
+
+    spec = {"base": {(0.0, 0): (0.30, 0.30)},
+            "pivotrl": {(1e-4, 5): (0.60, 0.60, 0.9, 100), (1e-4, 10): (0.62, 0.62, 0.9, 200)},
+            "sft": {(1e-4, 10): (0.5, 0.5)},
+            "e2e_rl": {(1e-4, 10): (0.33, 0.33, 0.9, 5000)}}
+    res = report(tmp_path, *make(spec), pivot_stats={"w": {"profile_rollout_turns": 0}})
+    assert res["note"] == ONE_SEED and all(v["note"] == ONE_SEED for v in res["verdicts"])
+    md = (tmp_path / "report.md").read_text()
+    assert f"**{ONE_SEED}**" in md and f"(1 seed: indicative; `--full` decides) |" in md
+    near = res["turns_to_match_e2e"]["by_measure"]["turn"]
+    assert near["verdict"] == "not measurable" and "0.05" in near["why"]
+    spec["e2e_rl"] = {(1e-4, 10): (0.55, 0.55, 0.9, 5000)}  # clears the base by 0.25: read
+    res = report(tmp_path / "b", *make(spec, seeds=(0, 1)), seeds=(0, 1),
+                 pivot_stats={"w": {"profile_rollout_turns": 0}})
+    read = res["turns_to_match_e2e"]["by_measure"]["turn"]
+    assert "note" not in res["verdicts"][0] and read["verdict"] != "not measurable"
+    assert read["pivotrl"] == 100 and read["bound"] == "upper"  # reached at its first checkpoint
+    md = (tmp_path / "b" / "report.md").read_text()
+    assert "ratio ≤ 50.0× (a bound" in md and "percentile (2.5%, 97.5%)" in md
+
+
+def test_each_arms_compute_is_reported_beside_it():
+    from pivotrl_testbed.compute import compute_block
+
+    def run(method, steps, turns, secs):
+        out = [{"method": method, "world": "w", "seed": 0, "lr": 1e-4, "step": s, "rollout_turns": t}
+               for s, t in zip(steps, turns)]
+        out[-1]["train_seconds"] = secs
+        return out
+
+    rows = run("pivotrl", (10, 20, 30), (1100, 1200, 1300), 300.0) + run("e2e_rl", (10, 20), (500, 1000), 100.0)
+    rows += run("sft", (10, 20), (0, 0), 40.0)
+    side = lambda m, step: {"method": m, "lr": 1e-4, "steps": {0: step}}  # noqa: E731
+    got = compute_block(rows, {"pivotrl": side("pivotrl", 10), "e2e_rl": side("e2e_rl", 20),
+                               "sft": side("sft", 20), "base": side("base", 0)},
+                        {"w": {"profile_rollout_turns": 1000}})
+    assert got["arms"]["pivotrl"] == {"rollout_turns": 1100, "profiling_samples": 1000,
+                                      "train_seconds": 100.0, "train_seconds_run": 300.0,
+                                      "training_tokens": None}
+    assert got["arms"]["sft"]["profiling_samples"] == 0 and "base" not in got["arms"]
+    assert got["pivotrl_over_e2e"] == {"rollout_turns": 1.1, "train_seconds": 1.0}

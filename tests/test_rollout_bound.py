@@ -10,7 +10,7 @@ from pivotrl_testbed.demo import DemoConfig
 
 def test_the_bound_is_e2e_at_its_cap_over_pivotrl_at_its_first_checkpoint():
     cfg = DemoConfig(worlds=["a", "b"], steps=60, e2e_steps=60, eval_every=10, pivots_per_step=16,
-                     num_generations=8, e2e_tasks_per_step=4)
+                     num_generations=8, e2e_tasks_per_step=4, early_until=0)
     pivots = {"a": {"kept": 100, "profile_rollout_turns": 3000},
               "b": {"kept": 50, "profile_rollout_turns": 1000}}
     got = largest_rollout_ratio(cfg, pivots, {"a": 3.0, "b": 2.0})
@@ -20,6 +20,10 @@ def test_the_bound_is_e2e_at_its_cap_over_pivotrl_at_its_first_checkpoint():
     assert got["with_profiling"] == pytest.approx(e2e / (first + 4000))
     # finer early checkpoints or a longer E2E cap lift it over 4x
     assert largest_rollout_ratio(cfg.model_copy(update={"eval_every": 5}), pivots,
+                                 {"a": 3.0, "b": 2.0})["without_profiling"] == pytest.approx(7.5)
+    # the default schedule: a checkpoint every 5 steps over the first 20
+    assert cfg.model_copy(update={"early_until": 20}).checkpoint_steps("pivotrl") == [5, 10, 15, 20, 30, 40, 50, 60]
+    assert largest_rollout_ratio(cfg.model_copy(update={"early_until": 20}), pivots,
                                  {"a": 3.0, "b": 2.0})["without_profiling"] == pytest.approx(7.5)
     longer = largest_rollout_ratio(cfg.model_copy(update={"e2e_steps": 150}), pivots, {"a": 3.0, "b": 2.0})
     assert longer["e2e_turns_at_cap"] == pytest.approx(2.5 * e2e)

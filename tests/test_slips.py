@@ -3,6 +3,8 @@ by the world's own success rule, drawn at the configured rate, and nothing witho
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pivotrl_testbed.testbed.experts import ExpertConfig, generate_trajectories
@@ -123,3 +125,29 @@ def test_false_starts_are_drawn_at_their_rate_and_off_by_default():
     assert 0.35 <= share <= 0.65, share
     assert all(a.messages == b.messages or len(b.messages) == len(a.messages) + 2 for a, b in zip(plain, half))
     assert generate_trajectories("toolshop", "train", 20, 1, ExpertConfig(habit=0.7, false_starts=0.0), START) == plain[:20]
+
+
+@pytest.mark.parametrize("world", ["toolshop", "terminal"])
+def test_a_grounding_slip_takes_the_listings_first_entry_and_loses_the_task(world):
+    right = generate_trajectories(world, "train", N, 1, ExpertConfig(habit=0.7), START)
+    slipped = generate_trajectories(world, "train", N, 1, ExpertConfig(habit=0.7, grounding_slips=1.0), START)
+    lost = 0
+    for a, b in zip(right, slipped):
+        kind = a.metadata["task"]["kind"]
+        if a.messages == b.messages:
+            continue
+        assert kind in ({"cancel", "return", "change", "swap", "count"} if world == "toolshop"
+                        else {"head", "lines", "sort", "move"})
+        ca, cb = _calls(a), _calls(b)
+        first = next(i for i, (x, y) in enumerate(zip(ca, cb)) if x != y)
+        obs = [m.content for m in b.messages if m.role == "tool"]
+        if world == "toolshop" and kind != "count":  # the first listed order, not the right one
+            assert cb[first][1]["order_id"] == json.loads(obs[1])[0]["order_id"] != ca[first][1]["order_id"]
+        elif world == "terminal":  # the first listed file
+            assert obs[0].split()[0] in cb[first][1]["command"]
+        lost += not b.metadata["success"]
+    assert lost >= N // 4  # a slipped trajectory is a lost task (terminal: but by a coincidence)
+    # drawn once per trajectory, at its rate, and nothing without it
+    half = generate_trajectories(world, "train", N, 1, ExpertConfig(habit=0.7, grounding_slips=0.5), START)
+    changed = [a.messages != h.messages for a, h in zip(right, half)]
+    assert 0 < sum(changed) < sum(a.messages != b.messages for a, b in zip(right, slipped))

@@ -179,3 +179,26 @@ def test_an_arm_trained_in_one_world_pairs_on_that_world_only_and_says_so():
     got = paired(rows, side("pivotrl"), side("pivotrl_random"), measure="turn")
     assert got["worlds"] == ["toolshop"] and got["pairs"] == 8
     assert got["a_mean"] == 1.0 and got["diff"] == pytest.approx(0.5)  # terminal's 0s left out
+
+
+def test_choice_takes_the_earliest_step_and_smallest_lr_within_one_standard_error():
+    """Float noise between machines moved a dev score by 0.003 and the chosen step by 10: within
+    δ (one binomial standard error of the best score) the earliest step is chosen, so it cannot."""
+    from pivotrl_testbed.stats import noise_delta
+
+    def run(lr, scores, n=100):
+        return [item("pivotrl", 0, step, i, i, float(i < round(n * sc)), lr=lr, split="dev")
+                for step, sc in scores.items() for i in range(n)]
+
+    assert noise_delta(0.5, 100) == pytest.approx(0.05)
+    near = run(1e-4, {10: 0.50, 20: 0.54, 30: 0.53})  # δ = √(.54·.46/100) ≈ 0.0498
+    assert choose(near, measure="turn")["pivotrl"]["steps"] == {0: 10}
+    for noisy in (0.53, 0.54):  # the best step moving by noise leaves the choice
+        assert choose(run(1e-4, {10: 0.50, 20: noisy, 30: 0.53}), measure="turn")["pivotrl"]["steps"] == {0: 10}
+    far = run(1e-4, {10: 0.40, 20: 0.54})  # beyond δ: the better step
+    assert choose(far, measure="turn")["pivotrl"]["steps"] == {0: 20}
+    lrs = run(1e-4, {10: 0.50}) + run(3e-4, {10: 0.53})  # within δ: the smaller lr
+    got = choose(lrs, measure="turn")["pivotrl"]
+    assert got["lr"] == 1e-4 and got["dev_score"] == pytest.approx(0.50) and got["delta"] == pytest.approx(
+        noise_delta(0.53, 100))
+    assert choose(run(1e-4, {10: 0.40}) + run(3e-4, {10: 0.53}), measure="turn")["pivotrl"]["lr"] == 3e-4

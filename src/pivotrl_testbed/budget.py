@@ -15,12 +15,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-RULE = ("Checkpoints come every `eval_every` steps, up to `steps` (the cap). After each, the run's "
+RULE = ("Checkpoints come every `early_every` steps up to `early_until`, then every `eval_every` "
+        "steps, up to `steps` (the cap). After each, the run's "
         "dev score (its mean outcome on the dev items of the selection measure and decoding, in "
         "its world) is read. A checkpoint improves when its score exceeds the best earlier score "
         "by more than `min_improvement` (the first checkpoint is compared with the base's score). "
-        "The run stops at the first checkpoint that ends `patience` checkpoints in a row without "
-        "an improvement, or at the cap, or at the step where the run of the same arm, lr and seed "
+        "The run stops at the first checkpoint that ends `patience` × `eval_every` steps without "
+        "an improvement (`patience` checkpoints at the regular spacing), or at the cap, or at the step where the run of the same arm, lr and seed "
         "in another world stopped: a checkpoint pools the worlds (one step for all of them), so "
         "no later one could be chosen. Checkpoints after the stop are never trained, so no choice "
         "can land there. The same rule for every arm.")
@@ -38,19 +39,23 @@ class BudgetRule(BaseModel):
 
 
 def stop_step(scores: Sequence[tuple[int, float]], rule: BudgetRule, *, cap: int,
-              start: float | None = None, pooled_end: int | None = None) -> tuple[int | None, str]:
+              start: float | None = None, pooled_end: int | None = None,
+              every: int | None = None) -> tuple[int | None, str]:
     """(the step the run stops at, why) from its dev scores so far, [(step, score)] in step
     order; (None, "running") when the rule lets it go on. `start`: the base's score, the bar the
     first checkpoint must clear (None: the first checkpoint sets the bar). `pooled_end`: the
     earliest step at which a run of the same arm, lr and seed in another world stopped (None:
-    none has stopped yet)."""
-    best, since = start, 0
+    none has stopped yet). `every`: the regular checkpoint spacing; a plateau is then
+    `patience` × `every` steps since the last improvement (from step 0 when the base sets the
+    bar), so denser early checkpoints do not stop a run sooner; None: `patience` checkpoints."""
+    best, since, best_step = start, 0, 0
     for step, score in scores:
         if best is None or score > best + rule.min_improvement + 1e-12:
-            best, since = score, 0
+            best, since, best_step = score, 0, step
         else:
             since += 1
-        if since >= rule.patience:
+        if (since >= rule.patience if every is None
+                else since and step - best_step >= rule.patience * every):
             return step, f"plateau: {rule.patience} checkpoints without a dev improvement"
         if step >= cap:
             return step, "cap"
@@ -101,7 +106,7 @@ def largest_rollout_ratio(cfg: Any, pivot_stats: dict[str, Any],
     """The largest "E2E RL's rollout turns / PivotRL's" the schedule can show, before training.
 
     The ratio is read at checkpoints: PivotRL can at best reach E2E RL's target at its first
-    checkpoint (`eval_every` steps of G one-turn rollouts on `pivots_per_step` pivots, plus its
+    checkpoint (`checkpoint_steps("pivotrl")[0]` steps of G one-turn rollouts on `pivots_per_step` pivots, plus its
     profiling), and E2E RL can at most spend its cap (`cap("e2e_rl")` × `e2e_tasks_per_step` × G
     episodes of `turns_per_episode` model turns each), pooled over worlds as the report pools
     them. A schedule whose bound is below the paper's 4× decides the claim before any run.
@@ -111,7 +116,8 @@ def largest_rollout_ratio(cfg: Any, pivot_stats: dict[str, Any],
         return None
     g = cfg.num_generations
     e2e = sum(cfg.cap("e2e_rl") * cfg.e2e_tasks_per_step * g * turns_per_episode[w] for w in cfg.worlds)
-    bare = sum(cfg.eval_every * cfg.pivots_per_step * g for _ in worlds)
+    first = cfg.checkpoint_steps("pivotrl")[0]
+    bare = sum(first * cfg.pivots_per_step * g for _ in worlds)
     profiling = sum(pivot_stats[w].get("profile_rollout_turns", 0) for w in worlds)
     return {"with_profiling": e2e / (bare + profiling), "without_profiling": e2e / bare,
             "e2e_turns_at_cap": e2e, "pivotrl_turns_at_first_checkpoint": bare + profiling,

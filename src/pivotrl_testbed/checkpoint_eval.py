@@ -122,11 +122,9 @@ class Evaluator:
         from pivotrl.select import SUCCESS_THRESHOLD
 
         model, tok = self._model(model_dir)
-        sampled = getattr(self.cfg, "sampled", None)
-        done = ({"greedy"} if self.dev_greedy else set()) | (
-            {"sampled"} if sampled is not None and sampled.k > 0 else set())
-        items = [r for t in rule.temperatures if label(t, self._train_t()) not in done
-                 for r in self._scored(model, tok, world, "dev", t, rule, ("turn",))]
+        items = [r for t in rule.temperatures
+                 for r in self._scored(model, tok, world, "dev", t, rule,
+                                       unscored(self.cfg, t, "dev", GRID_MEASURES, self.dev_greedy))]
         if not (with_pass and "turn" in rule.measures):
             return items
         n, verifier = rule.pass_samples, self.cfg.eval.verifiers.get(world, "toolcall")
@@ -151,21 +149,25 @@ class Evaluator:
         """Item rows of the eval split at one grid temperature that `__call__` does not score
         there (neither greedy nor the training temperature): an arm's dev-best one, the only
         place the rule reads eval at it. The rule's measures (turns, OOD)."""
-        from pivotrl_testbed.decoding import label
-
-        if label(temperature, self._train_t()) in DECODINGS:
+        measures = unscored(self.cfg, temperature, "eval", tuple(rule.measures))
+        if not measures:
             raise ValueError(f"the eval split is already scored at T = {temperature:g}")
         model, tok = self._model(model_dir)
-        return self._scored(model, tok, world, "eval", temperature, rule, tuple(rule.measures))
+        return self._scored(model, tok, world, "eval", temperature, rule, measures)
 
     def _scored(self, model, tok, world: str, split: str, t: float, rule: Any,
                 measures: tuple[str, ...]) -> list[dict[str, Any]]:
         """`split`'s turns (and OOD) at temperature t: k seeded samples per item, one at 0."""
         from pivotrl_testbed.decoding import label
-        from pivotrl_testbed.evaluate import SampledConfig, evaluate_ood, evaluate_turns
+        from pivotrl_testbed.evaluate import SampledConfig, evaluate_ood, evaluate_turns, evaluate_world
 
         ev, k = self.cfg.eval, rule.k if t > 0 else 1
         got: list[dict[str, Any]] = []
+        if "episode" in measures:  # k seeded episodes per task at t (greedy: one)
+            evaluate_world(model, tok, world, self.trajs[world][split], ev, got,
+                           SampledConfig(k=k, temperature=t, seed=rule.seed, measures=["episode"])
+                           if t > 0 else None)
+            got = [r for r in got if r["measure"] == "episode"]  # greedy scoring adds turns too
         if "turn" in measures:
             evaluate_turns(self._policy(model, tok, t, rule.seed),
                            self.trajs[world][split][:ev.turn_trajectories],
@@ -192,6 +194,28 @@ class Evaluator:
 
 
 DECODINGS = ("greedy", "sampled")
+# What the decoding grid scores on dev at each temperature: episode success, on which an arm's
+# temperature is chosen (the demo's selection measure), and turn accuracy, reported beside it.
+GRID_MEASURES = ("turn", "episode")
+
+
+def unscored(cfg: Any, t: float, split: str, wanted: tuple[str, ...],
+             dev_greedy: bool | None = None) -> tuple[str, ...]:
+    """The measures of `wanted` that a checkpoint's own scoring (`Evaluator.__call__`) leaves
+    unscored on `split` at temperature t: every one at a grid temperature, those outside
+    `cfg.sampled.measures` at the training temperature, none greedily (dev: when it is scored
+    greedily, `dev_greedy`, default `Evaluator.wants_dev_greedy`)."""
+    from pivotrl_testbed.decoding import label
+
+    sampled = getattr(cfg, "sampled", None)
+    train_t = sampled.temperature if sampled is not None else 1.0
+    got = label(t, train_t)
+    greedy_dev = Evaluator.wants_dev_greedy(cfg) if dev_greedy is None else dev_greedy
+    if got == "greedy" and (split == "eval" or greedy_dev):
+        return ()
+    if got == "sampled" and sampled is not None and sampled.k > 0:
+        return tuple(m for m in wanted if m not in sampled.measures)
+    return tuple(wanted)
 EVAL_KEYS = ("in_domain", "ood", "sampled")  # a checkpoint row's eval-split rates
 
 

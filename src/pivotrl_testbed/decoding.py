@@ -4,11 +4,13 @@ An arm's eval number depends on how it is decoded: PivotRL sharpens the policy, 
 can beat a base that is better greedily (docs/RESULTS.md). Choosing the decoding after seeing
 the verdicts is a forking path, so the rule is code:
 
-RULE (below, printed in the report): at each run's dev-chosen checkpoint, turn accuracy is
-scored on dev at every temperature of a small grid (0 = greedy; each T > 0 as the mean success
-of k seeded samples per item). Each arm (method) takes the temperature with the best dev score,
-pooled over its chosen checkpoints of every world and seed, as a user would deploy it; ties go to
-the lower temperature (the more deterministic decoding). Its eval number, and the headline
+RULE (below, printed in the report): at each run's dev-chosen checkpoint, episode success and
+turn accuracy are scored on dev at every temperature of a small grid (0 = greedy; each T > 0 as
+the mean success of k seeded samples per item). Each arm (method) takes, on the demo's selection
+measure (episode success by default), the lowest temperature whose dev score, pooled over its
+chosen checkpoints of every world and seed, is within one binomial standard error of its best
+(`stats.noise_delta`, the checkpoint choice's band: the more deterministic decoding unless dev
+can tell them apart); the same on turn accuracy is reported beside it. Its eval number, and the headline
 verdicts, are read at that temperature, each arm at its own. The eval split is scored greedy and
 at the training temperature at every chosen checkpoint, and at another grid temperature only at
 the chosen checkpoints of the arms whose dev-best it is, once dev has chosen: nothing else reads
@@ -35,9 +37,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from pivotrl_testbed import stats
 
 RULE = ("Decoding (fixed before any result, pivotrl_testbed/decoding.py): at each run's "
-        "dev-chosen checkpoint, turn accuracy is scored on dev at every temperature of the grid; "
-        "each arm takes the temperature with its best dev score (its chosen checkpoints of every "
-        "world and seed pooled; ties: the lower temperature) and its eval number and the headline "
+        "dev-chosen checkpoint, the selection measure (episode success by default) and turn "
+        "accuracy are scored on dev at every temperature of the grid; each arm takes the lowest "
+        "temperature whose dev score is within one binomial standard error of its best (its "
+        "chosen checkpoints of every world and seed pooled) and its eval number and the headline "
         "verdicts are read there, each arm at its own. pass@k and pass^k: at the training "
         "temperature, unbiased estimators from n samples per item, at the base and the headline "
         "arms' chosen checkpoints of the first `pass_seeds` seeds (descriptive: no verdict reads "
@@ -71,13 +74,13 @@ class DecodingRule(BaseModel):
         "paired verdict, and its n samples of every turn were ~70% of a chosen checkpoint's grid "
         "(95 s of 133 on toolshop, beside a demo): on every seed of --full, an estimated 40% of "
         "its eval phase, for no verdict. One seed gives it the default demo's precision.")
-    measures: list[Literal["turn", "ood"]] = Field(
-        default_factory=lambda: ["turn", "ood"], description="Measures scored on eval at an "
-        "arm's dev-best temperature (pass@k: turns only). The temperature is chosen on dev turn "
-        "accuracy alone (dev is scored over the grid on turns only), and an arm deployed there "
-        "answers OOD questions there too: without OOD there, an arm chosen at 0.5 had no OOD "
-        "rows at its temperature and its OOD verdicts were 'not measurable' (an SFT run on a "
-        "candidate base, docs/RESULTS.md).")
+    measures: list[Literal["turn", "ood", "episode"]] = Field(
+        default_factory=lambda: ["turn", "ood", "episode"], description="Measures scored on eval "
+        "at an arm's dev-best temperature (pass@k: turns only). The temperature is chosen on the "
+        "demo's selection measure (dev is scored over the grid on episodes and turns), and an "
+        "arm deployed there finishes tasks and answers OOD questions there too: without OOD "
+        "there, an arm chosen at 0.5 had no OOD rows at its temperature and its OOD verdicts "
+        "were 'not measurable' (an SFT run on a candidate base, docs/RESULTS.md).")
     seed: int = Field(0, description="Base seed of the samples' seeds.")
 
     def seeds_with_pass(self, seeds: Sequence[int]) -> list[int]:
@@ -92,12 +95,16 @@ def label(t: float, train_temperature: float) -> str:
     return "sampled" if math.isclose(t, train_temperature) else f"T{t:g}"
 
 
-def best_temperature(scores: dict[float, float]) -> float:
-    """The temperature with the highest score; ties (equal to 1e-12) go to the lower one."""
+def best_temperature(scores: dict[float, float], sizes: dict[float, int] | None = None) -> float:
+    """The lowest temperature whose score is within δ of the highest (`stats.noise_delta`: one
+    binomial standard error of the best score over its `sizes` items, the checkpoint rule's
+    band); without `sizes`, δ = 0 (ties to 1e-12 go to the lower temperature)."""
     if not scores:
         raise ValueError("no temperature was scored")
-    top = max(scores.values())
-    return min(t for t, s in scores.items() if s >= top - 1e-12)
+    ts = sorted(scores)
+    top = max(ts, key=lambda t: scores[t])
+    n = (sizes or {}).get(top, 0)
+    return stats.earliest_within([(t, scores[t], n) for t in ts])[0]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -122,25 +129,34 @@ def _side(chosen_side: dict[str, Any]) -> tuple[str, float, dict[int, int]]:
     return chosen_side["method"], float(chosen_side["lr"]), steps
 
 
-def dev_scores(items: Sequence[dict[str, Any]], chosen: dict[str, dict[str, Any]],
-               temperatures: Iterable[float], train_temperature: float,
-               measure: str = "turn") -> dict[str, dict[float, float]]:
-    """{method: {temperature: mean dev outcome at its chosen checkpoints}}, for the
-    temperatures scored there."""
-    out: dict[str, dict[float, float]] = {}
+def dev_cells(items: Sequence[dict[str, Any]], chosen: dict[str, dict[str, Any]],
+              temperatures: Iterable[float], train_temperature: float,
+              measure: str = "turn") -> dict[str, dict[float, tuple[float, int]]]:
+    """{method: {temperature: (mean dev outcome of `measure` at its chosen checkpoints, items)}},
+    for the temperatures scored there."""
+    out: dict[str, dict[float, tuple[float, int]]] = {}
     for name, side in chosen.items():
         method, lr, steps = _side(side)
         for t in temperatures:
             rows = [r for r in items if r.get("decoding", "greedy") == label(t, train_temperature)]
             got = stats.side_outcomes(rows, method, lr, steps, split="dev", measure=measure)
             if got:
-                out.setdefault(name, {})[t] = sum(v for _, v in got.values()) / len(got)
+                out.setdefault(name, {})[t] = (sum(v for _, v in got.values()) / len(got), len(got))
     return out
 
 
-def dev_best(scores: dict[str, dict[float, float]]) -> dict[str, float]:
-    """{method: its dev-best temperature} from `dev_scores`."""
-    return {m: best_temperature(s) for m, s in scores.items()}
+def dev_scores(items: Sequence[dict[str, Any]], chosen: dict[str, dict[str, Any]],
+               temperatures: Iterable[float], train_temperature: float,
+               measure: str = "turn") -> dict[str, dict[float, float]]:
+    """{method: {temperature: mean dev outcome at its chosen checkpoints}} (`dev_cells`' means)."""
+    return {m: {t: s for t, (s, _) in by.items()}
+            for m, by in dev_cells(items, chosen, temperatures, train_temperature, measure).items()}
+
+
+def dev_best(cells: dict[str, dict[float, tuple[float, int]]]) -> dict[str, float]:
+    """{method: its dev-best temperature} from `dev_cells` (the noise band's rule)."""
+    return {m: best_temperature({t: s for t, (s, _) in by.items()}, {t: n for t, (_, n) in by.items()})
+            for m, by in cells.items()}
 
 
 def at_dev_best(items: Iterable[dict[str, Any]], best: dict[str, float],
@@ -172,13 +188,21 @@ def pass_rates(items: Iterable[dict[str, Any]], side: dict[str, Any], ks: Sequen
 
 
 def decoding_results(items: Sequence[dict[str, Any]], chosen: dict[str, dict[str, Any]],
-                     rule: DecodingRule, train_temperature: float) -> dict[str, Any]:
-    """The report's decoding block: every arm's dev scores over the grid, its dev-best
-    temperature, and pass@k / pass^k on eval at the training temperature."""
-    scores = dev_scores(items, chosen, rule.temperatures, train_temperature)
-    best = dev_best(scores)
+                     rule: DecodingRule, train_temperature: float,
+                     measure: str = "turn") -> dict[str, Any]:
+    """The report's decoding block: every arm's dev scores over the grid on `measure` (the
+    demo's selection measure), its dev-best temperature there, the same on turn accuracy beside
+    it (`dev_turn`, `best_turn`: reported, never read by a verdict), and pass@k / pass^k on
+    eval at the training temperature."""
+    cells = dev_cells(items, chosen, rule.temperatures, train_temperature, measure)
+    turn = cells if measure == "turn" else dev_cells(items, chosen, rule.temperatures,
+                                                     train_temperature, "turn")
     passes = {m: p for m, side in chosen.items()
               if (p := pass_rates(items, side, rule.pass_k)) is not None}
-    return {"rule": RULE, "temperatures": rule.temperatures, "train_temperature": train_temperature,
-            "dev": {m: {f"{t:g}": s for t, s in sc.items()} for m, sc in scores.items()},
-            "best": best, "pass": passes}
+
+    def shown(by: dict[str, dict[float, tuple[float, int]]]) -> dict[str, dict[str, float]]:
+        return {m: {f"{t:g}": s for t, (s, _) in sc.items()} for m, sc in by.items()}
+
+    return {"rule": RULE, "measure": measure, "temperatures": rule.temperatures,
+            "train_temperature": train_temperature, "dev": shown(cells), "best": dev_best(cells),
+            "dev_turn": shown(turn), "best_turn": dev_best(turn), "pass": passes}

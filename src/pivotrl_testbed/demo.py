@@ -10,7 +10,7 @@ The whole experiment, top to bottom:
      tasks of the eval file); the planning half-widths of the headline paired differences and
      the largest rollout ratio the schedule can show are printed, before any training;
   4. per world × method × learning rate × seed (jobs.py): train from the base, checkpointing
-     every `eval_every` steps, until the run's dev score stops improving or the `steps` cap
+     every `early_every` steps to `early_until`, then every `eval_every`, until the run's dev score stops improving or the `steps` cap
      (budget.py); score every checkpoint on dev as it lands (episodes, turns, OOD), item by
      item, greedy and sampled (k samples at the training temperature), and its KL to the base;
   5. choose each run's checkpoint and each method's lr on dev, and match the arms' dev
@@ -36,12 +36,12 @@ from typing import Any, Callable
 
 from pivotrl_testbed.budget import pool_stops, schedule_bound
 from pivotrl_testbed.checkpoint_eval import (
-    DECODINGS,
     Evaluator,
     decoded,
     eval_targets,
     item_rows,
     merge_eval,
+    unscored,
     write_jsonl,
 )
 from pivotrl_testbed.jobs import Job, eval_at, grid_at, run_job, temperature_at, train_job  # noqa: F401 - scripts import them here
@@ -153,7 +153,7 @@ def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: 
     into `rows` in place. Then, each arm's dev-best temperature known, the eval split there
     where it is not scored yet (decoding.py: the only temperature the rule reads eval at).
     Returns the item rows scored here."""
-    from pivotrl_testbed.decoding import dev_best, dev_scores, label
+    from pivotrl_testbed.decoding import dev_best, dev_cells
     from pivotrl_testbed.frontier import matched_sides
     from pivotrl_testbed.report import chosen_sides
     from pivotrl_testbed.testbed.agentic_ood import split_kinds
@@ -187,14 +187,15 @@ def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: 
                 what = f"eval split: {job.name} step {step}"
             log(done_line(i, len(futures), t0, what))
         train_t = cfg.sampled.temperature
-        best = dev_best(dev_scores(items + got, chosen, cfg.decoding.temperatures, train_t))
+        best = dev_best(dev_cells(items + got, chosen, cfg.decoding.temperatures, train_t, cfg.select_on))
 
         def checkpoints(arm: str) -> list[tuple[Job | None, str, int]]:
             if arm == "base":
                 return [(None, w, 0) for w in cfg.worlds]
             return [(job, job.world, step) for job, step in eval_targets({arm: chosen[arm]}, jobs)]
 
-        extra = [(job, world, step, t) for arm, t in best.items() if label(t, train_t) not in DECODINGS
+        extra = [(job, world, step, t) for arm, t in best.items()
+                 if unscored(cfg, t, "eval", tuple(cfg.decoding.measures))
                  for job, world, step in checkpoints(arm)]
         log("  dev-best temperatures: " + ", ".join(f"{m} {t:g}" for m, t in best.items())
             + (f"; the eval split at the {len(extra)} chosen checkpoints of arms whose dev-best is "
@@ -314,8 +315,9 @@ def run_jobs(jobs: list[Job], testbed: Path, out: Path, cfg: DemoConfig, pivot_s
     """Every job, each from its world's base dev score (the budget rule's first bar)."""
     from pivotrl_testbed.jobs import dev_score
 
-    log(f"4/5 {len(jobs)} training runs, a checkpoint every {cfg.eval_every} steps until dev "
-        f"stops improving ({cfg.budget.patience} checkpoints without a gain) or step {cfg.steps} "
+    log(f"4/5 {len(jobs)} training runs, a checkpoint every {cfg.early_every} steps to "
+        f"{cfg.early_until}, then every {cfg.eval_every}, until dev "
+        f"stops improving ({cfg.budget.patience * cfg.eval_every} steps without a gain) or step {cfg.steps} "
         f"(E2E RL: {cfg.cap('e2e_rl')}); {cfg.workers} at a time")
     start = {w: dev_score([r for r in base_items if r["world"] == w and r["seed"] == cfg.seeds[0]], cfg)
              for w in cfg.worlds if any(r["world"] == w for r in base_items)}

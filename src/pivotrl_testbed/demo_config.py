@@ -3,6 +3,7 @@ with its help and the measurement its default rests on (configs/demo.yaml writes
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -63,13 +64,19 @@ class DemoConfig(BaseModel):
         "docs/DESIGN.md: keep RL at ≤ 3e-4 on these tiny models (a constant 1e-3 collapsed "
         "one-turn GRPO within 10 steps, OOD 0.96 → 0.28).")
     select_on: Literal["turn", "episode"] = Field(
-        "turn", description="Dev measure that chooses each run's checkpoint and each method's lr, "
-        "stops a run (`budget`) and matches the frontiers (turn accuracy: the finer one).")
+        "episode", description="Dev measure that chooses each run's checkpoint, each method's lr "
+        "and each arm's temperature, stops a run (`budget`) and matches the frontiers. Episode "
+        "success: the paper's measure (task success); turn accuracy is scored and chosen the "
+        "same way beside it. On turn accuracy a --full showed both arms ahead of the base on "
+        "turns and behind it on whole tasks (docs/RESULTS.md).")
     select_decoding: Literal["greedy", "sampled"] = Field(
-        "sampled", description="Decoding of that dev measure (both are scored and judged). "
-        "Sampled, at the training temperature: what GRPO optimises (the expected reward) and how "
-        "thinking models are scored. With greedy selection on the shipped base every run stopped "
-        "by step 30 while PivotRL's sampled dev score still rose (docs/RESULTS.md).")
+        "greedy", description="Decoding of that dev measure at every checkpoint (both are scored "
+        "and judged). Greedy: episodes are scored greedily at every checkpoint (sampled, k "
+        "episodes per task, only over the decoding grid at chosen checkpoints); an arm's "
+        "temperature is then chosen over the grid (`decoding`). Sampled turn accuracy, at the "
+        "training temperature, is what GRPO optimises; with greedy turn selection on the shipped "
+        "base every run stopped by step 30 while PivotRL's sampled dev score still rose "
+        "(docs/RESULTS.md).")
     steps: int = Field(60, description="The cap: most optimizer steps per training run. A dev probe "
                        "(toolshop, 3 seeds): PivotRL (16 pivots/step, lr 3e-4) peaked by step 40, SFT's dev "
                        "accuracy still rose at 30 and matched it near 60.")
@@ -105,6 +112,12 @@ class DemoConfig(BaseModel):
                              "curves are drawn greedy as well. Always on with greedy selection.")
     eval_every: int = Field(10, description="Checkpoint every N steps; every checkpoint is scored "
                             "on dev, the dev-chosen one on eval (experiment/checkpoint_eval.py).")
+    early_every: int = Field(5, ge=1, description="Over the first `early_until` steps, a "
+                             "checkpoint every N steps instead (every arm alike): the rollout "
+                             "ratio reads the step where PivotRL first reaches E2E RL's target, "
+                             "and at 10-step checkpoints PivotRL reached it at its first one, so "
+                             "the ratio's interval had the estimate as its bound (docs/RESULTS.md).")
+    early_until: int = Field(20, ge=0, description="The steps `early_every` applies to (0: none).")
     k: int = Field(8, description="Profiling samples per turn (the paper profiles with K samples of π0).")
     profile_trajectories: int = Field(100, description="Expert trajectories per world that every "
                                       "arm trains on: all their turns are PivotRL's candidates "
@@ -155,6 +168,17 @@ class DemoConfig(BaseModel):
     def cap(self, method: str) -> int:
         """The most optimizer steps a run of `method` may take."""
         return self.e2e_steps if method == "e2e_rl" else self.steps
+
+    def checkpoint_steps(self, method: str) -> list[int]:
+        """The steps a run of `method` is checkpointed and scored at: every `early_every` up to
+        `early_until`, every `eval_every` after, to its cap."""
+        cap = self.cap(method)
+        early = range(self.early_every, min(self.early_until, cap) + 1, self.early_every)
+        return sorted(set(early) | set(range(self.eval_every, cap + 1, self.eval_every)))
+
+    def save_every(self) -> int:
+        """The trainers' save interval: every checkpoint step is a multiple of it."""
+        return math.gcd(self.eval_every, self.early_every) if self.early_until else self.eval_every
 
     def full(self) -> "DemoConfig":
         """Every arm (ablations included), every world of the testbed and three seeds, at the

@@ -2,7 +2,7 @@
 rule (`budget.py`) with every checkpoint scored on dev as it lands, and the eval split scored
 at a chosen checkpoint.
 
-A job trains in segments of `eval_every` steps, each resuming the last checkpoint (the trainer's
+A job trains in segments, one per checkpoint step (`DemoConfig.checkpoint_steps`), each resuming the last checkpoint (the trainer's
 for SFT and PivotRL, the E2E loop's own for E2E RL). After each checkpoint is scored on dev the
 rule decides whether the job goes on (a run also stops where a sibling run in another world
 stopped, once that run has finished: `budget.pool_stops`).
@@ -56,7 +56,7 @@ def train_job(job: Job, testbed: Path, out: Path, cfg: Any, until: int | None = 
     # Continue from a checkpoint; a folder without one holds only a start that was stopped early.
     resume = any(job_dir.glob("checkpoint-*"))
     common = dict(model=base, output_dir=job_dir, learning_rate=job.lr,
-                  max_steps=cfg.cap(job.method) if until is None else until, save_steps=cfg.eval_every,
+                  max_steps=cfg.cap(job.method) if until is None else until, save_steps=cfg.save_every(),
                   seed=job.seed, logging_steps=1, warmup_steps=0, resume=resume, overwrite=not resume)
     trl_only = dict(precision="fp32", lr_scheduler_type="constant_with_warmup")
     if job.method == "sft":
@@ -147,7 +147,7 @@ def run_job(job: Job, testbed: Path, out: Path, cfg: Any, pivot_stats: dict[str,
     rows, items, scores = [], [], []
     evaluator, train_s, eval_s, stop, why = None, 0.0, 0.0, None, "running"
     cap = cfg.cap(job.method)
-    for step in range(cfg.eval_every, cap + 1, cfg.eval_every):
+    for step in cfg.checkpoint_steps(job.method):
         cache = job_dir / f"dev-step{step}.json"
         if cache.exists():
             got = json.loads(cache.read_text())
@@ -170,7 +170,7 @@ def run_job(job: Job, testbed: Path, out: Path, cfg: Any, pivot_stats: dict[str,
         items += got["items"]
         scores.append((step, dev_score(got["items"], cfg)))
         stop, why = stop_step(scores, cfg.budget, cap=cap, start=start,
-                              pooled_end=sibling_stop(job, out, cfg))
+                              pooled_end=sibling_stop(job, out, cfg), every=cfg.eval_every)
         if stop is not None:
             break
     rows[-1].update(train_seconds=train_s, eval_seconds=eval_s, stop_step=stop, stop_reason=why)

@@ -18,6 +18,7 @@ from typing import Any
 
 from pivotrl_testbed import stats
 from pivotrl_testbed.checkpoint_eval import DECODINGS, decoded
+from pivotrl_testbed.compute import compute_block
 from pivotrl_testbed.decoding import DEV_BEST, DecodingRule, at_dev_best, decoding_results
 from pivotrl_testbed.frontier import FrontierConfig
 from pivotrl_testbed.joint_report import joint_markdown, joint_results
@@ -33,7 +34,9 @@ CLAIMS = (
     ("pivotrl", "sft", "ood", "PivotRL keeps more OOD accuracy than SFT (paper: +0.21 vs −9.83 "
                               "points against the base)"),
     ("pivotrl", "base", "turn", "PivotRL improves on the base in-domain"),
+    ("pivotrl", "base", "episode", "PivotRL improves on the base in-domain"),
     ("sft", "base", "turn", "SFT improves on the base in-domain"),
+    ("sft", "base", "episode", "SFT improves on the base in-domain"),
     ("pivotrl", "base", "ood", "PivotRL's OOD accuracy vs the base's (paper: +0.21; not met = "
                                "it forgot)"),
     ("sft", "base", "ood", "SFT's OOD accuracy vs the base's (paper: −9.83; not met = it forgot)"),
@@ -49,11 +52,17 @@ CLAIMS = (
     ("pivotrl", "pivotrl_exact", "turn", "Ablation: the functional reward beats strict string "
                                          "match (paper τ²: 63.81 vs 57.34)"),
     ("pivotrl", "e2e_rl", "turn", "PivotRL vs end-to-end RL in-domain, each at its dev-chosen checkpoint"),
+    ("pivotrl", "e2e_rl", "episode", "PivotRL vs end-to-end RL in-domain, each at its dev-chosen checkpoint"),
 )
 
 # t quantiles (two-sided 95%) for small numbers of seeds; a normal quantile past that.
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
+
+# The rollout ratio is read only where E2E RL's target (its own dev-best) clears the base by this
+# much: below it PivotRL's first checkpoint reaches the target and the ratio measures nothing.
+RATIO_MIN_GAIN = 0.05
+ONE_SEED = "1 seed: indicative; `--full` decides"  # every verdict of a one-seed run says so
 
 def ci95(values: list[float]) -> list[float] | None:
     """Student-t interval of the mean over seeds; None with a single seed (no spread to show)."""
@@ -203,9 +212,12 @@ def rollout_match(rows: list[dict[str, Any]], items: list[dict[str, Any]], chose
         if with_p:
             base = (stats.eval_mean(items, chosen["base"], measure=measure, split="dev")
                     if "base" in chosen else None)
-            if base is not None and with_p["target"] <= base + 1e-12:
-                # E2E RL did not beat the base: any checkpoint "reaches" it, so no ratio is evidence.
+            if base is not None and with_p["target"] < base + RATIO_MIN_GAIN - 1e-12:
+                # E2E RL barely beat the base: PivotRL's first checkpoint "reaches" it, so no
+                # ratio is evidence (a --full's target 0.379 over a base of 0.360, reached at
+                # PivotRL's first checkpoint, docs/RESULTS.md).
                 with_p["verdict"] = "not measurable"
+                with_p["why"] = f"E2E RL's dev-best is below the base's + {RATIO_MIN_GAIN:g}"
             out[measure] = {**with_p, "without_profiling": without, "profiling_turns": profiling,
                             "base": base}
     head = out.get("turn") or out.get("episode") or {}
@@ -228,7 +240,7 @@ def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds:
     frontier = frontier or FrontierConfig(measure=select_on)
     items = split_kinds(items)  # "ood" = the non-agentic families from here on
     chosen = chosen_sides(items, select_on, seeds, frontier.decoding)
-    dec = decoding_results(items, chosen, decoding or DecodingRule(), train_temperature)
+    dec = decoding_results(items, chosen, decoding or DecodingRule(), train_temperature, select_on)
     methods: dict[str, Any] = {}
     for m in METHODS:
         if m in chosen and any(r["method"] == m for r in rows):
@@ -241,10 +253,13 @@ def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds:
             "select_on": select_on, "select_decoding": frontier.decoding, "config": config,
             "methods": methods,
             "decoding": dec, "health": health or [],
-            "verdicts": verdicts(items, chosen, dec["best"], train_temperature),
+            "verdicts": [{**v, **({"note": ONE_SEED} if len(seeds) == 1 else {})}
+                         for v in verdicts(items, chosen, dec["best"], train_temperature)],
+            "note": ONE_SEED if len(seeds) == 1 else None,
             "power": power or [],
             "turns_to_match_e2e": {**rollout_match(rows, decoded(items, frontier.decoding), chosen,
                                                    pivot_stats), "schedule_bound": schedule_bound},
+            "compute": compute_block(rows, chosen, pivot_stats),
             "theory": theory, "pivots": pivot_stats, **joint_results(rows, items, chosen, frontier)}
 
 

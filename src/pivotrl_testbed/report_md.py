@@ -171,28 +171,70 @@ def verdict_measure(v: dict[str, Any]) -> str:
     return MEASURE_NAMES[v["measure"]] + (f" ({v['decoding']})" if v.get("decoding") else "")
 
 
+def _verdict(verdict: str, note: str | None) -> str:
+    return f"**{verdict}**" + (f" ({note})" if note else "")
+
+
+def ratio_text(r: dict[str, Any]) -> str:
+    """A rollout ratio with its interval, or, when an end of the interval is the estimate
+    itself (`stats.rollout_ratio`'s `bound`), the bound it is."""
+    if not r or r.get("ratio") is None:
+        return "—"
+    lo, hi = (r.get("ci95") or [None, None])[:2]
+    if r.get("bound") == "upper":
+        return f"ratio ≤ {r['ratio']:.1f}× (a bound: the interval's upper end is the estimate; [{_f(lo, 1)}, {_f(hi, 1)}])"
+    if r.get("bound") == "lower":
+        return f"ratio ≥ {r['ratio']:.1f}× (a bound: the interval's lower end is the estimate; [{_f(lo, 1)}, {_f(hi, 1)}])"
+    return f"ratio {r['ratio']:.1f}× [{_f(lo, 1)}, {_f(hi, 1)}]"
+
+
+def compute_section(results: dict[str, Any]) -> list[str]:
+    """Each arm's compute at its chosen checkpoints (`compute.py`), beside its verdicts."""
+    block = results.get("compute") or {}
+    if not block.get("arms"):
+        return []
+    L = ["## What each arm spent (at its chosen checkpoints; means over seeds, sums over worlds)", "",
+         "| arm | rollout turns | profiling samples | training s (to the chosen step) | "
+         "training s (whole run) |", "|---|---|---|---|---|"]
+    for m, c in block["arms"].items():
+        L.append(f"| {m} | {_f(c['rollout_turns'], 0)} | {c['profiling_samples']} | "
+                 f"{_f(c['train_seconds'], 0)} | {_f(c['train_seconds_run'], 0)} |")
+    r = block.get("pivotrl_over_e2e")
+    if r:
+        L += ["", f"PivotRL's cost as a fraction of E2E RL's: rollout turns {_f(r['rollout_turns'], 2)} "
+              f"(profiling included), training seconds {_f(r['train_seconds'], 2)}."]
+    return L + ["", f"Not in the table: {block['note']}.", ""]
+
+
 def verdict_section(results: dict[str, Any]) -> list[str]:
     L = ["## The paper's claims against ours (paired, eval split)", "", RULE, "",
          "| claim | measure | a | b | a vs b | Δ [95% CI] | verdict |", "|---|---|---|---|---|---|---|"]
+    note = results.get("note")
+    if note:  # a one-seed run: every verdict below is indicative
+        L[4:4] = [f"**{note}**: every verdict below comes from one training seed.", ""]
     for v in results.get("verdicts", []):
         if v["diff"] is None:
             L.append(f"| {v['claim']} | {verdict_measure(v)} | {_side(v['a'])} | "
-                     f"{_side(v['b'])} | — | — | **{v['verdict']}** |")
+                     f"{_side(v['b'])} | — | — | {_verdict(v['verdict'], note)} |")
             continue
         L.append(f"| {v['claim']} | {verdict_measure(v)} | {_side(v['a'])} | {_side(v['b'])} | "
                  f"{v['a_mean']:.3f} vs {v['b_mean']:.3f} ({v['pairs']} pairs, {v['clusters']} clusters"
                  f"{'; ' + ', '.join(v['worlds']) if v.get('worlds') else ''}) | "
-                 f"{v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | **{v['verdict']}** |")
+                 f"{v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | {_verdict(v['verdict'], note)} |")
     tm = (results.get("turns_to_match_e2e") or {}).get("by_measure", {})
     for measure, r in tm.items():
         wo = r.get("without_profiling") or {}
         L.append(f"| PivotRL reaches E2E RL's accuracy with ≥ {PAPER['rollout_ratio']:g}× fewer rollout "
-                 f"turns (dev split: E2E's target is its dev-chosen checkpoint's score, PivotRL's curve every checkpoint's) | {MEASURE_NAMES[measure]} | pivotrl "
-                 f"| e2e_rl | target {r['target']:.3f}: PivotRL {_f(r['pivotrl'], 0) if r['pivotrl'] else 'never'} turns vs E2E "
-                 f"{r['e2e_rl']:.0f} (without the {r['profiling_turns']} profiling turns: ratio "
-                 f"{_f(wo.get('ratio'), 1)}× [{_f((wo.get('ci95') or [None])[0], 1)}, "
-                 f"{_f((wo.get('ci95') or [None, None])[1], 1)}]) | ratio {r['ratio']:.1f}× "
-                 f"[{r['ci95'][0]:.1f}, {r['ci95'][1]:.1f}] | **{r['verdict']}** |")
+                 f"turns (dev split: E2E's target is its dev-best score, read only when ≥ the base's "
+                 f"+ 0.05; PivotRL's curve every checkpoint's) | {MEASURE_NAMES[measure]} | pivotrl "
+                 f"| e2e_rl | target {r['target']:.3f} (base {_f(r.get('base'))}): PivotRL "
+                 f"{_f(r['pivotrl'], 0) if r['pivotrl'] else 'never'} turns vs E2E "
+                 f"{r['e2e_rl']:.0f} (without the {r['profiling_turns']} profiling turns: "
+                 f"{ratio_text(wo)}) | {ratio_text(r)} | {_verdict(r['verdict'], note)} |")
+    if tm:
+        method = next((r.get("interval_method") for r in tm.values() if r.get("interval_method")), None)
+        if method:
+            L += ["", f"The rollout ratio's interval: {method}."]
     bound = (results.get("turns_to_match_e2e") or {}).get("schedule_bound")
     if bound:
         L += ["", f"The schedule could show at most {bound['with_profiling']:.2f}× with profiling "
@@ -255,7 +297,7 @@ def render_markdown(results: dict[str, Any], plots: list[str]) -> str:
          "results and verdicts are on the disjoint eval split.", ""]
     L += health_section(results)
     L += data_section(results) + power_section(results) + results_section(results)
-    L += decoding_section(results) + verdict_section(results)
+    L += decoding_section(results) + verdict_section(results) + compute_section(results)
     L += ["## Every checkpoint (descriptive)", "", "Dev split, every lr and step (the eval split is "
           "scored at the dev-chosen checkpoints only): the frontier and compute plots show the whole "
           "grid; no verdict is drawn from them.", "",

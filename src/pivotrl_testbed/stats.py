@@ -5,11 +5,16 @@ The demo saves one row per scored item (`items.jsonl`):
 (`measure` is "episode", "turn" or "ood"; `cluster` is the task or trajectory the item belongs
 to). Everything the report concludes is recomputed here from those rows, by these rules:
 
-Checkpoint choice (`choose`), on the **dev** split only:
+Checkpoint choice (`choose`), on the **dev** split only, by a rule float noise cannot move:
   the score of a checkpoint (method, lr, seed, step) is its mean outcome over every dev item of
-  the selection measure, all worlds pooled. Each run (method, lr, seed) keeps its best step
-  (ties: the earlier step); each method keeps the lr whose kept checkpoints have the best mean
-  score over seeds (ties: the smaller lr). The eval split never takes part in a choice.
+  the selection measure, all worlds pooled. Each run (method, lr, seed) keeps the **earliest**
+  step whose score is within δ of its best step's; each method keeps the **smallest** lr whose
+  kept checkpoints' mean score over seeds is within δ of the best lr's. δ is the dev split's own
+  noise, one binomial standard error of the best score over its items, √(p(1 − p)/n)
+  (`noise_delta`): two checkpoints closer than that are the same to dev, so a difference in the
+  fourth decimal (float noise between machines moved PivotRL's dev score 0.5657 → 0.5629 and its
+  chosen step 50 → 60, docs/RESULTS.md) cannot move the choice unless it crosses the band's
+  edge. The eval split never takes part in a choice.
 
 Paired difference (`paired`), on the **eval** split:
   a side is (method, lr, {seed: step}). Item (world, item) at seed s pairs side a's outcome with
@@ -71,42 +76,70 @@ def paired(items: Sequence[Row], a: dict[str, Any], b: dict[str, Any], *, measur
 
 def checkpoint_scores(items: Iterable[Row], *, split: str, measure: str) -> dict[tuple, float]:
     """{(method, lr, seed, step): mean outcome} over the split's items of `measure`, worlds pooled."""
+    return {k: s for k, (s, _) in checkpoint_cells(items, split=split, measure=measure).items()}
+
+
+def checkpoint_cells(items: Iterable[Row], *, split: str, measure: str) -> dict[tuple, tuple[float, int]]:
+    """{(method, lr, seed, step): (mean outcome, items)} over the split's items of `measure`."""
     acc: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0])
     for r in items:
         if r["split"] == split and r["measure"] == measure:
             cell = acc[(r["method"], float(r["lr"]), int(r["seed"]), int(r["step"]))]
             cell[0] += float(r["outcome"])
             cell[1] += 1
-    return {k: s / n for k, (s, n) in acc.items() if n}
+    return {k: (s / n, n) for k, (s, n) in acc.items() if n}
+
+
+def noise_delta(score: float, n: int) -> float:
+    """δ of the choice rule (module doc): one binomial standard error √(p(1 − p)/n) of a dev
+    score p over n items. Outcomes that are means of samples vary less than 0/1 ones, so for
+    them this band is a little wide: a choice then prefers the earlier, smaller, cooler option."""
+    p = min(max(score, 0.0), 1.0)
+    return math.sqrt(p * (1.0 - p) / n) if n > 0 else 0.0
+
+
+def earliest_within(scored: Sequence[tuple[Any, float, int]]) -> tuple[Any, float]:
+    """(key, score) of the first of `scored` ((key, score, items), in preference order: the
+    earlier step, the smaller lr, the lower temperature) whose score is within `noise_delta` of
+    the best one's."""
+    if not scored:
+        raise ValueError("nothing was scored to choose from")
+    best = max(scored, key=lambda x: x[1])
+    floor = best[1] - noise_delta(best[1], best[2]) - 1e-12
+    key, score, _ = next(x for x in scored if x[1] >= floor)
+    return key, score
 
 
 def choose(items: Sequence[Row], *, measure: str, split: str = "dev") -> dict[str, dict[str, Any]]:
     """Each method's checkpoints chosen on `split` (module doc): {method: {"method", "lr",
-    "steps": {seed: step}, "dev_score"}}."""
-    scores = checkpoint_scores(items, split=split, measure=measure)
+    "steps": {seed: step}, "dev_score", "delta"}}."""
+    cells = checkpoint_cells(items, split=split, measure=measure)
     # A checkpoint pools the worlds, so it is a candidate only at a step every world of its run
     # reached: under the budget rule one world's run can stop before another's.
     worlds: dict[tuple[str, float, int, int], set[str]] = defaultdict(set)
     for r in items:
         if r["split"] == split and r["measure"] == measure:
-            worlds[(r["method"], r["lr"], r["seed"], r["step"])].add(r["world"])
+            worlds[(r["method"], float(r["lr"]), int(r["seed"]), int(r["step"]))].add(r["world"])
     every: dict[tuple[str, float, int], set[str]] = defaultdict(set)
     for (method, lr, seed, _), names in worlds.items():
         every[(method, lr, seed)] |= names
-    runs: dict[tuple[str, float], dict[int, tuple[int, float]]] = defaultdict(dict)
-    for (method, lr, seed, step), score in sorted(scores.items()):
-        if worlds[(method, lr, seed, step)] != every[(method, lr, seed)]:
-            continue
-        best = runs[(method, lr)].get(seed)
-        if best is None or score > best[1] + 1e-12:  # sorted by step: ties keep the earlier step
-            runs[(method, lr)][seed] = (step, score)
+    steps: dict[tuple[str, float, int], list[tuple[int, float, int]]] = defaultdict(list)
+    for (method, lr, seed, step), (score, n) in sorted(cells.items()):  # sorted: earlier steps first
+        if worlds[(method, lr, seed, step)] == every[(method, lr, seed)]:
+            steps[(method, lr, seed)].append((step, score, n))
+    runs: dict[str, dict[float, dict[int, tuple[int, float, int]]]] = defaultdict(lambda: defaultdict(dict))
+    for (method, lr, seed), scored in steps.items():
+        step, score = earliest_within(scored)
+        runs[method][lr][seed] = (step, score, next(n for s, _, n in scored if s == step))
     chosen: dict[str, dict[str, Any]] = {}
-    for (method, lr), per_seed in sorted(runs.items()):  # sorted by lr: ties keep the smaller
-        mean_score = sum(s for _, s in per_seed.values()) / len(per_seed)
-        if method not in chosen or mean_score > chosen[method]["dev_score"] + 1e-12:
-            chosen[method] = {"method": method, "lr": lr,
-                              "steps": {seed: step for seed, (step, _) in sorted(per_seed.items())},
-                              "dev_score": mean_score}
+    for method, by_lr in sorted(runs.items()):
+        lrs = [(lr, sum(s for _, s, _ in per_seed.values()) / len(per_seed),
+                sum(n for _, _, n in per_seed.values())) for lr, per_seed in sorted(by_lr.items())]
+        lr, mean_score = earliest_within(lrs)  # sorted by lr: the smaller first
+        best = max(lrs, key=lambda x: x[1])
+        chosen[method] = {"method": method, "lr": lr,
+                          "steps": {seed: step for seed, (step, _, _) in sorted(by_lr[lr].items())},
+                          "dev_score": mean_score, "delta": noise_delta(best[1], best[2])}
     return chosen
 
 
@@ -208,6 +241,16 @@ def rollout_ratio(items: Sequence[Row], turns: dict[tuple, float], e2e: dict[str
         reps.append(e2e_turns / got if got else 0.0)
     lo, hi = float(np.quantile(reps, 0.025)), float(np.quantile(reps, 0.975))
     ratio = e2e_turns / reached if reached else 0.0
+    # PivotRL's cost is read at a checkpoint, so the ratio takes few values: when PivotRL reaches
+    # the target at its first checkpoint in most redraws, an end of the interval is the estimate
+    # itself, and the estimate is a bound (at most, or at least, this), not a ratio.
+    bound = ("upper" if math.isclose(hi, ratio, rel_tol=1e-9) else
+             "lower" if math.isclose(lo, ratio, rel_tol=1e-9) else None)
     return {"target": target, "e2e_rl": e2e_turns, "pivotrl": reached, "ratio": ratio,
-            "ci95": [lo, hi], "claimed": claimed,
+            "ci95": [lo, hi], "claimed": claimed, "interval_method": RATIO_INTERVAL, "bound": bound,
             "verdict": "met" if lo >= claimed else "not met" if hi < claimed else "within noise"}
+
+
+RATIO_INTERVAL = ("percentile (2.5%, 97.5%) of the ratio over the paired cluster bootstrap's "
+                  "redraws (seeds and clusters reweighted together; target and curve redrawn "
+                  "with the same weights)")

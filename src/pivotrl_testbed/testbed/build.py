@@ -54,7 +54,7 @@ _HASHED_UNLESS: dict[str, Any] = {"variants": 0, "variant_seed": 0, "variant_nam
                                   "variant_own_share": None, "agentic_ood_families": [],
                                   "tokenizer_isolate_names": False, "tokenizer_spell_values": False,
                                   "variant_prompts": "fixed", "variant_replies": "world",
-                                  "weak_slips": 0.0, "weak_false_starts": 0.0,
+                                  "weak_slips": 0.0, "weak_false_starts": 0.0, "weak_grounding_slips": 0.0,
                                   "pretrain_stages": [], "weak_kinds": {}}
 # Fields that size only the eval files. The base never reads them: the tokenizer and pretraining
 # read the train side alone, and each split is drawn by itself (`write_data`, `ood.write_ood`),
@@ -114,6 +114,12 @@ class TestbedConfig(BaseModel):
                                      "recovers; a habit at the step every task has; "
                                      "`held_out_world` tasks then open with the false start "
                                      "(testbed/agentic_ood.py). 0: none.")
+    weak_grounding_slips: float = Field(0.0, ge=0.0, le=1.0, description="Weak expert's "
+                                        "grounding slips (experts.ExpertConfig, testbed/slips.py): "
+                                        "the share of its trajectories in which every value read "
+                                        "from a listing (toolshop's order, terminal's file) is the "
+                                        "listing's first entry, so the base lacks the step that "
+                                        "decides most tasks. 0: none (no draw, the data as before).")
     weak_seed: int = Field(1, description="Seed of the weak expert.")
     weak_kinds: dict[str, list[str]] = Field(default_factory=dict, description="Per world, the kinds "
                                              "of the weak expert's tasks (its KINDS; unnamed: all).")

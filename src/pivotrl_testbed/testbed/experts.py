@@ -30,9 +30,9 @@ from pydantic import BaseModel, Field
 
 from pivotrl.io.records import FunctionCall, Message, ToolCall, Trajectory
 from pivotrl_testbed.testbed.common import stable_int
-from pivotrl_testbed.testbed.slips import false_start, slip
+from pivotrl_testbed.testbed.slips import false_start, grounding_slip, slip
 from pivotrl_testbed.testbed.tasks import make_tasks
-from pivotrl_testbed.testbed.terminal import ANSWERS as TM_ANSWERS, file_in
+from pivotrl_testbed.testbed.terminal import ANSWERS as TM_ANSWERS, KIND_EXT, file_in
 from pivotrl_testbed.testbed.toolshop import ANSWERS as TS_ANSWERS
 from pivotrl.verifiers.world import make_world
 
@@ -50,6 +50,11 @@ class ExpertConfig(BaseModel):
     false_starts: float = Field(0.0, description="Probability of opening with the world's false "
                                 "start (testbed/slips.py: a wrong first call, its error, then the "
                                 "right call): a habit at the step every task has. 0 = none.")
+    grounding_slips: float = Field(0.0, description="Probability that a trajectory has the "
+                                   "world's grounding slip (testbed/slips.py: every value read "
+                                   "from a listing is its first entry instead of the one the task "
+                                   "names; one draw per trajectory, no recovery): a skill the base "
+                                   "lacks at the step that decides the task. 0 = none.")
     mistakes: dict[str, float] = Field(
         default_factory=lambda: {"wrong_id": 0.6, "stop_early": 0.25, "malformed": 0.15},
         description="Relative weights of the mistake kinds of the weak expert.")
@@ -188,9 +193,7 @@ def terminal_step(task: dict[str, Any], obs: list[str], ch: Chooser) -> Step:
         return _say(ch, TM_ANSWERS["copy"], f=f, out=out)
     if k == 0:
         return _ls(ch)
-    ext = {"count": "log", "move": "log", "head": "csv", "lines": "csv", "sort": "txt",
-           "config": "ini"}[kind]
-    f = file_in(obs[0], ext)
+    f = file_in(obs[0], KIND_EXT[kind])
     if kind == "count":
         lv = task["level"]
         if k == 1:
@@ -317,8 +320,16 @@ def run_expert(task: Trajectory, seed: int, config: ExpertConfig | None = None) 
     if opening is not None and start_rng.random() < cfg.false_starts:
         messages += _played(world, step_message(opening, 0))
         n_calls = 1  # the expert reads the error and makes the right first call next turn
+    # one draw per trajectory, made only when asked for, so the data without it is as before
+    ungrounded = (cfg.grounding_slips > 0
+                  and random.Random(stable_int("grounding", seed, task.id)).random() < cfg.grounding_slips)
     for _ in range(MAX_TURNS):
         msg = expert_message(name, params, plan_context, seed, cfg.habit)
+        if ungrounded and msg.tool_calls:
+            right = ("call", msg.tool_calls[0].function.name, msg.tool_calls[0].args())
+            slipped = grounding_slip(name, params, observations(plan_context), right)
+            if slipped is not None:
+                msg = step_message(slipped, n_calls)
         if cfg.slips and msg.tool_calls:
             right = ("call", msg.tool_calls[0].function.name, msg.tool_calls[0].args())
             slipped = slip(name, params, observations(plan_context), right)
@@ -348,7 +359,7 @@ def run_expert(task: Trajectory, seed: int, config: ExpertConfig | None = None) 
             plan_context.append(tool_msg)
             n_calls += 1
     ok = world.success(task.metadata["goal"], final if isinstance(final, str) else None)
-    weak = bool(cfg.noise or cfg.habit or cfg.slips or cfg.false_starts)
+    weak = bool(cfg.noise or cfg.habit or cfg.slips or cfg.false_starts or cfg.grounding_slips)
     return Trajectory(id=f"{task.id}.{'w' if weak else ''}{seed}", messages=messages,
                       tools=task.tools, domain=name,
                       metadata={**task.metadata, "expert_seed": seed, "success": ok,

@@ -32,13 +32,35 @@ world (never a state change) and never equivalent to the expert's first call:
 - toolshop: `get_customer` with the user's e-mail as the `customer_id` (the id tool where the
   lookup by e-mail goes): "no customer …";
 - terminal: `ls data` (a folder the agent assumes and no workspace has: `DIRS` never holds it).
+
+A **grounding slip** is a skill the weak expert lacks rather than a habit it recovers from: in a
+trajectory drawn to have it (`ExpertConfig.grounding_slips`, one draw per trajectory), every call
+that should carry a value read from a listing carries the listing's **first** entry instead,
+whatever the task asked for. A careless agent takes the first row; the worlds' expert reads the
+row the task names. The steps, each a step most tasks have and the one that decides them:
+
+- toolshop: the order after `list_orders`, taken whatever its status (cancel, return, change,
+  swap: the order in the needed status), where the customer has 2–3 orders and the first is the
+  right one by chance; the wrong order's cancel or return fails on the policy, its items lack
+  the product, and the weak expert (as the expert after any error) then apologises: the task is
+  lost, never retried. In `count` the same skill is the status filter: it lists every order and
+  counts them all, not the shipped ones (a count task always has another status);
+- terminal: the file after `ls` where the wrong file gives no error, only a wrong result (`head`,
+  `lines`, `sort`, `move`: the file with the task's extension; `count` and `config` grep the
+  wrong file and mostly fail visibly, `copy` greps), where the workspace has four files and the
+  first is the right one 1 time in 4.
+
+Where the first entry is the right one the call is unchanged, so a base pretrained at rate r takes
+the first entry with probability about r and samples the right one otherwise.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
-from pivotrl_testbed.testbed.terminal import file_in
+from pivotrl_testbed.testbed.terminal import KIND_EXT, file_in
 
 Step = tuple[str, Any, Any]  # an expert step (experts.Step): ("call", name, args) or ("say", text)
 
@@ -70,3 +92,42 @@ def false_start(world: str, task: dict[str, Any]) -> Step | None:
     if world == "terminal":
         return ("call", "run", {"command": f"ls {ASSUMED_DIR}"})
     return None
+
+
+SILENT_KINDS = ("head", "lines", "sort", "move")  # terminal kinds whose wrong file fails silently
+
+
+def grounding_slip(world: str, task: dict[str, Any], obs: list[str], step: Step) -> Step | None:
+    """`step` with the listing's first entry where the expert grounded a value from the listing
+    (module doc), or None where the step has no such value or the first entry is the right one."""
+    if step[0] != "call":
+        return None
+    name, args = step[1], step[2]
+    if world == "toolshop" and name == "list_orders" and task.get("kind") == "count" and "status" in args:
+        return ("call", name, {a: v for a, v in args.items() if a != "status"})
+    if world == "toolshop" and "order_id" in args and len(obs) >= 2:
+        listed = _json_list(obs[1])
+        first = listed[0].get("order_id") if listed and isinstance(listed[0], dict) else None
+        if first is None or first == args["order_id"]:
+            return None
+        return ("call", name, {**args, "order_id": first})
+    if world == "terminal" and task.get("kind") in SILENT_KINDS and len(obs) >= 1 and obs[0].split():
+        ext = KIND_EXT[task["kind"]]
+        try:
+            right = file_in(obs[0], ext)
+        except StopIteration:
+            return None
+        first = obs[0].split()[0]
+        command = args.get("command", "")
+        if first == right or not re.search(rf"(?<![\w.]){re.escape(right)}\b", command):
+            return None
+        return ("call", name, {**args, "command": re.sub(rf"(?<![\w.]){re.escape(right)}\b", first, command)})
+    return None
+
+
+def _json_list(text: str) -> list | None:
+    try:
+        got = json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        return None
+    return got if isinstance(got, list) else None

@@ -173,6 +173,10 @@ class TerminalWorld:
         return all(mentions(final_message, m) for m in goal.get("mention", []))
 
 
+# The extension of the one file each kind reads (found in the `ls` listing; `copy` greps instead).
+KIND_EXT = {"count": "log", "move": "log", "head": "csv", "lines": "csv", "sort": "txt", "config": "ini"}
+
+
 def file_in(listing: str, ext: str) -> str:
     """The file with extension `ext` in an `ls` listing (a workspace has one of each)."""
     return next(n for n in listing.split() if n.endswith("." + ext))

@@ -246,3 +246,19 @@ def load_tiny(model_dir: str | Path) -> tuple[Any, Any]:
     model = AutoModelForCausalLM.from_pretrained(str(model_dir))
     model.eval()
     return model, tokenizer
+
+
+def load_pretrain_state(build_dir: str | Path, config: TinyModelConfig, state_file: str = "state.pt"):
+    """(model, tokenizer, state) of a build's resumable pretraining state
+    (`BUILD/pretrain/<state_file>`: the first stage's `state.pt`, a further stage's
+    `state_stage<N>.pt`), so a candidate that pretrains for hours can be probed mid-way."""
+    import torch
+    from transformers import AutoTokenizer
+
+    build_dir = Path(build_dir)
+    tok = AutoTokenizer.from_pretrained(str(build_dir / "base"))
+    model = build_model(tok, config)
+    state = torch.load(build_dir / "pretrain" / state_file, weights_only=False)
+    model.load_state_dict(state["model"])
+    model.eval()
+    return model, tok, state

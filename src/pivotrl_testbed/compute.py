@@ -1,0 +1,73 @@
+"""What each arm spent, beside what it gained: the report's compute block.
+
+A comparison of arms that leaves out their cost says more than it measured: PivotRL trained ~10×
+SFT's seconds and profiled thousands of samples before its first step, and no report said so
+(docs/RESULTS.md). Per arm, at its dev-chosen checkpoints (means over seeds, sums over worlds):
+
+- `rollout_turns`: model turns generated up to the chosen step, the paper's compute unit
+  (PivotRL's include its profiling; SFT generates none);
+- `profiling_samples`: the K samples per turn PivotRL's selection drew from the base, once per
+  world (pivot-set arms only);
+- `train_seconds`: wall seconds of training up to the chosen step, pro-rated from the run's
+  training seconds to its last step (training time grows with steps; scoring is left out, every
+  arm is scored the same way); `train_seconds_run`, the whole run's, beside it;
+- `pivotrl_over_e2e`: PivotRL's rollout turns and training seconds as a fraction of E2E RL's.
+
+Training tokens (forward + backward) are not recorded by the trainers yet; the block says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from statistics import mean
+from typing import Any
+
+PIVOT_SET = ("pivotrl", "pivotrl_exact", "pivotrl_random")
+
+
+def arm_compute(rows: list[dict[str, Any]], side: dict[str, Any],
+                pivot_stats: dict[str, Any]) -> dict[str, Any] | None:
+    """One arm's compute at its chosen checkpoints (module doc), or None without rows there."""
+    steps = {int(s): int(v) for s, v in side["steps"].items()}
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r["method"] == side["method"] and math.isclose(float(r["lr"]), float(side["lr"])) \
+                and int(r["seed"]) in steps:
+            runs[(r["world"], int(r["seed"]))].append(r)
+    if not runs:
+        return None
+    turns, secs, whole = defaultdict(float), defaultdict(float), defaultdict(float)
+    for (world, seed), got in runs.items():
+        got.sort(key=lambda r: int(r["step"]))
+        at = next((r for r in got if int(r["step"]) == steps[seed]), None)
+        if at is None:
+            continue
+        last = next((r for r in reversed(got) if "train_seconds" in r), None)
+        turns[seed] += float(at.get("rollout_turns", 0))
+        if last is not None:
+            whole[seed] += float(last["train_seconds"])
+            secs[seed] += float(last["train_seconds"]) * steps[seed] / max(1, int(last["step"]))
+    profiling = (sum(s.get("profile_rollout_turns", 0) for s in pivot_stats.values())
+                 if side["method"] in PIVOT_SET else 0)
+    return {"rollout_turns": mean(turns.values()) if turns else None,
+            "profiling_samples": profiling,
+            "train_seconds": mean(secs.values()) if secs else None,
+            "train_seconds_run": mean(whole.values()) if whole else None,
+            "training_tokens": None}
+
+
+def compute_block(rows: list[dict[str, Any]], chosen: dict[str, dict[str, Any]],
+                  pivot_stats: dict[str, Any]) -> dict[str, Any]:
+    """{"arms": {method: arm_compute}, "pivotrl_over_e2e": {...} or None, "note"}."""
+    arms = {m: got for m, side in chosen.items() if m != "base"
+            and (got := arm_compute(rows, side, pivot_stats)) is not None}
+
+    def frac(key: str) -> float | None:
+        a, b = (arms.get("pivotrl") or {}).get(key), (arms.get("e2e_rl") or {}).get(key)
+        return a / b if a is not None and b else None
+
+    ratio = ({"rollout_turns": frac("rollout_turns"), "train_seconds": frac("train_seconds")}
+             if "pivotrl" in arms and "e2e_rl" in arms else None)
+    return {"arms": arms, "pivotrl_over_e2e": ratio,
+            "note": "training tokens (forward + backward) are not recorded by the trainers yet"}
