@@ -265,3 +265,19 @@ def test_the_rl_run_configs_share_their_common_fields_instead_of_redeclaring_the
     shared = set(RunBasics.model_fields) | set(GroupRLOptions.model_fields)
     assert len(shared) == 18
     assert set(E2ERunConfig.__annotations__) & shared == {"max_completion_length"}
+
+
+def test_a_quiet_launch_saves_the_plan_without_printing_it(tmp_path):
+    """The demo runs many training segments and says itself what runs: their plans are saved in
+    each run folder, not printed (a plan block per segment buried its progress lines)."""
+    import io
+
+    from pivotrl.run_plan import Launch, RunPlan, start_run
+    from pivotrl.select import SelectConfig
+
+    plan = RunPlan(verb="train", unit="pivots", items=8, steps=2, per_step=4)
+    for quiet in (False, True):
+        stream = io.StringIO()
+        assert start_run(plan, SelectConfig(), tmp_path / f"{quiet}.json", None, Launch(stream=stream, quiet=quiet))
+        assert ("pivotrl train: plan" in stream.getvalue()) is not quiet
+        assert json.loads((tmp_path / f"{quiet}.json").read_text())["plan"]["steps"] == 2

@@ -32,11 +32,13 @@ class NothingToRun(InputError):
 class Launch:
     """How a run starts: `dry_run` prints the plan and stops before anything is written; `strict`
     turns the plan's warnings (a chat-template variable the template never reads) into an error;
-    `stream` is where the plan is printed (stderr)."""
+    `stream` is where the plan is printed (stderr); `quiet` prints nothing (a caller that runs many
+    segments, as the demo does, and says itself what runs): the plan is still saved."""
 
     dry_run: bool = False
     strict: bool = False
     stream: TextIO | None = None
+    quiet: bool = False
 
 
 @dataclass
@@ -112,7 +114,7 @@ def check_plan(plan: RunPlan, launch: Launch | None = None) -> None:
     """Print `plan` (main process only); stop a run that would do nothing (NothingToRun) or, with
     `launch.strict`, one with warnings (InputError)."""
     launch = launch or Launch()
-    if os.environ.get("RANK", "0") == "0":
+    if os.environ.get("RANK", "0") == "0" and not launch.quiet:
         stream = launch.stream or sys.stderr
         title = f"pivotrl {plan.verb}: {'dry run, ' if launch.dry_run else ''}plan"
         stream.write("\n".join([title, *(f"  {line}" for line in plan.lines()),

@@ -59,18 +59,23 @@ def train_job(job: Job, testbed: Path, out: Path, cfg: Any, until: int | None = 
                   max_steps=cfg.cap(job.method) if until is None else until, save_steps=cfg.save_every(),
                   seed=job.seed, logging_steps=1, warmup_steps=0, resume=resume, overwrite=not resume)
     trl_only = dict(precision="fp32", lr_scheduler_type="constant_with_warmup")
+    # The demo says what it trains; each segment's plan is saved in its folder, not printed.
+    from pivotrl.run_plan import Launch
+
+    quiet = Launch(quiet=True)
     if job.method == "sft":
         from pivotrl.train.sft import train_sft
 
         train_sft(SFTRunConfig(data=wdir / "trajectories.jsonl",
-                               per_device_train_batch_size=cfg.sft_batch_size, **common, **trl_only))
+                               per_device_train_batch_size=cfg.sft_batch_size, **common, **trl_only),
+                  launch=quiet)
     elif job.method == "e2e_rl":
         from pivotrl_testbed.e2e import E2ERunConfig, train_e2e
 
         train_e2e(E2ERunConfig(world=job.world, tasks=wdir / "trajectories.jsonl",
                                num_generations=cfg.num_generations,
                                tasks_per_step=cfg.e2e_tasks_per_step,
-                               max_completion_length=cfg.max_completion_length, **common))
+                               max_completion_length=cfg.max_completion_length, **common), launch=quiet)
     else:
         from pivotrl.train.grpo import train
 
@@ -94,7 +99,7 @@ def train_job(job: Job, testbed: Path, out: Path, cfg: Any, until: int | None = 
             verifier_config={"strict": True} if exact else {},
             num_generations=cfg.num_generations,
             per_device_train_batch_size=cfg.num_generations * cfg.pivots_per_step,
-            max_completion_length=cfg.max_completion_length, **common, **trl_only))
+            max_completion_length=cfg.max_completion_length, **common, **trl_only), launch=quiet)
     return job_dir
 
 
