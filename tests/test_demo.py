@@ -373,7 +373,7 @@ def test_the_ablation_arms_train_on_what_select_strategy_keeps(method, strategy,
     run = CliRunner().invoke
     assert run(app, ["select", str(wdir / "profile.jsonl"), "--out", str(wdir / "pivots.jsonl")]).exit_code == 0
     seen = {}
-    monkeypatch.setattr(grpo, "train", lambda cfg: seen.setdefault("cfg", cfg))
+    monkeypatch.setattr(grpo, "train", lambda cfg, **_: seen.setdefault("cfg", cfg))
     train_job(Job("toolshop", method, 1e-4, 3), tmp_path, tmp_path / "out", DemoConfig())
     expected = tmp_path / "selected.jsonl"
     # random: as many turns as the pivot arm trains on (10 pivots here)
