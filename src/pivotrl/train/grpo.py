@@ -289,13 +289,13 @@ def with_profile_settings(cfg: GRPORunConfig, profiled: dict[str, Any]) -> tuple
     """`cfg` with the template settings and token budget profiling used (`profiled`: the pivots'
     stats) wherever the run config does not set its own, and where each setting came from."""
     update, origin = {}, {}
-    for field, key in PROFILED_SETTINGS:
-        if field in cfg.model_fields_set and getattr(cfg, field) is not None:  # given, `{}` included
-            origin[field] = "run config"
+    for name, key in PROFILED_SETTINGS:
+        if name in cfg.model_fields_set and getattr(cfg, name) is not None:  # given, `{}` included
+            origin[name] = "run config"
         elif profiled.get(key) not in (None, {}):
-            update[field], origin[field] = profiled[key], "profiling (the pivots' stats)"
+            update[name], origin[name] = profiled[key], "profiling (the pivots' stats)"
         else:
-            origin[field] = "the model's default" if field == "max_completion_length" else "default"
+            origin[name] = "the model's default" if name == "max_completion_length" else "default"
     return cfg.model_copy(update=update), origin
 
 
@@ -308,9 +308,6 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None, launch: Launch | None = None
                      overwrite=cfg.overwrite, dry_run=dry_run)
     check_input_file(cfg.pivots, "pivots", "`pivotrl select`")
     check_model(cfg.model, "model")
-    from trl import GRPOConfig
-
-    with_trl_overrides({}, cfg.trl_overrides, GRPOConfig)  # a misspelt key fails before any work
     held_out = HeldOut(resolve_split(cfg.split, [cfg.pivots]))
     start_run(output_dir, "train", {"pivots": cfg.pivots, "split": split_file(cfg.split, [cfg.pivots])},
               resume=cfg.resume, dry_run=dry_run)

@@ -181,9 +181,6 @@ def train_sft(cfg: SFTRunConfig, *, launch: Launch | None = None) -> dict[str, A
     for path in files:
         check_input_file(path, "data", "your trajectory file")
     check_model(cfg.model, "model")
-    from trl import SFTConfig
-
-    with_trl_overrides({}, cfg.trl_overrides, SFTConfig)  # a misspelt key fails before any work
     held_out = HeldOut(resolve_split(cfg.split, files))
     start_run(output_dir, "sft", {"data": files, "split": split_file(cfg.split, files)}, resume=cfg.resume,
               dry_run=dry_run)
