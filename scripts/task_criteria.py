@@ -31,7 +31,7 @@ from pivotrl_testbed.testbed.rescue import rescue_test
 from pivotrl_testbed.testbed.task_criteria import check, sft_choice
 from pivotrl_testbed.testbed.tiny import load_tiny
 
-DEV_TASKS = DemoConfig().dev_tasks  # the demo's dev split: the eval file's first N tasks
+DEV_TASKS = 40  # the dev split the criteria were registered on: the eval file's first 40 tasks
 
 
 def main() -> None:
@@ -89,7 +89,7 @@ def sft_items(build: Path, out: Path, lrs: list[float], to_cap: bool = False) ->
     from pivotrl_testbed.jobs import Job
 
     cfg = DemoConfig(methods=["sft"], worlds=list(WORLDS), learning_rates=lrs,
-                     sampled=SampledConfig(k=0))
+                     dev_tasks=DEV_TASKS, sampled=SampledConfig(k=0))
     if to_cap:
         cfg = cfg.model_copy(update={"budget": BudgetRule(patience=cfg.steps)})
     evaluator = Evaluator(build, cfg)
@@ -99,7 +99,7 @@ def sft_items(build: Path, out: Path, lrs: list[float], to_cap: bool = False) ->
         write_atomic(out / "data" / w / "trajectories.jsonl", trajs)
         _, got = evaluator(None, w, ("dev",))
         base += item_rows(got, method="base", world=w, seed=0, lr=0.0, step=0)
-    jobs = [Job(w, "sft", lr, 0) for lr in cfg.learning_rates for w in WORLDS]
+    jobs = [Job(w, "sft", lr, 0) for lr in cfg.lrs("sft") for w in WORLDS]
     _, items = run_jobs(jobs, build, out, cfg, {w: {} for w in WORLDS}, say, base)
     return base + items
 

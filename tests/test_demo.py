@@ -168,7 +168,9 @@ def test_demo_yaml_is_the_default_and_typos_are_errors(tmp_path):
 
     testbed = load_testbed_config(None)
     assert full.sized_testbed(testbed).n_eval == full.dev_tasks + FULL_TURN_TRAJECTORIES > testbed.n_eval
-    assert DemoConfig().sized_testbed(testbed) == testbed
+    default = DemoConfig().sized_testbed(testbed)  # 100 dev + 100 eval tasks: more than it ships
+    assert default.n_eval == DemoConfig().dev_tasks + DemoConfig().eval.episodes
+    assert default.model_copy(update={"n_eval": testbed.n_eval}) == testbed
     assert full.sized_testbed(testbed).weights_digest() == testbed.weights_digest()
     from pivotrl_testbed.demo import plan_jobs
 

@@ -34,7 +34,10 @@ def demo(out: Path = typer.Option(Path("pivotrl_demo"), help="Output folder (cac
     if workers:
         cfg = cfg.model_copy(update={"workers": workers})
     run_demo(out, cfg, testbed=testbed)
-    console.print(f"report: {out / 'report.md'}  results: {out / 'results.json'}")
+    if cfg.eval_split:
+        console.print(f"report: {out / 'report.md'}  results: {out / 'results.json'}")
+    else:
+        console.print(f"lr choice: {out / 'lr_choice.json'} (an lr-tuning run: dev only)")
 
 
 @data_app.command("bfcl")

@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 from pivotrl_testbed.budget import pool_stops, schedule_bound
 from pivotrl_testbed.checkpoint_eval import (
+    SPLITS,
     Evaluator,
     decoded,
     eval_targets,
@@ -237,13 +238,14 @@ def prepare_and_score_base(testbed: Path, out: Path, cfg: DemoConfig, log: Calla
     log(f"2/5 {', '.join(cfg.worlds)}: the first {cfg.profile_trajectories or 'all'} train "
         f"trajectories per world are every arm's data; profile all their turns with the base "
         f"(K={cfg.k}, verifier {cfg.verifier}), select; one world per worker")
-    log(f"3/5 beside it, the base on dev ({cfg.dev_tasks} tasks/world) and eval; then planning "
-        "half-widths")
+    log(f"3/5 beside it, the base on dev ({cfg.dev_tasks} tasks/world)"
+        + (" and eval; then planning half-widths" if cfg.eval_split else " (an lr-tuning run: dev only)"))
     pivot_stats = {}
     with workers_pool(cfg.workers) as pool:
         prepared = {w: pool.submit(prepare_world_1thread, testbed, out, w, cfg) for w in cfg.worlds}
         scored = {w: pool.submit(score_base, testbed, out, w, cfg) for w in cfg.worlds}
-        grids = [pool.submit(grid_at, None, w, 0, testbed, out, cfg) for w in cfg.worlds]
+        grids = [pool.submit(grid_at, None, w, 0, testbed, out, cfg) for w in cfg.worlds
+                 if cfg.eval_split]  # the decoding grid serves the judging on eval
         for world, fut in prepared.items():
             pivot_stats[world] = s = fut.result()
             log(f"  {world}: {s.get('trajectories')} trajectories, {s.get('turns')} turns, "
@@ -257,15 +259,16 @@ def prepare_and_score_base(testbed: Path, out: Path, cfg: DemoConfig, log: Calla
 
 def score_base(testbed: Path, out: Path, world: str, cfg: DemoConfig) -> dict[str, Any]:
     """The base scored on both splits of `world` (`Evaluator`), cached in runs/base/<world>.json
-    with the seconds it took."""
+    with the seconds it took; on dev alone in an lr-tuning run (`eval_split` off), cached apart
+    so a later run into the same folder scores eval too."""
     import torch
 
     torch.set_num_threads(1)  # one world per core
-    cache = out / "runs" / "base" / f"{world}.json"
+    cache = out / "runs" / "base" / (f"{world}.json" if cfg.eval_split else f"{world}.dev.json")
     if cache.exists():
         return json.loads(cache.read_text())
     t0 = time.time()
-    row, got = Evaluator(testbed, cfg)(None, world)
+    row, got = Evaluator(testbed, cfg)(None, world, SPLITS if cfg.eval_split else ("dev",))
     scored = {"row": row, "items": got, "seconds": round(time.time() - t0, 1)}
     write_text_atomic(cache, json.dumps(scored))
     return scored
@@ -296,8 +299,8 @@ def plan_jobs(cfg: DemoConfig, pivot_stats: dict[str, Any], log: Callable[[str],
     minutes. The order never changes what a job computes."""
     ablation_seeds = set(cfg.seeds[:cfg.ablation_seeds or None])
     ablation_worlds = set(cfg.ablation_worlds or cfg.worlds)
-    jobs = [Job(w, m, lr, s) for s in cfg.seeds for lr in cfg.learning_rates for w in cfg.worlds
-            for m in cfg.methods
+    jobs = [Job(w, m, lr, s) for s in cfg.seeds for w in cfg.worlds for m in cfg.methods
+            for lr in cfg.lrs(m)
             if m in HEADLINE_ARMS or (s in ablation_seeds and w in ablation_worlds)]
     for world in cfg.worlds:
         if not pivot_stats[world].get("kept"):
@@ -391,6 +394,16 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
     trained = sum(not (out / "runs" / j.name / "rows.json").exists() for j in jobs)
     job_rows, job_items = run_jobs(jobs, testbed, out, cfg, pivot_stats, log, items)
     rows, items = rows + job_rows, items + job_items
+    if not cfg.eval_split:
+        from pivotrl_testbed.lr_tuning import write_lr_choice
+
+        log("5/5 lr-tuning run: each method's lr and checkpoints chosen on dev; the eval split "
+            "is not scored")
+        write_jsonl(out / "items.jsonl", items)
+        choice = write_lr_choice(out, items, cfg, log)
+        record_invocation(out, time.time() - start, trained=trained, jobs=len(jobs))
+        log(f"done in {(time.time() - start) / 60:.1f} min: {out / 'lr_choice.json'}")
+        return {"lr_choice": choice}
 
     log("5/5 checkpoints chosen on dev; the eval split there; theory checks; paired verdicts; report")
     # A process of its own beside the eval split's workers (a pool starts its processes as tasks
