@@ -281,7 +281,7 @@ def test_profiling_and_the_base_scoring_share_one_pool(tmp_path, monkeypatch):
             events.append(("submitted", fn.__name__))
             return Deferred(fn, args)
 
-    def prepare_world_1thread(testbed, out, world, cfg):
+    def prepare_world_in_worker(testbed, out, world, cfg):
         return {"kept": 3, "trajectories": 1}
 
     def score_base(testbed, out, world, cfg):
@@ -290,14 +290,14 @@ def test_profiling_and_the_base_scoring_share_one_pool(tmp_path, monkeypatch):
     def grid_at(job, world, step, testbed, out, cfg):
         return []
 
-    for fn in (prepare_world_1thread, score_base, grid_at):
+    for fn in (prepare_world_in_worker, score_base, grid_at):
         monkeypatch.setattr(demo, fn.__name__, fn)
     monkeypatch.setattr(demo, "workers_pool", lambda n: RecordingPool())
     cfg = DemoConfig(worlds=["toolshop", "terminal"], seeds=[0, 1])
     pivot_stats, rows, items, seconds = demo.prepare_and_score_base(tmp_path, tmp_path, cfg, lambda m: None)
     first_wait = next(i for i, (what, _) in enumerate(events) if what == "ran")
     assert sorted(name for what, name in events[:first_wait]) == sorted(
-        ["prepare_world_1thread", "score_base", "grid_at"] * 2)
+        ["prepare_world_in_worker", "score_base", "grid_at"] * 2)
     assert {w: s["kept"] for w, s in pivot_stats.items()} == {"toolshop": 3, "terminal": 3}
     assert seconds == {"toolshop": 7.0, "terminal": 7.0}
     assert sorted((r["world"], r["seed"]) for r in rows) == [

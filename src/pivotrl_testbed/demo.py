@@ -134,10 +134,10 @@ def prepare_world(testbed: Path, out: Path, world: str, cfg: DemoConfig) -> dict
     return stats
 
 
-def prepare_world_1thread(testbed: Path, out: Path, world: str, cfg: DemoConfig) -> dict[str, Any]:
+def prepare_world_in_worker(testbed: Path, out: Path, world: str, cfg: DemoConfig) -> dict[str, Any]:
     import torch
 
-    torch.set_num_threads(1)  # one world per core
+    torch.set_num_threads(cfg.threads)  # one world per worker
     return prepare_world(testbed, out, world, cfg)
 
 
@@ -242,7 +242,7 @@ def prepare_and_score_base(testbed: Path, out: Path, cfg: DemoConfig, log: Calla
         + (" and eval; then planning half-widths" if cfg.eval_split else " (an lr-tuning run: dev only)"))
     pivot_stats = {}
     with workers_pool(cfg.workers) as pool:
-        prepared = {w: pool.submit(prepare_world_1thread, testbed, out, w, cfg) for w in cfg.worlds}
+        prepared = {w: pool.submit(prepare_world_in_worker, testbed, out, w, cfg) for w in cfg.worlds}
         scored = {w: pool.submit(score_base, testbed, out, w, cfg) for w in cfg.worlds}
         grids = [pool.submit(grid_at, None, w, 0, testbed, out, cfg) for w in cfg.worlds
                  if cfg.eval_split]  # the decoding grid serves the judging on eval
@@ -263,7 +263,7 @@ def score_base(testbed: Path, out: Path, world: str, cfg: DemoConfig) -> dict[st
     so a later run into the same folder scores eval too."""
     import torch
 
-    torch.set_num_threads(1)  # one world per core
+    torch.set_num_threads(cfg.threads)  # one world per worker
     cache = out / "runs" / "base" / (f"{world}.json" if cfg.eval_split else f"{world}.dev.json")
     if cache.exists():
         return json.loads(cache.read_text())
@@ -355,7 +355,7 @@ def theory_checks(out: Path, testbed: Path, cfg: DemoConfig, dev_items: list[dic
     from pivotrl_testbed.joint_theory import matched_preferences
     from pivotrl_testbed.theory import run_theory
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(cfg.threads)
     theory = run_theory(out, testbed, cfg, decoded(dev_items, cfg.select_decoding))
     theory["matched_preferences"] = matched_preferences(out, testbed, cfg, dev_items, rows)
     return theory

@@ -175,7 +175,11 @@ class DemoConfig(BaseModel):
     theory_turns: int = Field(32, description="Profiled states (half pivots, half not) in "
                               "the theory checks.")
     theory_samples: int = Field(16, description="Actions sampled per state in the theory checks.")
-    workers: int = Field(2, description="Training jobs run in parallel (one per core, 1 thread each).")
+    workers: int = Field(2, description="Training jobs run in parallel (one per core, `threads` each).")
+    threads: int = Field(1, ge=1, description="torch threads per worker. 1: one job per core, and "
+                         "the float sums run in one order; another count reorders them (float "
+                         "noise), which a choice by the dev band must not follow: rerunning the "
+                         "default at `workers: 1, threads: 2` checks that it does not.")
 
     @classmethod
     def from_yaml(cls, path: Path) -> "DemoConfig":

@@ -141,7 +141,7 @@ def run_job(job: Job, testbed: Path, out: Path, cfg: Any, pivot_stats: dict[str,
     the job stopped (`stop_step`, `stop_reason`)."""
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(cfg.threads)
     job_dir = out / "runs" / job.name
     done = job_dir / "rows.json"
     if done.exists() and (job_dir / "items.jsonl").exists():
@@ -200,7 +200,7 @@ def eval_at(job: Job, step: int, testbed: Path, out: Path,
     """One checkpoint on the eval split: (its rates, item rows); cached beside the job."""
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(cfg.threads)
     cache = out / "runs" / job.name / f"eval-step{step}.json"
     if cache.exists():
         got = json.loads(cache.read_text())
@@ -242,7 +242,7 @@ def _cached_rows(job: Job | None, world: str, step: int, testbed: Path, out: Pat
     beside the job, as item rows (the base's under every seed)."""
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(cfg.threads)
     name = job.name if job is not None else "base"
     cache = out / "runs" / name / (f"{what}-step{step}.json" if job is not None else f"{world}.{what}.json")
     if cache.exists():
