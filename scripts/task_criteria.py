@@ -7,7 +7,8 @@ dev scoring, greedy, runs stopped and checkpoints chosen on dev episode success;
     python3 scripts/task_criteria.py BUILD_DIR --config CONFIG.yaml --out RUN_DIR [--rescue-only]
 
 With --to-cap, SFT at its chosen lr also trains to its cap without the plateau stop
-(RUN_DIR/sft_cap/), read only by `ood_can_move`.
+(RUN_DIR/sft_cap/), and at 3× its chosen lr when the grid lacks it, both read only by
+`ood_can_move`.
 
 BUILD_DIR must be a finished build of CONFIG (the script never builds). Writes RUN_DIR/rescue.json
 (reused when present), RUN_DIR/sft/ (the runs, cached: another --lrs adds only its runs),
@@ -28,7 +29,7 @@ from pivotrl_testbed.evaluate import SampledConfig
 from pivotrl_testbed.testbed.build import is_built, load_testbed_config
 from pivotrl_testbed.testbed.common import WORLDS
 from pivotrl_testbed.testbed.rescue import rescue_test
-from pivotrl_testbed.testbed.task_criteria import check, sft_choice
+from pivotrl_testbed.testbed.task_criteria import OVERTRAIN_LR, check, sft_choice
 from pivotrl_testbed.testbed.tiny import load_tiny
 
 DEV_TASKS = 40  # the dev split the criteria were registered on: the eval file's first 40 tasks
@@ -70,6 +71,10 @@ def main() -> None:
     if chosen:
         cap_items = [r for r in sft_items(args.build, args.out / "sft_cap", [float(chosen["lr"])],
                                           to_cap=True) if r["method"] == "sft"]
+        over = OVERTRAIN_LR * float(chosen["lr"])
+        if not any(abs(lr - over) < 1e-12 for lr in lrs):  # the criterion's "3× its lr" as well
+            cap_items += [r for r in sft_items(args.build, args.out / "sft", [over])
+                          if r["method"] == "sft"]
         (args.out / "items_to_cap.jsonl").write_text("".join(json.dumps(r) + "\n" for r in cap_items))
     got = check(build, items, rescue, cap_items)
     (args.out / "criteria.json").write_text(json.dumps(got, indent=2, default=str) + "\n")
