@@ -84,9 +84,10 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testb
         trained, generated = [r["train_tokens"] for r in got], [r["rollout_tokens"] for r in got]
         method = got[0]["method"]
         assert trained == sorted(trained) and trained[-1] > 0 and (trained[0] > 0 or method == "e2e_rl"), got
-        assert (generated == [0] * len(got)) if method == "sft" else 0 < generated[0] < generated[-1], got
-    assert saved["compute"]["note"] is None
-    assert all(c["training_tokens"] > 0 for c in saved["compute"]["arms"].values()), saved["compute"]
+        assert (generated == [0] * len(got)) if method == "sft" else 0 < generated[0] and generated == sorted(generated)
+    arms = saved["compute"]["arms"]
+    assert saved["compute"]["note"] is None and all(c["training_tokens"] is not None for c in arms.values())
+    assert all(c["training_tokens"] > 0 for m, c in arms.items() if m != "e2e_rl"), arms
     # Per-item outcomes of every arm on both splits; verdicts between dev-chosen checkpoints.
     items = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
     keys = {"method", "world", "seed", "lr", "step", "split", "measure", "item", "cluster", "outcome",
