@@ -78,12 +78,13 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testb
     assert ck["pivotrl_no_filter"][1]["rollout_turns"] == 2 * 2 * 2
     assert ck["e2e_rl"][1]["rollout_turns"] > ck["e2e_rl"][0]["rollout_turns"] > 0
     # Every checkpoint row carries the tokens its trainer counted, growing with the steps (E2E RL
-    # skips the forward of a step whose groups all tie: 0 is then what it trained); SFT generates none.
+    # skips the forward of a step whose groups all tie, as all do on this base: 0 is what it
+    # trained); SFT generates none.
     for done in (out / "runs").glob("toolshop/*/*/rows.json"):
         got = json.loads(done.read_text())
         trained, generated = [r["train_tokens"] for r in got], [r["rollout_tokens"] for r in got]
         method = got[0]["method"]
-        assert trained == sorted(trained) and trained[-1] > 0 and (trained[0] > 0 or method == "e2e_rl"), got
+        assert trained == sorted(trained) and (trained[0] > 0 or method == "e2e_rl"), got
         assert (generated == [0] * len(got)) if method == "sft" else 0 < generated[0] and generated == sorted(generated)
     arms = saved["compute"]["arms"]
     assert saved["compute"]["note"] is None and all(c["training_tokens"] is not None for c in arms.values())
