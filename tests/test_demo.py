@@ -77,6 +77,18 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testb
     assert ck["pivotrl"][0]["rollout_turns"] == len(turns) * 2 + 2 * 2 * 1
     assert ck["pivotrl_no_filter"][1]["rollout_turns"] == 2 * 2 * 2
     assert ck["e2e_rl"][1]["rollout_turns"] > ck["e2e_rl"][0]["rollout_turns"] > 0
+    # Every checkpoint row carries the tokens its trainer counted, growing with the steps (E2E RL
+    # skips the forward of a step whose groups all tie, as all do on this base: 0 is what it
+    # trained); SFT generates none.
+    for done in (out / "runs").glob("toolshop/*/*/rows.json"):
+        got = json.loads(done.read_text())
+        trained, generated = [r["train_tokens"] for r in got], [r["rollout_tokens"] for r in got]
+        method = got[0]["method"]
+        assert trained == sorted(trained) and (trained[0] > 0 or method == "e2e_rl"), got
+        assert (generated == [0] * len(got)) if method == "sft" else 0 < generated[0] and generated == sorted(generated)
+    arms = saved["compute"]["arms"]
+    assert saved["compute"]["note"] is None and all(c["training_tokens"] is not None for c in arms.values())
+    assert all(c["training_tokens"] > 0 for m, c in arms.items() if m != "e2e_rl"), arms
     # Per-item outcomes of every arm on both splits; verdicts between dev-chosen checkpoints.
     items = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
     keys = {"method", "world", "seed", "lr", "step", "split", "measure", "item", "cluster", "outcome",
@@ -128,6 +140,7 @@ def test_demo_miniature_end_to_end_and_cached(tmp_path, monkeypatch, quick_testb
     report = (out / "report.md").read_text()
     assert "## The paper's claims against ours" in report
     assert "## Decoding: each arm at its dev-best temperature" in report
+    assert "| arm | turn accuracy (eval) | training tokens (forward + backward) | rollout tokens |" in report
     assert (out / "frontier.png").exists() and (out / "compute.png").exists()
     assert (out / "joint_frontier.png").exists() and "## The joint claim on the frontier" in report
 
@@ -386,6 +399,38 @@ def test_the_ablation_arms_train_on_what_select_strategy_keeps(method, strategy,
     ids = [p.id for p in iter_valid(seen["cfg"].pivots, Profile)]
     assert ids == [p.id for p in iter_valid(expected, Profile)]
     assert len(ids) == (30 if strategy == "all" else 10)
+
+
+def test_each_checkpoint_row_carries_the_tokens_its_trainer_logged_at_that_step(tmp_path, monkeypatch):
+    """rows.json: `train_tokens` / `rollout_tokens` as metrics.jsonl has them at the checkpoint's
+    own step; a step the trainer did not log them at has none (never a nearby step's count)."""
+    import pivotrl_testbed.jobs as jobs
+
+    cfg = DemoConfig(worlds=["toolshop"], eval_every=10, steps=20, early_until=0)
+
+    def fake_train(job, testbed, out, cfg, until=None):
+        run = out / "runs" / job.name
+        (run / f"checkpoint-{until}").mkdir(parents=True)
+        (run / f"checkpoint-{until}" / "config.json").write_text("{}")
+        with (run / "metrics.jsonl").open("a") as f:
+            for step in range(until - 9, until + (job.method == "sft")):  # pivotrl: its last step unlogged
+                f.write(json.dumps({"step": step, "train_tokens": 100 * step,
+                                    **({} if job.method == "sft" else {"rollout_tokens": 7 * step})}) + "\n")
+
+    def scored(key, checkpoints, evaluator, extra):
+        (step, _), = checkpoints.items()
+        item = {**key, "step": step, "split": "dev", "measure": cfg.select_on, "item": 0, "cluster": 0,
+                "decoding": cfg.select_decoding, "outcome": step / 100}
+        return [{**key, "step": step, **extra(step)}], [item]
+
+    monkeypatch.setattr(jobs, "train_job", fake_train)
+    monkeypatch.setattr(jobs, "score_dev", scored)
+    monkeypatch.setattr(jobs, "Evaluator", lambda testbed, cfg: object())
+    rows, _ = jobs.run_job(jobs.Job("toolshop", "sft", 1e-4, 0), tmp_path, tmp_path, cfg, {}, start=0.0)
+    assert [(r["step"], r["train_tokens"], r["rollout_tokens"]) for r in rows] == [(10, 1000, 0), (20, 2000, 0)]
+    rows, _ = jobs.run_job(jobs.Job("toolshop", "pivotrl", 1e-4, 0), tmp_path, tmp_path, cfg,
+                           {"profile_rollout_turns": 0}, start=0.0)
+    assert "train_tokens" not in rows[0] and "rollout_tokens" not in rows[1]
 
 
 def test_a_job_stops_at_the_step_where_its_run_in_the_other_world_stopped(tmp_path, monkeypatch):

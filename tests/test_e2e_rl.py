@@ -46,15 +46,22 @@ def test_two_passes_per_batch_compare_each_span_with_its_own_old_log_probs(tmp_p
     from pivotrl_testbed import e2e
     from pivotrl_testbed.testbed.tasks import make_tasks
 
-    calls = []
+    calls, ran, generated = [], [], []
 
     def spy(model, batch, temperature=1.0):
         out = span_logps(model, batch, temperature)
         calls.append(([n for _, spans in batch for _, n in spans], [t.detach().clone() for t in out]))
+        ran.append((torch.is_grad_enabled(), sum(len(ids) for ids, _ in batch)))
         return out
 
-    span_logps = e2e.span_logps
+    def sampled(*args, **kwargs):
+        gens = generate_each(*args, **kwargs)
+        generated.extend(len(g.tokens) for g in gens)
+        return gens
+
+    span_logps, generate_each = e2e.span_logps, e2e.generate_each
     monkeypatch.setattr(e2e, "span_logps", spy)
+    monkeypatch.setattr(e2e, "generate_each", sampled)
     cfg = E2ERunConfig(model=str(tiny_model_dir), output_dir=tmp_path / "mu2", world="toolshop",
                        tasks=tmp_path / "unused.jsonl", tasks_per_step=2, num_generations=2,
                        max_turns=2, max_completion_length=12, learning_rate=1e-3, max_steps=1,
@@ -69,6 +76,11 @@ def test_two_passes_per_batch_compare_each_span_with_its_own_old_log_probs(tmp_p
     assert [n for n, _ in old] == [n for n, _ in first]
     for (_, a), (_, b) in zip(old, first):
         assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(a, b))
+    # Tokens, by hand: both passes' sequences (each its own length, once per pass), not the old
+    # log-probs' no-gradient pass; and every token the episodes generated.
+    assert [g for g, _ in ran] == [False] * third + [True] * 2 * third
+    assert row["train_tokens"] == sum(n for g, n in ran if g) == 2 * sum(n for g, n in ran if not g) > 0
+    assert row["rollout_tokens"] == sum(generated) > 0
 
 
 def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, tiny_model_dir):

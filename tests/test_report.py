@@ -242,21 +242,44 @@ def test_one_seed_says_so_and_a_ratio_near_the_base_or_at_a_bound_is_no_ratio(tm
 
 def test_each_arms_compute_is_reported_beside_it():
     from pivotrl_testbed.compute import compute_block
+    from pivotrl_testbed.report_md import compute_section
 
-    def run(method, steps, turns, secs):
-        out = [{"method": method, "world": "w", "seed": 0, "lr": 1e-4, "step": s, "rollout_turns": t}
+    def run(method, steps, turns, secs, tokens=None, world="w"):
+        out = [{"method": method, "world": world, "seed": 0, "lr": 1e-4, "step": s, "rollout_turns": t,
+                **({"train_tokens": tokens[0] * s, "rollout_tokens": tokens[1] * s} if tokens else {})}
                for s, t in zip(steps, turns)]
         out[-1]["train_seconds"] = secs
         return out
 
-    rows = run("pivotrl", (10, 20, 30), (1100, 1200, 1300), 300.0) + run("e2e_rl", (10, 20), (500, 1000), 100.0)
-    rows += run("sft", (10, 20), (0, 0), 40.0)
+    rows = run("pivotrl", (10, 20, 30), (1100, 1200, 1300), 300.0, (50, 5)) \
+        + run("e2e_rl", (10, 20), (500, 1000), 100.0, (100, 40))
+    rows += run("sft", (10, 20), (0, 0), 40.0)  # rows from before the trainers counted tokens
     side = lambda m, step: {"method": m, "lr": 1e-4, "steps": {0: step}}  # noqa: E731
-    got = compute_block(rows, {"pivotrl": side("pivotrl", 10), "e2e_rl": side("e2e_rl", 20),
-                               "sft": side("sft", 20), "base": side("base", 0)},
-                        {"w": {"profile_rollout_turns": 1000}})
+    chosen = {"pivotrl": side("pivotrl", 10), "e2e_rl": side("e2e_rl", 20), "sft": side("sft", 20),
+              "base": side("base", 0)}
+    got = compute_block(rows, chosen, {"w": {"profile_rollout_turns": 1000}})
+    # the counters at the chosen step itself (10), not the run's last (30), nor pro-rated
     assert got["arms"]["pivotrl"] == {"rollout_turns": 1100, "profiling_samples": 1000,
                                       "train_seconds": 100.0, "train_seconds_run": 300.0,
-                                      "training_tokens": None}
+                                      "training_tokens": 500, "rollout_tokens": 50}
+    assert got["arms"]["e2e_rl"]["training_tokens"] == 2000 and got["arms"]["e2e_rl"]["rollout_tokens"] == 800
     assert got["arms"]["sft"]["profiling_samples"] == 0 and "base" not in got["arms"]
-    assert got["pivotrl_over_e2e"] == {"rollout_turns": 1.1, "train_seconds": 1.0}
+    assert got["arms"]["sft"]["training_tokens"] is None and got["arms"]["sft"]["rollout_tokens"] is None
+    assert got["pivotrl_over_e2e"] == {"rollout_turns": 1.1, "train_seconds": 1.0,
+                                       "training_tokens": 0.25, "rollout_tokens": 0.0625}
+    assert "sft" in got["note"] and "pivotrl" not in got["note"]
+    md = "\n".join(compute_section({"compute": got, "methods": {
+        "pivotrl": {"in_domain": {"w": {"turn_accuracy": 0.625}}}}}))
+    line = next(x for x in md.splitlines() if x.startswith("| pivotrl |"))
+    assert line.startswith("| pivotrl | 0.625 | 500 | 50 | 1100 | 1000 |")
+    assert next(x for x in md.splitlines() if x.startswith("| sft |")).startswith(
+        "| sft | — | not recorded | not recorded | 0 |")
+    assert "training tokens 0.25, rollout tokens 0.06" in md and "Not in the table: training and rollout " \
+        "tokens were not recorded for sft" in md
+    # one world's run without the counters: the arm's sum over worlds is unknown, not a part of it
+    rows += run("sft", (10, 20), (0, 0), 40.0, (30, 0), world="v")
+    assert compute_block(rows, chosen, {})["arms"]["sft"]["training_tokens"] is None
+    counted = [r for r in rows if not (r["method"] == "sft" and r["world"] == "w")]
+    got = compute_block(counted, chosen, {})
+    assert got["arms"]["sft"]["training_tokens"] == 600 and got["note"] is None
+    assert "Not in the table" not in "\n".join(compute_section({"compute": got}))

@@ -156,6 +156,23 @@ def test_shared_prefix_encodes_each_prompt_once():
     assert seen == [(3, n_prompt - 1), (9, n_completion + 1)]
 
 
+def test_the_tokens_counted_are_the_ones_each_path_runs():
+    """`train_tokens` (train/tokens.py) counts what the forward computes: under the shared prefix
+    each distinct prompt once per chunk (less its last token) plus every row's last prompt token
+    and completion; TRL's path every row's prompt and completion. Padding never counts."""
+    from pivotrl.train.shared_prefix import shared_prefix_tokens
+
+    ids = torch.tensor([[PAD, 5, 6, 7, 8, 9, PAD],   # prompt A (3 tokens), completion of 2
+                        [PAD, 5, 6, 7, 8, PAD, PAD],  # prompt A again, completion of 1
+                        [4, 5, 6, 7, 1, 2, 3]])       # prompt B (4 tokens), completion of 3
+    mask = torch.tensor([[0, 1, 1, 1, 1, 1, 0], [0, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1, 1]])
+    # stage 1: A less its last token (2) + B less its last token (3); stage 2: (1 + 2) + (1 + 1) + (1 + 3)
+    assert shared_prefix_tokens(ids, mask, logits_to_keep=3) == 2 + 3 + 3 + 2 + 4
+    assert int(mask.sum()) == 16  # TRL's path: A twice
+    # one row per chunk: A is encoded in each chunk it appears in
+    assert shared_prefix_tokens(ids, mask, logits_to_keep=3, batch_size=1) == (2 + 3) + (2 + 2) + (3 + 4)
+
+
 def test_generation_still_sees_the_models_signature():
     """`generate` inspects forward's parameters; hiding `logits_to_keep` would make every prefill
     project all prompt positions through the LM head."""

@@ -162,6 +162,15 @@ def test_one_grpo_step_moves_rewarded_up_and_unrewarded_down(tmp_path, tiny_mode
     assert all(d > 0 for d in deltas[1.0]), deltas
     assert sum(deltas[0.0]) < 0 and fell > len(deltas[0.0]) / 2, deltas
     assert trainer.rollout_turns == 16  # 2 pivots × G=8 completions = 16 model turns
+    # Tokens, by hand: the one loss forward (one micro-batch, the shared-prefix loss) runs each of
+    # the 2 prompts once less its last token, then each row's last prompt token and completion.
+    from pivotrl.formats.chat import prompt_token_ids
+
+    prompts = {p: len(prompt_token_ids(tok, p)) for p, _, _ in seen}
+    completions = [len(ids) for _, ids, _ in seen]
+    assert trainer.shared_prefix and len(prompts) == 2 and len(completions) == 16
+    assert trainer.token_counts == {"train_tokens": sum(n - 1 for n in prompts.values()) + sum(completions) + 16,
+                                    "rollout_tokens": sum(completions)}
 
 
 # ---------------------------------------------------------------- CLI, checkpoints, resume
@@ -189,6 +198,11 @@ def test_cli_train_checkpoints_metrics_and_resume(tmp_path, tiny_model_dir):
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]  # continued, no step repeated
     assert [r["rollout_turns"] for r in rows] == [8, 16, 24]  # counter restored from the checkpoint
+    # the token counters too: the third step adds to the first two's (2 pivots × up to 8 new tokens
+    # × G=4 generated per step), it does not start again from 0
+    for key, most in (("train_tokens", None), ("rollout_tokens", 2 * 4 * 8)):
+        steps = [b[key] - a[key] for a, b in zip([{key: 0}] + rows, rows)]
+        assert all(0 < n <= (most or n) for n in steps), (key, rows)  # a restart at 0: step 3 < 0
     for key in ("reward_mean", "reward_std", "frac_zero_std", "invalid_rate", "group_std_mean"):
         assert key in rows[-1]
     from transformers import AutoModelForCausalLM

@@ -67,6 +67,20 @@ def test_sft_lowers_the_loss_and_reports_rejects(tmp_path, tiny_model_dir):
     rejects = [json.loads(line) for line in (out / "sft_data.rejects.jsonl").read_text().splitlines()]
     assert rejects[0]["where"].endswith("trajectories.jsonl:7")
     assert (out / "checkpoint-6" / "trainer_state.json").exists()
+    # Every step runs all 6 trajectories forward and backward: their tokens, by hand, once a step
+    # (padding not counted), and a resumed run goes on counting from its checkpoint's count.
+    from transformers import AutoTokenizer
+
+    from pivotrl.train.sft import tokenize_trajectory
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    per_step = sum(len(tokenize_trajectory(tok, Trajectory.model_validate(trajectory(i)))["input_ids"])
+                   for i in range(6))
+    assert [r["train_tokens"] for r in rows] == [per_step * (k + 1) for k in range(12)]
+    result = CliRunner().invoke(app, ["sft", "--config", str(run_yaml), "--resume", "--max-steps", "13"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 14)) and rows[-1]["train_tokens"] == 13 * per_step
     # The final model written to output_dir is the trained one, not the starting weights.
     from transformers import AutoModelForCausalLM
 

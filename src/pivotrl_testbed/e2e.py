@@ -16,7 +16,10 @@ KL), one process, CleanRL style.
 The loss covers every token the model generated in the episode (all its turns); prompts, and so
 tool results, are never in the loss. An episode's turns are scored in one pass over its last
 sequence when the template replays them exactly (`pack_turns`). Every model turn generated is
-counted (`rollout_turns`), the unit in which PivotRL's one-turn rollouts are counted too.
+counted (`rollout_turns`), the unit in which PivotRL's one-turn rollouts are counted too, and so
+are the tokens the model generated (`rollout_tokens`) and the tokens of every forward pass a
+backward follows (`train_tokens`: each packed sequence's length, once per iteration; the old
+policy's no-gradient pass is not counted), as pivotrl's trainers count them (train/tokens.py).
 """
 
 from __future__ import annotations
@@ -225,6 +228,8 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
     metrics_path = out / "metrics.jsonl"
     order: list[int] = []  # indices into tasks: the rest of the current pass, popped from the end
     rollout_turns, G, done = 0, cfg.num_generations, 0
+    # None: unknown (resumed from a checkpoint that did not keep them), then never logged.
+    tokens: dict[str, int | None] = {"train_tokens": 0, "rollout_tokens": 0}
     if resume:
         done, state = resume[0], torch.load(resume[1] / RESUME_STATE, weights_only=False)
         optimizer.load_state_dict(state["optimizer"])
@@ -232,6 +237,7 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
         rng.setstate(state["rng"])
         torch.set_rng_state(state["torch_rng"])
         order, rollout_turns = state["order"], state["rollout_turns"]
+        tokens = {k: state.get(k) for k in tokens}
         # metrics of steps after the checkpoint were never kept in the model: drop them
         rows = metrics_path.read_text().splitlines() if metrics_path.exists() else []
         metrics_path.write_text("".join(r + "\n" for r in rows if json.loads(r)["step"] <= done))
@@ -267,6 +273,7 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
             episode_turns += policy.turns
         model_turns = sum(r.model_turns for r in results)
         rollout_turns += model_turns
+        generated = sum(len(completion) for turns in episode_turns for _, completion in turns)
 
         # 3. Group-normalised advantages: reward = success (0/1), one group = G episodes of a task.
         rewards = torch.tensor([float(reward_fn(r) if reward_fn else r.success) for r in results]).view(-1, G)
@@ -288,11 +295,12 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
         if cfg.num_iterations > 1:
             with torch.no_grad():
                 old = [span_logps(model, micro, cfg.temperature) for micro in micro_batches]
-        loss_sum, clipped, grad_norm = 0.0, 0, 0.0
+        loss_sum, clipped, grad_norm, trained = 0.0, 0, 0.0, 0
         for _ in range(cfg.num_iterations):
             optimizer.zero_grad(set_to_none=True)
             for m, (micro, span_advantages) in enumerate(zip(micro_batches, micro_advantages)):
                 new = span_logps(model, micro, cfg.temperature)
+                trained += sum(len(ids) for ids, _ in micro)  # unpadded: each sequence's own length
                 loss = torch.zeros((), device=model.device)
                 for j, (lp, adv) in enumerate(zip(new, span_advantages)):
                     ratio = torch.exp(lp - (old[m][j] if old else lp.detach()))
@@ -305,6 +313,8 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm))
             optimizer.step()  # no gradients (all groups zero-std): a no-op that keeps the schedule
             scheduler.step()
+        for key, n in (("train_tokens", trained), ("rollout_tokens", generated)):
+            tokens[key] = None if tokens[key] is None else tokens[key] + n
 
         # 5. Log reward against rollout turns spent; checkpoint.
         if step % cfg.logging_steps == 0 or step == cfg.max_steps:
@@ -314,7 +324,8 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
                    "rollout_turns": rollout_turns, "episode_turns_mean": model_turns / len(results),
                    "loss": loss_sum / cfg.num_iterations, "grad_norm": grad_norm,
                    "clip_ratio": clipped / total_tokens / cfg.num_iterations,
-                   "learning_rate": scheduler.get_last_lr()[0], "step_time": time.perf_counter() - t0}
+                   "learning_rate": scheduler.get_last_lr()[0], "step_time": time.perf_counter() - t0,
+                   **{k: n for k, n in tokens.items() if n is not None}}
             with metrics_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
         progress.update(step, f"reward {rewards.mean().item():.3g}")
@@ -324,10 +335,10 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
             tokenizer.save_pretrained(ckpt)
             torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                         "rng": rng.getstate(), "torch_rng": torch.get_rng_state(), "order": order,
-                        "rollout_turns": rollout_turns}, ckpt / RESUME_STATE)
+                        "rollout_turns": rollout_turns, **tokens}, ckpt / RESUME_STATE)
 
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     finish_run(out)
     return {"steps": cfg.max_steps, "resumed_from": done, "tasks": len(tasks), **dropped, "rollout_turns": rollout_turns,
-            "output_dir": str(out), "metrics": str(metrics_path)}
+            **tokens, "output_dir": str(out), "metrics": str(metrics_path)}

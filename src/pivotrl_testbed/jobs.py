@@ -120,6 +120,19 @@ def rollout_turns_at(job: Job, step: int, job_dir: Path, cfg: Any,
     return rollouts + profiling
 
 
+def tokens_at(job: Job, step: int, job_dir: Path) -> dict[str, int]:
+    """`train_tokens` and `rollout_tokens` (pivotrl.train.tokens) up to `step`: the counters the
+    trainer logged at that step in metrics.jsonl; a counter it did not log there (an older run)
+    is left out, never guessed. SFT generates nothing: 0 rollout tokens."""
+    got: dict[str, int] = {"rollout_tokens": 0} if job.method == "sft" else {}
+    metrics = job_dir / "metrics.jsonl"
+    for line in (metrics.read_text().splitlines() if metrics.exists() else []):
+        row = json.loads(line)
+        if row.get("step") == step:
+            got.update({k: int(row[k]) for k in ("train_tokens", "rollout_tokens") if k in row})
+    return got
+
+
 def checkpoint_dir(job: Job, out: Path, step: int) -> Path | None:
     """The model dir of a job's checkpoint at `step`, None when not trained (yet)."""
     ckpt = out / "runs" / job.name / f"checkpoint-{step}"
@@ -167,7 +180,8 @@ def run_job(job: Job, testbed: Path, out: Path, cfg: Any, pivot_stats: dict[str,
             evaluator = evaluator or Evaluator(testbed, cfg)
             got_rows, got_items = score_dev(
                 key, {step: ckpt}, evaluator,
-                lambda s: {"rollout_turns": rollout_turns_at(job, s, job_dir, cfg, pivot_stats)})
+                lambda s: {"rollout_turns": rollout_turns_at(job, s, job_dir, cfg, pivot_stats),
+                           **tokens_at(job, s, job_dir)})
             got = {"row": got_rows[0], "items": got_items}
             write_text_atomic(cache, json.dumps(got))
             train_s, eval_s = train_s + t1 - t0, eval_s + time.time() - t1

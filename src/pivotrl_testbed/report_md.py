@@ -30,6 +30,12 @@ def _f(x: float | None, digits: int = 3) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def mean_turn_accuracy(in_domain: dict[str, Any]) -> float | None:
+    """An arm's turn accuracy, the mean over its worlds (None when a world has none)."""
+    ta = [x.get("turn_accuracy") for x in in_domain.values()]
+    return sum(ta) / len(ta) if ta and None not in ta else None
+
+
 def _ci(ci: list[float] | None) -> str:
     return "" if not ci else f"[{ci[0]:.4f}, {ci[1]:.4f}]"
 
@@ -108,8 +114,7 @@ def results_section(results: dict[str, Any]) -> list[str]:
          + ("---|" if agentic else "")]
     for m, v in results["methods"].items():
         ind = v.get("in_domain", {})
-        ta = [x.get("turn_accuracy") for x in ind.values()]
-        ta = sum(ta) / len(ta) if ta and None not in ta else None
+        ta = mean_turn_accuracy(ind)
         ep = sum(x["success"] for x in ind.values()) / len(ind) if ind else None
         ood = v.get("ood", {})
         oa = _f(_ood_mean(ood, False)) + (f" | {_f(_ood_mean(ood, True))}" if agentic else "")
@@ -189,21 +194,31 @@ def ratio_text(r: dict[str, Any]) -> str:
 
 
 def compute_section(results: dict[str, Any]) -> list[str]:
-    """Each arm's compute at its chosen checkpoints (`compute.py`), beside its verdicts."""
+    """Each arm's compute at its chosen checkpoints (`compute.py`) beside its eval turn accuracy;
+    tokens a run did not record read "not recorded", never 0."""
     block = results.get("compute") or {}
     if not block.get("arms"):
         return []
+
+    def tokens(x: float | None) -> str:
+        return "not recorded" if x is None else f"{x:,.0f}"
+
     L = ["## What each arm spent (at its chosen checkpoints; means over seeds, sums over worlds)", "",
-         "| arm | rollout turns | profiling samples | training s (to the chosen step) | "
-         "training s (whole run) |", "|---|---|---|---|---|"]
+         "| arm | turn accuracy (eval) | training tokens (forward + backward) | rollout tokens | "
+         "rollout turns | profiling samples | training s (to the chosen step) | training s (whole run) |",
+         "|---|---|---|---|---|---|---|---|"]
     for m, c in block["arms"].items():
-        L.append(f"| {m} | {_f(c['rollout_turns'], 0)} | {c['profiling_samples']} | "
+        acc = _f(mean_turn_accuracy((results.get("methods") or {}).get(m, {}).get("in_domain", {})))
+        L.append(f"| {m} | {acc} | {tokens(c.get('training_tokens'))} | {tokens(c.get('rollout_tokens'))} | "
+                 f"{_f(c['rollout_turns'], 0)} | {c['profiling_samples']} | "
                  f"{_f(c['train_seconds'], 0)} | {_f(c['train_seconds_run'], 0)} |")
     r = block.get("pivotrl_over_e2e")
     if r:
         L += ["", f"PivotRL's cost as a fraction of E2E RL's: rollout turns {_f(r['rollout_turns'], 2)} "
-              f"(profiling included), training seconds {_f(r['train_seconds'], 2)}."]
-    return L + ["", f"Not in the table: {block['note']}.", ""]
+              f"(profiling included), training seconds {_f(r['train_seconds'], 2)}, training tokens "
+              f"{_f(r.get('training_tokens'), 2)}, rollout tokens {_f(r.get('rollout_tokens'), 2)} "
+              "(profiling not included)."]
+    return L + ["", *([f"Not in the table: {block['note']}.", ""] if block.get("note") else [])]
 
 
 def verdict_section(results: dict[str, Any]) -> list[str]:

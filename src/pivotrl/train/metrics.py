@@ -23,6 +23,8 @@ METRIC_KEYS = {  # metrics.jsonl key ← TRL log key
     # The parts of the loss TRL logs besides the total: the MoE load-balancing loss (added to the
     # loss with the model's router_aux_loss_coef) and, with an entropy bonus, the policy term.
     "aux_loss": "aux_loss", "policy_loss": "policy_loss",
+    # Counters (train/tokens.py): tokens the forward + backward passes ran, tokens generated.
+    "train_tokens": "train_tokens", "rollout_tokens": "rollout_tokens",
 }
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformers.trainer_utils import get_last_checkpoint
 from trl import SFTTrainer
 
@@ -36,16 +37,24 @@ from pivotrl.run_plan import Launch, NothingToRun
 from pivotrl.train.plan import begin_training, sft_plan
 from pivotrl.train.resume import Resumable
 from pivotrl.train.saved_config import SavesBaseSettings
+from pivotrl.train.tokens import CountsTokens, batch_tokens
 
 SFT_METRIC_KEYS = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm",
                    "mean_token_accuracy": "mean_token_accuracy", "entropy": "entropy",
-                   "num_tokens": "num_tokens",
+                   "num_tokens": "num_tokens", "train_tokens": "train_tokens",
                    "aux_loss": "aux_loss"}  # MoE load-balancing loss, part of `loss` (router_aux_loss_coef)
 
 
-class PivotSFTTrainer(Resumable, SavesBaseSettings, SFTTrainer):
+class PivotSFTTrainer(Resumable, SavesBaseSettings, CountsTokens, SFTTrainer):
     """TRL's SFTTrainer, with the resume fixes of train/resume.py; checkpoints keep the base's
-    settings (train/saved_config.py)."""
+    settings (train/saved_config.py); the tokens its forward + backward passes ran are counted
+    (`train_tokens`, train/tokens.py: TRL's own `num_tokens` starts again from 0 on resume)."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if model.training and torch.is_grad_enabled():  # the training forward: a backward follows
+            self.count_tokens("train_tokens", batch_tokens(inputs))
+        return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                    num_items_in_batch=num_items_in_batch)
 
 
 @dataclass

@@ -330,6 +330,22 @@ def shared_prefix_logps(model, input_ids: torch.Tensor, attention_mask: torch.Te
             torch.stack(all_aux).mean() if compute_aux_loss else None)
 
 
+def shared_prefix_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
+                         batch_size: int | None = None) -> int:
+    """The non-padding tokens `shared_prefix_logps` runs through the model for the same call: per
+    chunk of `batch_size` rows, each distinct prompt (less its last token) once in stage 1, and
+    each row's last prompt token plus its completion in stage 2."""
+    n_prompt = input_ids.size(1) - logits_to_keep
+    batch_size = batch_size or input_ids.size(0)
+    total = 0
+    for start in range(0, input_ids.size(0), batch_size):
+        ids = input_ids[start:start + batch_size]
+        mask = attention_mask[start:start + batch_size]
+        first, _ = prefix_groups(ids[:, :n_prompt - 1], mask[:, :n_prompt - 1])
+        total += int(mask[first, :n_prompt - 1].sum()) + int(mask[:, n_prompt - 1:].sum())
+    return total
+
+
 # ---------------------------------------------------------------- rollouts
 
 

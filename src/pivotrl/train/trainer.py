@@ -15,7 +15,8 @@ from pivotrl.train.reward import group_stats
 from pivotrl.train.saved_config import SavesBaseSettings
 from pivotrl.train.shared_prefix import (enable_shared_prefix_forward, has_shared_prefix_forward,
                                          rollout_fallback_reason, shared_prefill_rollouts,
-                                         shared_prefix_logps, unsupported_reason)
+                                         shared_prefix_logps, shared_prefix_tokens, unsupported_reason)
+from pivotrl.train.tokens import TOKEN_COUNTERS, CountsTokens
 
 
 def score_only_completions_on_cpu(enabled: bool = True) -> bool:
@@ -45,11 +46,13 @@ def score_only_completions_on_cpu(enabled: bool = True) -> bool:
     return True
 
 
-class PivotGRPOTrainer(Resumable, SavesBaseSettings, GRPOTrainer):
+class PivotGRPOTrainer(Resumable, SavesBaseSettings, CountsTokens, GRPOTrainer):
     """GRPOTrainer plus the metrics PivotRL reports: per-group reward std, fraction of zero-std
-    groups, and rollout turns spent (one completion = one model turn), counted over all processes."""
+    groups, rollout turns spent (one completion = one model turn), counted over all processes,
+    and the tokens trained on and generated (train/tokens.py)."""
 
     rollout_turns: int = 0
+    counted = TOKEN_COUNTERS
 
     def __init__(self, *args, shared_prefix: bool = True, shared_rollouts: bool = False, **kwargs):
         score_only_completions_on_cpu()
@@ -72,12 +75,18 @@ class PivotGRPOTrainer(Resumable, SavesBaseSettings, GRPOTrainer):
         """TRL's log-probs, with each distinct prompt encoded once (train/shared_prefix.py) when the
         switch is on and the call is a plain text one on the policy; otherwise TRL's own path."""
         lm = self._causal_lm(model)
+        trained = model.training and torch.is_grad_enabled()  # the loss forward: a backward follows
         if (self.shared_prefix and all(v is None for v in extra.values())
                 and input_ids.size(1) - logits_to_keep >= 2 and has_shared_prefix_forward(lm)
                 and unsupported_reason(lm) is None):
+            if trained:
+                self.count_tokens("train_tokens", shared_prefix_tokens(input_ids, attention_mask,
+                                                                       logits_to_keep, batch_size))
             return shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep, batch_size,
                                        compute_entropy, autocast=self.accelerator.autocast,
                                        compute_aux_loss=compute_aux_loss)
+        if trained:
+            self.count_tokens("train_tokens", int(attention_mask.sum()))
         return super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
             compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **extra)
@@ -109,6 +118,7 @@ class PivotGRPOTrainer(Resumable, SavesBaseSettings, GRPOTrainer):
         for key, value in group_stats(rewards.cpu(), group).items():
             self._metrics[mode][key].append(value)
         if mode == "train":
+            self.count_tokens("rollout_tokens", sum(len(ids) for ids in completion_ids_list))
             self.rollout_turns += int(rewards_per_func.shape[0])
             self._metrics[mode]["rollout_turns"] = [float(self.rollout_turns)]  # a counter, not averaged
         return rewards_per_func
