@@ -23,31 +23,33 @@ from collections import defaultdict
 from statistics import mean
 from typing import Any
 
+from pivotrl_testbed.stats import step_of
+
 PIVOT_SET = ("pivotrl", "pivotrl_exact", "pivotrl_random")
 
 
 def arm_compute(rows: list[dict[str, Any]], side: dict[str, Any],
                 pivot_stats: dict[str, Any]) -> dict[str, Any] | None:
     """One arm's compute at its chosen checkpoints (module doc), or None without rows there."""
-    steps = {int(s): int(v) for s, v in side["steps"].items()}
     runs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         if r["method"] == side["method"] and math.isclose(float(r["lr"]), float(side["lr"])) \
-                and int(r["seed"]) in steps:
+                and step_of(side, r["world"], int(r["seed"])) is not None:
             runs[(r["world"], int(r["seed"]))].append(r)
     if not runs:
         return None
     turns, secs, whole = defaultdict(float), defaultdict(float), defaultdict(float)
     for (world, seed), got in runs.items():
         got.sort(key=lambda r: int(r["step"]))
-        at = next((r for r in got if int(r["step"]) == steps[seed]), None)
+        chosen = step_of(side, world, seed)
+        at = next((r for r in got if int(r["step"]) == chosen), None)
         if at is None:
             continue
         last = next((r for r in reversed(got) if "train_seconds" in r), None)
         turns[seed] += float(at.get("rollout_turns", 0))
         if last is not None:
             whole[seed] += float(last["train_seconds"])
-            secs[seed] += float(last["train_seconds"]) * steps[seed] / max(1, int(last["step"]))
+            secs[seed] += float(last["train_seconds"]) * chosen / max(1, int(last["step"]))
     profiling = (sum(s.get("profile_rollout_turns", 0) for s in pivot_stats.values())
                  if side["method"] in PIVOT_SET else 0)
     return {"rollout_turns": mean(turns.values()) if turns else None,

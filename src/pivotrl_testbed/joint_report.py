@@ -41,8 +41,7 @@ def mechanism(items: list[dict[str, Any]], sides: dict[str, dict[str, Any]],
     out = []
     for decoding in DECODINGS:
         mine = [r for r in decoded(items, decoding) if r["split"] == "eval" and r["measure"] == measure]
-        base = {"method": "base", "lr": 0.0, "steps": {s: 0 for s in {r["seed"] for r in mine
-                                                                      if r["method"] == "base"}}}
+        base = stats.base_side(mine)
         for by, key in GROUPS.items():
             groups = sorted({g for r in mine if (g := key(r)) is not None})
             for name, side in sides.items():

@@ -117,10 +117,10 @@ def checkpoint_curve(rows: list[dict[str, Any]], method: str, decoding: str = "g
 
 
 def headline(rows: list[dict[str, Any]], side: dict[str, Any]) -> dict[str, Any]:
-    """The method's dev-chosen checkpoints (lr, a step per seed), eval split, in evaluate's JSON
-    shape (docs/DESIGN.md contract), averaged over seeds with intervals over seeds."""
+    """The method's dev-chosen checkpoints (lr, a step per world and seed), eval split, in
+    evaluate's JSON shape (docs/DESIGN.md contract), averaged over seeds with intervals over seeds."""
     final = [r for r in rows if r["method"] == side["method"] and math.isclose(r["lr"], side["lr"])
-             and side["steps"].get(r["seed"]) == r["step"]]
+             and stats.step_of(side, r["world"], r["seed"]) == r["step"]]
     if not final:
         return {}
     in_domain, ood = {}, {}
@@ -149,7 +149,7 @@ def chosen_sides(items: list[dict[str, Any]], select_on: str, seeds: list[int],
     items = decoded(items, decoding)
     measure = select_on if any(r["measure"] == select_on for r in items) else "episode"
     chosen = stats.choose(items, measure=measure)
-    chosen["base"] = {"method": "base", "lr": 0.0, "steps": {s: 0 for s in seeds},
+    chosen["base"] = {**stats.base_side(items, seeds),
                       "dev_score": chosen.get("base", {}).get("dev_score")}
     return chosen
 
@@ -199,10 +199,11 @@ def rollout_match(rows: list[dict[str, Any]], items: list[dict[str, Any]], chose
     if "e2e_rl" not in chosen or "pivotrl" not in chosen:
         return {}
     profiling = sum(s.get("profile_rollout_turns", 0) for s in pivot_stats.values())
-    turns: dict[tuple, float] = defaultdict(float)
-    for r in rows:
-        turns[(r["method"], float(r["lr"]), int(r["seed"]), int(r["step"]))] += r.get("rollout_turns", 0)
-    bare = {k: v - (profiling if k[0] == "pivotrl" else 0) for k, v in turns.items()}
+    turns = {(r["method"], float(r["lr"]), r["world"], int(r["seed"]), int(r["step"])):
+             r.get("rollout_turns", 0) for r in rows}
+    # each world's PivotRL run counts its own world's profiling (jobs.rollout_turns_at)
+    bare = {k: v - (pivot_stats.get(k[2], {}).get("profile_rollout_turns", 0) if k[0] == "pivotrl" else 0)
+            for k, v in turns.items()}
     out: dict[str, Any] = {}
     for measure in ("turn", "episode"):
         with_p = stats.rollout_ratio(items, turns, chosen["e2e_rl"], chosen["pivotrl"], measure=measure,
