@@ -100,6 +100,17 @@ def test_each_worlds_run_is_reported_and_judged_at_its_own_step(tmp_path):
     assert "pivotrl (lr 0.0001, steps terminal 30, toolshop 10)" in md
 
 
+def test_the_dev_curve_holds_a_stopped_worlds_run_at_its_last_checkpoint():
+    """Toolshop's run stopped at step 10, terminal's went on to 20: the curve at 20 is terminal's
+    step 20 with toolshop's model where it stopped, not terminal's alone."""
+    from pivotrl_testbed.report import checkpoint_curve
+
+    rows, _ = make({"sft": {(1e-4, 10): (0.5, 0.5, 0.9, 10)}}, worlds=("toolshop",))
+    rows += make({"sft": {(1e-4, 10): (0.2, 0.2, 0.9, 10), (1e-4, 20): (0.4, 0.4, 0.9, 20)}}, worlds=("terminal",))[0]
+    curve = {c["step"]: (c["turn_accuracy"], c["rollout_turns"]) for c in checkpoint_curve(rows, "sft")}
+    assert curve == {10: (pytest.approx(0.35), 20), 20: (pytest.approx(0.45), 30)}
+
+
 def test_verdicts_recompute_from_the_item_rows(tmp_path):
     """A script that knows only the documented rule recomputes every diff from items.jsonl."""
     seeds = (0, 1)

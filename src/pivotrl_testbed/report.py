@@ -84,11 +84,20 @@ def checkpoint_curve(rows: list[dict[str, Any]], method: str, decoding: str = "g
     """Per (lr, step), dev split (the one scored at every checkpoint, `checkpoint_eval`) in
     `decoding`: in-domain = mean episode success over worlds (None where episodes were not scored
     that way), OOD = mean over families, each averaged over seeds (docs/DESIGN.md's `checkpoints`
-    shape), with intervals over seeds. Descriptive: plots only, never a verdict."""
-    by_seed: dict[tuple, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    shape), with intervals over seeds. Each world's run stops on its own (budget.py): past its
+    stop it stands at its last checkpoint, as in the frontier's points, so a later step is not
+    the still-running worlds alone. Descriptive: plots only, never a verdict."""
+    runs: dict[float, dict[tuple, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r["method"] == method:
-            by_seed[(r["lr"], r["step"])][r["seed"]].append(r)
+            runs[r["lr"]][(r["seed"], r["world"])].append(r)
+    by_seed: dict[tuple, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for lr, by_run in runs.items():
+        for step in sorted({r["step"] for got in by_run.values() for r in got}):
+            for (seed, _), got in sorted(by_run.items()):
+                held = [r for r in got if r["step"] <= step]
+                if held:
+                    by_seed[(lr, step)][seed].append(max(held, key=lambda r: r["step"]))
     out = []
     for (lr, step), seeds in sorted(by_seed.items()):
         ind, tacc, ood, kl, rank, turns = [], [], [], [], [], []
