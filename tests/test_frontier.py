@@ -118,7 +118,8 @@ def test_frontier_points_pairs_and_eval_verdicts_recompute_from_item_rows():
     assert (a["pair"]["a"]["lr"], a["pair"]["a"]["step"]) == (3e-4, 10)
     assert (a["pair"]["b"]["lr"], a["pair"]["b"]["step"]) == (1e-4, 20)
     for decoding, v in a["by_decoding"].items():
-        again = stats.paired(decoded(items, decoding), {"method": "pivotrl", "lr": 3e-4, "steps": {"w": {0: 10, 1: 10}}},
+        again = stats.paired(decoded(items, decoding),
+                             {"method": "pivotrl", "lr": 3e-4, "steps": {"w": {0: 10, 1: 10}}},
                              {"method": "sft", "lr": 1e-4, "steps": {"w": {0: 20, 1: 20}}}, measure="ood")
         assert (v["diff"], v["ci95"], v["verdict"]) == (again["diff"], again["ci95"], again["verdict"])
     assert a["by_decoding"]["greedy"]["diff"] == pytest.approx(0.925 - 0.85)

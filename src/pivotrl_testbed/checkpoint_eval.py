@@ -6,8 +6,8 @@ Why eval is scored so rarely: every verdict compares dev-chosen checkpoints on e
 dev, so eval outcomes of other checkpoints would never be read; scoring them cost 60% of each
 checkpoint's evaluation (60 eval vs 40 dev tasks per world and OOD family). The choice is the
 report's own (`report.chosen_sides`: each method's lr, and a step for each world's run of each
-seed, by that run's own dev score), made once every run has its dev scores, so the eval split is scored exactly
-where the report reads it (`eval_targets`).
+seed, by that run's own dev score), made once every run has its dev scores, so the eval split
+is scored exactly where the report reads it (`eval_targets`).
 
 Per-item rows (`item_rows`) hold every outcome, so anyone can recompute every number."""
 
