@@ -37,9 +37,8 @@ def main() -> None:
     results = run_demo(args.out, demo, testbed=args.build, testbed_config=cfg)
     items = [json.loads(line) for line in (args.out / "items.jsonl").read_text().splitlines()]
     sft = results["methods"].get("sft", {}).get("chosen")
-    steps = {int(s): int(v) for s, v in sft["steps"].items()} if sft else None
     build = json.loads((args.build / "build.json").read_text())
-    got = check(build, items, steps)
+    got = check(build, items, sft)
     (args.out / "criteria.json").write_text(json.dumps(got, indent=2) + "\n")
     for name, v in got.items():
         print(f"{name}: {v['verdict']}")

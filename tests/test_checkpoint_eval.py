@@ -1,5 +1,5 @@
 """A run's checkpoints are all scored on dev; the eval split is scored only where the report's
-choice (best dev score pooled over worlds, ties to the earlier step and smaller lr) lands."""
+choice (each world's run its own best dev step, ties to the earlier step and smaller lr) lands."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +38,9 @@ class Run:
 
 
 def test_dev_everywhere_then_eval_only_at_the_reports_choice():
-    # lr 1e-4: dev rates by step pooled over the two worlds: 10 → 0.35, 20 → 0.55, 30 → 0.55
-    # lr 3e-4: best pooled dev 0.5 < 0.55, so the method's lr is 1e-4 and its step 20 (tie → earlier)
-    rates = {1e-4: {"a": (0.3, 0.6, 0.6), "b": (0.4, 0.5, 0.5)},
+    # lr 1e-4: world a's run peaks at step 20 (30 ties: the earlier), world b's at step 10; its
+    # kept checkpoints score (0.6 + 0.5) / 2 = 0.55 against lr 3e-4's 0.5: the method's lr is 1e-4
+    rates = {1e-4: {"a": (0.3, 0.6, 0.6), "b": (0.5, 0.4, 0.4)},
              3e-4: {"a": (0.5, 0.5, 0.5), "b": (0.5, 0.5, 0.5)}}
     rows, items, runs = [], [], []
     for lr, by_world in rates.items():
@@ -56,8 +56,8 @@ def test_dev_everywhere_then_eval_only_at_the_reports_choice():
             rows += got_rows
             items += got_items
     targets = eval_targets(chosen_sides(items, "turn", [0]), runs)
-    # world a alone would choose step 20 or 30 and world b step 20: the pooled choice is 20 for both
-    assert sorted((r.world, r.lr, step) for r, step in targets) == [("a", 1e-4, 20), ("b", 1e-4, 20)]
+    # each world's run at its own step (pooled over the worlds, step 10 and 20 both score 0.5)
+    assert sorted((r.world, r.lr, step) for r, step in targets) == [("a", 1e-4, 20), ("b", 1e-4, 10)]
     merge_eval(rows, dict(method="pivotrl", world="a", seed=0, lr=1e-4), 20,
                {"in_domain": {"turn_accuracy": 0.7}, "ood": {}})
     with_eval = [(r["world"], r["lr"], r["step"]) for r in rows if "in_domain" in r]

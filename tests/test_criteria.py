@@ -35,8 +35,11 @@ def items(sft_terminal=0.5, base_ood=0.95, base_episodes=0.3, agentic=None):
     return out
 
 
+SFT = {"method": "sft", "lr": 0.0, "steps": {w: {0: 20} for w in ("toolshop", "terminal")}}
+
+
 def test_every_criterion_met_and_what_each_read():
-    got = check(BUILD, items(), {0: 20})
+    got = check(BUILD, items(), SFT)
     assert {k: v["verdict"] for k, v in got.items()} == {
         "1_in_domain_only_through_demo_data": "met", "1b_world_met_only_through_demo_data": "met",
         "2_learning_is_possible": "met",
@@ -48,37 +51,37 @@ def test_every_criterion_met_and_what_each_read():
 
 
 def test_each_criterion_can_fail():
-    assert check(BUILD, items(sft_terminal=0.425), {0: 20})["2_learning_is_possible"]["verdict"] == "not met"
-    assert check(BUILD, items(base_ood=0.85), {0: 20})["5_ood_is_there_to_lose"]["verdict"] == "not met"
-    assert check(BUILD, items(base_episodes=0.6), {0: 20})[
+    assert check(BUILD, items(sft_terminal=0.425), SFT)["2_learning_is_possible"]["verdict"] == "not met"
+    assert check(BUILD, items(base_ood=0.85), SFT)["5_ood_is_there_to_lose"]["verdict"] == "not met"
+    assert check(BUILD, items(base_episodes=0.6), SFT)[
         "4_episodes_neither_solved_nor_hopeless"]["verdict"] == "not met"
     low = {**BUILD, "base": {"by_position": {**BUILD["base"]["by_position"],
                                               "terminal": {"2": {"turns": 30, "q": 0.05}}}}}
-    assert check(low, items(), {0: 20})["3_pivots_exist_everywhere"]["below_floor"] == {
+    assert check(low, items(), SFT)["3_pivots_exist_everywhere"]["below_floor"] == {
         "toolshop": {}, "terminal": {"2": 0.05}}
     seen = {**BUILD, "pretrain_in_domain": {"toolshop": 2000, "terminal": 0}}
-    assert check(seen, items(), {0: 20})["1_in_domain_only_through_demo_data"]["verdict"] == "not met"
+    assert check(seen, items(), SFT)["1_in_domain_only_through_demo_data"]["verdict"] == "not met"
     listed = {**BUILD, "pretrain_world_lists": {"toolshop": 0, "terminal": 3}}
-    assert check(listed, items(), {0: 20})["1b_world_met_only_through_demo_data"]["verdict"] == "not met"
+    assert check(listed, items(), SFT)["1b_world_met_only_through_demo_data"]["verdict"] == "not met"
     # no SFT checkpoint, no build record: open, not met
     assert check(BUILD, items(), None)["2_learning_is_possible"]["verdict"] == "open"
-    assert check({"config": BUILD["config"]}, items(), {0: 20})[
+    assert check({"config": BUILD["config"]}, items(), SFT)[
         "1_in_domain_only_through_demo_data"]["verdict"] == "open"
 
 
 def test_agentic_ood_criterion_is_computed_and_apart_from_criterion_5():
     both = {"plain_with_tools": 0.7, "no_tool_fits": 0.65}
-    got = check(BUILD, items(agentic=both), {0: 20})
+    got = check(BUILD, items(agentic=both), SFT)
     assert got["6_agentic_ood_can_move"]["verdict"] == "met"
     assert got["6_agentic_ood_can_move"]["base"] == {"no_tool_fits": 0.65, "plain_with_tools": 0.7}
     assert got["6_agentic_ood_can_move"]["floor"] == AGENTIC_OOD_FLOOR == 0.6
     # criterion 5 reads the non-agentic families only: agentic rows below its 0.9 floor leave it met
     assert got["5_ood_is_there_to_lose"] == {"base": {"next": 0.95}, "verdict": "met"}
-    low = check(BUILD, items(agentic={**both, "no_tool_fits": 0.55}), {0: 20})
+    low = check(BUILD, items(agentic={**both, "no_tool_fits": 0.55}), SFT)
     assert low["6_agentic_ood_can_move"]["verdict"] == "not met"
     assert low["5_ood_is_there_to_lose"]["verdict"] == "met"
     # the non-agentic floor failing leaves criterion 6 to its own rows
-    mixed = check(BUILD, items(base_ood=0.5, agentic=both), {0: 20})
+    mixed = check(BUILD, items(base_ood=0.5, agentic=both), SFT)
     assert [mixed[k]["verdict"] for k in ("5_ood_is_there_to_lose", "6_agentic_ood_can_move")] == [
         "not met", "met"]
-    assert check(BUILD, items(), {0: 20})["6_agentic_ood_can_move"]["verdict"] == "open"
+    assert check(BUILD, items(), SFT)["6_agentic_ood_can_move"]["verdict"] == "open"

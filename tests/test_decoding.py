@@ -57,8 +57,8 @@ def _rows(method, step, split, decoding, outcomes, **extra):
 
 
 def _chosen():
-    return {"base": {"method": "base", "lr": 0.0, "steps": {0: 0}},
-            "pivotrl": {"method": "pivotrl", "lr": 1e-4, "steps": {0: 20}}}
+    return {"base": {"method": "base", "lr": 0.0, "steps": {"w": {0: 0}}},
+            "pivotrl": {"method": "pivotrl", "lr": 1e-4, "steps": {"w": {0: 20}}}}
 
 
 def test_each_arm_is_judged_at_its_own_dev_best_temperature():
@@ -126,7 +126,10 @@ def test_the_eval_split_is_scored_at_a_grid_temperature_only_where_an_arm_chose_
 
     worlds = ["toolshop", "terminal"]
     jobs = [Job(w, m, 1e-4, 0) for w in worlds for m in ("pivotrl", "sft")]
-    chosen = {m: {"method": m, "lr": 1e-4 if m != "base" else 0.0, "steps": {0: 20 if m != "base" else 0}}
+    # each world's run chose its own step: toolshop's 20, terminal's 30
+    step = {"toolshop": 20, "terminal": 30}
+    chosen = {m: {"method": m, "lr": 1e-4 if m != "base" else 0.0,
+                  "steps": {w: {0: step[w] if m != "base" else 0} for w in worlds}}
               for m in ("pivotrl", "sft", "base")}
     monkeypatch.setattr(report, "chosen_sides", lambda *a, **k: chosen)
     monkeypatch.setattr(frontier, "matched_sides", lambda *a, **k: [])
@@ -138,7 +141,7 @@ def test_the_eval_split_is_scored_at_a_grid_temperature_only_where_an_arm_chose_
                  "outcome": float(i < rate * 10), "decoding": decoding} for i in range(10)]
 
     items = [r for m in ("pivotrl", "sft", "base") for w in worlds
-             for r in dev_rows(m, w, chosen[m]["steps"][0], "sampled", 0.5)]
+             for r in dev_rows(m, w, chosen[m]["steps"][w][0], "sampled", 0.5)]
     at_half = {"pivotrl": 0.9, "sft": 0.2, "base": 0.2}  # only PivotRL is best at 0.5
     monkeypatch.setattr(demo, "eval_at", lambda job, step, *a: ({}, []))
     monkeypatch.setattr(demo, "grid_at", lambda job, world, step, *a: (
@@ -150,8 +153,8 @@ def test_the_eval_split_is_scored_at_a_grid_temperature_only_where_an_arm_chose_
     logged: list[str] = []
     demo.score_chosen(jobs, [], items, tmp_path, tmp_path, DemoConfig(worlds=worlds, workers=1), logged.append)
     assert sorted(calls) == [("base", "terminal", 0, 1.0), ("base", "toolshop", 0, 1.0),
-                             ("pivotrl", "terminal", 20, 0.5), ("pivotrl", "toolshop", 20, 0.5),
-                             ("sft", "terminal", 20, 1.0), ("sft", "toolshop", 20, 1.0)]
+                             ("pivotrl", "terminal", 30, 0.5), ("pivotrl", "toolshop", 20, 0.5),
+                             ("sft", "terminal", 30, 1.0), ("sft", "toolshop", 20, 1.0)]
     assert any("dev-best temperatures: " in line and "pivotrl 0.5" in line for line in logged)
 
 

@@ -433,9 +433,10 @@ def test_each_checkpoint_row_carries_the_tokens_its_trainer_logged_at_that_step(
     assert "train_tokens" not in rows[0] and "rollout_tokens" not in rows[1]
 
 
-def test_a_job_stops_at_the_step_where_its_run_in_the_other_world_stopped(tmp_path, monkeypatch):
-    """run_job reads a finished sibling's stop (same method, lr, seed; another world) at each
-    checkpoint: its dev score still rises, yet it trains no checkpoint past that step."""
+def test_a_job_stops_on_its_own_dev_score_never_where_its_other_world_run_stopped(tmp_path, monkeypatch):
+    """Each world's run is its own: toolshop's run of the same arm, lr and seed stopped at step 20,
+    and terminal's, its dev score still rising, trains on to its cap. A cached run stopped where
+    this rule would not stop it goes on from its last checkpoint; one it would stop is reused."""
     import pivotrl_testbed.jobs as jobs
 
     cfg = DemoConfig(worlds=["toolshop", "terminal"], eval_every=10, steps=60, early_until=0)
@@ -455,17 +456,23 @@ def test_a_job_stops_at_the_step_where_its_run_in_the_other_world_stopped(tmp_pa
     monkeypatch.setattr(jobs, "train_job", fake_train)
     monkeypatch.setattr(jobs, "score_dev", rising)
     monkeypatch.setattr(jobs, "Evaluator", lambda testbed, cfg: object())
-    job = jobs.Job("terminal", "sft", 1e-4, 0)
     sibling = tmp_path / "runs" / jobs.Job("toolshop", "sft", 1e-4, 0).name
     sibling.mkdir(parents=True)
     (sibling / "rows.json").write_text(json.dumps([{"step": 10}, {"step": 20, "stop_step": 20}]))
-    rows, _ = jobs.run_job(job, tmp_path, tmp_path, cfg, {}, start=0.0)
-    assert trained == [10, 20] and rows[-1]["stop_step"] == 20
-    assert rows[-1]["stop_reason"].startswith("pooled")
-    # alone (no sibling has finished) the same rising run trains to its cap
-    trained.clear()
-    rows, _ = jobs.run_job(jobs.Job("terminal", "pivotrl", 1e-4, 0), tmp_path, tmp_path, cfg, {}, start=0.0)
+    rows, _ = jobs.run_job(jobs.Job("terminal", "sft", 1e-4, 0), tmp_path, tmp_path, cfg, {}, start=0.0)
     assert trained == [10, 20, 30, 40, 50, 60] and rows[-1]["stop_reason"] == "cap"
+    # a finished run the rule agrees with is reused: nothing trains
+    trained.clear()
+    assert jobs.run_job(jobs.Job("terminal", "sft", 1e-4, 0), tmp_path, tmp_path, cfg, {}, start=0.0)[0] == rows
+    assert trained == []
+    # a cached run recorded as stopped at 20 while its score still rose goes on from there
+    job = jobs.Job("terminal", "pivotrl", 1e-4, 0)
+    cut = cfg.model_copy(update={"steps": 20})
+    jobs.run_job(job, tmp_path, tmp_path, cut, {}, start=0.0)
+    trained.clear()
+    rows, items = jobs.run_job(job, tmp_path, tmp_path, cfg, {}, start=0.0)
+    assert trained == [30, 40, 50, 60] and rows[-1]["stop_step"] == 60
+    assert [r["step"] for r in rows] == [10, 20, 30, 40, 50, 60] == [r["step"] for r in items]
     # the default schedule: every 5 steps over the first 20
     trained.clear()
     jobs.run_job(jobs.Job("terminal", "e2e_rl", 1e-4, 0), tmp_path, tmp_path,

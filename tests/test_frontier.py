@@ -5,7 +5,7 @@ decoding recomputable from items.jsonl's rows, and the eval split scored at matc
 import pytest
 
 from pivotrl_testbed import stats
-from pivotrl_testbed.budget import BudgetRule, pool_stops, stop_step
+from pivotrl_testbed.budget import BudgetRule, stop_step
 from pivotrl_testbed.checkpoint_eval import decoded, eval_targets
 from pivotrl_testbed.frontier import FrontierConfig, joint, match, matched_sides, pareto
 from pivotrl_testbed.joint_report import joint_markdown, joint_results
@@ -83,51 +83,8 @@ def test_denser_early_checkpoints_do_not_stop_a_run_sooner():
     assert DemoConfig(early_until=0).checkpoint_steps("sft") == [10, 20, 30, 40, 50, 60]
 
 
-def test_a_run_stops_where_its_run_in_another_world_stopped():
-    rule = BudgetRule(patience=2)
-    rising = [(10, .30), (20, .35), (30, .40)]
-    assert stop_step(rising, rule, cap=60, start=.25) == (None, "running")
-    assert stop_step(rising[:1], rule, cap=60, start=.25, pooled_end=20) == (None, "running")
-    step, why = stop_step(rising[:2], rule, cap=60, start=.25, pooled_end=20)
-    assert step == 20 and why.startswith("pooled") and "20" in why
-    # its own rule still names the stop when it fires there too, and a later end changes nothing
-    assert stop_step([(10, .20), (20, .24)], rule, cap=60, start=.25, pooled_end=20)[1].startswith("plateau")
-    assert stop_step(rising, rule, cap=60, start=.25, pooled_end=40) == (None, "running")
-    # a run that learns of it late (already at 30) stops where it is; pool_stops cuts it back
-    assert stop_step(rising, rule, cap=60, start=.25, pooled_end=10)[0] == 30
-
-
-def run_rows(world, method, stop, why, seconds=5.0):
-    rows = [{"method": method, "world": world, "lr": 1e-4, "seed": 0, "step": s} for s in range(10, stop + 1, 10)]
-    rows[-1].update(stop_step=stop, stop_reason=why, train_seconds=seconds, eval_seconds=1.0)
-    return rows
-
-
-def test_runs_past_a_sibling_stop_are_cut_there_whatever_finished_first():
-    rows = (run_rows("a", "e2e_rl", 20, "plateau") + run_rows("b", "e2e_rl", 150, "plateau", 700.0)
-            + run_rows("a", "sft", 60, "cap") + run_rows("b", "sft", 60, "cap"))
-    items = [{**r, "split": "dev", "measure": "turn", "item": 0, "outcome": 1} for r in rows]
-    items.append({"method": "base", "world": "b", "lr": 0.0, "seed": 0, "step": 0, "split": "dev"})
-    kept, kept_items = pool_stops(rows, items)
-    b = [r for r in kept if r["method"] == "e2e_rl" and r["world"] == "b"]
-    assert [r["step"] for r in b] == [10, 20]
-    assert b[-1]["stop_step"] == 20 and b[-1]["stop_reason"].startswith("pooled")
-    assert b[-1]["train_seconds"] == 700.0  # the compute it did spend is kept
-    assert max(r["step"] for r in kept_items if r["method"] == "e2e_rl") == 20
-    assert any(r["method"] == "base" for r in kept_items)
-    # what stopped on its own keeps its reason; runs that reached the same end are untouched
-    assert [r["stop_reason"] for r in kept if r.get("stop_reason") and r["world"] == "a"] == ["plateau", "cap"]
-    assert [r for r in kept if r["method"] == "sft"] == [r for r in rows if r["method"] == "sft"]
-    assert "stop_step" not in rows[3]  # the input rows are not changed
-    # the same outcome as a run that knew the sibling's stop while it trained
-    expected = [(r["world"], r["step"], r.get("stop_step")) for r in kept if r["method"] == "e2e_rl"]
-    for b_stop in (20, 40):  # knew the stop in time, or learnt of it at step 40
-        live = run_rows("a", "e2e_rl", 20, "plateau") + run_rows("b", "e2e_rl", b_stop, "pooled: …")
-        assert [(r["world"], r["step"], r.get("stop_step")) for r in pool_stops(live, [])[0]] == expected
-
-
 def pt(method, gain, retention, lr=1e-4, step=10):
-    return {"method": method, "lr": lr, "step": step, "steps": {0: step}, "gain": gain,
+    return {"method": method, "lr": lr, "step": step, "steps": {"w": {0: step}}, "gain": gain,
             "retention": retention}
 
 
@@ -161,8 +118,9 @@ def test_frontier_points_pairs_and_eval_verdicts_recompute_from_item_rows():
     assert (a["pair"]["a"]["lr"], a["pair"]["a"]["step"]) == (3e-4, 10)
     assert (a["pair"]["b"]["lr"], a["pair"]["b"]["step"]) == (1e-4, 20)
     for decoding, v in a["by_decoding"].items():
-        again = stats.paired(decoded(items, decoding), {"method": "pivotrl", "lr": 3e-4, "steps": {0: 10, 1: 10}},
-                             {"method": "sft", "lr": 1e-4, "steps": {0: 20, 1: 20}}, measure="ood")
+        again = stats.paired(decoded(items, decoding),
+                             {"method": "pivotrl", "lr": 3e-4, "steps": {"w": {0: 10, 1: 10}}},
+                             {"method": "sft", "lr": 1e-4, "steps": {"w": {0: 20, 1: 20}}}, measure="ood")
         assert (v["diff"], v["ci95"], v["verdict"]) == (again["diff"], again["ci95"], again["verdict"])
     assert a["by_decoding"]["greedy"]["diff"] == pytest.approx(0.925 - 0.85)
     assert a["by_decoding"]["sampled"]["diff"] == pytest.approx(0.95 - 0.85)
@@ -178,12 +136,12 @@ def test_the_eval_split_is_scored_at_matched_checkpoints_too():
     items = [r for r in make_items(seeds=(0,)) if r["split"] == "dev"]
     cfg = FrontierConfig(replicates=50)
     sides = matched_sides(items, ROWS, cfg)
-    assert [(s["method"], s["lr"], s["steps"]) for s in sides] == [("pivotrl", 3e-4, {0: 10}),
-                                                                  ("sft", 1e-4, {0: 20}),
-                                                                  ("sft", 1e-4, {0: 10})]
+    assert [(s["method"], s["lr"], s["steps"]) for s in sides] == [("pivotrl", 3e-4, {"w": {0: 10}}),
+                                                                  ("sft", 1e-4, {"w": {0: 20}}),
+                                                                  ("sft", 1e-4, {"w": {0: 10}})]
     runs = [Run("w", m, lr, 0) for m in ("pivotrl", "sft") for lr in (1e-4, 3e-4)]
-    chosen = {"pivotrl": {"method": "pivotrl", "lr": 3e-4, "steps": {0: 10}},
-              "sft": {"method": "sft", "lr": 3e-4, "steps": {0: 10}}}
+    chosen = {"pivotrl": {"method": "pivotrl", "lr": 3e-4, "steps": {"w": {0: 10}}},
+              "sft": {"method": "sft", "lr": 3e-4, "steps": {"w": {0: 10}}}}
     got = sorted((r.method, r.lr, step) for r, step in eval_targets(chosen, runs, sides))
     # PivotRL's chosen checkpoint is also its matched one: scored once
     assert got == [("pivotrl", 3e-4, 10), ("sft", 1e-4, 10), ("sft", 1e-4, 20), ("sft", 3e-4, 10)]
@@ -191,8 +149,8 @@ def test_the_eval_split_is_scored_at_matched_checkpoints_too():
 
 def test_report_sections_and_where_each_arm_gains():
     items = make_items(seeds=(0,))
-    chosen = {"pivotrl": {"method": "pivotrl", "lr": 1e-4, "steps": {0: 20}},
-              "sft": {"method": "sft", "lr": 3e-4, "steps": {0: 10}}}
+    chosen = {"pivotrl": {"method": "pivotrl", "lr": 1e-4, "steps": {"w": {0: 20}}},
+              "sft": {"method": "sft", "lr": 3e-4, "steps": {"w": {0: 10}}}}
     rows = ROWS + [{"method": "sft", "world": "w", "lr": 3e-4, "seed": 0, "step": 10,
                     "stop_step": 10, "stop_reason": "plateau"}]
     res = joint_results(rows, items, chosen, FrontierConfig(replicates=50))
@@ -205,16 +163,17 @@ def test_report_sections_and_where_each_arm_gains():
     assert {k[3] for k in mech if k[2] == "position"} == {"0", "1", "2", "3+"}
     # a group's gain is the paired difference on that group's items alone
     sub = [r for r in decoded(items, "greedy") if r["kind"] == "tool_call" and r["split"] == "eval"]
-    again = stats.paired(sub, {"method": "sft", "lr": 3e-4, "steps": {0: 10}},
-                         {"method": "base", "lr": 0.0, "steps": {0: 0}}, measure="turn")
+    again = stats.paired(sub, {"method": "sft", "lr": 3e-4, "steps": {"w": {0: 10}}},
+                         {"method": "base", "lr": 0.0, "steps": {"w": {0: 0}}}, measure="turn")
     assert mech[("sft", "greedy", "kind", "tool_call")]["gain"] == again["diff"]
     text = "\n".join(joint_markdown({**res, "config": {"steps": 60, "budget": {"patience": 2}}}))
     assert "## The joint claim on the frontier" in text and "| sft | w | 0.0003 | 0 | 10 | plateau |" in text
 
 
-def test_a_point_pools_only_steps_every_world_reached():
-    """The budget rule stops one world's run at step 10 while another's goes on to 20: a pooled
-    point at 20 would stand for one world only, so there is none."""
+def test_a_run_stopped_early_stands_at_its_last_checkpoint_in_later_points():
+    """The budget rule stops toolshop's run at step 10 while terminal's goes on to 20: each is
+    its own run, so the point at 20 is terminal's step 20 with toolshop's model where it stopped
+    (step 10), not a point cut at 10 (terminal's later checkpoint lost) nor terminal's alone."""
     from pivotrl_testbed.frontier import arm_points
 
     rows = []
@@ -224,16 +183,19 @@ def test_a_point_pools_only_steps_every_world_reached():
             for measure in ("turn", "ood"):
                 rows += [{"method": method, "world": world, "seed": 0, "lr": 0.0 if step == 0 else 1e-4,
                           "step": step, "split": "dev", "measure": measure, "item": f"{world}-{i}",
-                          "cluster": f"{world}-{i}", "outcome": float(i % 2), "decoding": "greedy"}
+                          "cluster": f"{world}-{i}", "outcome": float(i < step // 5), "decoding": "greedy"}
                          for i in range(6)]
     points = arm_points(rows, [], "pivotrl", FrontierConfig(replicates=50))
-    assert [p["step"] for p in points] == [10]
+    assert [(p["step"], p["steps"]) for p in points] == [
+        (10, {"terminal": {0: 10}, "toolshop": {0: 10}}), (20, {"terminal": {0: 20}, "toolshop": {0: 10}})]
+    # gain at 20: terminal 4/6 and toolshop 2/6 against a base of 0: (4 + 2) / 12
+    assert points[1]["gain"] == pytest.approx(6 / 12)
 
 
-def test_a_point_pools_only_steps_every_seed_reached():
-    """Seed 1's run stopped at step 10, seed 0's went on to 20: a point at 20 would be seed 0's
-    alone (the seed still improving), and matched to another arm's point on other seeds it
-    could pair nothing on eval. So the arm's only point is step 10, on both seeds."""
+def test_a_seed_stopped_early_stands_at_its_last_checkpoint_in_later_points():
+    """Seed 1's run stopped at step 10, seed 0's went on to 20: the point at 20 holds seed 1 at
+    step 10 (its model stays there), so it is not seed 0's alone (the seed still improving), and
+    matched to another arm's point it pairs on every seed on eval."""
     from pivotrl_testbed.frontier import arm_points
 
     rows = []
@@ -246,7 +208,7 @@ def test_a_point_pools_only_steps_every_seed_reached():
                           "outcome": float((i + step // 10) % 2), "decoding": "greedy"}
                          for i in range(6)]
     points = arm_points(rows, [], "pivotrl", FrontierConfig(replicates=50))
-    assert [(p["step"], p["steps"]) for p in points] == [(10, {0: 10, 1: 10})]
+    assert [(p["step"], p["steps"]) for p in points] == [(10, {"w": {0: 10, 1: 10}}), (20, {"w": {0: 20, 1: 10}})]
 
 
 def test_matched_kl_pairs_equal_drift_within_a_relative_tolerance():

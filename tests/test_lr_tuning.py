@@ -27,8 +27,8 @@ def test_the_smaller_lr_within_the_band_is_chosen_and_a_best_edge_is_flagged():
     got = lr_choice(items, cfg)["sft"]
     # 1e-4's best step is 10 (0.60); 3e-4's earliest within δ of its best is 5 (0.58): both
     # lrs within δ ≈ 0.049 of each other, so the smaller is chosen; 3e-5 is far below
-    assert got["lr"] == pytest.approx(1e-4) and got["steps"] == {0: 10}
-    assert got["by_lr"]["3e-05"] == {"steps": {0: 5}, "dev_score": pytest.approx(0.30)}  # 0.32 at 10: within δ
+    assert got["lr"] == pytest.approx(1e-4) and got["steps"] == {"toolshop": {0: 10}}
+    assert got["by_lr"]["3e-05"] == {"steps": {"toolshop": {0: 5}}, "dev_score": pytest.approx(0.30)}  # 0.32 at 10: within δ
     assert not got["at_grid_edge"] and not got["at_cap"]
     items += rows("sft", 3e-4, 15, 90)  # the largest lr now scores best by far: widen the grid
     got = lr_choice(items, cfg)["sft"]

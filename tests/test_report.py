@@ -67,15 +67,48 @@ def test_checkpoints_are_chosen_on_dev_never_on_eval(tmp_path):
         "sft": {(1e-4, 10): (0.3, 0.4), (1e-4, 20): (0.45, 0.45)}})  # gaps beyond δ ≈ 0.08
     res = report(tmp_path, rows, items)
     pv = res["methods"]["pivotrl"]
-    assert pv["chosen"]["lr"] == 1e-4 and pv["chosen"]["steps"] == {"0": 10}
+    assert pv["chosen"]["lr"] == 1e-4 and pv["chosen"]["steps"] == {"w": {"0": 10}}
     assert pv["in_domain"]["w"]["success"] == 0.4  # eval at the dev-chosen step, not the max 0.9
     v = next(v for v in res["verdicts"] if v["a"]["method"] == "pivotrl" and v["b"]["method"] == "sft"
              and v["measure"] == "turn")
-    assert v["a"]["steps"] == {"0": 10} and v["b"]["steps"] == {"0": 20}
+    assert v["a"]["steps"] == {"w": {"0": 10}} and v["b"]["steps"] == {"w": {"0": 20}}
     assert v["diff"] == pytest.approx(0.4 - 0.45) and v["verdict"] in ("within noise", "not met")
     # the learning curves are drawn on dev, the split scored at every checkpoint
     curve = {(c["lr"], c["step"]): c["turn_accuracy"] for c in pv["checkpoints"]}
     assert curve == {(1e-4, 10): 0.6, (1e-4, 20): 0.5, (3e-4, 10): 0.4, (3e-4, 20): 0.4}
+
+
+def test_each_worlds_run_is_reported_and_judged_at_its_own_step(tmp_path):
+    """PivotRL's toolshop run is best on dev at step 10, its terminal run at step 30: the report
+    names both steps, and the verdict against the base reads each world's eval items at that
+    world's step (toolshop 0.6 at 10, terminal 0.7 at 30), never one step for both."""
+    spec = {"toolshop": {(1e-4, 10): (0.7, 0.6), (1e-4, 30): (0.3, 0.0)},
+            "terminal": {(1e-4, 10): (0.3, 0.0), (1e-4, 30): (0.7, 0.7)}}
+    rows, items = make({"base": {(0.0, 0): (0.3, 0.3)}}, worlds=("toolshop", "terminal"))
+    for world, points in spec.items():
+        got = make({"pivotrl": points}, worlds=(world,))
+        rows, items = rows + got[0], items + got[1]
+    res = report(tmp_path, rows, items)
+    assert res["methods"]["pivotrl"]["chosen"]["steps"] == {"terminal": {"0": 30}, "toolshop": {"0": 10}}
+    assert res["methods"]["pivotrl"]["in_domain"]["toolshop"]["success"] == 0.6
+    assert res["methods"]["pivotrl"]["in_domain"]["terminal"]["success"] == 0.7
+    v = next(v for v in res["verdicts"] if (v["a"]["method"], v["b"]["method"], v["measure"], v["decoding"])
+             == ("pivotrl", "base", "turn", "greedy"))
+    assert v["a_mean"] == pytest.approx((0.6 + 0.7) / 2) and v["diff"] == pytest.approx((0.6 + 0.7) / 2 - 0.3)
+    md = (tmp_path / "report.md").read_text()
+    assert "| pivotrl | 0.0001 | terminal 30, toolshop 10 |" in md
+    assert "pivotrl (lr 0.0001, steps terminal 30, toolshop 10)" in md
+
+
+def test_the_dev_curve_holds_a_stopped_worlds_run_at_its_last_checkpoint():
+    """Toolshop's run stopped at step 10, terminal's went on to 20: the curve at 20 is terminal's
+    step 20 with toolshop's model where it stopped, not terminal's alone."""
+    from pivotrl_testbed.report import checkpoint_curve
+
+    rows, _ = make({"sft": {(1e-4, 10): (0.5, 0.5, 0.9, 10)}}, worlds=("toolshop",))
+    rows += make({"sft": {(1e-4, 10): (0.2, 0.2, 0.9, 10), (1e-4, 20): (0.4, 0.4, 0.9, 20)}}, worlds=("terminal",))[0]
+    curve = {c["step"]: (c["turn_accuracy"], c["rollout_turns"]) for c in checkpoint_curve(rows, "sft")}
+    assert curve == {10: (pytest.approx(0.35), 20), 20: (pytest.approx(0.45), 30)}
 
 
 def test_verdicts_recompute_from_the_item_rows(tmp_path):
@@ -95,10 +128,10 @@ def test_verdicts_recompute_from_the_item_rows(tmp_path):
         assert {"claim", "measure", "a", "b", "diff", "ci95", "verdict"} <= set(v)
         a = {(r["seed"], r["world"], r["item"]): r["outcome"] for r in items
              if r["method"] == v["a"]["method"] and r["split"] == "eval" and r["measure"] == v["measure"]
-             and r["step"] == v["a"]["steps"][str(r["seed"])]}
+             and r["step"] == v["a"]["steps"][r["world"]][str(r["seed"])]}
         b = {(r["seed"], r["world"], r["item"]): r["outcome"] for r in items
              if r["method"] == v["b"]["method"] and r["split"] == "eval" and r["measure"] == v["measure"]
-             and r["step"] == v["b"]["steps"][str(r["seed"])]}
+             and r["step"] == v["b"]["steps"][r["world"]][str(r["seed"])]}
         assert v["diff"] == pytest.approx(sum(a[k] - b[k] for k in a) / len(a))
         assert v["ci95"][0] <= v["diff"] <= v["ci95"][1]
     by = {(v["a"]["method"], v["b"]["method"], v["measure"]): v for v in saved["verdicts"]}
@@ -254,7 +287,7 @@ def test_each_arms_compute_is_reported_beside_it():
     rows = run("pivotrl", (10, 20, 30), (1100, 1200, 1300), 300.0, (50, 5)) \
         + run("e2e_rl", (10, 20), (500, 1000), 100.0, (100, 40))
     rows += run("sft", (10, 20), (0, 0), 40.0)  # rows from before the trainers counted tokens
-    side = lambda m, step: {"method": m, "lr": 1e-4, "steps": {0: step}}  # noqa: E731
+    side = lambda m, step: {"method": m, "lr": 1e-4, "steps": {"w": {0: step}}}  # noqa: E731
     chosen = {"pivotrl": side("pivotrl", 10), "e2e_rl": side("e2e_rl", 20), "sft": side("sft", 20),
               "base": side("base", 0)}
     got = compute_block(rows, chosen, {"w": {"profile_rollout_turns": 1000}})
@@ -278,6 +311,7 @@ def test_each_arms_compute_is_reported_beside_it():
         "tokens were not recorded for sft" in md
     # one world's run without the counters: the arm's sum over worlds is unknown, not a part of it
     rows += run("sft", (10, 20), (0, 0), 40.0, (30, 0), world="v")
+    chosen["sft"] = {"method": "sft", "lr": 1e-4, "steps": {"w": {0: 20}, "v": {0: 20}}}
     assert compute_block(rows, chosen, {})["arms"]["sft"]["training_tokens"] is None
     counted = [r for r in rows if not (r["method"] == "sft" and r["world"] == "w")]
     got = compute_block(counted, chosen, {})

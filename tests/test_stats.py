@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from pivotrl_testbed.stats import choose, paired, paired_halfwidth, rollout_ratio, verdict
+from pivotrl_testbed.stats import choose, paired, paired_halfwidth, rollout_ratio, step_of, verdict
 
 
 def item(method, seed, step, item_id, cluster, outcome, *, lr=1e-4, split="eval", measure="turn",
@@ -13,8 +13,8 @@ def item(method, seed, step, item_id, cluster, outcome, *, lr=1e-4, split="eval"
             "measure": measure, "item": item_id, "cluster": cluster, "outcome": outcome}
 
 
-def side(method, seeds=(0,), step=10, lr=1e-4):
-    return {"method": method, "lr": lr, "steps": {s: step for s in seeds}}
+def side(method, seeds=(0,), step=10, lr=1e-4, worlds=("w",)):
+    return {"method": method, "lr": lr, "steps": {w: {s: step for s in seeds} for w in worlds}}
 
 
 def test_paired_difference_is_the_mean_item_difference_and_deterministic():
@@ -80,16 +80,16 @@ def test_choice_uses_dev_only_and_breaks_ties_early_and_small():
                 rows.append(item("pivotrl", 0, step, i, i, int(i < 10 * dev[step]), lr=lr, split="dev"))
                 rows.append(item("pivotrl", 0, step, i, i, int(i < 10 * ev[step]), lr=lr))
     got = choose(rows, measure="turn")["pivotrl"]
-    assert got["lr"] == 1e-4 and got["steps"] == {0: 10} and got["dev_score"] == pytest.approx(0.6)
+    assert got["lr"] == 1e-4 and got["steps"] == {"w": {0: 10}} and got["dev_score"] == pytest.approx(0.6)
     flat = [r for r in rows if r["lr"] == 3e-4]
-    assert choose(flat, measure="turn")["pivotrl"]["steps"] == {0: 10}  # tie: the earlier step
+    assert choose(flat, measure="turn")["pivotrl"]["steps"] == {"w": {0: 10}}  # tie: the earlier step
 
 
 def test_rollout_ratio_and_its_interval():
     rows, turns = [], {}
     for step, acc in ((10, 0.2), (20, 0.6)):
-        turns[("pivotrl", 1e-4, 0, step)] = 100 * step
-        turns[("e2e_rl", 1e-4, 0, step)] = 1000 * step
+        turns[("pivotrl", 1e-4, "w", 0, step)] = 100 * step
+        turns[("e2e_rl", 1e-4, "w", 0, step)] = 1000 * step
         for i in range(50):
             rows.append(item("pivotrl", 0, step, i, i, int(i < 50 * acc)))
             rows.append(item("e2e_rl", 0, step, i, i, int(i < 25)))
@@ -103,20 +103,26 @@ def test_rollout_ratio_and_its_interval():
     assert never is None  # no PivotRL checkpoints at that lr: nothing to compare
 
 
-def test_rollout_ratio_counts_a_stopped_seed_at_its_last_checkpoint():
-    """Seed 1's PivotRL run stopped at step 10 (the budget rule); seed 0 trained on to 20. At
-    step 20 the curve pools seed 0's step 20 with seed 1's step 10, outcomes and turns alike."""
+@pytest.mark.parametrize("stopped", [("w", 1), ("v", 0)], ids=["a seed", "a world"])
+def test_rollout_ratio_counts_a_stopped_run_at_its_last_checkpoint(stopped):
+    """One PivotRL run (another seed, or the same seed's run in another world) stopped at step 10
+    (the budget rule); run ("w", 0) trained on to 20. At step 20 the curve pools ("w", 0)'s step
+    20 with the stopped run's step 10, outcomes and turns alike."""
     rows, turns = [], {}
-    for seed, acc_by_step in ((0, {10: 0.2, 20: 0.8}), (1, {10: 0.6})):
+    seeds, worlds = sorted({0, stopped[1]}), sorted({"w", stopped[0]})
+    for (world, seed), acc_by_step in ((("w", 0), {10: 0.2, 20: 0.8}), (stopped, {10: 0.6})):
         for step, acc in acc_by_step.items():
-            turns[("pivotrl", 1e-4, seed, step)] = 100 * step
-            rows += [item("pivotrl", seed, step, i, i, int(i < 50 * acc)) for i in range(50)]
-        turns[("e2e_rl", 1e-4, seed, 20)] = 20000
-        rows += [item("e2e_rl", seed, 20, i, i, int(i < 30)) for i in range(50)]  # 0.6
-    got = rollout_ratio(rows, turns, side("e2e_rl", seeds=(0, 1), step=20),
+            turns[("pivotrl", 1e-4, world, seed, step)] = 100 * step
+            rows += [item("pivotrl", seed, step, i, i, int(i < 50 * acc), world=world) for i in range(50)]
+        turns[("e2e_rl", 1e-4, world, seed, 20)] = 20000
+        rows += [item("e2e_rl", seed, 20, i, i, int(i < 30), world=world) for i in range(50)]  # 0.6
+    got = rollout_ratio(rows, turns, side("e2e_rl", seeds=seeds, step=20, worlds=worlds),
                         {"method": "pivotrl", "lr": 1e-4}, measure="turn")
-    # Step 10: (0.2 + 0.6) / 2 = 0.4 < 0.6. Step 20: (0.8 + 0.6) / 2 = 0.7, at (2000 + 1000) / 2 turns.
-    assert got["target"] == pytest.approx(0.6) and got["pivotrl"] == 1500 and got["ratio"] == 20000 / 1500
+    # Step 10: (0.2 + 0.6) / 2 = 0.4 < 0.6. Step 20: (0.8 + 0.6) / 2 = 0.7, at 2000 + 1000 turns
+    # (summed over worlds, averaged over seeds).
+    cost = (2000 + 1000) / len(seeds)
+    assert got["target"] == pytest.approx(0.6) and got["pivotrl"] == cost
+    assert got["ratio"] == pytest.approx(2 * 20000 / len(seeds) / cost)
 
 
 def test_halfwidth_of_independent_arms_matches_the_binomial_formula():
@@ -149,23 +155,64 @@ def test_one_ood_problem_is_one_cluster_across_worlds():
                        item("b", 0, 10, c, c, 0, world=world, measure="ood")]
             split += [item("a", 0, 10, c, f"{world}/{c}", d, world=world, measure="ood"),
                       item("b", 0, 10, c, f"{world}/{c}", 0, world=world, measure="ood")]
-    wide = paired(shared, side("a"), side("b"), measure="ood")
-    narrow = paired(split, side("a"), side("b"), measure="ood")
+    both = ("toolshop", "terminal")
+    wide = paired(shared, side("a", worlds=both), side("b", worlds=both), measure="ood")
+    narrow = paired(split, side("a", worlds=both), side("b", worlds=both), measure="ood")
     assert wide["clusters"] == 60 and narrow["clusters"] == 120 and wide["pairs"] == 120
     assert (wide["ci95"][1] - wide["ci95"][0]) > 1.25 * (narrow["ci95"][1] - narrow["ci95"][0])
 
 
-def test_choice_takes_only_steps_every_world_of_a_run_reached():
-    """Under the budget rule one world's run may stop at step 20 while another's goes on to 30; a
-    pooled checkpoint at 30 would stand for one world only (and has no row in the other)."""
-    rows = []
-    for world, steps in (("toolshop", (10, 20)), ("terminal", (10, 20, 30))):
-        for step in steps:
-            outcome = 1.0 if step == 30 else 0.4 if step == 20 else 0.2
-            rows += [{**item("e2e_rl", 0, step, f"{world}-{i}", f"{world}-c{i}", outcome, split="dev"),
-                      "world": world} for i in range(4)]
-    chosen = choose(rows, measure="turn")
-    assert chosen["e2e_rl"]["steps"] == {0: 20}
+def curves(method, by_world, *, lr=1e-4, seed=0, split="dev", n=40):
+    """Item rows of `method`'s runs: {world: {step: rate}}, n items per checkpoint."""
+    return [item(method, seed, step, f"{world}-{i}", f"{world}-c{i}", float(i < round(n * rate)),
+                 lr=lr, split=split, world=world)
+            for world, by_step in by_world.items() for step, rate in by_step.items() for i in range(n)]
+
+
+def test_each_world_keeps_its_own_step_where_its_dev_curve_peaks():
+    """Toolshop's run peaks at step 10 and falls; terminal's (stopped later by the budget rule)
+    climbs to step 30. One step for both would serve one world's plateau to the other; each
+    world's run keeps its own."""
+    rows = curves("e2e_rl", {"toolshop": {10: 0.8, 20: 0.4, 30: 0.4}, "terminal": {10: 0.2, 20: 0.4, 30: 0.9}})
+    got = choose(rows, measure="turn")["e2e_rl"]
+    assert got["steps"] == {"terminal": {0: 30}, "toolshop": {0: 10}}
+    assert (step_of(got, "toolshop", 0), step_of(got, "terminal", 0)) == (10, 30)
+    assert got["dev_score"] == pytest.approx((0.8 + 0.9) / 2)
+    # a run that stopped at step 20 in one world: the other's later peak is still its own
+    short = curves("e2e_rl", {"toolshop": {10: 0.2, 20: 0.4}, "terminal": {10: 0.2, 20: 0.4, 30: 1.0}})
+    assert choose(short, measure="turn")["e2e_rl"]["steps"] == {"terminal": {0: 30}, "toolshop": {0: 20}}
+
+
+def test_the_lr_is_chosen_on_each_worlds_kept_checkpoint_pooled():
+    """lr 1e-4 peaks at a different step in each world (0.8 at 10 in toolshop, at 30 in
+    terminal; never above 0.6 at one step for both); lr 3e-4 gets 0.65 in both at step 10. Each
+    world at its own step, 1e-4 scores 0.8 and is kept; a step shared by the worlds would have
+    kept 3e-4."""
+    rows = (curves("sft", {"toolshop": {10: 0.8, 30: 0.4}, "terminal": {10: 0.4, 30: 0.8}}, n=200)
+            + curves("sft", {"toolshop": {10: 0.65, 30: 0.6}, "terminal": {10: 0.65, 30: 0.6}}, lr=3e-4, n=200))
+    got = choose(rows, measure="turn")["sft"]
+    assert got["lr"] == 1e-4 and got["dev_score"] == pytest.approx(0.8)
+    assert got["steps"] == {"terminal": {0: 30}, "toolshop": {0: 10}}
+
+
+def test_paired_pairs_each_worlds_items_at_that_worlds_chosen_step():
+    """The verdict between dev-chosen sides reads toolshop's eval items at toolshop's chosen
+    step (10) and terminal's at terminal's (30), never one world's items at the other's step."""
+    dev = curves("pivotrl", {"toolshop": {10: 0.8, 30: 0.4}, "terminal": {10: 0.2, 30: 0.9}})
+    ev = curves("pivotrl", {"toolshop": {10: 0.75, 30: 0.0}, "terminal": {10: 0.0, 30: 0.5}}, split="eval")
+    base = curves("base", {"toolshop": {0: 0.25}, "terminal": {0: 0.25}}, lr=0.0, split="eval")
+    chosen = choose(dev, measure="turn")["pivotrl"]
+    got = paired(dev + ev + base, chosen, side("base", step=0, lr=0.0, worlds=("toolshop", "terminal")),
+                 measure="turn")
+    assert got["pairs"] == 80 and got["worlds"] == ["terminal", "toolshop"]
+    assert got["a_mean"] == pytest.approx((0.75 + 0.5) / 2)
+    assert got["diff"] == pytest.approx((0.75 + 0.5) / 2 - 0.25)
+    # the sides of results.json (seeds as strings) pair the same
+    import json
+
+    again = paired(dev + ev + base, json.loads(json.dumps(chosen)),
+                   side("base", step=0, lr=0.0, worlds=("toolshop", "terminal")), measure="turn")
+    assert again["diff"] == got["diff"]
 
 
 def test_an_arm_trained_in_one_world_pairs_on_that_world_only_and_says_so():
@@ -176,7 +223,8 @@ def test_an_arm_trained_in_one_world_pairs_on_that_world_only_and_says_so():
         rows += [item("pivotrl", 0, 10, i, i, 1, world="toolshop"),
                  item("pivotrl", 0, 10, i, i, 0, world="terminal"),
                  item("pivotrl_random", 0, 10, i, i, i % 2, world="toolshop")]
-    got = paired(rows, side("pivotrl"), side("pivotrl_random"), measure="turn")
+    got = paired(rows, side("pivotrl", worlds=("toolshop", "terminal")), side("pivotrl_random", worlds=("toolshop",)),
+                 measure="turn")
     assert got["worlds"] == ["toolshop"] and got["pairs"] == 8
     assert got["a_mean"] == 1.0 and got["diff"] == pytest.approx(0.5)  # terminal's 0s left out
 
@@ -192,11 +240,11 @@ def test_choice_takes_the_earliest_step_and_smallest_lr_within_one_standard_erro
 
     assert noise_delta(0.5, 100) == pytest.approx(0.05)
     near = run(1e-4, {10: 0.50, 20: 0.54, 30: 0.53})  # δ = √(.54·.46/100) ≈ 0.0498
-    assert choose(near, measure="turn")["pivotrl"]["steps"] == {0: 10}
+    assert choose(near, measure="turn")["pivotrl"]["steps"] == {"w": {0: 10}}
     for noisy in (0.53, 0.54):  # the best step moving by noise leaves the choice
-        assert choose(run(1e-4, {10: 0.50, 20: noisy, 30: 0.53}), measure="turn")["pivotrl"]["steps"] == {0: 10}
+        assert choose(run(1e-4, {10: 0.50, 20: noisy, 30: 0.53}), measure="turn")["pivotrl"]["steps"] == {"w": {0: 10}}
     far = run(1e-4, {10: 0.40, 20: 0.54})  # beyond δ: the better step
-    assert choose(far, measure="turn")["pivotrl"]["steps"] == {0: 20}
+    assert choose(far, measure="turn")["pivotrl"]["steps"] == {"w": {0: 20}}
     lrs = run(1e-4, {10: 0.50}) + run(3e-4, {10: 0.53})  # within δ: the smaller lr
     got = choose(lrs, measure="turn")["pivotrl"]
     assert got["lr"] == 1e-4 and got["dev_score"] == pytest.approx(0.50) and got["delta"] == pytest.approx(

@@ -21,14 +21,15 @@ RESCUE = {w: {"failed": 20, "rescued": 12, "departed": 25, "self_rescued": 3} fo
 
 
 def items(base_eps=0.25, sft_terminal=0.375, ood_late=0.95, ood_3x=0.95, agentic=0.8):
-    """Base greedy dev rows; SFT at lr 1e-4, steps 10 / 20 / 30 (20 best on episodes), and at
-    3e-4 (worse on episodes); OOD 'next' and one agentic family."""
+    """Base greedy dev rows; SFT at lr 1e-4, steps 10 / 20 / 30 (20 best on episodes in each
+    world, beyond its run's δ ≈ 0.077 on 40 items), and at 3e-4 (worse on episodes); OOD 'next'
+    and one agentic family."""
     out = []
     for w in WORLDS:
         out += _rows("base", w, "episode", base_eps)
         out += _rows("base", w, "ood", 0.95, prefix="next") + _rows("base", w, "ood", agentic,
                                                                       prefix=f"no_tool_fits-{w}-0")
-        for step, eps, ood in ((10, 0.3, 0.95), (20, 0.375 if w == "toolshop" else sft_terminal, 0.95),
+        for step, eps, ood in ((10, 0.25, 0.95), (20, 0.375 if w == "toolshop" else sft_terminal, 0.95),
                                (30, 0.3, ood_late)):
             out += _rows("sft", w, "episode", eps, step=step, lr=1e-4)
             out += _rows("sft", w, "ood", ood, step=step, lr=1e-4, prefix="next")
@@ -43,7 +44,7 @@ def test_every_criterion_met_and_what_each_read():
     assert {k: v["verdict"] for k, v in got.items()} == {
         "sft_gain": "met", "base_episodes": "met", "pivots": "met", "ood": "met",
         "agentic_ood": "met", "ood_can_move": "met", "rescue": "met", "self_rescue": "met"}
-    assert got["sft_gain"]["sft_chosen"] == {"lr": 1e-4, "steps": {0: 20}}
+    assert got["sft_gain"]["sft_chosen"] == {"lr": 1e-4, "steps": {"terminal": {0: 20}, "toolshop": {0: 20}}}
     assert got["sft_gain"]["gain"] == {"toolshop": 0.375 - 0.25, "terminal": 0.375 - 0.25}
     assert got["ood_can_move"]["largest_move"] == ("next lr=0.0001 seed=0 step=30", -0.1)
     assert got["rescue"]["by_world"]["toolshop"]["rescue"] == 0.6
@@ -80,3 +81,13 @@ def test_a_run_to_the_cap_counts_past_the_chosen_point_only():
     assert got["verdict"] == "met" and got["largest_move"] == ("next lr=0.0001 seed=0 step=60 (run to the cap)", -0.075)
     early = [r for r in cap if r["step"] == 20]  # at the chosen step itself: not past it
     assert check(BUILD, items(), RESCUE, to_cap=early)["ood_can_move"]["verdict"] == "not met"
+
+
+def test_sfts_gain_in_each_world_is_read_at_that_worlds_own_checkpoint():
+    """Terminal's SFT run peaks at step 30 (0.5), toolshop's at 20: each world's gain is its own
+    run's, at its own step, not both at one step."""
+    rows = [r for r in items() if not (r["world"] == "terminal" and r["step"] == 30 and r["measure"] == "episode")]
+    rows += _rows("sft", "terminal", "episode", 0.5, step=30, lr=1e-4)
+    got = check(BUILD, rows, RESCUE)["sft_gain"]
+    assert got["sft_chosen"]["steps"] == {"terminal": {0: 30}, "toolshop": {0: 20}}
+    assert got["gain"] == {"toolshop": 0.375 - 0.25, "terminal": 0.5 - 0.25}

@@ -1,11 +1,16 @@
-"""The demo's training budget: every arm trains until its dev score stops improving.
+"""The demo's training budget: every run trains until its own dev score stops improving.
 
 A fixed step count can stop one arm before it settles (SFT still rising) and leave another long
 flat; comparing them then compares budgets, not methods. The rule, fixed before any result and
 applied to every run (method, world, lr, seed) alike, is RULE below (the report prints it).
 
+Each world's run is its own run: it stops on its own world's dev score alone, never where the
+same arm's run in another world stopped. Each world's model is trained and deployed alone (the
+paper trains one model per domain), and its checkpoint is chosen alone (stats.choose); a stop
+pooled across worlds let one world's plateau stop the other world's still-improving run.
+
 `stop_step` is the rule as a pure function; `jobs.run_job` applies it as a run trains and
-records the stop step and the reason in the run's last row; the report shows them per arm.
+records the stop step and the reason in the run's last row; the report shows them per run.
 """
 
 from __future__ import annotations
@@ -21,10 +26,10 @@ RULE = ("Checkpoints come every `early_every` steps up to `early_until`, then ev
         "its world) is read. A checkpoint improves when its score exceeds the best earlier score "
         "by more than `min_improvement` (the first checkpoint is compared with the base's score). "
         "The run stops at the first checkpoint that ends `patience` × `eval_every` steps without "
-        "an improvement (`patience` checkpoints at the regular spacing), or at the cap, or at the step where the run of the same arm, lr and seed "
-        "in another world stopped: a checkpoint pools the worlds (one step for all of them), so "
-        "no later one could be chosen. Checkpoints after the stop are never trained, so no choice "
-        "can land there. The same rule for every arm.")
+        "an improvement (`patience` checkpoints at the regular spacing), or at the cap. Each "
+        "world's run stops on its own dev score, whatever the same arm's run in another world "
+        "does. Checkpoints after the stop are never trained, so no choice can land there. The "
+        "same rule for every arm.")
 
 
 class BudgetRule(BaseModel):
@@ -39,15 +44,13 @@ class BudgetRule(BaseModel):
 
 
 def stop_step(scores: Sequence[tuple[int, float]], rule: BudgetRule, *, cap: int,
-              start: float | None = None, pooled_end: int | None = None,
-              every: int | None = None) -> tuple[int | None, str]:
+              start: float | None = None, every: int | None = None) -> tuple[int | None, str]:
     """(the step the run stops at, why) from its dev scores so far, [(step, score)] in step
     order; (None, "running") when the rule lets it go on. `start`: the base's score, the bar the
-    first checkpoint must clear (None: the first checkpoint sets the bar). `pooled_end`: the
-    earliest step at which a run of the same arm, lr and seed in another world stopped (None:
-    none has stopped yet). `every`: the regular checkpoint spacing; a plateau is then
-    `patience` × `every` steps since the last improvement (from step 0 when the base sets the
-    bar), so denser early checkpoints do not stop a run sooner; None: `patience` checkpoints."""
+    first checkpoint must clear (None: the first checkpoint sets the bar). `every`: the regular
+    checkpoint spacing; a plateau is then `patience` × `every` steps since the last improvement
+    (from step 0 when the base sets the bar), so denser early checkpoints do not stop a run
+    sooner; None: `patience` checkpoints."""
     best, since, best_step = start, 0, 0
     for step, score in scores:
         if best is None or score > best + rule.min_improvement + 1e-12:
@@ -59,46 +62,7 @@ def stop_step(scores: Sequence[tuple[int, float]], rule: BudgetRule, *, cap: int
             return step, f"plateau: {rule.patience} checkpoints without a dev improvement"
         if step >= cap:
             return step, "cap"
-    # Read at the latest checkpoint: a run that learns of the stop late stops where it is.
-    if pooled_end is not None and scores and scores[-1][0] >= pooled_end:
-        return scores[-1][0], pooled_reason(pooled_end)
     return None, "running"
-
-
-def pooled_reason(step: int) -> str:
-    return (f"pooled: another world's run stopped at step {step}; a checkpoint pools the worlds, "
-            "so no later one could be chosen")
-
-
-def pool_stops(rows: list[dict[str, Any]], items: list[dict[str, Any]]
-               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Runs' checkpoint rows and dev items with each run cut at the earliest stop of its
-    siblings (same method, lr and seed, other worlds), as `stop_step(pooled_end=...)` cuts a
-    run that knows that stop while it trains. A run that finished before its sibling stopped
-    trained past it; cutting here makes what the demo reports independent of which job a worker
-    happened to finish first (the cut checkpoints could never be chosen: `stats.choose`). The
-    cut run's last row keeps its own seconds (the compute it spent)."""
-    def run_of(r: dict[str, Any]) -> tuple:
-        return r["method"], float(r["lr"]), int(r["seed"])
-
-    # A run's last row holds where it stopped; the earliest stop of a run's worlds is its end.
-    finished = {(run_of(r), r["world"]): r for r in rows if r.get("stop_step") is not None}
-    end: dict[tuple, int] = {}
-    for (run, _), r in finished.items():
-        end[run] = min(end.get(run, r["stop_step"]), r["stop_step"])
-    kept = [dict(r) for r in rows if r["step"] <= end.get(run_of(r), r["step"])]
-    last: dict[tuple, dict[str, Any]] = {}
-    for r in kept:
-        key = (run_of(r), r["world"])
-        if key not in last or r["step"] > last[key]["step"]:
-            last[key] = r
-    for key, row in last.items():
-        own = finished.get(key)
-        if own is not None and own["stop_step"] > end[key[0]]:
-            row.update(train_seconds=own.get("train_seconds"), eval_seconds=own.get("eval_seconds"),
-                       stop_step=row["step"], stop_reason=pooled_reason(end[key[0]]))
-    items = [r for r in items if r["step"] <= end.get(run_of(r), r["step"])]
-    return kept, items
 
 
 def largest_rollout_ratio(cfg: Any, pivot_stats: dict[str, Any],
@@ -108,7 +72,7 @@ def largest_rollout_ratio(cfg: Any, pivot_stats: dict[str, Any],
     The ratio is read at checkpoints: PivotRL can at best reach E2E RL's target at its first
     checkpoint (`checkpoint_steps("pivotrl")[0]` steps of G one-turn rollouts on `pivots_per_step` pivots, plus its
     profiling), and E2E RL can at most spend its cap (`cap("e2e_rl")` × `e2e_tasks_per_step` × G
-    episodes of `turns_per_episode` model turns each), pooled over worlds as the report pools
+    episodes of `turns_per_episode` model turns each), summed over worlds as the report sums
     them. A schedule whose bound is below the paper's 4× decides the claim before any run.
     None when no world has pivots or an episode length is unknown."""
     worlds = [w for w, s in pivot_stats.items() if s.get("kept")]

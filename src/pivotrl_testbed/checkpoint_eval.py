@@ -5,9 +5,9 @@ Why eval is scored so rarely: every verdict compares dev-chosen checkpoints on e
 (`pivotrl_testbed.stats`), and the learning curves and the rollout-ratio curve are drawn on
 dev, so eval outcomes of other checkpoints would never be read; scoring them cost 60% of each
 checkpoint's evaluation (60 eval vs 40 dev tasks per world and OOD family). The choice is the
-report's own (`report.chosen_sides`: each method's lr, and a step per seed, by the best dev score
-pooled over worlds), made once every run has its dev scores, so the eval split is scored exactly
-where the report reads it (`eval_targets`).
+report's own (`report.chosen_sides`: each method's lr, and a step for each world's run of each
+seed, by that run's own dev score), made once every run has its dev scores, so the eval split
+is scored exactly where the report reads it (`eval_targets`).
 
 Per-item rows (`item_rows`) hold every outcome, so anyone can recompute every number."""
 
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pivotrl.io.records import write_text_atomic
+from pivotrl_testbed.stats import step_of
 
 SPLITS = ("dev", "eval")
 
@@ -256,16 +257,18 @@ def score_dev(key: dict[str, Any], checkpoints: dict[int, Path], evaluator: Eval
 def eval_targets(chosen: dict[str, dict[str, Any]], runs: Iterable[Any],
                  extra: Iterable[dict[str, Any]] = ()) -> list[tuple[Any, int]]:
     """(run, step) pairs the eval split must be scored at: for each method's chosen lr, every
-    world's run of each seed at that seed's chosen step, and likewise for each side in `extra`
-    (the frontier's matched checkpoints, `frontier.matched_sides`), each pair once. `runs` have
-    method, lr, seed (any world); `chosen` is `report.chosen_sides`'s."""
+    world's run of each seed at that run's chosen step (`stats.step_of`), and likewise for each
+    side in `extra` (the frontier's matched checkpoints, `frontier.matched_sides`), each pair
+    once. `runs` have method, world, lr, seed; `chosen` is `report.chosen_sides`'s."""
     sides = [*chosen.values(), *extra]
     out: list[tuple[Any, int]] = []
     for run in runs:
         for side in sides:
-            if (side["method"] == run.method and math.isclose(run.lr, side["lr"])
-                    and run.seed in side["steps"] and (run, side["steps"][run.seed]) not in out):
-                out.append((run, side["steps"][run.seed]))
+            if side["method"] != run.method or not math.isclose(run.lr, side["lr"]):
+                continue
+            step = step_of(side, run.world, run.seed)
+            if step is not None and (run, step) not in out:
+                out.append((run, step))
     return out
 
 

@@ -33,6 +33,8 @@ from collections import defaultdict
 from statistics import mean
 from typing import Any
 
+from pivotrl_testbed.stats import step_of
+
 PIVOT_SET = ("pivotrl", "pivotrl_exact", "pivotrl_random")
 TOKEN_KEYS = {"training_tokens": "train_tokens", "rollout_tokens": "rollout_tokens"}  # block ← row
 RATIO_KEYS = ("rollout_turns", "train_seconds", *TOKEN_KEYS)
@@ -41,11 +43,10 @@ RATIO_KEYS = ("rollout_turns", "train_seconds", *TOKEN_KEYS)
 def arm_compute(rows: list[dict[str, Any]], side: dict[str, Any],
                 pivot_stats: dict[str, Any]) -> dict[str, Any] | None:
     """One arm's compute at its chosen checkpoints (module doc), or None without rows there."""
-    steps = {int(s): int(v) for s, v in side["steps"].items()}
     runs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         if r["method"] == side["method"] and math.isclose(float(r["lr"]), float(side["lr"])) \
-                and int(r["seed"]) in steps:
+                and step_of(side, r["world"], int(r["seed"])) is not None:
             runs[(r["world"], int(r["seed"]))].append(r)
     if not runs:
         return None
@@ -53,7 +54,8 @@ def arm_compute(rows: list[dict[str, Any]], side: dict[str, Any],
     tokens: dict[str, dict[int, float] | None] = {k: defaultdict(float) for k in TOKEN_KEYS}
     for (world, seed), got in runs.items():
         got.sort(key=lambda r: int(r["step"]))
-        at = next((r for r in got if int(r["step"]) == steps[seed]), None)
+        chosen = step_of(side, world, seed)
+        at = next((r for r in got if int(r["step"]) == chosen), None)
         if at is None:
             continue
         last = next((r for r in reversed(got) if "train_seconds" in r), None)
@@ -65,7 +67,7 @@ def arm_compute(rows: list[dict[str, Any]], side: dict[str, Any],
                 tokens[key] = None
         if last is not None:
             whole[seed] += float(last["train_seconds"])
-            secs[seed] += float(last["train_seconds"]) * steps[seed] / max(1, int(last["step"]))
+            secs[seed] += float(last["train_seconds"]) * chosen / max(1, int(last["step"]))
     profiling = (sum(s.get("profile_rollout_turns", 0) for s in pivot_stats.values())
                  if side["method"] in PIVOT_SET else 0)
     return {"rollout_turns": mean(turns.values()) if turns else None,

@@ -124,11 +124,6 @@ def _check(n: int, c: int, k: int) -> None:
         raise ValueError(f"need 0 ≤ c ≤ n and 1 ≤ k ≤ n, got n={n}, c={c}, k={k}")
 
 
-def _side(chosen_side: dict[str, Any]) -> tuple[str, float, dict[int, int]]:
-    steps = {int(s): int(v) for s, v in chosen_side["steps"].items()}
-    return chosen_side["method"], float(chosen_side["lr"]), steps
-
-
 def dev_cells(items: Sequence[dict[str, Any]], chosen: dict[str, dict[str, Any]],
               temperatures: Iterable[float], train_temperature: float,
               measure: str = "turn") -> dict[str, dict[float, tuple[float, int]]]:
@@ -136,10 +131,9 @@ def dev_cells(items: Sequence[dict[str, Any]], chosen: dict[str, dict[str, Any]]
     for the temperatures scored there."""
     out: dict[str, dict[float, tuple[float, int]]] = {}
     for name, side in chosen.items():
-        method, lr, steps = _side(side)
         for t in temperatures:
             rows = [r for r in items if r.get("decoding", "greedy") == label(t, train_temperature)]
-            got = stats.side_outcomes(rows, method, lr, steps, split="dev", measure=measure)
+            got = stats.side_outcomes(rows, side, split="dev", measure=measure)
             if got:
                 out.setdefault(name, {})[t] = (sum(v for _, v in got.values()) / len(got), len(got))
     return out
@@ -171,10 +165,10 @@ def at_dev_best(items: Iterable[dict[str, Any]], best: dict[str, float],
 def pass_rates(items: Iterable[dict[str, Any]], side: dict[str, Any], ks: Sequence[int], *,
                split: str = "eval", measure: str = "turn") -> dict[str, Any] | None:
     """Mean pass@k and pass^k over the side's PASS rows (items × seeds), or None without any."""
-    method, lr, steps = _side(side)
-    rows = [r for r in items if r.get("decoding") == PASS and r["method"] == method
+    rows = [r for r in items if r.get("decoding") == PASS and r["method"] == side["method"]
             and r["split"] == split and r["measure"] == measure
-            and math.isclose(float(r["lr"]), lr) and steps.get(int(r["seed"])) == int(r["step"])]
+            and math.isclose(float(r["lr"]), float(side["lr"]))
+            and stats.step_of(side, r["world"], int(r["seed"])) == int(r["step"])]
     if not rows:
         return None
     out: dict[str, Any] = {"items": len(rows), "samples": rows[0]["samples"]}

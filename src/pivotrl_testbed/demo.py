@@ -10,10 +10,11 @@ The whole experiment, top to bottom:
      tasks of the eval file); the planning half-widths of the headline paired differences and
      the largest rollout ratio the schedule can show are printed, before any training;
   4. per world × method × learning rate × seed (jobs.py): train from the base, checkpointing
-     every `early_every` steps to `early_until`, then every `eval_every`, until the run's dev score stops improving or the `steps` cap
-     (budget.py); score every checkpoint on dev as it lands (episodes, turns, OOD), item by
-     item, greedy and sampled (k samples at the training temperature), and its KL to the base;
-  5. choose each run's checkpoint and each method's lr on dev, and match the arms' dev
+     every `early_every` steps to `early_until`, then every `eval_every`, until the run's own dev
+     score (its world's) stops improving or the `steps` cap (budget.py); score every checkpoint
+     on dev as it lands (episodes, turns, OOD), item by item, greedy and sampled (k samples at
+     the training temperature), and its KL to the base;
+  5. choose each world's run's checkpoint and each method's lr on dev, and match the arms' dev
      frontiers (frontier.py); score the eval split at exactly those checkpoints, dev over the
      decoding grid at the chosen ones, then eval at each arm's dev-best temperature where it is
      not scored yet (decoding.py: each arm judged at its own); the
@@ -34,7 +35,7 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_complet
 from pathlib import Path
 from typing import Any, Callable
 
-from pivotrl_testbed.budget import pool_stops, schedule_bound
+from pivotrl_testbed.budget import schedule_bound
 from pivotrl_testbed.checkpoint_eval import (
     SPLITS,
     Evaluator,
@@ -334,7 +335,7 @@ def run_jobs(jobs: list[Job], testbed: Path, out: Path, cfg: DemoConfig, pivot_s
             job_rows, job_items = fut.result()
             rows, items = rows + job_rows, items + job_items
             log(done_line(i, len(jobs), t_jobs, f"{job.name} done"))
-    return pool_stops(rows, items)
+    return rows, items
 
 
 def log_power(power: list[dict[str, Any]], log: Callable[[str], None]) -> None:

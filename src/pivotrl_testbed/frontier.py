@@ -6,14 +6,17 @@ The paper claims that, from the same base and trajectories, PivotRL gains more i
 that barely trained against one that did; these rules compare the arms where both moved. They are
 fixed here, in code, before any result is read.
 
-Points (`arm_points`), dev split, one decoding (`FrontierConfig.decoding`): every checkpoint
-  (lr, step) of an arm, its seeds together (the side {method, lr, steps: {seed: step}}), is a
-  point with gain = its paired difference against the base on the in-domain measure
-  (`FrontierConfig.measure`) and retention = the same on OOD (stats.paired on split "dev": 0 for
-  the base, negative when the arm forgot), each with its cluster-bootstrap interval, and its mean
-  KL to the base on OOD text (from the checkpoint rows). A point is a step every seed's run
-  reached in every world: the budget rule (`budget.py`) stops runs at different steps, and a
-  step that only some seeds reached would stand for the seeds still improving alone.
+Points (`arm_points`), dev split, one decoding (`FrontierConfig.decoding`): every training
+  step t of an arm at an lr is a point: the side {method, lr, steps: {world: {seed: step}}} of
+  each world-run's checkpoint at t, its seeds and worlds together, with gain = its paired
+  difference against the base on the in-domain measure (`FrontierConfig.measure`) and retention
+  = the same on OOD (stats.paired on split "dev": 0 for the base, negative when the arm forgot),
+  each with its cluster-bootstrap interval, and its mean KL to the base on OOD text (from the
+  checkpoint rows). The budget rule (`budget.py`) stops each world-run on its own, so a run that
+  stopped before t stands at t with its last checkpoint (its model stays where it stopped, as
+  in stats.rollout_ratio): dropping it would leave the runs still improving to stand alone for
+  the arm, and cutting the others there would bring back one world's plateau stopping another's
+  run. t counts once every run has reached its first checkpoint.
 
 Frontier: the Pareto set of an arm's points (`plots.frontier`: a point is on it when no point of
   the same arm has a higher gain and a retention at least as high).
@@ -84,55 +87,49 @@ class FrontierConfig(BaseModel):
                             "descriptive interval (the verdicts use stats.paired's default).")
 
 
-def base_side(items: list[Row]) -> dict[str, Any]:
-    seeds = sorted({r["seed"] for r in items if r["method"] == "base"})
-    return {"method": "base", "lr": 0.0, "steps": {s: 0 for s in seeds}}
-
-
-def mean_kl(rows: list[Row], method: str, lr: float, step: int) -> float | None:
-    kl = [r["kl_to_base"] for r in rows if r["method"] == method and math.isclose(r["lr"], lr)
-          and r["step"] == step and r.get("kl_to_base") is not None]
+def mean_kl(rows: list[Row], side: dict[str, Any]) -> float | None:
+    """Mean KL to the base over the checkpoint rows of `side`'s checkpoints."""
+    kl = [r["kl_to_base"] for r in rows if r["method"] == side["method"]
+          and math.isclose(r["lr"], side["lr"]) and r.get("kl_to_base") is not None
+          and stats.step_of(side, r["world"], r["seed"]) == r["step"]]
     return mean(kl) if kl else None
 
 
 def arm_points(items: list[Row], rows: list[Row], method: str, cfg: FrontierConfig,
                decoding: str | None = None) -> list[dict[str, Any]]:
-    """Every dev-scored checkpoint of `method` as a point (module doc), sorted by lr and step."""
+    """Every training step of `method` at each lr as a point (module doc), sorted by lr and step."""
     mine = [r for r in decoded(items, decoding or cfg.decoding)
             if r["split"] == "dev" and r["method"] in (method, "base")]
-    seeds: dict[tuple[float, int], set[int]] = defaultdict(set)
-    worlds: dict[tuple[float, int, int], set[str]] = defaultdict(set)  # (lr, step, seed) -> worlds
+    # {lr: {(world, seed): the steps that run was scored at}}
+    runs: dict[float, dict[tuple[str, int], set[int]]] = defaultdict(lambda: defaultdict(set))
     for r in mine:
-        if r["method"] == method and r["split"] == "dev" and r["measure"] == cfg.measure:
-            seeds[(float(r["lr"]), int(r["step"]))].add(int(r["seed"]))
-            worlds[(float(r["lr"]), int(r["step"]), int(r["seed"]))].add(r["world"])
-    every: dict[tuple[float, int], set[str]] = defaultdict(set)  # (lr, seed) -> worlds of the run
-    runs: dict[float, set[int]] = defaultdict(set)  # lr -> the seeds trained at it
-    for (lr, _, seed), names in worlds.items():
-        every[(lr, seed)] |= names
-        runs[lr].add(seed)
-    base = base_side(mine)
+        if r["method"] == method and r["measure"] == cfg.measure:
+            runs[float(r["lr"])][(r["world"], int(r["seed"]))].add(int(r["step"]))
+    base = stats.base_side(mine)
     points = []
-    for (lr, step), got in sorted(seeds.items()):
-        # a point pools the worlds: only at a step every world's run reached (stats.choose)
-        if any(worlds[(lr, step, s)] != every[(lr, s)] for s in got):
-            continue
-        # and the seeds: only at a step every seed reached. A later step that only the seeds
-        # still improving reached would stand for those seeds alone (a survivor's score), and a
-        # pair matched there could share no seed with the other arm's point, so nothing would
-        # pair on eval (stats.paired pairs items of the same seed).
-        if got != runs[lr]:
-            continue
-        side = {"method": method, "lr": lr, "steps": {s: step for s in sorted(got)}}
-        gain = stats.paired(mine, side, base, measure=cfg.measure, split="dev",
-                            replicates=cfg.replicates)
-        keep = stats.paired(mine, side, base, measure="ood", split="dev", replicates=cfg.replicates)
-        if gain is None or keep is None:
-            continue
-        points.append({**side, "step": step, "gain": gain["diff"], "gain_ci95": gain["ci95"],
-                       "retention": keep["diff"], "retention_ci95": keep["ci95"],
-                       "kl_to_base": mean_kl(rows, method, lr, step)})
+    for lr, by_run in sorted(runs.items()):
+        for step in sorted(set().union(*by_run.values())):
+            if any(min(got) > step for got in by_run.values()):
+                continue  # a run has no checkpoint yet: the point would stand without it
+            at: dict[str, dict[int, int]] = defaultdict(dict)
+            for (world, seed), got in sorted(by_run.items()):
+                at[world][seed] = max(s for s in got if s <= step)  # a stopped run: its last
+            side = {"method": method, "lr": lr, "steps": dict(at)}
+            point = _point(mine, rows, side, base, cfg)
+            if point is not None:
+                points.append({**point, "step": step})
     return points
+
+
+def _point(mine: list[Row], rows: list[Row], side: dict[str, Any], base: dict[str, Any],
+           cfg: FrontierConfig) -> dict[str, Any] | None:
+    """One point (module doc) of `side` against `base`; None when nothing pairs."""
+    gain = stats.paired(mine, side, base, measure=cfg.measure, split="dev", replicates=cfg.replicates)
+    keep = stats.paired(mine, side, base, measure="ood", split="dev", replicates=cfg.replicates)
+    if gain is None or keep is None:
+        return None
+    return {**side, "gain": gain["diff"], "gain_ci95": gain["ci95"], "retention": keep["diff"],
+            "retention_ci95": keep["ci95"], "kl_to_base": mean_kl(rows, side)}
 
 
 def pareto(points: list[dict[str, Any]]) -> list[dict[str, Any]]:

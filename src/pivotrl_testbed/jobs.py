@@ -4,8 +4,8 @@ at a chosen checkpoint.
 
 A job trains in segments, one per checkpoint step (`DemoConfig.checkpoint_steps`), each resuming the last checkpoint (the trainer's
 for SFT and PivotRL, the E2E loop's own for E2E RL). After each checkpoint is scored on dev the
-rule decides whether the job goes on (a run also stops where a sibling run in another world
-stopped, once that run has finished: `budget.pool_stops`).
+rule decides whether the job goes on, on this job's own dev score: the same arm's job in another
+world never stops it (budget.py says why).
 Each checkpoint's dev scores are cached beside it (dev-step<N>.json), and a finished job writes
 rows.json, so a rerun, or a rerun after a crash, redoes only unfinished work."""
 
@@ -157,14 +157,22 @@ def run_job(job: Job, testbed: Path, out: Path, cfg: Any, pivot_stats: dict[str,
     torch.set_num_threads(cfg.threads)
     job_dir = out / "runs" / job.name
     done = job_dir / "rows.json"
+    cap = cfg.cap(job.method)
+    train_s, eval_s = 0.0, 0.0
     if done.exists() and (job_dir / "items.jsonl").exists():
         # dev only: eval scores live beside, per chosen checkpoint (`score_chosen`)
         rows = [{k: v for k, v in r.items() if k not in EVAL_KEYS} for r in json.loads(done.read_text())]
-        return rows, [r for r in read_jsonl(job_dir / "items.jsonl") if r["split"] == "dev"]
+        items = [r for r in read_jsonl(job_dir / "items.jsonl") if r["split"] == "dev"]
+        scores = [(s, dev_score([r for r in items if r["step"] == s], cfg))
+                  for s in sorted({r["step"] for r in items})]
+        if stop_step(scores, cfg.budget, cap=cap, start=start, every=cfg.eval_every)[0] == rows[-1].get("stop_step"):
+            return rows, items
+        # Stopped where this rule would not stop it (the rule or the cap changed since): it goes
+        # on from its last checkpoint, its scored ones reread from their caches below.
+        train_s, eval_s = rows[-1].get("train_seconds") or 0.0, rows[-1].get("eval_seconds") or 0.0
     key = dict(method=job.method, world=job.world, seed=job.seed, lr=job.lr)
     rows, items, scores = [], [], []
-    evaluator, train_s, eval_s, stop, why = None, 0.0, 0.0, None, "running"
-    cap = cfg.cap(job.method)
+    evaluator, stop, why = None, None, "running"
     for step in cfg.checkpoint_steps(job.method):
         cache = job_dir / f"dev-step{step}.json"
         if cache.exists():
@@ -188,25 +196,13 @@ def run_job(job: Job, testbed: Path, out: Path, cfg: Any, pivot_stats: dict[str,
         rows.append(got["row"])
         items += got["items"]
         scores.append((step, dev_score(got["items"], cfg)))
-        stop, why = stop_step(scores, cfg.budget, cap=cap, start=start,
-                              pooled_end=sibling_stop(job, out, cfg), every=cfg.eval_every)
+        stop, why = stop_step(scores, cfg.budget, cap=cap, start=start, every=cfg.eval_every)
         if stop is not None:
             break
     rows[-1].update(train_seconds=train_s, eval_seconds=eval_s, stop_step=stop, stop_reason=why)
     write_jsonl(job_dir / "items.jsonl", items)
     write_text_atomic(done, json.dumps(rows))
     return rows, items
-
-
-def sibling_stop(job: Job, out: Path, cfg: Any) -> int | None:
-    """The earliest step at which a finished run of the same method, lr and seed in another
-    world stopped (its rows.json's last row), None while none has finished."""
-    stops = []
-    for world in cfg.worlds:
-        done = out / "runs" / Job(world, job.method, job.lr, job.seed).name / "rows.json"
-        if world != job.world and done.exists():
-            stops.append(int(json.loads(done.read_text())[-1]["stop_step"]))
-    return min(stops, default=None)
 
 
 def eval_at(job: Job, step: int, testbed: Path, out: Path,

@@ -41,8 +41,7 @@ def mechanism(items: list[dict[str, Any]], sides: dict[str, dict[str, Any]],
     out = []
     for decoding in DECODINGS:
         mine = [r for r in decoded(items, decoding) if r["split"] == "eval" and r["measure"] == measure]
-        base = {"method": "base", "lr": 0.0, "steps": {s: 0 for s in {r["seed"] for r in mine
-                                                                      if r["method"] == "base"}}}
+        base = stats.base_side(mine)
         for by, key in GROUPS.items():
             groups = sorted({g for r in mine if (g := key(r)) is not None})
             for name, side in sides.items():
@@ -123,8 +122,9 @@ def dispersion_markdown(results: dict[str, Any]) -> list[str]:
 
 def frontier_rule(c: dict[str, Any]) -> str:
     a, b = c["arms"]
-    return (f"Rule (experiment/frontier.py, fixed before results): every checkpoint (lr × step, seeds "
-            f"together) is a dev point: gain and retention are its paired differences against the "
+    return (f"Rule (experiment/frontier.py, fixed before results): every training step at each lr (each "
+            f"world's and seed's run at its checkpoint there, a run stopped earlier at its last) is a "
+            f"dev point: gain and retention are its paired differences against the "
             f"base on {c['measure']} and non-agentic OOD ({c['decoding']} decoding). For each point on {a}'s "
             f"frontier with gain > 0, the {b} checkpoint nearest on the matched coordinate within "
             f"±{c['tolerance']:g} (ties in {b}'s favour); of those pairs, the one at {a}'s largest "

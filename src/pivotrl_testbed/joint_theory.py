@@ -13,6 +13,7 @@ from typing import Any
 
 from pivotrl_testbed.frontier import matched
 from pivotrl_testbed.jobs import Job, checkpoint_dir
+from pivotrl_testbed.stats import side_runs, step_of
 
 
 def matched_preferences(out: Path, testbed: Path, cfg: Any, items: list[dict[str, Any]],
@@ -23,7 +24,7 @@ def matched_preferences(out: Path, testbed: Path, cfg: Any, items: list[dict[str
     from pivotrl.verifiers import get_verifier
 
     pairs = matched(items, rows, cfg.frontier_config())["pairs"]
-    key = json.dumps({n: p and {k: [p[k]["method"], p[k]["lr"], p[k]["step"]] for k in ("a", "b")}
+    key = json.dumps({n: p and {k: [p[k]["method"], p[k]["lr"], side_runs(p[k])] for k in ("a", "b")}
                       for n, p in pairs.items()}, sort_keys=True)
     path = out / "theory_matched.json"
     if path.exists() and json.loads(path.read_text()).get("key") == key:
@@ -36,10 +37,11 @@ def matched_preferences(out: Path, testbed: Path, cfg: Any, items: list[dict[str
         for name, pair in pairs.items():
             for k in ("a", "b") if pair else ():
                 p = pair[k]
-                seed = min(p["steps"])
-                ckpt = checkpoint_dir(Job(world, p["method"], p["lr"], seed), out, p["step"])
+                seed = min(s for _, s, _ in side_runs(p))
+                step = step_of(p, world, seed)  # this world's run's checkpoint at the point
+                ckpt = None if step is None else checkpoint_dir(Job(world, p["method"], p["lr"], seed), out, step)
                 if ckpt is not None:
-                    models[f"{name}: {p['method']} lr {p['lr']:g} step {p['step']}"] = load_tiny(ckpt)[0]
+                    models[f"{name}: {p['method']} lr {p['lr']:g} step {step}"] = load_tiny(ckpt)[0]
         states = [s for s, pivot in theory_states(out / "data" / world, per_world) if pivot]
         if models and states:
             worlds[world] = preference_check(base, models, tok, states, get_verifier(cfg.verifier),

@@ -84,11 +84,20 @@ def checkpoint_curve(rows: list[dict[str, Any]], method: str, decoding: str = "g
     """Per (lr, step), dev split (the one scored at every checkpoint, `checkpoint_eval`) in
     `decoding`: in-domain = mean episode success over worlds (None where episodes were not scored
     that way), OOD = mean over families, each averaged over seeds (docs/DESIGN.md's `checkpoints`
-    shape), with intervals over seeds. Descriptive: plots only, never a verdict."""
-    by_seed: dict[tuple, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    shape), with intervals over seeds. Each world's run stops on its own (budget.py): past its
+    stop it stands at its last checkpoint, as in the frontier's points, so a later step is not
+    the still-running worlds alone. Descriptive: plots only, never a verdict."""
+    runs: dict[float, dict[tuple, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r["method"] == method:
-            by_seed[(r["lr"], r["step"])][r["seed"]].append(r)
+            runs[r["lr"]][(r["seed"], r["world"])].append(r)
+    by_seed: dict[tuple, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for lr, by_run in runs.items():
+        for step in sorted({r["step"] for got in by_run.values() for r in got}):
+            for (seed, _), got in sorted(by_run.items()):
+                held = [r for r in got if r["step"] <= step]
+                if held:
+                    by_seed[(lr, step)][seed].append(max(held, key=lambda r: r["step"]))
     out = []
     for (lr, step), seeds in sorted(by_seed.items()):
         ind, tacc, ood, kl, rank, turns = [], [], [], [], [], []
@@ -117,10 +126,10 @@ def checkpoint_curve(rows: list[dict[str, Any]], method: str, decoding: str = "g
 
 
 def headline(rows: list[dict[str, Any]], side: dict[str, Any]) -> dict[str, Any]:
-    """The method's dev-chosen checkpoints (lr, a step per seed), eval split, in evaluate's JSON
-    shape (docs/DESIGN.md contract), averaged over seeds with intervals over seeds."""
+    """The method's dev-chosen checkpoints (lr, a step per world and seed), eval split, in
+    evaluate's JSON shape (docs/DESIGN.md contract), averaged over seeds with intervals over seeds."""
     final = [r for r in rows if r["method"] == side["method"] and math.isclose(r["lr"], side["lr"])
-             and side["steps"].get(r["seed"]) == r["step"]]
+             and stats.step_of(side, r["world"], r["seed"]) == r["step"]]
     if not final:
         return {}
     in_domain, ood = {}, {}
@@ -149,7 +158,7 @@ def chosen_sides(items: list[dict[str, Any]], select_on: str, seeds: list[int],
     items = decoded(items, decoding)
     measure = select_on if any(r["measure"] == select_on for r in items) else "episode"
     chosen = stats.choose(items, measure=measure)
-    chosen["base"] = {"method": "base", "lr": 0.0, "steps": {s: 0 for s in seeds},
+    chosen["base"] = {**stats.base_side(items, seeds),
                       "dev_score": chosen.get("base", {}).get("dev_score")}
     return chosen
 
@@ -199,10 +208,11 @@ def rollout_match(rows: list[dict[str, Any]], items: list[dict[str, Any]], chose
     if "e2e_rl" not in chosen or "pivotrl" not in chosen:
         return {}
     profiling = sum(s.get("profile_rollout_turns", 0) for s in pivot_stats.values())
-    turns: dict[tuple, float] = defaultdict(float)
-    for r in rows:
-        turns[(r["method"], float(r["lr"]), int(r["seed"]), int(r["step"]))] += r.get("rollout_turns", 0)
-    bare = {k: v - (profiling if k[0] == "pivotrl" else 0) for k, v in turns.items()}
+    turns = {(r["method"], float(r["lr"]), r["world"], int(r["seed"]), int(r["step"])):
+             r.get("rollout_turns", 0) for r in rows}
+    # each world's PivotRL run counts its own world's profiling (jobs.rollout_turns_at)
+    bare = {k: v - (pivot_stats.get(k[2], {}).get("profile_rollout_turns", 0) if k[0] == "pivotrl" else 0)
+            for k, v in turns.items()}
     out: dict[str, Any] = {}
     for measure in ("turn", "episode"):
         with_p = stats.rollout_ratio(items, turns, chosen["e2e_rl"], chosen["pivotrl"], measure=measure,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pivotrl_testbed.stats import side_runs
 from pivotrl_testbed.testbed.agentic_ood import AGENTIC_FAMILIES
 
 PAPER = {  # Published figures (Qwen3-30B-A3B), as docs/DESIGN.md reports them.
@@ -40,9 +41,16 @@ def _ci(ci: list[float] | None) -> str:
     return "" if not ci else f"[{ci[0]:.4f}, {ci[1]:.4f}]"
 
 
+def chosen_steps(side: dict[str, Any]) -> str:
+    """A side's steps, each world's apart (seeds in order, split by "/"): "toolshop 10, terminal 30"."""
+    by_world: dict[str, list[str]] = {}
+    for world, _, step in side_runs(side):
+        by_world.setdefault(world, []).append(str(step))
+    return ", ".join(f"{w} {'/'.join(steps)}" for w, steps in by_world.items())
+
+
 def _side(s: dict[str, Any]) -> str:
-    steps = "/".join(str(v) for v in s["steps"].values())
-    return f"{s['method']} (lr {s['lr']:g}, step {steps})"
+    return f"{s['method']} (lr {s['lr']:g}, steps {chosen_steps(s)})"
 
 
 def wall_time_line(results: dict[str, Any]) -> str:
@@ -103,12 +111,12 @@ def results_section(results: dict[str, Any]) -> list[str]:
     plain = [f for f in fams if f not in AGENTIC_FAMILIES]
     agentic = [f for f in fams if f in AGENTIC_FAMILIES]
     L = ["## Dev-chosen checkpoints, measured on eval", "",
-         f"Each run's step and each method's lr were chosen on the dev split by "
+         f"Each world's run chose its own step, and each method its lr, on the dev split by "
          f"{MEASURE_NAMES.get(results.get('select_on', 'turn'))} "
          f"({results.get('select_decoding', 'greedy')}, the dev score); the numbers are on the "
          "disjoint eval split, greedy (means over worlds and seeds; [95% interval over seeds] "
          "with ≥ 2 seeds; the sampled ones are in the verdicts).", "",
-         "| method | lr | step per seed | dev score | turn accuracy | episode success | "
+         "| method | lr | step per world (per seed: /) | dev score | turn accuracy | episode success | "
          "non-agentic OOD | " + ("agentic-format OOD | " if agentic else "")
          + "KL to base (OOD) | rollout turns |", "|---|---|---|---|---|---|---|---|---|"
          + ("---|" if agentic else "")]
@@ -119,7 +127,7 @@ def results_section(results: dict[str, Any]) -> list[str]:
         ood = v.get("ood", {})
         oa = _f(_ood_mean(ood, False)) + (f" | {_f(_ood_mean(ood, True))}" if agentic else "")
         c = v["chosen"]
-        L.append(f"| {m} | {c['lr']:g} | {'/'.join(str(s) for s in c['steps'].values())} | "
+        L.append(f"| {m} | {c['lr']:g} | {chosen_steps(c)} | "
                  f"{_f(c.get('dev_score'))} | {_f(ta)} | {_f(ep)} | {oa} | "
                  f"{_f(v.get('kl_to_base'))} | {v.get('rollout_turns', '—')} |")
     worlds = sorted({w for v in results["methods"].values() for w in v.get("in_domain", {})})

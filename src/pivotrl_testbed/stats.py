@@ -6,20 +6,31 @@ The demo saves one row per scored item (`items.jsonl`):
 to). Everything the report concludes is recomputed here from those rows, by these rules:
 
 Checkpoint choice (`choose`), on the **dev** split only, by a rule float noise cannot move:
-  the score of a checkpoint (method, lr, seed, step) is its mean outcome over every dev item of
-  the selection measure, all worlds pooled. Each run (method, lr, seed) keeps the **earliest**
-  step whose score is within δ of its best step's; each method keeps the **smallest** lr whose
-  kept checkpoints' mean score over seeds is within δ of the best lr's. δ is the dev split's own
-  noise, one binomial standard error of the best score over its items, √(p(1 − p)/n)
-  (`noise_delta`): two checkpoints closer than that are the same to dev, so a difference in the
-  fourth decimal (float noise between machines moved PivotRL's dev score 0.5657 → 0.5629 and its
-  chosen step 50 → 60, docs/RESULTS.md) cannot move the choice unless it crosses the band's
-  edge. The eval split never takes part in a choice.
+  each world's model is its own run (method, lr, world, seed): trained alone, stopped alone by
+  the budget rule on its own dev score (budget.py), and deployed alone, as the paper trains one
+  model per domain. So each world-run keeps its own checkpoint: the score of a checkpoint
+  (method, lr, world, seed, step) is its mean outcome over that world's dev items of the
+  selection measure, and the run keeps the **earliest** step whose score is within δ of its
+  best step's. One step for every world would let one world's plateau choose (and, under the
+  budget rule, stop) the other world's still-improving model. Each method then keeps the
+  **smallest** lr whose kept checkpoints' score is within δ of the best lr's, that score pooled
+  over worlds and seeds: per seed, the item-weighted mean over its worlds' kept checkpoints;
+  then the mean over seeds. δ is the dev split's own noise, one binomial standard error of the
+  best score over its items, √(p(1 − p)/n) (`noise_delta`): two checkpoints closer than that
+  are the same to dev, so a difference in the fourth decimal (float noise between machines
+  moved PivotRL's dev score 0.5657 → 0.5629 and its chosen step 50 → 60, docs/RESULTS.md)
+  cannot move the choice unless it crosses the band's edge. The eval split never takes part in
+  a choice.
+
+A side (`choose`'s value, `base_side`, a frontier point) is {"method", "lr", "steps": {world:
+  {seed: step}}}; `step_of` and `side_runs` are the only readers of "steps" (a side read back
+  from results.json has its seeds as strings; they read both).
 
 Paired difference (`paired`), on the **eval** split:
-  a side is (method, lr, {seed: step}). Item (world, item) at seed s pairs side a's outcome with
-  side b's; only pairs present on both sides count. diff = Σ (outcome_a − outcome_b) / n over
-  every pair of every seed: the difference of the two sides' mean outcomes on the same items.
+  item (world, item) at seed s pairs side a's outcome at a's step for that world and seed with
+  side b's at b's; only pairs present on both sides count. diff = Σ (outcome_a − outcome_b) / n
+  over every pair of every seed: the difference of the two sides' mean outcomes on the same
+  items.
 
 95% interval and verdict: the core's paired cluster bootstrap (`pivotrl.evaluate.compare`, its module doc
   gives the rule), with keys (seed, world, item) and the rows' `cluster` values as clusters, so
@@ -47,13 +58,36 @@ from pivotrl.evaluate.compare import (
 Row = dict[str, Any]
 
 
-def side_outcomes(items: Iterable[Row], method: str, lr: float, steps: dict[int, int], *,
-                  split: str, measure: str) -> dict[tuple[int, str, str], tuple[str, float]]:
+def step_of(side: dict[str, Any], world: str, seed: int) -> int | None:
+    """The step of `side`'s checkpoint for its run in `world` at `seed`; None: no such run."""
+    by_seed = side["steps"].get(world) or {}
+    step = by_seed.get(seed, by_seed.get(str(seed)))
+    return None if step is None else int(step)
+
+
+def side_runs(side: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """[(world, seed, step)] of every run `side` has a checkpoint of, sorted."""
+    return sorted((world, int(seed), int(step)) for world, by_seed in side["steps"].items()
+                  for seed, step in by_seed.items())
+
+
+def base_side(items: Iterable[Row], seeds: Iterable[int] | None = None) -> dict[str, Any]:
+    """The base as a side: step 0 in every world the base was scored in, at `seeds` (None: the
+    seeds its rows are under)."""
+    base = [r for r in items if r["method"] == "base"]
+    seeds = sorted({int(r["seed"]) for r in base} if seeds is None else set(seeds))
+    return {"method": "base", "lr": 0.0,
+            "steps": {w: {s: 0 for s in seeds} for w in sorted({r["world"] for r in base})}}
+
+
+def side_outcomes(items: Iterable[Row], side: dict[str, Any], *, split: str,
+                  measure: str) -> dict[tuple[int, str, str], tuple[str, float]]:
     """{(seed, world, item): (cluster key, outcome)} of one side's checkpoints."""
     out = {}
     for r in items:
-        if (r["method"] == method and r["split"] == split and r["measure"] == measure
-                and math.isclose(r["lr"], lr) and steps.get(r["seed"]) == r["step"]):
+        if (r["method"] == side["method"] and r["split"] == split and r["measure"] == measure
+                and math.isclose(r["lr"], side["lr"])
+                and step_of(side, r["world"], r["seed"]) == r["step"]):
             out[(r["seed"], r["world"], str(r["item"]))] = (str(r["cluster"]), float(r["outcome"]))
     return out
 
@@ -61,10 +95,10 @@ def side_outcomes(items: Iterable[Row], method: str, lr: float, steps: dict[int,
 def paired(items: Sequence[Row], a: dict[str, Any], b: dict[str, Any], *, measure: str,
            split: str = "eval", replicates: int = BOOTSTRAP_REPLICATES) -> dict[str, Any] | None:
     """The paired difference a − b on `measure` with its cluster-bootstrap 95% interval.
-    `a` and `b` are sides: {"method", "lr", "steps": {seed: step}}; "worlds": those the pairs
-    are in. None when nothing pairs."""
-    sa = side_outcomes(items, a["method"], a["lr"], a["steps"], split=split, measure=measure)
-    sb = side_outcomes(items, b["method"], b["lr"], b["steps"], split=split, measure=measure)
+    `a` and `b` are sides (module doc); "worlds": those the pairs are in. None when nothing
+    pairs."""
+    sa = side_outcomes(items, a, split=split, measure=measure)
+    sb = side_outcomes(items, b, split=split, measure=measure)
     got = paired_values(sa, sb, replicates)
     if got is not None:  # an arm trained in fewer worlds (the ablations in --full) pairs on those
         got["worlds"] = sorted({world for _, world, _ in set(sa) & set(sb)})
@@ -75,16 +109,17 @@ def paired(items: Sequence[Row], a: dict[str, Any], b: dict[str, Any], *, measur
 
 
 def checkpoint_scores(items: Iterable[Row], *, split: str, measure: str) -> dict[tuple, float]:
-    """{(method, lr, seed, step): mean outcome} over the split's items of `measure`, worlds pooled."""
+    """{(method, lr, world, seed, step): mean outcome} over the split's items of `measure`."""
     return {k: s for k, (s, _) in checkpoint_cells(items, split=split, measure=measure).items()}
 
 
 def checkpoint_cells(items: Iterable[Row], *, split: str, measure: str) -> dict[tuple, tuple[float, int]]:
-    """{(method, lr, seed, step): (mean outcome, items)} over the split's items of `measure`."""
+    """{(method, lr, world, seed, step): (mean outcome, items)} over the split's items of
+    `measure`: one cell per world-run's checkpoint."""
     acc: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0])
     for r in items:
         if r["split"] == split and r["measure"] == measure:
-            cell = acc[(r["method"], float(r["lr"]), int(r["seed"]), int(r["step"]))]
+            cell = acc[(r["method"], float(r["lr"]), r["world"], int(r["seed"]), int(r["step"]))]
             cell[0] += float(r["outcome"])
             cell[1] += 1
     return {k: (s / n, n) for k, (s, n) in acc.items() if n}
@@ -112,41 +147,39 @@ def earliest_within(scored: Sequence[tuple[Any, float, int]]) -> tuple[Any, floa
 
 def choose(items: Sequence[Row], *, measure: str, split: str = "dev") -> dict[str, dict[str, Any]]:
     """Each method's checkpoints chosen on `split` (module doc): {method: {"method", "lr",
-    "steps": {seed: step}, "dev_score", "delta"}}."""
-    cells = checkpoint_cells(items, split=split, measure=measure)
-    # A checkpoint pools the worlds, so it is a candidate only at a step every world of its run
-    # reached: under the budget rule one world's run can stop before another's.
-    worlds: dict[tuple[str, float, int, int], set[str]] = defaultdict(set)
-    for r in items:
-        if r["split"] == split and r["measure"] == measure:
-            worlds[(r["method"], float(r["lr"]), int(r["seed"]), int(r["step"]))].add(r["world"])
-    every: dict[tuple[str, float, int], set[str]] = defaultdict(set)
-    for (method, lr, seed, _), names in worlds.items():
-        every[(method, lr, seed)] |= names
-    steps: dict[tuple[str, float, int], list[tuple[int, float, int]]] = defaultdict(list)
-    for (method, lr, seed, step), (score, n) in sorted(cells.items()):  # sorted: earlier steps first
-        if worlds[(method, lr, seed, step)] == every[(method, lr, seed)]:
-            steps[(method, lr, seed)].append((step, score, n))
-    runs: dict[str, dict[float, dict[int, tuple[int, float, int]]]] = defaultdict(lambda: defaultdict(dict))
-    for (method, lr, seed), scored in steps.items():
+    "steps": {world: {seed: step}}, "dev_score", "delta"}}."""
+    steps: dict[tuple[str, float, str, int], list[tuple[int, float, int]]] = defaultdict(list)
+    for (method, lr, world, seed, step), (score, n) in sorted(checkpoint_cells(
+            items, split=split, measure=measure).items()):  # sorted: earlier steps first
+        steps[(method, lr, world, seed)].append((step, score, n))
+    # {method: {lr: {seed: {world: (kept step, its score, its items)}}}}
+    runs: dict[str, dict[float, dict[int, dict[str, tuple[int, float, int]]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(dict)))
+    for (method, lr, world, seed), scored in steps.items():
         step, score = earliest_within(scored)
-        runs[method][lr][seed] = (step, score, next(n for s, _, n in scored if s == step))
+        runs[method][lr][seed][world] = (step, score, next(n for s, _, n in scored if s == step))
     chosen: dict[str, dict[str, Any]] = {}
     for method, by_lr in sorted(runs.items()):
-        lrs = [(lr, sum(s for _, s, _ in per_seed.values()) / len(per_seed),
-                sum(n for _, _, n in per_seed.values())) for lr, per_seed in sorted(by_lr.items())]
-        lr, mean_score = earliest_within(lrs)  # sorted by lr: the smaller first
+        lrs = []
+        for lr, by_seed in sorted(by_lr.items()):  # sorted by lr: the smaller first
+            per_seed = [sum(s * n for _, s, n in kept.values()) / sum(n for _, _, n in kept.values())
+                        for kept in by_seed.values()]
+            lrs.append((lr, sum(per_seed) / len(per_seed),
+                        sum(n for kept in by_seed.values() for _, _, n in kept.values())))
+        lr, mean_score = earliest_within(lrs)
         best = max(lrs, key=lambda x: x[1])
-        chosen[method] = {"method": method, "lr": lr,
-                          "steps": {seed: step for seed, (step, _, _) in sorted(by_lr[lr].items())},
+        kept_steps: dict[str, dict[int, int]] = defaultdict(dict)
+        for seed, kept in sorted(by_lr[lr].items()):
+            for world, (step, _, _) in sorted(kept.items()):
+                kept_steps[world][seed] = step
+        chosen[method] = {"method": method, "lr": lr, "steps": dict(sorted(kept_steps.items())),
                           "dev_score": mean_score, "delta": noise_delta(best[1], best[2])}
     return chosen
 
 
 def eval_mean(items: Sequence[Row], side: dict[str, Any], *, measure: str,
               split: str = "eval") -> float | None:
-    vals = side_outcomes(items, side["method"], side["lr"], side["steps"], split=split,
-                         measure=measure)
+    vals = side_outcomes(items, side, split=split, measure=measure)
     return sum(v for _, v in vals.values()) / len(vals) if vals else None
 
 
@@ -199,34 +232,42 @@ def rollout_ratio(items: Sequence[Row], turns: dict[tuple, float], e2e: dict[str
     Target: E2E RL's mean `split` outcome at its dev-chosen checkpoints (side `e2e`); E2E's cost:
     the rollout turns at those checkpoints (mean over seeds). PivotRL (at its dev-chosen lr,
     `pivotrl["lr"]`) reaches the target at its earliest step whose mean outcome over seeds is ≥
-    the target; its cost is that step's rollout turns (mean over seeds; profiling included, as
-    `turns` counts it). A seed's run that the budget rule stopped before step t counts at t as
-    its last checkpoint, outcome and turns: a stopped run spends no more rollouts and its model
-    stays where it stopped. ratio = E2E's turns / PivotRL's (0 when PivotRL never reaches it). The
-    interval redraws target and curve together under the same bootstrap as `paired`;
-    "met" when its lower end is ≥ `claimed`, "not met" when its upper end is below."""
-    e2e_vals = side_outcomes(items, e2e["method"], e2e["lr"], e2e["steps"], split=split,
-                             measure=measure)
-    seeds = sorted(e2e["steps"])
-    run_steps = {s: sorted(k[3] for k in turns if k[0] == pivotrl["method"] and k[2] == s
-                           and math.isclose(k[1], pivotrl["lr"])) for s in seeds}
-    at: dict[int, dict[int, int]] = {}  # step t -> {seed: the checkpoint that seed has at t}
+    the target; its cost is that step's rollout turns (summed over worlds, mean over seeds;
+    profiling included, as `turns` counts it). `turns`: {(method, lr, world, seed, step): rollout
+    turns of that world-run up to that checkpoint}. A world-run that the budget rule stopped
+    before step t counts at t as its last checkpoint, outcome and turns: a stopped run spends no
+    more rollouts and its model stays where it stopped. ratio = E2E's turns / PivotRL's (0 when
+    PivotRL never reaches it). The interval redraws target and curve together under the same
+    bootstrap as `paired`; "met" when its lower end is ≥ `claimed`, "not met" when its upper end
+    is below."""
+    e2e_vals = side_outcomes(items, e2e, split=split, measure=measure)
+    seeds = sorted({seed for _, seed, _ in side_runs(e2e)})
+    run_steps: dict[tuple[str, int], list[int]] = defaultdict(list)  # (world, seed) -> its steps
+    for method, lr, world, seed, step in turns:
+        if method == pivotrl["method"] and math.isclose(lr, pivotrl["lr"]) and seed in seeds:
+            run_steps[(world, seed)].append(step)
+    run_steps = {run: sorted(steps) for run, steps in run_steps.items()}
+    at: dict[int, dict[str, Any]] = {}  # step t -> the side of the checkpoints every run has at t
     for t in sorted({t for steps in run_steps.values() for t in steps}):
-        reached = {s: max(x for x in steps if x <= t) for s, steps in run_steps.items()
-                   if steps and steps[0] <= t}
-        if len(reached) == len(seeds):
-            at[t] = reached
-    curve = {t: side_outcomes(items, pivotrl["method"], pivotrl["lr"], by_seed, split=split,
-                              measure=measure) for t, by_seed in at.items()}
+        if all(steps[0] <= t for steps in run_steps.values()):
+            reached: dict[str, dict[int, int]] = defaultdict(dict)
+            for (world, seed), steps in run_steps.items():
+                reached[world][seed] = max(x for x in steps if x <= t)
+            at[t] = {"method": pivotrl["method"], "lr": pivotrl["lr"], "steps": dict(reached)}
+    curve = {t: side_outcomes(items, side, split=split, measure=measure) for t, side in at.items()}
     curve = {t: v for t, v in curve.items() if v}
     if not e2e_vals or not curve:
         return None
+
+    def cost(side: dict[str, Any]) -> float:  # rollout turns summed over worlds, mean over seeds
+        return sum(turns[(side["method"], side["lr"], w, s, st)]
+                   for w, s, st in side_runs(side)) / len(seeds)
+
     clusters = sorted({c for c, _ in e2e_vals.values()} | {c for v in curve.values() for c, _ in v.values()})
     e2e_cells = cell_sums(e2e_vals, seeds, clusters)
     curve_cells = {t: cell_sums(v, seeds, clusters) for t, v in curve.items()}
-    e2e_turns = sum(turns[(e2e["method"], e2e["lr"], s, st)] for s, st in e2e["steps"].items()) / len(seeds)
-    pivot_turns = {t: sum(turns[(pivotrl["method"], pivotrl["lr"], s, st)] for s, st in at[t].items())
-                   / len(seeds) for t in curve}
+    e2e_turns = cost(e2e)
+    pivot_turns = {t: cost(at[t]) for t in curve}
 
     def reach(ws: np.ndarray, wc: np.ndarray) -> tuple[float, float | None]:
         target = weighted_mean(*e2e_cells, ws, wc)

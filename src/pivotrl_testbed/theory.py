@@ -286,15 +286,20 @@ def theory_states(data_dir: Path, n: int) -> list[tuple[Profile, bool]]:
 
 def run_theory(out: Path, testbed: Path, cfg: Any, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Both checks on every world (cached in OUT/theory.json)."""
-    from pivotrl_testbed.stats import choose
+    from pivotrl_testbed.stats import choose, side_runs, step_of
     from pivotrl_testbed.testbed.tiny import load_tiny
     from pivotrl.verifiers import get_verifier
 
     chosen = choose(items, measure=cfg.select_on)
-    # The checks load each method's dev-chosen checkpoint of its first seed: that is the cache key.
-    checkpoints = {m: {"lr": side["lr"], "seed": min(side["steps"]),
-                       "step": side["steps"][min(side["steps"])]}
-                   for m, side in chosen.items() if m in ("pivotrl", "sft")}
+    # The checks load each method's dev-chosen checkpoint of its first seed in each world (each
+    # world's run has its own): that is the cache key.
+    checkpoints = {}
+    for m, side in chosen.items():
+        if m in ("pivotrl", "sft"):
+            seed = min(s for _, s, _ in side_runs(side))
+            checkpoints[m] = {"lr": side["lr"], "seed": seed,
+                              "steps": {w: step_of(side, w, seed) for w in cfg.worlds
+                                        if step_of(side, w, seed) is not None}}
     path = out / "theory.json"
     if path.exists():  # reused only for the same checks on the same checkpoints
         cached = json.loads(path.read_text())
@@ -312,8 +317,8 @@ def run_theory(out: Path, testbed: Path, cfg: Any, items: Sequence[dict[str, Any
         models = {}
         for method in ("pivotrl", "sft"):
             side = checkpoints.get(method)
-            if side:
-                seed, step = side["seed"], side["step"]
+            if side and world in side["steps"]:
+                seed, step = side["seed"], side["steps"][world]
                 run = out / "runs" / f"{world}/{method}/lr{side['lr']:g}-seed{seed}"
                 ckpt = run / f"checkpoint-{step}"
                 ckpt = ckpt if (ckpt / "config.json").exists() else run

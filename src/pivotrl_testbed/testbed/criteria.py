@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from pivotrl_testbed.stats import step_of
 from pivotrl_testbed.testbed.agentic_ood import AGENTIC_FAMILIES, family_of
 
 GAIN = 0.05  # SFT − base, greedy dev turn accuracy, each world
@@ -33,21 +34,23 @@ def _verdict(ok: bool | None) -> str:
     return "open" if ok is None else "met" if ok else "not met"
 
 
-def dev_rates(items: Sequence[dict[str, Any]], method: str, steps: dict[int, int] | None,
+def dev_rates(items: Sequence[dict[str, Any]], method: str, side: dict[str, Any] | None,
               measure: str) -> dict[str, float | None]:
-    """{world: mean greedy dev outcome} of `method` at `steps` ({seed: step}; None: any)."""
+    """{world: mean greedy dev outcome} of `method` at `side`'s checkpoints (each world's run
+    at its own step, `stats.step_of`; None: every checkpoint)."""
     by: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in items:
         if (r["method"] == method and r["split"] == "dev" and r["measure"] == measure
                 and r.get("decoding", "greedy") == "greedy"
-                and (steps is None or steps.get(int(r["seed"])) == int(r["step"]))):
+                and (side is None or step_of(side, r["world"], int(r["seed"])) == int(r["step"]))):
             by[r["world"]].append(r)
     return {w: _mean(rows) for w, rows in by.items()}
 
 
 def check(build: dict[str, Any], items: Sequence[dict[str, Any]],
-          sft_steps: dict[int, int] | None) -> dict[str, Any]:
-    """Every criterion of docs/RESULTS.md's list: {name: {"verdict", ...numbers}}."""
+          sft: dict[str, Any] | None) -> dict[str, Any]:
+    """Every criterion of docs/RESULTS.md's list: {name: {"verdict", ...numbers}}. `sft`: SFT's
+    dev-chosen side (`stats.choose`), None: SFT has none."""
     worlds = build.get("config", {}).get("worlds", [])
     base_seed = min((int(r["seed"]) for r in items if r["method"] == "base"), default=0)
     base_items = [r for r in items if r["method"] != "base" or int(r["seed"]) == base_seed]
@@ -64,11 +67,11 @@ def check(build: dict[str, Any], items: Sequence[dict[str, Any]],
         "verdict": _verdict(None if lists is None else all(v == 0 for v in lists.values()))}
 
     base = dev_rates(base_items, "base", None, "turn")
-    sft = dev_rates(items, "sft", sft_steps, "turn") if sft_steps else {}
-    gains = {w: (sft[w] - base[w]) if sft.get(w) is not None and base.get(w) is not None else None
-             for w in worlds}
+    sft_rates = dev_rates(items, "sft", sft, "turn") if sft else {}
+    gains = {w: (sft_rates[w] - base[w]) if sft_rates.get(w) is not None and base.get(w) is not None
+             else None for w in worlds}
     out["2_learning_is_possible"] = {
-        "base": base, "sft": sft, "sft_steps": sft_steps, "gain": gains,
+        "base": base, "sft": sft_rates, "sft_steps": sft and sft["steps"], "gain": gains,
         "verdict": _verdict(None if any(g is None for g in gains.values()) or not gains
                             else all(g >= GAIN for g in gains.values()))}
 

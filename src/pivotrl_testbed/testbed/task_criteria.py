@@ -7,8 +7,9 @@ The earlier criteria (`criteria.py`) asked for headroom in turn accuracy; a base
 headroom was a habit it recovered from within the episode, so no arm finished more tasks than it.
 These ask for headroom in **episode success**, caused by a step the demo's data teaches:
 
-- `sft_gain`: SFT on the demo's data, at its checkpoint and lr chosen on greedy dev episode
-  success (`stats.choose`), raises greedy dev episode success by ≥ `EPISODE_GAIN` in each world;
+- `sft_gain`: SFT on the demo's data, each world's run at its own checkpoint, with the lr,
+  chosen on greedy dev episode success (`stats.choose`), raises greedy dev episode success by ≥
+  `EPISODE_GAIN` in each world;
 - `base_episodes`: the base's greedy dev episode success is within `EPISODES` in each world;
 - `pivots`: the base's per-sample success q is ≥ `Q_FLOOR` at every turn position with ≥
   `Q_MIN_TURNS` turns (the build record's `by_position`), in each world;
@@ -33,6 +34,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from pivotrl_testbed.stats import choose, step_of
 from pivotrl_testbed.testbed.agentic_ood import AGENTIC_FAMILIES, family_of
 from pivotrl_testbed.testbed.criteria import AGENTIC_OOD_FLOOR, OOD_FLOOR, Q_FLOOR, Q_MIN_TURNS
 
@@ -70,25 +72,26 @@ def base_rows(items: Sequence[dict[str, Any]], measure: str) -> list[dict[str, A
 def sft_choice(items: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """SFT's checkpoint and lr chosen on greedy dev episode success, by the demo's own rule
     (`stats.choose`), or None when SFT has no dev episodes."""
-    from pivotrl_testbed.stats import choose
-
     return choose(greedy_dev(items, "episode"), measure="episode").get("sft")
 
 
-def _at(rows: Sequence[dict[str, Any]], lr: float, steps: dict) -> list[dict[str, Any]]:
-    return [r for r in rows if r["method"] == "sft" and abs(float(r["lr"]) - lr) < 1e-12
-            and steps.get(int(r["seed"])) == int(r["step"])]
+def _at(rows: Sequence[dict[str, Any]], chosen: dict[str, Any]) -> list[dict[str, Any]]:
+    """SFT's rows at its chosen checkpoints: each world's run at its own step."""
+    return [r for r in rows if r["method"] == "sft" and abs(float(r["lr"]) - float(chosen["lr"])) < 1e-12
+            and step_of(chosen, r["world"], int(r["seed"])) == int(r["step"])]
 
 
 def past_chosen(rows: Sequence[dict[str, Any]], chosen: dict[str, Any]) -> list[dict[str, Any]]:
-    """SFT rows trained past its chosen point: later steps at its lr, every step at ≥ 3× it."""
-    lr, steps = float(chosen["lr"]), {int(s): int(v) for s, v in chosen["steps"].items()}
+    """SFT rows trained past its chosen point (each world's run past its own chosen step): later
+    steps at its lr, every step at ≥ 3× it."""
+    lr = float(chosen["lr"])
     out = []
     for r in rows:
-        if r["method"] != "sft" or int(r["seed"]) not in steps:
+        step = step_of(chosen, r["world"], int(r["seed"]))
+        if r["method"] != "sft" or step is None:
             continue
         same_lr = abs(float(r["lr"]) - lr) < 1e-12
-        if (same_lr and int(r["step"]) > steps[int(r["seed"])]) or float(r["lr"]) >= OVERTRAIN_LR * lr - 1e-12:
+        if (same_lr and int(r["step"]) > step) or float(r["lr"]) >= OVERTRAIN_LR * lr - 1e-12:
             out.append(r)
     return out
 
@@ -105,9 +108,7 @@ def check(build: dict[str, Any], items: Sequence[dict[str, Any]],
 
     base_eps = _means(base_rows(items, "episode"), lambda r: r["world"])
     chosen = sft_choice(items)
-    sft_eps = (_means(_at(greedy_dev(items, "episode"), float(chosen["lr"]),
-                          {int(s): int(v) for s, v in chosen["steps"].items()}), lambda r: r["world"])
-               if chosen else {})
+    sft_eps = _means(_at(greedy_dev(items, "episode"), chosen), lambda r: r["world"]) if chosen else {}
     gain = {w: (sft_eps[w] - base_eps[w]) if w in sft_eps and w in base_eps else None for w in worlds}
     out["sft_gain"] = {
         "base": base_eps, "sft": sft_eps, "gain": gain, "floor": EPISODE_GAIN,
