@@ -100,6 +100,18 @@ def test_each_worlds_run_is_reported_and_judged_at_its_own_step(tmp_path):
     assert "pivotrl (lr 0.0001, steps terminal 30, toolshop 10)" in md
 
 
+def test_an_arm_chosen_at_its_cap_is_a_warning_before_any_number(tmp_path):
+    """SFT's dev score still rises at its cap (step 20): the report says the cap chose it."""
+    rows, items = make({"base": {(0.0, 0): (0.3, 0.3)},
+                        "sft": {(1e-4, 10): (0.4, 0.4), (1e-4, 20): (0.7, 0.7)},
+                        "pivotrl": {(1e-4, 10): (0.7, 0.6), (1e-4, 20): (0.4, 0.4)}})
+    res = report(tmp_path, rows, items, caps={"sft": 20, "pivotrl": 20})
+    assert [f["kind"] for f in res["health"]] == ["chosen at the cap"] and "sft:" in res["health"][0]["why"]
+    md = (tmp_path / "report.md").read_text()
+    assert md.index("chosen at the cap") < md.index("| pivotrl |")
+    assert not report(tmp_path / "b", rows, items, caps={"sft": 30, "pivotrl": 30})["health"]
+
+
 def test_the_dev_curve_holds_a_stopped_worlds_run_at_its_last_checkpoint():
     """Toolshop's run stopped at step 10, terminal's went on to 20: the curve at 20 is terminal's
     step 20 with toolshop's model where it stopped, not terminal's alone."""

@@ -97,3 +97,18 @@ def schedule_bound(cfg: Any, pivot_stats: dict[str, Any],
     per_episode = {r["world"]: r["in_domain"]["model_turns"] / r["in_domain"]["episodes"]
                    for r in base if r.get("in_domain", {}).get("episodes")}
     return largest_rollout_ratio(cfg, pivot_stats, per_episode)
+
+
+def at_cap(steps: dict, cap: int) -> bool:
+    """Whether any chosen step of a side (`steps`: {world: {seed: step}}, or any nesting of it)
+    is its run's cap: a run chosen at its cap may have had more to gain, so the cap, not the
+    rule, chose it (raise the cap and rerun)."""
+    return any(at_cap(v, cap) if isinstance(v, dict) else int(v) >= cap for v in steps.values())
+
+
+def capped_flags(chosen: dict[str, dict[str, Any]], caps: dict[str, int]) -> list[dict[str, str]]:
+    """The report's warnings (`health` shape) for every arm with a chosen checkpoint at its cap."""
+    return [{"kind": "chosen at the cap",
+             "why": f"{m}: a dev-chosen checkpoint is at its cap of {caps[m]} steps; the cap, not "
+                    "the dev score, stopped it: raise the cap and rerun"}
+            for m, side in sorted(chosen.items()) if m in caps and at_cap(side["steps"], caps[m])]

@@ -424,6 +424,7 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
                            pivot_stats=pivot_stats, config=cfg.model_dump(mode="json"),
                            invocations=invocations, frontier=cfg.frontier_config(),
                            decoding=cfg.decoding, train_temperature=cfg.sampled.temperature,
-                           health=flagged, schedule_bound=bound)
+                           health=flagged, schedule_bound=bound,
+                           caps={m: cfg.cap(m) for m in cfg.methods})
     log(f"done in {(time.time() - start) / 60:.1f} min: {out / 'report.md'}")
     return results

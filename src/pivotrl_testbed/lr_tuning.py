@@ -23,6 +23,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+from pivotrl_testbed.budget import at_cap
 from pivotrl_testbed.demo_config import DemoConfig
 
 
@@ -51,12 +52,6 @@ def lr_choice(items: list[dict[str, Any]], cfg: DemoConfig) -> dict[str, Any]:
                        "at_grid_edge": len(grid) > 1 and best in (f"{grid[0]:g}", f"{grid[-1]:g}"),
                        "at_cap": at_cap(side["steps"], cfg.cap(method))}
     return out
-
-
-def at_cap(steps: dict, cap: int) -> bool:
-    """Whether any chosen step of a side (`steps`: its chosen steps, however nested) is its cap."""
-    values = steps.values() if isinstance(steps, dict) else [steps]
-    return any(at_cap(v, cap) if isinstance(v, dict) else int(v) >= cap for v in values)
 
 
 def write_lr_choice(out: Path, items: list[dict[str, Any]], cfg: DemoConfig,

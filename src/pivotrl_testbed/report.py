@@ -17,6 +17,7 @@ from statistics import mean, stdev
 from typing import Any
 
 from pivotrl_testbed import stats
+from pivotrl_testbed.budget import capped_flags
 from pivotrl_testbed.checkpoint_eval import DECODINGS, decoded
 from pivotrl_testbed.compute import compute_block
 from pivotrl_testbed.decoding import DEV_BEST, DecodingRule, at_dev_best, decoding_results
@@ -246,10 +247,12 @@ def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds:
               frontier: FrontierConfig | None = None, decoding: DecodingRule | None = None,
               train_temperature: float = 1.0,
               health: list[dict[str, Any]] | None = None,
-              schedule_bound: dict[str, float] | None = None) -> dict[str, Any]:
+              schedule_bound: dict[str, float] | None = None,
+              caps: dict[str, int] | None = None) -> dict[str, Any]:
     frontier = frontier or FrontierConfig(measure=select_on)
     items = split_kinds(items)  # "ood" = the non-agentic families from here on
     chosen = chosen_sides(items, select_on, seeds, frontier.decoding)
+    health = (health or []) + capped_flags(chosen, caps or {})
     dec = decoding_results(items, chosen, decoding or DecodingRule(), train_temperature, select_on)
     methods: dict[str, Any] = {}
     for m in METHODS:

@@ -148,13 +148,15 @@ def results_section(results: dict[str, Any]) -> list[str]:
 
 
 def health_section(results: dict[str, Any]) -> list[str]:
-    """Every collapsed measure and world failure (`pivotrl_testbed.health`), before any number."""
+    """Every collapsed measure and world failure (`pivotrl_testbed.health`) and every arm chosen
+    at its cap (`budget.capped_flags`), before any number."""
     flagged = results.get("health") or []
     if not flagged:
-        return ["No measure collapsed and no world failed (pivotrl_testbed/health.py).", ""]
+        return ["No measure collapsed, no world failed and no arm was chosen at its cap "
+                "(pivotrl_testbed/health.py, budget.py).", ""]
     return (["## Warnings: measures to distrust", "",
-             f"{len(flagged)} measure(s) collapsed or met a failing world; their numbers below "
-             "are kept, not repaired:", ""]
+             f"{len(flagged)} measure(s) collapsed, met a failing world or were chosen at the "
+             "cap; their numbers below are kept, not repaired:", ""]
             + [f"- **{f['kind']}**: {f['why']}" for f in flagged] + [""])
 
 
