@@ -151,3 +151,26 @@ def test_a_grounding_slip_takes_the_listings_first_entry_and_loses_the_task(worl
     half = generate_trajectories(world, "train", N, 1, ExpertConfig(habit=0.7, grounding_slips=0.5), START)
     changed = [a.messages != h.messages for a, h in zip(right, half)]
     assert 0 < sum(changed) < sum(a.messages != b.messages for a, b in zip(right, slipped))
+
+
+def test_an_output_slip_writes_the_default_name_and_loses_the_task():
+    """Terminal's grounding slip on the request's value: `out.txt` where the user named another
+    output, only in the kinds that write one, and every such trajectory is a lost task."""
+    from pivotrl_testbed.testbed.slips import DEFAULT_OUTPUT
+
+    right = generate_trajectories("terminal", "train", N, 1, ExpertConfig(habit=0.7), START)
+    cfg = ExpertConfig(habit=0.7, grounding_slips=1.0, grounding_terminal="output")
+    slipped = generate_trajectories("terminal", "train", N, 1, cfg, START)
+    changed = 0
+    for a, b in zip(right, slipped):
+        task = a.metadata["task"]
+        writes = task["kind"] in ("head", "copy", "sort") and task["out"] != DEFAULT_OUTPUT
+        assert (a.messages != b.messages) == writes, task
+        if not writes:
+            continue
+        changed += 1
+        ca, cb = _calls(a), _calls(b)
+        first = next(i for i, (x, y) in enumerate(zip(ca, cb)) if x != y)
+        assert DEFAULT_OUTPUT in cb[first][1]["command"] and task["out"] not in cb[first][1]["command"]
+        assert a.metadata["success"] and not b.metadata["success"]
+    assert changed >= N // 5

@@ -55,7 +55,7 @@ _HASHED_UNLESS: dict[str, Any] = {"variants": 0, "variant_seed": 0, "variant_nam
                                   "tokenizer_isolate_names": False, "tokenizer_spell_values": False,
                                   "variant_prompts": "fixed", "variant_replies": "world",
                                   "weak_slips": 0.0, "weak_false_starts": 0.0, "weak_grounding_slips": 0.0,
-                                  "pretrain_stages": [], "weak_kinds": {}}
+                                  "pretrain_stages": [], "weak_kinds": {}, "weak_grounding_terminal": "file"}
 # Fields that size only the eval files. The base never reads them: the tokenizer and pretraining
 # read the train side alone, and each split is drawn by itself (`write_data`, `ood.write_ood`),
 # so the train files, the tokenizer and the weights are the same whatever they are
@@ -120,6 +120,10 @@ class TestbedConfig(BaseModel):
                                         "from a listing (toolshop's order, terminal's file) is the "
                                         "listing's first entry, so the base lacks the step that "
                                         "decides most tasks. 0: none (no draw, the data as before).")
+    weak_grounding_terminal: Literal["file", "output"] = Field(
+        "file", description="Terminal's grounding slip (experts.ExpertConfig.grounding_terminal): "
+        "`file`, the listing's first file; `output`, the default output name `out.txt` where the "
+        "request names another (testbed/slips.py).")
     weak_seed: int = Field(1, description="Seed of the weak expert.")
     weak_kinds: dict[str, list[str]] = Field(default_factory=dict, description="Per world, the kinds "
                                              "of the weak expert's tasks (its KINDS; unnamed: all).")

@@ -24,13 +24,13 @@ from __future__ import annotations
 import json
 import random
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from pivotrl.io.records import FunctionCall, Message, ToolCall, Trajectory
 from pivotrl_testbed.testbed.common import stable_int
-from pivotrl_testbed.testbed.slips import false_start, grounding_slip, slip
+from pivotrl_testbed.testbed.slips import false_start, grounding_slip, output_slip, slip
 from pivotrl_testbed.testbed.tasks import make_tasks
 from pivotrl_testbed.testbed.terminal import ANSWERS as TM_ANSWERS, KIND_EXT, file_in
 from pivotrl_testbed.testbed.toolshop import ANSWERS as TS_ANSWERS
@@ -55,6 +55,10 @@ class ExpertConfig(BaseModel):
                                    "from a listing is its first entry instead of the one the task "
                                    "names; one draw per trajectory, no recovery): a skill the base "
                                    "lacks at the step that decides the task. 0 = none.")
+    grounding_terminal: Literal["file", "output"] = Field(
+        "file", description="Terminal's grounding slip: `file`, the listing's first file where the "
+        "task's file goes; `output`, the default output name where the request names one "
+        "(testbed/slips.py). Toolshop's is the listing's first order either way.")
     mistakes: dict[str, float] = Field(
         default_factory=lambda: {"wrong_id": 0.6, "stop_early": 0.25, "malformed": 0.15},
         description="Relative weights of the mistake kinds of the weak expert.")
@@ -327,7 +331,8 @@ def run_expert(task: Trajectory, seed: int, config: ExpertConfig | None = None) 
         msg = expert_message(name, params, plan_context, seed, cfg.habit)
         if ungrounded and msg.tool_calls:
             right = ("call", msg.tool_calls[0].function.name, msg.tool_calls[0].args())
-            slipped = grounding_slip(name, params, observations(plan_context), right)
+            slipped = (output_slip(params, right) if name == "terminal" and cfg.grounding_terminal == "output"
+                       else grounding_slip(name, params, observations(plan_context), right))
             if slipped is not None:
                 msg = step_message(slipped, n_calls)
         if cfg.slips and msg.tool_calls:

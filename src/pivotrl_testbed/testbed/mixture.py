@@ -51,7 +51,8 @@ def weak_trajectories(cfg, world: str) -> list:
     from pivotrl_testbed.testbed.variants import translate_all
 
     weak = ExpertConfig(noise=cfg.weak_noise, habit=cfg.weak_habit, slips=cfg.weak_slips,
-                        false_starts=cfg.weak_false_starts, grounding_slips=cfg.weak_grounding_slips)
+                        false_starts=cfg.weak_false_starts, grounding_slips=cfg.weak_grounding_slips,
+                        grounding_terminal=cfg.weak_grounding_terminal)
     trajs = trajectories(world, "train", cfg.n_weak, cfg.weak_seed, weak,
                           cfg.weak_task_start, cfg.workers, cfg.weak_kinds.get(world))
     return translate_all(trajs, world, cfg.variant_spec()) if cfg.variants else trajs

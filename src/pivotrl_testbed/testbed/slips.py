@@ -52,6 +52,15 @@ row the task names. The steps, each a step most tasks have and the one that deci
 
 Where the first entry is the right one the call is unchanged, so a base pretrained at rate r takes
 the first entry with probability about r and samples the right one otherwise.
+
+Terminal's grounding slip may instead be on a value the **request** names
+(`ExpertConfig.grounding_terminal = "output"`): the output file. A careless agent writes to its
+own default name, `out.txt` (`DEFAULT_OUTPUT`), whatever name the user gave (`head`, `copy`,
+`sort`: the world's success rule reads the user's file, so the task is lost). The right value is
+in the user's message, which the base already copies into calls (toolshop's ids, terminal's
+levels and keys), so what the demo's data must teach is the convention, not a new reading of an
+observation (terminal's listing-file step was not learned by SFT on 100 trajectories within the
+demo's budget: docs/RESULTS.md, candidates U, V, W).
 """
 
 from __future__ import annotations
@@ -123,6 +132,23 @@ def grounding_slip(world: str, task: dict[str, Any], obs: list[str], step: Step)
             return None
         return ("call", name, {**args, "command": re.sub(rf"(?<![\w.]){re.escape(right)}\b", first, command)})
     return None
+
+
+DEFAULT_OUTPUT = "out.txt"  # the careless agent's output name (one of terminal.OUTS: right 1 time in 5)
+
+
+def output_slip(task: dict[str, Any], step: Step) -> Step | None:
+    """Terminal's `step` writing to `DEFAULT_OUTPUT` where the expert wrote the output file the
+    request names (module doc), or None where the step writes no such file or the request
+    asked for `DEFAULT_OUTPUT`."""
+    out = task.get("out")
+    if step[0] != "call" or not out or out == DEFAULT_OUTPUT:
+        return None
+    command = step[2].get("command", "")
+    named = rf"(?<![\w.]){re.escape(out)}\b"
+    if not re.search(named, command):
+        return None
+    return ("call", step[1], {**step[2], "command": re.sub(named, DEFAULT_OUTPUT, command)})
 
 
 def _json_list(text: str) -> list | None:

@@ -30,7 +30,7 @@ from pivotrl_testbed.testbed.pretrain import PretrainConfig
 # The TestbedConfig fields a stage may change: what the mixture holds. Every other field shapes
 # the worlds, the eval data, the tokenizer or the model, which a stage inherits as they are.
 STAGE_DATA_FIELDS = frozenset({"n_weak", "weak_noise", "weak_habit", "weak_slips", "weak_kinds",
-                               "weak_false_starts", "weak_grounding_slips", "weak_seed", "weak_task_start", "variant_seed",
+                               "weak_false_starts", "weak_grounding_slips", "weak_grounding_terminal", "weak_seed", "weak_task_start", "variant_seed",
                                "variant_own_share", "ood_repeat"})
 
 
