@@ -329,3 +329,22 @@ def test_each_arms_compute_is_reported_beside_it():
     got = compute_block(counted, chosen, {})
     assert got["arms"]["sft"]["training_tokens"] == 600 and got["note"] is None
     assert "Not in the table" not in "\n".join(compute_section({"compute": got}))
+
+def test_only_the_arms_chosen_by_the_profile_are_charged_its_samples(tmp_path):
+    """The compute table and the rollout-turn counter charge the profile to the same arms:
+    pivotrl and pivotrl_exact select by it; pivotrl_random borrows only the pivot count."""
+    from types import SimpleNamespace
+
+    from pivotrl_testbed.compute import compute_block
+    from pivotrl_testbed.jobs import Job, rollout_turns_at
+
+    cfg, stats = SimpleNamespace(num_generations=4, pivots_per_step=2), {"profile_rollout_turns": 1000}
+    side = lambda m: {"method": m, "lr": 1e-4, "steps": {"w": {0: 10}}}  # noqa: E731
+    for method, charged in (("pivotrl", True), ("pivotrl_exact", True), ("pivotrl_random", False),
+                            ("pivotrl_no_filter", False)):
+        turns = rollout_turns_at(Job("w", method, 1e-4, 0), 10, tmp_path, cfg, stats)
+        assert turns == 80 + 1000 * charged, method
+        rows = [{"method": method, "world": "w", "seed": 0, "lr": 1e-4, "step": 10, "rollout_turns": turns,
+                 "train_seconds": 1.0}]
+        got = compute_block(rows, {method: side(method)}, {"w": stats})["arms"][method]
+        assert got["profiling_samples"] == 1000 * charged, method

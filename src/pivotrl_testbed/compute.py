@@ -33,9 +33,9 @@ from collections import defaultdict
 from statistics import mean
 from typing import Any
 
+from pivotrl_testbed.demo_config import PROFILED_ARMS
 from pivotrl_testbed.stats import step_of
 
-PIVOT_SET = ("pivotrl", "pivotrl_exact", "pivotrl_random")
 TOKEN_KEYS = {"training_tokens": "train_tokens", "rollout_tokens": "rollout_tokens"}  # block ← row
 RATIO_KEYS = ("rollout_turns", "train_seconds", *TOKEN_KEYS)
 
@@ -69,7 +69,7 @@ def arm_compute(rows: list[dict[str, Any]], side: dict[str, Any],
             whole[seed] += float(last["train_seconds"])
             secs[seed] += float(last["train_seconds"]) * chosen / max(1, int(last["step"]))
     profiling = (sum(s.get("profile_rollout_turns", 0) for s in pivot_stats.values())
-                 if side["method"] in PIVOT_SET else 0)
+                 if side["method"] in PROFILED_ARMS else 0)
     return {"rollout_turns": mean(turns.values()) if turns else None,
             "profiling_samples": profiling,
             "train_seconds": mean(secs.values()) if secs else None,

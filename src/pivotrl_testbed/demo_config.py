@@ -28,6 +28,10 @@ METHODS = ("sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exa
 # checkpoint 15–35 s, a fourth seed ~13 min of the run: items are the cheaper lever.
 FULL_TURN_TRAJECTORIES = 300
 PIVOT_SET_ARMS = ("pivotrl", "pivotrl_exact", "pivotrl_random")  # sized by the pivot set
+# The arms whose training set is chosen by the base's profile, so its K samples per turn are their
+# cost (compute reports, rollout-turn ratios); pivotrl_random only borrows the pivot count, which
+# needs no sample of its own turns, and pivotrl_no_filter trains on every turn.
+PROFILED_ARMS = ("pivotrl", "pivotrl_exact")
 HEADLINE_ARMS = ("sft", "pivotrl", "e2e_rl")  # the paper's comparison; the rest are ablations
 # Each headline arm's lr, as the committed lr-tuning run chose it on dev (configs/
 # demo_lr_tuning.yaml: 1 seed, both worlds, the grid 3e-5 / 1e-4 / 3e-4 on the shipped base;

@@ -26,7 +26,7 @@ from pivotrl_testbed.checkpoint_eval import (
     score_dev,
     write_jsonl,
 )
-from pivotrl_testbed.demo_config import HEADLINE_ARMS
+from pivotrl_testbed.demo_config import HEADLINE_ARMS, PROFILED_ARMS
 from pivotrl_testbed.stats import checkpoint_scores
 from pivotrl.io.records import read_jsonl, write_text_atomic
 
@@ -116,7 +116,7 @@ def rollout_turns_at(job: Job, step: int, job_dir: Path, cfg: Any,
                 done = max(done, int(row.get("rollout_turns", 0)))
         return done
     rollouts = cfg.num_generations * cfg.pivots_per_step * step
-    profiling = pivot_stats["profile_rollout_turns"] if job.method in ("pivotrl", "pivotrl_exact") else 0
+    profiling = pivot_stats["profile_rollout_turns"] if job.method in PROFILED_ARMS else 0
     return rollouts + profiling
 
 
