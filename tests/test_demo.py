@@ -306,6 +306,8 @@ def test_profiling_and_the_base_scoring_share_one_pool(tmp_path, monkeypatch):
     for fn in (prepare_world_in_worker, score_base, grid_at):
         monkeypatch.setattr(demo, fn.__name__, fn)
     monkeypatch.setattr(demo, "workers_pool", lambda n: RecordingPool())
+    # the deferred results are not Futures to wait on: they complete in order when read
+    monkeypatch.setattr(demo, "completed", lambda futures, *a, **k: enumerate(futures, start=1))
     cfg = DemoConfig(worlds=["toolshop", "terminal"], seeds=[0, 1])
     pivot_stats, rows, items, seconds = demo.prepare_and_score_base(tmp_path, tmp_path, cfg, lambda m: None)
     first_wait = next(i for i, (what, _) in enumerate(events) if what == "ran")

@@ -31,9 +31,9 @@ import json
 import multiprocessing
 import os
 import time
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from pivotrl_testbed.budget import schedule_bound
 from pivotrl_testbed.checkpoint_eval import (
@@ -47,7 +47,7 @@ from pivotrl_testbed.checkpoint_eval import (
     write_jsonl,
 )
 from pivotrl_testbed.jobs import Job, eval_at, grid_at, run_job, temperature_at, train_job  # noqa: F401 - scripts import them here
-from pivotrl.io.progress import duration
+from pivotrl.io.progress import duration, rate_text
 from pivotrl.io.records import write_text_atomic
 
 
@@ -148,6 +148,27 @@ def done_line(done: int, total: int, t0: float, what: str) -> str:
     return f"  [{done}/{total}] {what}; ETA {duration(eta)}"
 
 
+HEARTBEAT_S = 30.0  # a long job says where it is at least this often, in the log too
+
+
+def completed(futures: dict[Future, Any], t0: float, log: Callable[[str], None], what: str,
+              every_s: float = HEARTBEAT_S) -> Iterator[tuple[int, Future]]:
+    """(count done, future) as each of `futures` completes, like `as_completed`; while none
+    completes for `every_s` seconds, a line with the count, the rate and the ETA, so a stage of
+    few long units (a training run takes minutes) is never silent for longer than that."""
+    pending, done = set(futures), 0
+    while pending:
+        finished, pending = wait(pending, timeout=every_s, return_when=FIRST_COMPLETED)
+        if not finished:
+            elapsed = time.time() - t0
+            eta = f"ETA {duration(elapsed / done * (len(futures) - done))}" if done else "ETA after the first"
+            log(f"  … {what}: {done}/{len(futures)} done, {len(pending)} to go, "
+                f"{rate_text(elapsed, done, 'unit')}, {duration(elapsed)} in; {eta}")
+        for fut in finished:
+            done += 1
+            yield done, fut
+
+
 def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: Path, out: Path,
                  cfg: DemoConfig, log: Callable[[str], None]) -> list[dict[str, Any]]:
     """Choose on dev (the report's rule), then score the eval split at exactly those
@@ -175,7 +196,7 @@ def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: 
         futures = {pool.submit(eval_at, job, step, testbed, out, cfg): (job, step) for job, step in targets}
         futures.update({pool.submit(grid_at, job, world, step, testbed, out, cfg): (job, step, world)
                         for job, world, step in grid})
-        for i, fut in enumerate(as_completed(futures), start=1):
+        for i, fut in completed(futures, t0, log, "eval split and decoding grid"):
             if len(futures[fut]) == 3:
                 job, step, world = futures[fut]
                 got += fut.result()
@@ -205,7 +226,7 @@ def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: 
         t0 = time.time()
         later = {pool.submit(temperature_at, job, world, step, t, testbed, out, cfg): (job, world, step, t)
                  for job, world, step, t in extra}
-        for i, fut in enumerate(as_completed(later), start=1):
+        for i, fut in completed(later, t0, log, "eval split at the dev-best temperatures"):
             job, world, step, t = later[fut]
             got += fut.result()
             log(done_line(i, len(later), t0, f"eval split at T {t:g}: "
@@ -247,11 +268,14 @@ def prepare_and_score_base(testbed: Path, out: Path, cfg: DemoConfig, log: Calla
         scored = {w: pool.submit(score_base, testbed, out, w, cfg) for w in cfg.worlds}
         grids = [pool.submit(grid_at, None, w, 0, testbed, out, cfg) for w in cfg.worlds
                  if cfg.eval_split]  # the decoding grid serves the judging on eval
-        for world, fut in prepared.items():
-            pivot_stats[world] = s = fut.result()
-            log(f"  {world}: {s.get('trajectories')} trajectories, {s.get('turns')} turns, "
-                f"{s.get('kept')} pivots ({s.get('all_fail')} all-fail, {s.get('all_pass')} "
-                f"all-pass, {s.get('mixed')} mixed, {s.get('unverifiable')} unverifiable)")
+        every = {**{f: w for w, f in prepared.items()}, **{f: None for f in (*scored.values(), *grids)}}
+        for _, fut in completed(every, time.time(), log, "profiling and the base's scoring"):
+            if (world := every[fut]) is not None:
+                pivot_stats[world] = s = fut.result()
+                log(f"  {world}: {s.get('trajectories')} trajectories, {s.get('turns')} turns, "
+                    f"{s.get('kept')} pivots ({s.get('all_fail')} all-fail, {s.get('all_pass')} "
+                    f"all-pass, {s.get('mixed')} mixed, {s.get('unverifiable')} unverifiable)")
+        pivot_stats = {w: pivot_stats[w] for w in cfg.worlds}  # in the config's order
         scored_by_world = {w: fut.result() for w, fut in scored.items()}
         for fut in grids:
             fut.result()  # an error here is the run's, not a silent gap; read from its cache later
@@ -330,7 +354,7 @@ def run_jobs(jobs: list[Job], testbed: Path, out: Path, cfg: DemoConfig, pivot_s
     with workers_pool(cfg.workers) as pool:
         futures = {pool.submit(run_job, j, testbed, out, cfg, pivot_stats[j.world], start.get(j.world)): j
                    for j in jobs}
-        for i, fut in enumerate(as_completed(futures), start=1):
+        for i, fut in completed(futures, t_jobs, log, "training runs"):
             job = futures[fut]
             job_rows, job_items = fut.result()
             rows, items = rows + job_rows, items + job_items
