@@ -17,4 +17,4 @@ if ! command -v bwrap >/dev/null; then
     echo "warning: bubblewrap (bwrap) not found; the shell verifier and terminal world need it" >&2
   fi
 fi
-echo "pivotrl set up. Run the tests with: OMP_NUM_THREADS=1 python3 -m pytest -q"
+echo "pivotrl set up. Run the tests with: OMP_NUM_THREADS=1 python3 -m pytest -q -n auto"
