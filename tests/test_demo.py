@@ -9,7 +9,6 @@ import pytest
 
 import pivotrl_testbed.demo as demo
 from pivotrl_testbed.demo import HEADLINE_ARMS, METHODS, DemoConfig, run_demo
-from pivotrl_testbed.demo_config import FULL_TURN_TRAJECTORIES
 from pivotrl_testbed.testbed.common import WORLDS
 from pivotrl_testbed.decoding import DecodingRule
 from pivotrl_testbed.evaluate import EvalConfig, SampledConfig
@@ -174,13 +173,12 @@ def test_demo_yaml_is_the_default_and_typos_are_errors(tmp_path):
     assert full.ablation_worlds == ["toolshop"]  # in the world without a sandbox (2-h budget)
     # the default trains one world (its ~20-min budget); --full every world of the testbed
     assert DemoConfig().worlds == ["toolshop"] and full.worlds == list(WORLDS)
-    # turn accuracy on more eval trajectories (the headline interval), episodes as the default's;
-    # the testbed it builds holds them, the default's testbed is left as it is
-    assert (full.eval.turn_trajectories, full.eval.episodes) == (FULL_TURN_TRAJECTORIES, DemoConfig().eval.episodes)
+    # the default's eval split, so a --full into the default's folder reuses its testbed and base
+    assert full.eval == DemoConfig().eval
     from pivotrl_testbed.testbed.build import load_testbed_config
 
     testbed = load_testbed_config(None)
-    assert full.sized_testbed(testbed).n_eval == full.dev_tasks + FULL_TURN_TRAJECTORIES > testbed.n_eval
+    assert full.sized_testbed(testbed) == DemoConfig().sized_testbed(testbed)
     default = DemoConfig().sized_testbed(testbed)  # 100 dev + 100 eval tasks: more than it ships
     assert default.n_eval == DemoConfig().dev_tasks + DemoConfig().eval.episodes
     assert default.model_copy(update={"n_eval": testbed.n_eval}) == testbed

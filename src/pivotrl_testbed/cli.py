@@ -17,7 +17,7 @@ console = Console(stderr=True, soft_wrap=True)  # messages name paths: never wra
 
 
 def demo(out: Path = typer.Option(Path("pivotrl_demo"), help="Output folder (cache + report)."),
-         full: bool = typer.Option(False, help="Every arm, every world of the testbed, 3 seeds, turn accuracy on 300 eval trajectories per world; the ablations in toolshop (the target: 2 h on 2 cores)."),
+         full: bool = typer.Option(False, help="Every arm, every world of the testbed, 3 seeds; the ablations in toolshop (the target: 2 h on 2 cores)."),
          testbed: Optional[Path] = typer.Option(None, help="Testbed folder (default OUT/testbed)."),
          workers: Optional[int] = typer.Option(None, help="Training jobs in parallel."),
          config: Optional[Path] = typer.Option(None, help="DemoConfig YAML (default: the built-in "

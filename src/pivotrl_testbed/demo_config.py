@@ -21,12 +21,6 @@ if TYPE_CHECKING:
     from pivotrl_testbed.testbed.build import TestbedConfig
 
 METHODS = ("sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact", "e2e_rl")
-# --full's turn-accuracy trajectories per world. Every seed is scored on the same items, so the
-# items' clusters and the seeds' spread set the headline interval: at 100 per world (3 seeds) a
-# --full measured PivotRL − SFT ±0.029 (each seed alone ±0.025–0.027), at 300 ±0.016 (a fourth
-# seed of 100 was projected ±0.026; docs/RESULTS.md). 100 more trajectories cost a trained
-# checkpoint 15–35 s, a fourth seed ~13 min of the run: items are the cheaper lever.
-FULL_TURN_TRAJECTORIES = 300
 PIVOT_SET_ARMS = ("pivotrl", "pivotrl_exact", "pivotrl_random")  # sized by the pivot set
 # The arms whose training set is chosen by the base's profile, so its K samples per turn are their
 # cost (compute reports, rollout-turn ratios); pivotrl_random only borrows the pivot count, which
@@ -220,16 +214,17 @@ class DemoConfig(BaseModel):
     def full(self) -> "DemoConfig":
         """Every arm (ablations included), every world of the testbed and three seeds, at the
         default's budget per run, so a --full run into a folder that holds the default run trains
-        only what it adds (finished jobs are cached), and turn accuracy on the expert states of
-        300 eval trajectories per world (`FULL_TURN_TRAJECTORIES`). The ablations train on the
-        same three seeds, in toolshop only (`ablation_worlds`: with them in both worlds a --full
-        took ~2 h 40 min), so each ablation verdict holds across seeds too: 3 × 3 headline + 3 × 3
-        ablation runs in toolshop, 3 × 3 headline runs in terminal."""
+        only what it adds (finished jobs and the base's scoring are cached: the eval split is the
+        default's too). The ablations train on the same three seeds, in toolshop only
+        (`ablation_worlds`: with them in both worlds a --full took ~2 h 40 min), so each ablation
+        verdict holds across seeds too: 3 × 3 headline + 3 × 3 ablation runs in toolshop, 3 × 3
+        headline runs in terminal. Turn accuracy is on the default's 100 eval trajectories per
+        world: 300 narrowed its interval (±0.029 → ±0.016) when it was the headline, but the
+        headline and every choice are episode success now, and at 300 a --full's eval stage
+        scored each of its ~40 checkpoints for 2–4 min (docs/RESULTS.md)."""
         return self.model_copy(update={"seeds": list(range(3)), "methods": list(METHODS),
                                        "ablation_seeds": 3, "worlds": list(WORLDS),
-                                       "ablation_worlds": ["toolshop"],
-                                       "eval": self.eval.model_copy(
-                                           update={"turn_trajectories": FULL_TURN_TRAJECTORIES})})
+                                       "ablation_worlds": ["toolshop"]})
 
     def sized_testbed(self, testbed: TestbedConfig) -> TestbedConfig:
         """`testbed` with eval files large enough for this demo's dev and eval
