@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 
 from pivotrl.io.records import FunctionCall, Message, ToolCall, Trajectory
 from pivotrl_testbed.testbed.common import stable_int
-from pivotrl_testbed.testbed.slips import false_start, grounding_slip, output_slip, slip
+from pivotrl_testbed.testbed.slips import false_start, grounding_slip, slip
 from pivotrl_testbed.testbed.tasks import make_tasks
 from pivotrl_testbed.testbed.terminal import ANSWERS as TM_ANSWERS, KIND_EXT, file_in
 from pivotrl_testbed.testbed.toolshop import ANSWERS as TS_ANSWERS
@@ -331,8 +331,7 @@ def run_expert(task: Trajectory, seed: int, config: ExpertConfig | None = None) 
         msg = expert_message(name, params, plan_context, seed, cfg.habit)
         if ungrounded and msg.tool_calls:
             right = ("call", msg.tool_calls[0].function.name, msg.tool_calls[0].args())
-            slipped = (output_slip(params, right) if name == "terminal" and cfg.grounding_terminal == "output"
-                       else grounding_slip(name, params, observations(plan_context), right))
+            slipped = grounding_slip(name, params, observations(plan_context), right, cfg.grounding_terminal)
             if slipped is not None:
                 msg = step_message(slipped, n_calls)
         if cfg.slips and msg.tool_calls:

@@ -106,11 +106,16 @@ def false_start(world: str, task: dict[str, Any]) -> Step | None:
 SILENT_KINDS = ("head", "lines", "sort", "move")  # terminal kinds whose wrong file fails silently
 
 
-def grounding_slip(world: str, task: dict[str, Any], obs: list[str], step: Step) -> Step | None:
+def grounding_slip(world: str, task: dict[str, Any], obs: list[str], step: Step,
+                   terminal: str = "file") -> Step | None:
     """`step` with the listing's first entry where the expert grounded a value from the listing
-    (module doc), or None where the step has no such value or the first entry is the right one."""
+    (module doc), or None where the step has no such value or the first entry is the right one.
+    `terminal` ("file" or "output", `ExpertConfig.grounding_terminal`): which of terminal's values
+    slips, the listing's file or the request's output name (`output_slip`)."""
     if step[0] != "call":
         return None
+    if world == "terminal" and terminal == "output":
+        return output_slip(task, step)
     name, args = step[1], step[2]
     if world == "toolshop" and name == "list_orders" and task.get("kind") == "count" and "status" in args:
         return ("call", name, {a: v for a, v in args.items() if a != "status"})
@@ -127,10 +132,8 @@ def grounding_slip(world: str, task: dict[str, Any], obs: list[str], step: Step)
         except StopIteration:
             return None
         first = obs[0].split()[0]
-        command = args.get("command", "")
-        if first == right or not re.search(rf"(?<![\w.]){re.escape(right)}\b", command):
-            return None
-        return ("call", name, {**args, "command": re.sub(rf"(?<![\w.]){re.escape(right)}\b", first, command)})
+        command = _renamed(args.get("command", ""), right, first) if first != right else None
+        return ("call", name, {**args, "command": command}) if command else None
     return None
 
 
@@ -144,11 +147,15 @@ def output_slip(task: dict[str, Any], step: Step) -> Step | None:
     out = task.get("out")
     if step[0] != "call" or not out or out == DEFAULT_OUTPUT:
         return None
-    command = step[2].get("command", "")
-    named = rf"(?<![\w.]){re.escape(out)}\b"
-    if not re.search(named, command):
-        return None
-    return ("call", step[1], {**step[2], "command": re.sub(named, DEFAULT_OUTPUT, command)})
+    command = _renamed(step[2].get("command", ""), out, DEFAULT_OUTPUT)
+    return ("call", step[1], {**step[2], "command": command}) if command else None
+
+
+def _renamed(command: str, name: str, new: str) -> str | None:
+    """`command` with every whole-word `name` (a file name: not part of a longer name or path
+    suffix) written as `new`, or None where the command does not name it."""
+    named = rf"(?<![\w.]){re.escape(name)}\b"
+    return re.sub(named, new, command) if re.search(named, command) else None
 
 
 def _json_list(text: str) -> list | None:
