@@ -144,8 +144,14 @@ def prepare_world_in_worker(testbed: Path, out: Path, world: str, cfg: DemoConfi
 
 def done_line(done: int, total: int, t0: float, what: str) -> str:
     """`  [3/42] toolshop/sft/lr0.0001-seed1 done; ETA 12m05s`: a stage's progress in the log."""
-    eta = (time.time() - t0) / done * (total - done)
-    return f"  [{done}/{total}] {what}; ETA {duration(eta)}"
+    return f"  [{done}/{total}] {what}; {eta_text(t0, done, total)}"
+
+
+def eta_text(t0: float, done: int, total: int) -> str:
+    """`ETA 12m05s` from the rate since `t0`; before the first unit, no rate to read it from."""
+    if not done:
+        return "ETA after the first"
+    return f"ETA {duration((time.time() - t0) / done * (total - done))}"
 
 
 HEARTBEAT_S = 30.0  # a long job says where it is at least this often, in the log too
@@ -161,9 +167,9 @@ def completed(futures: dict[Future, Any], t0: float, log: Callable[[str], None],
         finished, pending = wait(pending, timeout=every_s, return_when=FIRST_COMPLETED)
         if not finished:
             elapsed = time.time() - t0
-            eta = f"ETA {duration(elapsed / done * (len(futures) - done))}" if done else "ETA after the first"
             log(f"  … {what}: {done}/{len(futures)} done, {len(pending)} to go, "
-                f"{rate_text(elapsed, done, 'unit')}, {duration(elapsed)} in; {eta}")
+                f"{rate_text(elapsed, done, 'unit')}, {duration(elapsed)} in; "
+                f"{eta_text(t0, done, len(futures))}")
         for fut in finished:
             done += 1
             yield done, fut
