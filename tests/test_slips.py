@@ -174,3 +174,18 @@ def test_an_output_slip_writes_the_default_name_and_loses_the_task():
         assert DEFAULT_OUTPUT in cb[first][1]["command"] and task["out"] not in cb[first][1]["command"]
         assert a.metadata["success"] and not b.metadata["success"]
     assert changed >= N // 5
+
+
+def test_an_output_slip_renames_the_whole_name_only():
+    """Attacks on the rename: a name inside a longer name or after a path's dot stays as it is,
+    a command that does not write the user's file is no slip, and nor is the user asking for
+    `out.txt` itself."""
+    from pivotrl_testbed.testbed.slips import output_slip
+
+    call = lambda cmd: ("call", "run", {"command": cmd})  # noqa: E731
+    task = {"kind": "copy", "out": "res.txt"}
+    assert output_slip(task, call("cp pres.txt res.txt")) == call("cp pres.txt out.txt")
+    assert output_slip(task, call("cp a.res.txt b")) is None  # the name only as a suffix
+    assert output_slip(task, call("ls")) is None
+    assert output_slip({"kind": "copy", "out": "out.txt"}, call("cp a out.txt")) is None
+    assert output_slip(task, ("say", "done")) is None
