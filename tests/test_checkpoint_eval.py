@@ -94,6 +94,7 @@ def test_dev_is_scored_greedy_only_when_asked_and_eval_always_both_ways(monkeypa
     evaluator = Evaluator.__new__(Evaluator)
     evaluator.cfg = DemoConfig(dev_greedy=dev_greedy, select_decoding="sampled")
     evaluator.dev_greedy = Evaluator.wants_dev_greedy(evaluator.cfg)
+    evaluator.dev_sampled = Evaluator.wants_dev_sampled(evaluator.cfg)
     evaluator.base, evaluator.tokenizer, evaluator.kl_texts = object(), object(), []
     evaluator.trajs = {"toolshop": {"dev": "dev", "eval": "eval"}}
     evaluator.ood = {"dev": "dev", "eval": "eval"}
@@ -114,6 +115,50 @@ def test_greedy_selection_always_scores_dev_greedy():
     cfg = DemoConfig(dev_greedy=False, select_decoding="greedy")
     assert Evaluator.wants_dev_greedy(cfg) and Evaluator.wants_dev_greedy(DemoConfig())
     assert not Evaluator.wants_dev_greedy(DemoConfig(select_decoding="sampled"))
+
+
+@pytest.mark.parametrize("dev_sampled", [False, True])
+def test_greedy_selection_scores_dev_sampled_only_when_asked(monkeypatch, dev_sampled):
+    """With greedy selection (the default) the dev split is scored greedily, what every choice
+    reads, and sampled only with `dev_sampled`; the eval split both ways either way. What the
+    checkpoint leaves out on dev at the training temperature, the decoding grid scores."""
+    import pivotrl_testbed.drift as drift
+    import pivotrl_testbed.evaluate as ev
+    from pivotrl_testbed.checkpoint_eval import GRID_MEASURES, Evaluator, unscored
+    from pivotrl_testbed.demo import DemoConfig
+
+    scored: list[tuple[str, str, str]] = []  # (split, measure, decoding)
+
+    def fake_world(model, tok, world, trajs, cfg, items, sampled=None):
+        scored.append((trajs, "world", "sampled" if sampled else "greedy"))
+        return {}
+
+    def fake_ood(model, tok, tasks, batch_size, items, sampled=None):
+        scored.append((tasks, "ood", "sampled" if sampled else "greedy"))
+        return {}
+
+    monkeypatch.setattr(ev, "evaluate_world", fake_world)
+    monkeypatch.setattr(ev, "evaluate_ood", fake_ood)
+    monkeypatch.setattr(drift, "ood_logprob_stats", lambda *a, **k: {"kl": 0.1, "rank_corr": 0.9})
+    cfg = DemoConfig(dev_sampled=dev_sampled)
+    assert not Evaluator.wants_dev_sampled(DemoConfig())  # the default leaves it out
+    assert Evaluator.wants_dev_sampled(DemoConfig(select_decoding="sampled"))
+    evaluator = Evaluator.__new__(Evaluator)
+    evaluator.cfg = cfg
+    evaluator.dev_greedy, evaluator.dev_sampled = Evaluator.wants_dev_greedy(cfg), Evaluator.wants_dev_sampled(cfg)
+    evaluator.base, evaluator.tokenizer, evaluator.kl_texts = object(), object(), []
+    evaluator.trajs = {"toolshop": {"dev": "dev", "eval": "eval"}}
+    evaluator.ood = {"dev": "dev", "eval": "eval"}
+    row, _ = evaluator(None, "toolshop")
+    expected = {("eval", m, d) for m in ("world", "ood") for d in ("greedy", "sampled")}
+    expected |= {("dev", m, "greedy") for m in ("world", "ood")}
+    expected |= {("dev", m, "sampled") for m in ("world", "ood")} if dev_sampled else set()
+    assert set(scored) == expected and len(scored) == len(expected)
+    assert ("sampled" in row["dev"]) is dev_sampled
+    train_t = cfg.sampled.temperature
+    left = unscored(cfg, train_t, "dev", GRID_MEASURES, evaluator.dev_greedy, evaluator.dev_sampled)
+    assert left == (("episode",) if dev_sampled else GRID_MEASURES)
+    assert unscored(cfg, train_t, "eval", GRID_MEASURES) == ("episode",)  # eval: always sampled
 
 
 def test_the_grid_scores_dev_turns_and_eval_only_at_an_asked_temperature(monkeypatch):
@@ -147,7 +192,7 @@ def test_the_grid_scores_dev_turns_and_eval_only_at_an_asked_temperature(monkeyp
     monkeypatch.setattr(ev, "evaluate_world", fake_world)
     evaluator = Evaluator.__new__(Evaluator)
     evaluator.cfg = DemoConfig(select_decoding="sampled", dev_greedy=False)
-    evaluator.dev_greedy = False
+    evaluator.dev_greedy, evaluator.dev_sampled = False, True
     evaluator.base, evaluator.tokenizer = object(), object()
     evaluator.trajs = {"toolshop": {"dev": ["dev"], "eval": []}}
     evaluator.ood = {"dev": "dev", "eval": "eval"}
@@ -200,7 +245,7 @@ def test_pass_at_k_is_sampled_on_the_first_seeds_only(monkeypatch, tmp_path):
     assert asked == [(0, False)]
     # and the grid itself skips the n samples when told to
     evaluator = Evaluator.__new__(Evaluator)
-    evaluator.cfg, evaluator.dev_greedy = DemoConfig(), False
+    evaluator.cfg, evaluator.dev_greedy, evaluator.dev_sampled = DemoConfig(), False, True
     evaluator.base, evaluator.tokenizer = object(), object()
     evaluator.trajs = {"toolshop": {"dev": [], "eval": ["t"]}}
     monkeypatch.setattr("pivotrl_testbed.episodes.expert_turns",

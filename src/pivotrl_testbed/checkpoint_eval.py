@@ -49,6 +49,7 @@ class Evaluator:
 
         self.cfg, self.testbed = cfg, testbed
         self.dev_greedy = self.wants_dev_greedy(cfg)
+        self.dev_sampled = self.wants_dev_sampled(cfg)
         self.base, self.tokenizer = load_tiny(testbed / "base")
         by_family: dict[str, list[Any]] = {}
         for t in load_ood_eval(testbed, 0):
@@ -73,6 +74,16 @@ class Evaluator:
         return (getattr(cfg, "dev_greedy", True) or sampled is None or sampled.k == 0
                 or getattr(cfg, "select_decoding", "greedy") == "greedy")
 
+    @staticmethod
+    def wants_dev_sampled(cfg: Any) -> bool:
+        """Sampled scoring of the dev split, beside greedy (DemoConfig.dev_sampled): only with
+        sampled scoring configured, always when sampled is what the dev split decides by, and for
+        a config without the field (the criteria scripts) as before it existed."""
+        sampled = getattr(cfg, "sampled", None)
+        return (sampled is not None and sampled.k > 0
+                and (getattr(cfg, "dev_sampled", True)
+                     or getattr(cfg, "select_decoding", "greedy") == "sampled"))
+
     def __call__(self, model_dir: Path | None, world: str, splits: tuple[str, ...] = SPLITS
                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """(checkpoint row, per-item rows). The row holds the eval split's rates in evaluate's
@@ -94,7 +105,7 @@ class Evaluator:
                 ood = evaluate_ood(model, tok, self.ood[split], self.cfg.eval.batch_size, got)
                 items += [{"split": split, "decoding": "greedy", **r} for r in got]
                 rates = {"in_domain": ind, "ood": ood}
-            if sampled is not None and sampled.k > 0:
+            if sampled is not None and sampled.k > 0 and (split == "eval" or self.dev_sampled):
                 got = []
                 s_ind = (evaluate_world(model, tok, world, self.trajs[world][split], self.cfg.eval,
                                         got, sampled) if {"turn", "episode"} & set(sampled.measures)
@@ -125,7 +136,8 @@ class Evaluator:
         model, tok = self._model(model_dir)
         items = [r for t in rule.temperatures
                  for r in self._scored(model, tok, world, "dev", t, rule,
-                                       unscored(self.cfg, t, "dev", GRID_MEASURES, self.dev_greedy))]
+                                       unscored(self.cfg, t, "dev", GRID_MEASURES, self.dev_greedy,
+                                                self.dev_sampled))]
         if not (with_pass and "turn" in rule.measures):
             return items
         n, verifier = rule.pass_samples, self.cfg.eval.verifiers.get(world, "toolcall")
@@ -201,11 +213,12 @@ GRID_MEASURES = ("turn", "episode")
 
 
 def unscored(cfg: Any, t: float, split: str, wanted: tuple[str, ...],
-             dev_greedy: bool | None = None) -> tuple[str, ...]:
+             dev_greedy: bool | None = None, dev_sampled: bool | None = None) -> tuple[str, ...]:
     """The measures of `wanted` that a checkpoint's own scoring (`Evaluator.__call__`) leaves
     unscored on `split` at temperature t: every one at a grid temperature, those outside
     `cfg.sampled.measures` at the training temperature, none greedily (dev: when it is scored
-    greedily, `dev_greedy`, default `Evaluator.wants_dev_greedy`)."""
+    greedily, `dev_greedy`, default `Evaluator.wants_dev_greedy`; sampled likewise,
+    `dev_sampled`, default `Evaluator.wants_dev_sampled`)."""
     from pivotrl_testbed.decoding import label
 
     sampled = getattr(cfg, "sampled", None)
@@ -214,7 +227,8 @@ def unscored(cfg: Any, t: float, split: str, wanted: tuple[str, ...],
     greedy_dev = Evaluator.wants_dev_greedy(cfg) if dev_greedy is None else dev_greedy
     if got == "greedy" and (split == "eval" or greedy_dev):
         return ()
-    if got == "sampled" and sampled is not None and sampled.k > 0:
+    sampled_dev = Evaluator.wants_dev_sampled(cfg) if dev_sampled is None else dev_sampled
+    if got == "sampled" and sampled is not None and sampled.k > 0 and (split == "eval" or sampled_dev):
         return tuple(m for m in wanted if m not in sampled.measures)
     return tuple(wanted)
 EVAL_KEYS = ("in_domain", "ood", "sampled")  # a checkpoint row's eval-split rates

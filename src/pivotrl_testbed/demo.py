@@ -12,8 +12,8 @@ The whole experiment, top to bottom:
   4. per world × method × learning rate × seed (jobs.py): train from the base, checkpointing
      every `early_every` steps to `early_until`, then every `eval_every`, until the run's own dev
      score (its world's) stops improving or the `steps` cap (budget.py); score every checkpoint
-     on dev as it lands (episodes, turns, OOD), item by item, greedy and sampled (k samples at
-     the training temperature), and its KL to the base;
+     on dev as it lands (episodes, turns, OOD), item by item, in the decoding that decides
+     (`select_decoding`; the other with `dev_greedy` / `dev_sampled`), and its KL to the base;
   5. choose each world's run's checkpoint and each method's lr on dev, and match the arms' dev
      frontiers (frontier.py); score the eval split at exactly those checkpoints, dev over the
      decoding grid at the chosen ones, then eval at each arm's dev-best temperature where it is
