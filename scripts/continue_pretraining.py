@@ -21,7 +21,8 @@ torch.set_num_threads(cfg.pretrain.threads)
 model, tok = load_tiny(build / "base")
 model.train()
 weak = {w: list(iter_valid(build / "pretrain" / f"{w}.jsonl", Trajectory)) for w in cfg.worlds}
-examples = pretrain_examples(weak, load_ood(build / "ood" / "train.jsonl"), cfg.ood_repeat)
+examples = pretrain_examples(weak, load_ood(build / "ood" / "train.jsonl"), cfg.ood_repeat,
+                             cfg.ood_fraction)
 last = [0]
 def on_step(step, loss):
     if step - last[0] >= 200 or step == steps:

@@ -5,6 +5,7 @@ config hash, and evaluation through the worlds' chat template."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -305,3 +306,27 @@ def test_held_out_world_opens_with_the_false_start_and_trains_only_the_call_afte
     assert aood.reply_text(opened["train"][0]) in trained
     assert opened["train"][0].messages[2].tool_calls[0].function.name not in trained
     assert sum(mask2) > sum(mask)  # without the cut the false start would be taught too
+
+
+def test_ood_fraction_keeps_each_familys_first_tasks_and_the_older_hashes():
+    """A stage may rehearse a share of each OOD family: its first ceil(share × n) tasks, every
+    family alike (plain and agentic-format), `ood_repeat` times; at 1.0 (the default) the
+    mixture and every older config's hash are as before."""
+    from pivotrl_testbed.testbed.build import TestbedConfig, load_testbed_config
+    from pivotrl_testbed.testbed.mixture import agentic_tasks, pretrain_examples
+
+    on = TestbedConfig(agentic_ood_families=["plain_with_tools", "no_tool_fits"], ood_train=10, ood_eval=2)
+    tasks = ood.generate("next", "train", 10) + ood.generate("reverse", "train", 10) + agentic_tasks(on)["train"]
+    every = pretrain_examples({}, tasks, ood_repeat=2)
+    tenth = pretrain_examples({}, tasks, ood_repeat=2, ood_fraction=0.1)
+    assert len(every) == 2 * 40 and len(tenth) == 2 * 4  # one task of each of the 4 families
+    firsts = [t for i, t in enumerate(tasks) if i % 10 == 0]
+    assert [e["messages"][-1] for e in tenth[:4]] == [e["messages"][-1] for e in pretrain_examples({}, firsts)]
+    assert len(pretrain_examples({}, tasks, ood_fraction=0.25)) == 4 * 3  # ceil(2.5)
+    assert TestbedConfig(ood_fraction=1.0).digest() == TestbedConfig().digest() == "3f290861694211d1"
+    assert TestbedConfig(ood_fraction=0.1).digest() != TestbedConfig().digest()
+    with pytest.raises(ValueError):
+        TestbedConfig(ood_fraction=0.0)
+    configs = Path(__file__).parent.parent / "configs"
+    assert load_testbed_config(configs / "testbed_candidate_w.yaml").digest() == "f98409f68428b105"
+    assert load_testbed_config(configs / "testbed_candidate_x.yaml").digest() == "3f32ea123b58e5d5"

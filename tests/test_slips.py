@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import re
+
 import pytest
 
 from pivotrl_testbed.testbed.experts import ExpertConfig, generate_trajectories
@@ -189,3 +191,53 @@ def test_an_output_slip_renames_the_whole_name_only():
     assert output_slip(task, call("ls")) is None
     assert output_slip({"kind": "copy", "out": "out.txt"}, call("cp a out.txt")) is None
     assert output_slip(task, ("say", "done")) is None
+
+
+def test_a_request_slip_writes_a_default_for_every_value_the_request_names():
+    """`grounding_terminal = "request"`: the output file, `move`'s folder and `count`'s level each
+    written as the careless agent's default, in exactly the kinds that name one (five of seven),
+    where the user asked for another. Every slipped output or folder loses the task; a slipped
+    level loses it unless the two levels happen to count the same."""
+    from pivotrl_testbed.testbed.slips import REQUEST_DEFAULTS
+
+    right = generate_trajectories("terminal", "train", N, 1, ExpertConfig(habit=0.7), START)
+    cfg = ExpertConfig(habit=0.7, grounding_slips=1.0, grounding_terminal="request")
+    slipped = generate_trajectories("terminal", "train", N, 1, cfg, START)
+    slot = {"head": "out", "copy": "out", "sort": "out", "move": "dir", "count": "level"}
+    changed, lost = 0, 0
+    for a, b in zip(right, slipped):
+        task = a.metadata["task"]
+        named = slot.get(task["kind"])
+        planted = named is not None and task[named] != REQUEST_DEFAULTS[named]
+        assert (a.messages != b.messages) == planted, task
+        if not planted:
+            continue
+        changed += 1
+        names = lambda value: [c for c in _calls(b)  # noqa: E731 - calls naming the whole value
+                               if re.search(rf"(?<![\w.]){re.escape(value)}\b", c[1]["command"])]
+        assert names(REQUEST_DEFAULTS[named]) and not names(task[named]), task
+        lost += not b.metadata["success"]
+        if named != "level":
+            assert a.metadata["success"] and not b.metadata["success"], task
+    assert changed >= N // 3 and lost >= changed - changed // 5
+
+
+def test_a_request_slip_renames_whole_values_only():
+    """Attacks on the rename: a folder named like a file's stem or extension (`logs` beside
+    `app.log`), a level inside another word, a command that names none of the request's values,
+    and a request that asked for the default itself."""
+    from pivotrl_testbed.testbed.slips import request_slip
+
+    call = lambda cmd: ("call", "run", {"command": cmd})  # noqa: E731
+    every = ("out", "dir", "level")
+    move = {"kind": "move", "dir": "logs"}
+    assert request_slip(move, call("mv app.log logs/"), every) == call("mv app.log old/")
+    assert request_slip(move, call("mkdir -p logs"), every) == call("mkdir -p old")
+    assert request_slip(move, call("mv app.log ./logs2/"), every) is None
+    count = {"kind": "count", "level": "WARN"}
+    assert request_slip(count, call("grep -c WARN app.log"), every) == call("grep -c ERROR app.log")
+    assert request_slip(count, call("grep -c WARNING app.log"), every) is None
+    assert request_slip(count, call("ls"), every) is None
+    assert request_slip({"kind": "count", "level": "ERROR"}, call("grep -c ERROR a.log"), every) is None
+    assert request_slip(move, call("mv app.log logs/"), ("out",)) is None  # the output slip alone
+    assert request_slip(count, ("say", "There are 2."), every) is None

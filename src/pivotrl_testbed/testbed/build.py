@@ -55,7 +55,8 @@ _HASHED_UNLESS: dict[str, Any] = {"variants": 0, "variant_seed": 0, "variant_nam
                                   "tokenizer_isolate_names": False, "tokenizer_spell_values": False,
                                   "variant_prompts": "fixed", "variant_replies": "world",
                                   "weak_slips": 0.0, "weak_false_starts": 0.0, "weak_grounding_slips": 0.0,
-                                  "pretrain_stages": [], "weak_kinds": {}, "weak_grounding_terminal": "file"}
+                                  "pretrain_stages": [], "weak_kinds": {}, "weak_grounding_terminal": "file",
+                                  "ood_fraction": 1.0}
 # Fields that size only the eval files. The base never reads them: the tokenizer and pretraining
 # read the train side alone, and each split is drawn by itself (`write_data`, `ood.write_ood`),
 # so the train files, the tokenizer and the weights are the same whatever they are
@@ -81,6 +82,12 @@ class TestbedConfig(BaseModel):
     ood_repeat: int = Field(4, description="Times each OOD task appears per pretraining epoch: the "
                             "agentic trajectories are most of the batches (at 1×, with 600 weak "
                             "trajectories per world, the OOD skills fell to 0.58–0.65, measured).")
+    ood_fraction: float = Field(1.0, gt=0, le=1, description="The share of each OOD family's "
+                                "training tasks the mixture holds (its first N, each `ood_repeat` "
+                                "times): a stage can rehearse OOD less than one pass of every task "
+                                "per epoch. A last stage of 1,000 steps at 55% OOD examples left "
+                                "OOD where the demo's SFT could not move it, at 0% erased it "
+                                "(docs/RESULTS.md, candidates W and X).")
     ood_eval: int = Field(100, description="OOD eval tasks per family.")
     ood_families: list[str] = Field(
         default_factory=lambda: ["next", "reverse", "upper"],
@@ -120,10 +127,11 @@ class TestbedConfig(BaseModel):
                                         "from a listing (toolshop's order, terminal's file) is the "
                                         "listing's first entry, so the base lacks the step that "
                                         "decides most tasks. 0: none (no draw, the data as before).")
-    weak_grounding_terminal: Literal["file", "output"] = Field(
+    weak_grounding_terminal: Literal["file", "output", "request"] = Field(
         "file", description="Terminal's grounding slip (experts.ExpertConfig.grounding_terminal): "
         "`file`, the listing's first file; `output`, the default output name `out.txt` where the "
-        "request names another (testbed/slips.py).")
+        "request names another; `request`, a default for every value the request names (output "
+        "file, folder, level; testbed/slips.py).")
     weak_seed: int = Field(1, description="Seed of the weak expert.")
     weak_kinds: dict[str, list[str]] = Field(default_factory=dict, description="Per world, the kinds "
                                              "of the weak expert's tasks (its KINDS; unnamed: all).")

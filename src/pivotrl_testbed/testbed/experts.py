@@ -55,10 +55,11 @@ class ExpertConfig(BaseModel):
                                    "from a listing is its first entry instead of the one the task "
                                    "names; one draw per trajectory, no recovery): a skill the base "
                                    "lacks at the step that decides the task. 0 = none.")
-    grounding_terminal: Literal["file", "output"] = Field(
+    grounding_terminal: Literal["file", "output", "request"] = Field(
         "file", description="Terminal's grounding slip: `file`, the listing's first file where the "
-        "task's file goes; `output`, the default output name where the request names one "
-        "(testbed/slips.py). Toolshop's is the listing's first order either way.")
+        "task's file goes; `output`, the default output name where the request names one; "
+        "`request`, a default for every value the request names (output, folder, level; "
+        "testbed/slips.py). Toolshop's is the listing's first order either way.")
     mistakes: dict[str, float] = Field(
         default_factory=lambda: {"wrong_id": 0.6, "stop_early": 0.25, "malformed": 0.15},
         description="Relative weights of the mistake kinds of the weak expert.")

@@ -7,6 +7,8 @@ Every `cfg` here is a `build.TestbedConfig`, not imported: the build imports thi
 
 from __future__ import annotations
 
+import math
+
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,9 +29,11 @@ def trajectories(world: str, split: str, n: int, seed: int, expert_cfg=None, sta
         return list(pool.map(lambda t: run_expert(t, seed, expert_cfg), tasks))
 
 
-def pretrain_examples(weak: dict[str, list], ood_tasks: list, ood_repeat: int = 1) -> list[dict[str, Any]]:
-    """The base's mixture: every OOD training task as a one-turn chat (`ood_repeat` times; an
-    agentic-format one with its system prompt and tool list) + the weak trajectories. A task
+def pretrain_examples(weak: dict[str, list], ood_tasks: list, ood_repeat: int = 1,
+                      ood_fraction: float = 1.0) -> list[dict[str, Any]]:
+    """The base's mixture: the OOD training tasks as one-turn chats (each family's first
+    `ood_fraction` of them, `ood_repeat` times; an agentic-format one with its system prompt and
+    tool list) + the weak trajectories. A task
     with an opening (a false start and its error) trains its reply alone: `context_messages`
     marks the messages before it as context (`pretrain.encode_examples`)."""
     from pivotrl_testbed.testbed.agentic_ood import expected_reply
@@ -39,6 +43,11 @@ def pretrain_examples(weak: dict[str, list], ood_tasks: list, ood_repeat: int = 
               + [expected_reply(t).model_dump(exclude_none=True)], "tools": t.tools}
         return {**ex, "context_messages": len(t.messages)} if t.opening else ex
 
+    if ood_fraction < 1.0:
+        by_family: dict[str, list] = {}
+        for t in ood_tasks:
+            by_family.setdefault(t.family, []).append(t)
+        ood_tasks = [t for tasks in by_family.values() for t in tasks[:math.ceil(ood_fraction * len(tasks))]]
     examples = [example(t) for t in ood_tasks] * ood_repeat
     for trajs in weak.values():
         examples += [{"messages": t.messages, "tools": t.tools} for t in trajs]
@@ -100,7 +109,7 @@ def pretrain_base(cfg, tokenizer, weak: dict, ood_train: list,
             last[0] = time.time()
             (live or say)(f"{log[0].line(step)} · loss {loss:.3f}")
 
-    stats = pretrain(model, tokenizer, pretrain_examples(weak, ood_train, cfg.ood_repeat),
+    stats = pretrain(model, tokenizer, pretrain_examples(weak, ood_train, cfg.ood_repeat, cfg.ood_fraction),
                      cfg.pretrain, on_step, checkpoint=checkpoint,
                      checkpoint_key=checkpoint_key or cfg.digest())
     if stats["resumed_from"]:

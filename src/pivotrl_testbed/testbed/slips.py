@@ -61,6 +61,14 @@ in the user's message, which the base already copies into calls (toolshop's ids,
 levels and keys), so what the demo's data must teach is the convention, not a new reading of an
 observation (terminal's listing-file step was not learned by SFT on 100 trajectories within the
 demo's budget: docs/RESULTS.md, candidates U, V, W).
+
+Or on **every** value the request names (`grounding_terminal = "request"`): the output file as
+above, the folder of `move` (the careless agent's `old`) and the level `count` counts (its
+`ERROR`), each its own default whatever the user asked (`REQUEST_DEFAULTS`; each default is one of
+the values a request can name, so it is right by chance 1 time in 5, 4 and 3). Five of terminal's
+seven kinds then have the step, so it decides about half of the tasks rather than the output
+name's quarter, and the demo's trajectories teach one convention (copy the request's values) at
+every one of them.
 """
 
 from __future__ import annotations
@@ -69,7 +77,7 @@ import json
 import re
 from typing import Any
 
-from pivotrl_testbed.testbed.terminal import KIND_EXT, file_in
+from pivotrl_testbed.testbed.terminal import DIRS, KIND_EXT, LEVELS, file_in
 
 Step = tuple[str, Any, Any]  # an expert step (experts.Step): ("call", name, args) or ("say", text)
 
@@ -110,12 +118,13 @@ def grounding_slip(world: str, task: dict[str, Any], obs: list[str], step: Step,
                    terminal: str = "file") -> Step | None:
     """`step` with the listing's first entry where the expert grounded a value from the listing
     (module doc), or None where the step has no such value or the first entry is the right one.
-    `terminal` ("file" or "output", `ExpertConfig.grounding_terminal`): which of terminal's values
-    slips, the listing's file or the request's output name (`output_slip`)."""
+    `terminal` ("file", "output" or "request", `ExpertConfig.grounding_terminal`): which of
+    terminal's values slips, the listing's file, the request's output name or every value the
+    request names (`request_slip`)."""
     if step[0] != "call":
         return None
-    if world == "terminal" and terminal == "output":
-        return output_slip(task, step)
+    if world == "terminal" and terminal in TERMINAL_SLOTS:
+        return request_slip(task, step, TERMINAL_SLOTS[terminal])
     name, args = step[1], step[2]
     if world == "toolshop" and name == "list_orders" and task.get("kind") == "count" and "status" in args:
         return ("call", name, {a: v for a, v in args.items() if a != "status"})
@@ -138,17 +147,32 @@ def grounding_slip(world: str, task: dict[str, Any], obs: list[str], step: Step,
 
 
 DEFAULT_OUTPUT = "out.txt"  # the careless agent's output name (one of terminal.OUTS: right 1 time in 5)
+# The careless agent's value for each slot a terminal request names (module doc); each is one a
+# request can name (OUTS, DIRS, LEVELS), so the slipped call is right where the user asked for it.
+REQUEST_DEFAULTS = {"out": DEFAULT_OUTPUT, "dir": DIRS[0], "level": LEVELS[0]}
+# `ExpertConfig.grounding_terminal` → the request's slots that slip.
+TERMINAL_SLOTS = {"output": ("out",), "request": ("out", "dir", "level")}
+
+
+def request_slip(task: dict[str, Any], step: Step, slots: tuple[str, ...] = ("out",)) -> Step | None:
+    """Terminal's `step` with each of the request's `slots` the task has (its output file, folder,
+    level) written as the careless agent's default (`REQUEST_DEFAULTS`), or None where the step
+    names none of them or each is the default already. Why it is a loss, not an equivalent: the
+    world's success rule reads the user's file and folder, and the count of the user's level."""
+    if step[0] != "call":
+        return None
+    command, changed = step[2].get("command", ""), False
+    for slot in slots:
+        value, default = task.get(slot), REQUEST_DEFAULTS[slot]
+        renamed = _renamed(command, value, default) if value and value != default else None
+        if renamed is not None:
+            command, changed = renamed, True
+    return ("call", step[1], {**step[2], "command": command}) if changed else None
 
 
 def output_slip(task: dict[str, Any], step: Step) -> Step | None:
-    """Terminal's `step` writing to `DEFAULT_OUTPUT` where the expert wrote the output file the
-    request names (module doc), or None where the step writes no such file or the request
-    asked for `DEFAULT_OUTPUT`."""
-    out = task.get("out")
-    if step[0] != "call" or not out or out == DEFAULT_OUTPUT:
-        return None
-    command = _renamed(step[2].get("command", ""), out, DEFAULT_OUTPUT)
-    return ("call", step[1], {**step[2], "command": command}) if command else None
+    """`request_slip` on the output file alone (`grounding_terminal = "output"`)."""
+    return request_slip(task, step, TERMINAL_SLOTS["output"])
 
 
 def _renamed(command: str, name: str, new: str) -> str | None:

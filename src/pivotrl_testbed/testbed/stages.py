@@ -31,7 +31,7 @@ from pivotrl_testbed.testbed.pretrain import PretrainConfig
 # the worlds, the eval data, the tokenizer or the model, which a stage inherits as they are.
 STAGE_DATA_FIELDS = frozenset({"n_weak", "weak_noise", "weak_habit", "weak_slips", "weak_kinds",
                                "weak_false_starts", "weak_grounding_slips", "weak_grounding_terminal", "weak_seed", "weak_task_start", "variant_seed",
-                               "variant_own_share", "ood_repeat"})
+                               "variant_own_share", "ood_repeat", "ood_fraction"})
 
 
 class PretrainStage(BaseModel):
