@@ -229,10 +229,10 @@ class DemoConfig(BaseModel):
         world), the three ablations on seed 0 in toolshop only: their verdicts are 1 seed,
         indicative, as the default's are. A --full that gave them all three seeds (9 runs and ~12
         eval-stage units) was projected at ~2 h 45 min on 2 cores, over its 2 h; in both worlds
-        it took ~2 h 40 min before episodes were scored (docs/RESULTS.md). Turn accuracy is on the default's 100 eval trajectories per
-        world: 300 narrowed its interval (±0.029 → ±0.016) when it was the headline, but the
-        headline and every choice are episode success now, and at 300 a --full's eval stage
-        scored each of its ~40 checkpoints for 2–4 min (docs/RESULTS.md)."""
+        it took ~2 h 40 min before episodes were scored (docs/RESULTS.md). Turn accuracy is on
+        the default's 100 eval trajectories per world: 300 narrowed its interval (±0.029 →
+        ±0.016) when it was the headline, but the headline and every choice are episode success
+        now, and at 300 a --full's eval stage scored each of its ~40 checkpoints for 2–4 min."""
         return self.model_copy(update={"seeds": list(range(3)), "methods": list(METHODS),
                                        "ablation_seeds": 1, "worlds": list(WORLDS),
                                        "ablation_worlds": ["toolshop"]})

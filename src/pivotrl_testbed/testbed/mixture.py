@@ -8,7 +8,6 @@ Every `cfg` here is a `build.TestbedConfig`, not imported: the build imports thi
 from __future__ import annotations
 
 import math
-
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
