@@ -66,16 +66,14 @@ def test_dev_everywhere_then_eval_only_at_the_reports_choice():
         merge_eval(rows, dict(method="sft", world="a", seed=0, lr=1e-4), 20, {"in_domain": {}, "ood": {}})
 
 
-@pytest.mark.parametrize("dev_greedy", [False, True])
-def test_dev_is_scored_greedy_only_when_asked_and_eval_always_both_ways(monkeypatch, dev_greedy):
-    """With sampled selection, the dev split is scored sampled (what the budget rule, the choices
-    and the frontier read) and greedy only with `dev_greedy`; the eval split, which the verdicts
-    read, is scored both ways either way."""
+def _score_one_checkpoint(monkeypatch, cfg):
+    """(what was scored as (split, measure, decoding), the row, the item rows) of one checkpoint's
+    own scoring (`Evaluator.__call__`) under `cfg`, with the scorers faked."""
+    import pivotrl_testbed.drift as drift
     import pivotrl_testbed.evaluate as ev
     from pivotrl_testbed.checkpoint_eval import Evaluator
-    from pivotrl_testbed.demo import DemoConfig
 
-    scored: list[tuple[str, str, str]] = []  # (split, measure, decoding)
+    scored: list[tuple[str, str, str]] = []
 
     def fake_world(model, tok, world, trajs, cfg, items, sampled=None):
         scored.append((trajs, "world", "sampled" if sampled else "greedy"))
@@ -88,17 +86,26 @@ def test_dev_is_scored_greedy_only_when_asked_and_eval_always_both_ways(monkeypa
 
     monkeypatch.setattr(ev, "evaluate_world", fake_world)
     monkeypatch.setattr(ev, "evaluate_ood", fake_ood)
-    import pivotrl_testbed.drift as drift
-
     monkeypatch.setattr(drift, "ood_logprob_stats", lambda *a, **k: {"kl": 0.1, "rank_corr": 0.9})
     evaluator = Evaluator.__new__(Evaluator)
-    evaluator.cfg = DemoConfig(dev_greedy=dev_greedy, select_decoding="sampled")
-    evaluator.dev_greedy = Evaluator.wants_dev_greedy(evaluator.cfg)
-    evaluator.dev_sampled = Evaluator.wants_dev_sampled(evaluator.cfg)
+    evaluator.cfg = cfg
+    evaluator.dev_greedy, evaluator.dev_sampled = Evaluator.wants_dev_greedy(cfg), Evaluator.wants_dev_sampled(cfg)
     evaluator.base, evaluator.tokenizer, evaluator.kl_texts = object(), object(), []
     evaluator.trajs = {"toolshop": {"dev": "dev", "eval": "eval"}}
     evaluator.ood = {"dev": "dev", "eval": "eval"}
     row, items = evaluator(None, "toolshop")
+    return scored, row, items
+
+
+@pytest.mark.parametrize("dev_greedy", [False, True])
+def test_dev_is_scored_greedy_only_when_asked_and_eval_always_both_ways(monkeypatch, dev_greedy):
+    """With sampled selection, the dev split is scored sampled (what the budget rule, the choices
+    and the frontier read) and greedy only with `dev_greedy`; the eval split, which the verdicts
+    read, is scored both ways either way."""
+    from pivotrl_testbed.demo import DemoConfig
+
+    scored, row, items = _score_one_checkpoint(
+        monkeypatch, DemoConfig(dev_greedy=dev_greedy, select_decoding="sampled"))
     expected = {("eval", m, d) for m in ("world", "ood") for d in ("greedy", "sampled")}
     expected |= {("dev", m, "sampled") for m in ("world", "ood")}
     expected |= {("dev", m, "greedy") for m in ("world", "ood")} if dev_greedy else set()
@@ -122,43 +129,22 @@ def test_greedy_selection_scores_dev_sampled_only_when_asked(monkeypatch, dev_sa
     """With greedy selection (the default) the dev split is scored greedily, what every choice
     reads, and sampled only with `dev_sampled`; the eval split both ways either way. What the
     checkpoint leaves out on dev at the training temperature, the decoding grid scores."""
-    import pivotrl_testbed.drift as drift
-    import pivotrl_testbed.evaluate as ev
     from pivotrl_testbed.checkpoint_eval import GRID_MEASURES, Evaluator, unscored
     from pivotrl_testbed.demo import DemoConfig
 
-    scored: list[tuple[str, str, str]] = []  # (split, measure, decoding)
-
-    def fake_world(model, tok, world, trajs, cfg, items, sampled=None):
-        scored.append((trajs, "world", "sampled" if sampled else "greedy"))
-        return {}
-
-    def fake_ood(model, tok, tasks, batch_size, items, sampled=None):
-        scored.append((tasks, "ood", "sampled" if sampled else "greedy"))
-        return {}
-
-    monkeypatch.setattr(ev, "evaluate_world", fake_world)
-    monkeypatch.setattr(ev, "evaluate_ood", fake_ood)
-    monkeypatch.setattr(drift, "ood_logprob_stats", lambda *a, **k: {"kl": 0.1, "rank_corr": 0.9})
-    cfg = DemoConfig(dev_sampled=dev_sampled)
     assert not Evaluator.wants_dev_sampled(DemoConfig())  # the default leaves it out
     assert Evaluator.wants_dev_sampled(DemoConfig(select_decoding="sampled"))
-    evaluator = Evaluator.__new__(Evaluator)
-    evaluator.cfg = cfg
-    evaluator.dev_greedy, evaluator.dev_sampled = Evaluator.wants_dev_greedy(cfg), Evaluator.wants_dev_sampled(cfg)
-    evaluator.base, evaluator.tokenizer, evaluator.kl_texts = object(), object(), []
-    evaluator.trajs = {"toolshop": {"dev": "dev", "eval": "eval"}}
-    evaluator.ood = {"dev": "dev", "eval": "eval"}
-    row, _ = evaluator(None, "toolshop")
+    cfg = DemoConfig(dev_sampled=dev_sampled)
+    scored, row, _ = _score_one_checkpoint(monkeypatch, cfg)
     expected = {("eval", m, d) for m in ("world", "ood") for d in ("greedy", "sampled")}
     expected |= {("dev", m, "greedy") for m in ("world", "ood")}
     expected |= {("dev", m, "sampled") for m in ("world", "ood")} if dev_sampled else set()
     assert set(scored) == expected and len(scored) == len(expected)
     assert ("sampled" in row["dev"]) is dev_sampled
-    train_t = cfg.sampled.temperature
-    left = unscored(cfg, train_t, "dev", GRID_MEASURES, evaluator.dev_greedy, evaluator.dev_sampled)
+    left = unscored(cfg, cfg.sampled.temperature, "dev", GRID_MEASURES,
+                    Evaluator.wants_dev_greedy(cfg), Evaluator.wants_dev_sampled(cfg))
     assert left == (("episode",) if dev_sampled else GRID_MEASURES)
-    assert unscored(cfg, train_t, "eval", GRID_MEASURES) == ("episode",)  # eval: always sampled
+    assert unscored(cfg, cfg.sampled.temperature, "eval", GRID_MEASURES) == ("episode",)  # eval: always sampled
 
 
 def test_the_grid_scores_dev_turns_and_eval_only_at_an_asked_temperature(monkeypatch):
