@@ -154,20 +154,20 @@ REQUEST_DEFAULTS = {"out": DEFAULT_OUTPUT, "dir": DIRS[0], "level": LEVELS[0]}
 TERMINAL_SLOTS = {"output": ("out",), "request": ("out", "dir", "level")}
 
 
-def request_slip(task: dict[str, Any], step: Step, slots: tuple[str, ...] = ("out",)) -> Step | None:
+def request_slip(task: dict[str, Any], step: Step, slots: tuple[str, ...]) -> Step | None:
     """Terminal's `step` with each of the request's `slots` the task has (its output file, folder,
     level) written as the careless agent's default (`REQUEST_DEFAULTS`), or None where the step
     names none of them or each is the default already. Why it is a loss, not an equivalent: the
     world's success rule reads the user's file and folder, and the count of the user's level."""
     if step[0] != "call":
         return None
-    command, changed = step[2].get("command", ""), False
+    asked = step[2].get("command", "")
+    command = asked
     for slot in slots:
         value, default = task.get(slot), REQUEST_DEFAULTS[slot]
-        renamed = _renamed(command, value, default) if value and value != default else None
-        if renamed is not None:
-            command, changed = renamed, True
-    return ("call", step[1], {**step[2], "command": command}) if changed else None
+        if value and value != default:
+            command = _renamed(command, value, default) or command
+    return ("call", step[1], {**step[2], "command": command}) if command != asked else None
 
 
 def output_slip(task: dict[str, Any], step: Step) -> Step | None:
