@@ -144,6 +144,11 @@ def prefetch(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
             start(first)
         while pending is not None:
             thread, box = pending
+            # A timed wait, not one join(): a Ctrl-C that lands just before the main thread
+            # blocks is only handled when the wait returns, so an untimed one would hold it until
+            # the whole chunk was sampled.
+            while not box["finished"].wait(0.2):
+                pass
             thread.join()
             if "error" in box:
                 raise box["error"]
