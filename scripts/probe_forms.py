@@ -1,11 +1,11 @@
 """Which command forms a policy writes at terminal's second turn, and how often with the right
 file: T = 1 samples on the contexts of the demo's expert trajectories (8 per context), grouped
-by task kind and form (file names written F, values V).
+by task kind and form (file names written F, values V); a completion the project's parser
+(`parse_completion`) reads no `run` command from counts as "(no command)".
 
     python3 scripts/probe_forms.py TRAJECTORIES.jsonl MODEL_DIR [MODEL_DIR ...]
 """
 import collections
-import json
 import re
 import sys
 from pathlib import Path
@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from pivotrl.formats.actions import call_arguments, parse_completion
 from pivotrl.io.records import Trajectory, iter_valid
 from pivotrl_testbed.episodes import ModelPolicy
 from pivotrl_testbed.testbed.terminal import KIND_EXT, file_in
@@ -33,8 +34,9 @@ for path in sys.argv[2:]:
                          temperature=1.0, seed=1)
     counts = collections.defaultdict(lambda: [0, 0])
     for (kind, right), text in zip(rights, policy.act_batch(contexts, [trajs[0].tools] * len(contexts))):
-        found = re.search(r'"command":\s*"([^"]*)"', text)
-        command = found.group(1) if found else ""
+        parsed = parse_completion(text)
+        calls = (parsed.message.tool_calls or []) if parsed.valid and parsed.message else []
+        command = str(call_arguments(calls[0].function.arguments).get("command", "")) if calls else ""
         form = re.sub(r"\b[\w-]+\.(csv|ini|log|txt)\b", "F", command)
         form = re.sub(r"\b(ERROR|WARN|INFO|port|host|user|mode|\d)\b", "V", form) or "(no command)"
         counts[(kind, form)][0] += 1
