@@ -29,6 +29,7 @@ from pivotrl_testbed.evaluate import SampledConfig
 from pivotrl_testbed.testbed.build import is_built, load_testbed_config
 from pivotrl_testbed.testbed.common import WORLDS
 from pivotrl_testbed.testbed.rescue import rescue_test
+from pivotrl_testbed.testbed.planted import planted_table
 from pivotrl_testbed.testbed.task_criteria import OVERTRAIN_LR, check, sft_choice
 from pivotrl_testbed.testbed.tiny import load_tiny
 
@@ -76,7 +77,7 @@ def main() -> None:
             cap_items += [r for r in sft_items(args.build, args.out / "sft", [over])
                           if r["method"] == "sft"]
         (args.out / "items_to_cap.jsonl").write_text("".join(json.dumps(r) + "\n" for r in cap_items))
-    got = check(build, items, rescue, cap_items)
+    got = check(build, items, rescue, cap_items, planted=planted_table(args.build, cfg))
     (args.out / "criteria.json").write_text(json.dumps(got, indent=2, default=str) + "\n")
     for name, v in got.items():
         print(f"{name}: {v['verdict']}")

@@ -17,6 +17,9 @@ BUILD = {"config": {"worlds": list(WORLDS)},
          "base": {"by_position": {
              "toolshop": {"0": {"turns": 100, "q": 0.6}, "4": {"turns": 12, "q": 0.0}},
              "terminal": {"0": {"turns": 100, "q": 0.3}, "1": {"turns": 40, "q": 0.15}}}}}
+# Where the planted steps sit (`testbed/planted.py`): toolshop's position 4 holds none.
+PLANTED = {"toolshop": {"0": {"planted": 50}, "4": {"planted": 0}},
+           "terminal": {"0": {"planted": 0}, "1": {"planted": 30}, "2": {"planted": 5}}}
 RESCUE = {w: {"failed": 20, "rescued": 12, "departed": 25, "self_rescued": 3} for w in WORLDS}
 
 
@@ -40,7 +43,7 @@ def items(base_eps=0.25, sft_terminal=0.375, ood_late=0.95, ood_3x=0.95, agentic
 
 
 def test_every_criterion_met_and_what_each_read():
-    got = check(BUILD, items(ood_late=0.85), RESCUE)
+    got = check(BUILD, items(ood_late=0.85), RESCUE, planted=PLANTED)
     assert {k: v["verdict"] for k, v in got.items()} == {
         "sft_gain": "met", "base_episodes": "met", "pivots": "met", "ood": "met",
         "agentic_ood": "met", "ood_can_move": "met", "rescue": "met", "self_rescue": "met"}
@@ -54,7 +57,8 @@ def test_every_criterion_met_and_what_each_read():
 def test_each_criterion_can_fail():
     def verdict(name, **kw):
         rescue = kw.pop("rescue", RESCUE)
-        return check(kw.pop("build", BUILD), items(**kw), rescue)[name]["verdict"]
+        planted = kw.pop("planted", PLANTED)
+        return check(kw.pop("build", BUILD), items(**kw), rescue, planted=planted)[name]["verdict"]
 
     assert verdict("sft_gain", sft_terminal=0.325) == "not met"  # +0.075 in terminal
     assert verdict("base_episodes", base_eps=0.05) == "not met"
@@ -63,9 +67,23 @@ def test_each_criterion_can_fail():
     assert verdict("ood_can_move", ood_3x=0.875) == "met"  # 3× the lr moves it
     low = {**BUILD, "base": {"by_position": {**BUILD["base"]["by_position"],
                                               "terminal": {"2": {"turns": 30, "q": 0.05}}}}}
-    assert verdict("pivots", build=low) == "not met"
+    assert verdict("pivots", build=low) == "not met"  # position 2 holds 5 planted steps
+    assert verdict("pivots", build=low, planted=None) == "open"
     weak = {**RESCUE, "terminal": {"failed": 20, "rescued": 9, "departed": 25, "self_rescued": 6}}
     assert verdict("rescue", rescue=weak) == "not met" and verdict("self_rescue", rescue=weak) == "not met"
+
+
+def test_pivots_are_judged_where_a_step_is_planted_and_the_rest_reported():
+    low = {**BUILD, "base": {"by_position": {
+        "toolshop": {"0": {"turns": 100, "q": 0.6}, "4": {"turns": 36, "q": 0.08}},
+        "terminal": {"1": {"turns": 100, "q": 0.16}}}}}
+    got = check(low, items(), RESCUE, planted=PLANTED)["pivots"]
+    assert got["verdict"] == "met"
+    assert got["unplanted_below_floor"]["toolshop"] == {"4": 0.08}
+    assert got["planted_positions"] == {"toolshop": ["0"], "terminal": ["1", "2"]}
+    one = {**PLANTED, "toolshop": {"0": {"planted": 50}, "4": {"planted": 1}}}
+    got = check(low, items(), RESCUE, planted=one)["pivots"]  # one planted turn is enough to judge
+    assert got["verdict"] == "not met" and got["below_floor"]["toolshop"] == {"4": 0.08}
 
 
 def test_missing_measures_are_open():

@@ -12,7 +12,12 @@ These ask for headroom in **episode success**, caused by a step the demo's data 
   `EPISODE_GAIN` in each world;
 - `base_episodes`: the base's greedy dev episode success is within `EPISODES` in each world;
 - `pivots`: the base's per-sample success q is ≥ `Q_FLOOR` at every turn position with ≥
-  `Q_MIN_TURNS` turns (the build record's `by_position`), in each world;
+  `Q_MIN_TURNS` turns that holds a planted step (the build record's `by_position`; where the
+  steps sit, `testbed/planted.py`), in each world; positions without one are reported beside
+  it (`unplanted_below_floor`), not judged. Amended after the six candidates U–Z were judged on
+  every position (docs/RESULTS.md, "The pivot criterion as it was meant"): the criterion is
+  there so that pivots exist where tasks are decided, and a shortfall at a position that
+  decides nothing can only handicap PivotRL;
 - `ood` / `agentic_ood`: the base's greedy dev accuracy ≥ `OOD_FLOOR` on each non-agentic OOD
   family, ≥ `AGENTIC_OOD_FLOOR` on each agentic-format one;
 - `ood_can_move`: SFT trained past its chosen point (a later checkpoint at its chosen lr, or any
@@ -98,11 +103,13 @@ def past_chosen(rows: Sequence[dict[str, Any]], chosen: dict[str, Any]) -> list[
 
 def check(build: dict[str, Any], items: Sequence[dict[str, Any]],
           rescue: dict[str, dict[str, int]] | None,
-          to_cap: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+          to_cap: Sequence[dict[str, Any]] = (),
+          planted: dict[str, dict[str, dict[str, Any]]] | None = None) -> dict[str, Any]:
     """Every criterion of the module doc: {name: {"verdict", ...numbers}}. `rescue`: {world:
     {"failed", "rescued", "departed", "self_rescued"}} (`testbed/rescue.py`), None: open.
     `to_cap`: rows of SFT runs trained to their cap without the plateau stop; read only by
-    `ood_can_move` (past the chosen point), never by the choice."""
+    `ood_can_move` (past the chosen point), never by the choice. `planted`: {world: {position:
+    {"planted": n, ...}}} (`planted.planted_by_position`), None: `pivots` is open."""
     worlds = build.get("config", {}).get("worlds", [])
     out: dict[str, Any] = {}
 
@@ -121,12 +128,7 @@ def check(build: dict[str, Any], items: Sequence[dict[str, Any]],
         "verdict": _verdict(None if not worlds or any(w not in base_eps for w in worlds)
                             else all(EPISODES[0] <= base_eps[w] <= EPISODES[1] for w in worlds))}
 
-    by_pos = (build.get("base") or {}).get("by_position") or {}
-    low = {w: {pos: v["q"] for pos, v in by_pos.get(w, {}).items()
-               if v["turns"] >= Q_MIN_TURNS and v["q"] < Q_FLOOR} for w in worlds}
-    out["pivots"] = {"below_floor": low, "floor": Q_FLOOR, "min_turns": Q_MIN_TURNS,
-                     "verdict": _verdict(None if not worlds or not all(w in by_pos for w in worlds)
-                                         else not any(low.values()))}
+    out["pivots"] = pivots_criterion(build, planted, worlds)
 
     base_fam = _means(base_rows(items, "ood"), lambda r: family_of(r["item"]))
     plain = {f: v for f, v in sorted(base_fam.items()) if f not in AGENTIC_FAMILIES}
@@ -160,6 +162,25 @@ def check(build: dict[str, Any], items: Sequence[dict[str, Any]],
         None if not complete else all(r["self_rescue"] is not None
                                       and r["self_rescue"] <= SELF_RESCUE_MAX for r in rates.values()))}
     return out
+
+
+def pivots_criterion(build: dict[str, Any], planted: dict[str, dict[str, dict[str, Any]]] | None,
+                     worlds: Sequence[str]) -> dict[str, Any]:
+    """`pivots` (module doc): q below the floor at a position with enough turns, split into the
+    positions that hold a planted step (judged) and the rest (reported)."""
+    by_pos = (build.get("base") or {}).get("by_position") or {}
+    low = {w: {pos: v["q"] for pos, v in by_pos.get(w, {}).items()
+               if v["turns"] >= Q_MIN_TURNS and v["q"] < Q_FLOOR} for w in worlds}
+    held = {w: {pos for pos, row in (planted or {}).get(w, {}).items() if row["planted"] > 0}
+            for w in worlds}
+    judged = {w: {p: q for p, q in low[w].items() if p in held[w]} for w in worlds}
+    known = bool(worlds) and planted is not None and all(w in by_pos and w in planted for w in worlds)
+    return {"below_floor": judged,
+            "unplanted_below_floor": {w: {p: q for p, q in low[w].items() if p not in held[w]}
+                                      for w in worlds},
+            "planted_positions": {w: sorted(held[w], key=int) for w in worlds},
+            "floor": Q_FLOOR, "min_turns": Q_MIN_TURNS,
+            "verdict": _verdict(not any(judged.values()) if known else None)}
 
 
 def rescue_rates(counts: dict[str, int]) -> dict[str, Any]:
