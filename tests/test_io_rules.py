@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -144,10 +145,15 @@ def test_profile_out_is_locked_against_a_second_run_but_not_by_a_dead_one(tmp_pa
     assert out.with_name("profile.jsonl.lock").exists()  # left behind by the killed run
     from pivotrl.io.outputs import output_lock
 
-    t0 = time.monotonic()
-    with output_lock(out):  # a stale lock file does not block the resume
-        pass
-    assert time.monotonic() - t0 < 1
+    taken = threading.Event()
+
+    def take() -> None:
+        with output_lock(out):  # a stale lock file does not block the resume
+            taken.set()
+
+    worker = threading.Thread(target=take, daemon=True)
+    worker.start()
+    assert taken.wait(60)  # bounds a hang: a lock held by a dead process would block for ever
 
 
 @pytest.mark.parametrize("argv", [

@@ -276,22 +276,30 @@ def test_unbounded_stop_strings_are_refused_at_once_even_while_the_model_is_busy
     before the request waits for the model, so a busy server answers it at once."""
     import threading
 
-    busy = threading.Thread(target=lambda: httpx.post(f"{server}/completions", timeout=120, json={
-        "prompt": "hello", "max_tokens": 1000, "n": 4, "seed": 1}))
+    # Ordered by events, not by the clock: the long request has produced its first token (it
+    # holds the model) before the bad ones are sent, and had not finished when they were answered.
+    first_token, done = threading.Event(), threading.Event()
+
+    def long_request() -> None:
+        with httpx.stream("POST", f"{server}/completions", timeout=300, json={
+                "prompt": "hello", "max_tokens": 1900, "n": 8, "seed": 1, "stream": True}) as r:
+            for _ in r.iter_lines():
+                first_token.set()
+        done.set()
+
+    busy = threading.Thread(target=long_request, daemon=True)
     busy.start()
-    time.sleep(0.5)  # the long request holds the model now
+    assert first_token.wait(120)
     try:
         for stop, why in (([f"s{i}" for i in range(1200)], "at most 16 stop strings"),
                           (["x" * 257], "at most 256 characters")):
-            t0 = time.perf_counter()
-            r = httpx.post(f"{server}/completions", timeout=30,
+            r = httpx.post(f"{server}/completions", timeout=120,
                            json={"prompt": "x", "max_tokens": 4, "stop": stop})
-            waited = time.perf_counter() - t0
             assert r.status_code == 400 and r.json()["error"]["param"] == "stop", r.text
-            assert why in r.json()["error"]["message"] and waited < 2.0, waited
-        assert busy.is_alive()  # answered while the long request still generated
+            assert why in r.json()["error"]["message"]
+            assert not done.is_set()  # answered while the long request still generated
     finally:
-        busy.join()
+        busy.join(300)
 
 
 def test_prompt_tokens_count_in_the_request_budget(tiny_model_dir):
@@ -511,13 +519,11 @@ def test_sigterm_stops_a_busy_server(server_proc):
         daemon=True)
     busy.start()
     time.sleep(1.5)  # the long generation is running
-    t0 = time.time()
     proc.send_signal(signal.SIGTERM)
     try:
-        rc = proc.wait(timeout=20)
+        rc = proc.wait(timeout=60)  # bounds a hang: the generation alone would run for minutes
     finally:
         proc.kill()
-    elapsed = time.time() - t0
     # uvicorn shuts down gracefully, then re-raises the signal: exit by SIGTERM, no traceback
-    assert rc in (0, -signal.SIGTERM) and elapsed < 10, (rc, elapsed)
+    assert rc in (0, -signal.SIGTERM), rc
     assert b"Traceback" not in proc.stderr.read()
