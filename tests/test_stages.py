@@ -106,6 +106,24 @@ def test_a_kept_staged_build_is_continued_by_a_config_with_more_stages(quick_tes
     assert weights(tmp_path / "direct") == weights(tmp_path / "chained") != weights(tmp_path / "one")
 
 
+def test_a_build_continues_from_the_shipped_base_its_first_stages_are(quick_testbed, tmp_path,
+                                                                      monkeypatch):
+    """The default's last stage continues from S2's shipped weights, so a build whose later
+    stages differ from the default's starts from those weights, not from scratch."""
+    built, _ = quick_testbed
+    unmeasured(monkeypatch)
+    shipped.ship(built, tmp_path / "s2")
+    monkeypatch.setattr(shipped, "SHIPPED", tmp_path / "nothing_shipped")
+    monkeypatch.setattr(shipped, "SHIPPED_S2", tmp_path / "s2")
+    cfg = staged(TestbedConfig().quick())
+    got = build_testbed(tmp_path / "continued", cfg)
+    assert got["base_source"].startswith(f"continued from {tmp_path / 's2'}")
+    assert "1 further stages" in got["base_source"]
+    direct = build_testbed(tmp_path / "direct", cfg, base_from=built)
+    assert weights(tmp_path / "continued") == weights(tmp_path / "direct") != weights(built)
+    assert build_testbed(tmp_path / "scratch", cfg, use_shipped_base=False)["base_source"] == "pretrained"
+
+
 def test_base_from_a_build_that_is_neither_this_config_nor_a_prefix_of_it_stops(quick_testbed, tmp_path):
     built, _ = quick_testbed
     other = staged(TestbedConfig().quick().model_copy(update={"ood_repeat": 3}))

@@ -243,13 +243,36 @@ def score_chosen(jobs: list[Job], rows: list[dict], items: list[dict], testbed: 
 # ------------------------------------------------------------------ the whole demo
 
 
-def record_invocation(out: Path, seconds: float, *, trained: int, jobs: int) -> list[dict[str, Any]]:
+def code_version() -> dict[str, Any]:
+    """The git commit this code runs at and whether its tracked files are unchanged, read from
+    the checkout that holds this module (None for both outside a git checkout, e.g. a wheel):
+    a result names the code that made it."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str | None:
+        try:
+            got = subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True,
+                                 timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return got.stdout.strip() if got.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    changed = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "clean_tree": None if changed is None else changed == ""}
+
+
+def record_invocation(out: Path, seconds: float, *, trained: int, jobs: int,
+                      code: dict[str, Any]) -> list[dict[str, Any]]:
     """Append this invocation to OUT/invocations.json and return them all: the report states
-    the time of every run that built the folder, not only a cached rerun's seconds."""
+    the time of every run that built the folder, not only a cached rerun's seconds, and the
+    code (`code_version`, read when the invocation started) each ran."""
     path = out / "invocations.json"
     runs = json.loads(path.read_text()) if path.exists() else []
     runs.append({"finished": time.strftime("%Y-%m-%dT%H:%M:%S"), "wall_seconds": round(seconds, 1),
-                 "jobs_trained": trained, "jobs": jobs})
+                 "jobs_trained": trained, "jobs": jobs, **code})
     path.write_text(json.dumps(runs, indent=1))
     return runs
 
@@ -396,14 +419,16 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
              testbed_config=None, log: Callable[[str], None] = say) -> dict[str, Any]:
     from pivotrl_testbed.health import flags as health_flags
     from pivotrl_testbed.report import write_report
+    from pivotrl_testbed.report_md import code_line
     from pivotrl_testbed.stats import paired_halfwidth
     from pivotrl_testbed.testbed.agentic_ood import split_kinds
     from pivotrl_testbed.testbed.build import build_testbed, load_testbed_config
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    start = time.time()
+    start, code = time.time(), code_version()
     out.mkdir(parents=True, exist_ok=True)
     log = logged_to(out / "demo.log", log)
+    log(f"code: {code_line(code)}")
     testbed = testbed or out / "testbed"
     log(f"1/5 testbed in {testbed} (cached after the first build)")
     testbed_config = cfg.sized_testbed(testbed_config or load_testbed_config(None))
@@ -432,7 +457,7 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
             "is not scored")
         write_jsonl(out / "items.jsonl", items)
         choice = write_lr_choice(out, items, cfg, log)
-        record_invocation(out, time.time() - start, trained=trained, jobs=len(jobs))
+        record_invocation(out, time.time() - start, trained=trained, jobs=len(jobs), code=code)
         log(f"done in {(time.time() - start) / 60:.1f} min: {out / 'lr_choice.json'}")
         return {"lr_choice": choice}
 
@@ -448,7 +473,7 @@ def run_demo(out: Path, cfg: DemoConfig, *, testbed: Path | None = None,
     flagged = health_flags(items, info)
     for f in flagged:
         log(f"  WARNING ({f['kind']}): {f['why']}")
-    invocations = record_invocation(out, time.time() - start, trained=trained, jobs=len(jobs))
+    invocations = record_invocation(out, time.time() - start, trained=trained, jobs=len(jobs), code=code)
     results = write_report(rows, items, out, seeds=cfg.seeds, select_on=cfg.select_on,
                            wall_seconds=time.time() - start, theory=theory, power=power,
                            pivot_stats=pivot_stats, config=cfg.model_dump(mode="json"),

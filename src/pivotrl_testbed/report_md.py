@@ -59,10 +59,19 @@ def wall_time_line(results: dict[str, Any]) -> str:
     now = results["wall_seconds"] / 60
     runs = results.get("invocations") or []
     total = sum(r["wall_seconds"] for r in runs) / 60
+    code = "; code: " + ", ".join(code_line(r) for r in runs) if runs else ""
     if len(runs) <= 1:
-        return f"Wall time {now:.1f} min (nothing reused from an earlier run)."
+        return f"Wall time {now:.1f} min (nothing reused from an earlier run){code}."
     return (f"Wall time {now:.1f} min for this invocation; {total:.1f} min over the "
-            f"{len(runs)} invocations that built this folder (stages done before were reused).")
+            f"{len(runs)} invocations that built this folder (stages done before were "
+            f"reused){code}.")
+
+
+def code_line(run: dict[str, Any]) -> str:
+    """The commit an invocation ran (`demo.code_version`), marked when its tree had changes."""
+    if not run.get("commit"):
+        return "not a git checkout"
+    return f"commit {run['commit'][:10]}" + ("" if run.get("clean_tree") else " (uncommitted changes)")
 
 
 def data_section(results: dict[str, Any]) -> list[str]:

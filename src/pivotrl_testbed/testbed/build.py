@@ -345,21 +345,27 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     tokenizer = train_tokenizer(cfg, expert, weak, ood_train)
     t0 = lap("tokenizer", t0)
     tokenizer.save_pretrained(out / "base")
-    root = Path(base_from) if base_from is not None else shipped.SHIPPED
-    ship, kept, source, stage_stats, done = None, None, "pretrained", [], 0
-    if base_from is not None:  # a kept build of this config, or of it with its first `done` stages
-        done = next((k for k in range(len(cfg.pretrain_stages), -1, -1)
-                     if not shipped.mismatch(cfg.with_stages(k), out / "base", root)), None)
-        if done is None:
-            raise ValueError(f"--base-from {base_from}: not this build's base: "
-                             f"{shipped.mismatch(cfg, out / 'base', root)}")
+    # Where the weights may come from: `base_from`, else the shipped bases (the default's, then
+    # the one its last stage continues from), each used for the longest prefix of stages it is.
+    roots = [Path(base_from)] if base_from is not None else (
+        [shipped.SHIPPED, shipped.SHIPPED_S2] if use_shipped_base else [])
+    ship, kept, source, stage_stats, done, root = None, None, "pretrained", [], 0, None
+    for candidate in roots:
+        k = kept_stages(cfg, out / "base", candidate)
+        if k is not None:
+            root, done = candidate, k
+            break
+    if base_from is not None and root is None:
+        raise ValueError(f"--base-from {base_from}: not this build's base: "
+                         f"{shipped.mismatch(cfg, out / 'base', Path(base_from))}")
+    if root is not None:
         kept = shipped.shipped_info(root)
+        name = f"kept ({base_from})" if base_from is not None else "shipped"
         if done == len(cfg.pretrain_stages):
-            ship, source = kept, f"kept ({base_from})"
+            ship, source = kept, name
         else:
-            source = f"continued from {base_from} (build hash {kept['config_hash']}, {done} further stages)"
-    elif use_shipped_base:
-        ship, source = shipped.usable(cfg, out / "base"), "shipped"
+            source = (f"continued from {base_from or root} (build hash {kept['config_hash']}, "
+                      f"{len(cfg.pretrain_stages) - done} further stages)")
     if ship is not None or kept is not None:
         shipped.install(out / "base", root)
         model, _ = load_tiny(out / "base")
@@ -415,6 +421,15 @@ def build_testbed(out_dir: str | Path, cfg: TestbedConfig | None = None, *, forc
     info["build_seconds"] = round(time.time() - start, 1)
     write_text_atomic(out / "build.json", json.dumps(info, indent=2) + "\n")
     return {**info, "cached": False}
+
+
+def kept_stages(cfg: TestbedConfig, tokenizer_dir: Path, root: Path) -> int | None:
+    """The most further stages k for which the base in `root` is what a build of
+    `cfg.with_stages(k)` would make (`shipped.mismatch`), or None: the rest are trained here."""
+    from pivotrl_testbed.testbed import shipped
+
+    return next((k for k in range(len(cfg.pretrain_stages), -1, -1)
+                 if not shipped.mismatch(cfg.with_stages(k), tokenizer_dir, root)), None)
 
 
 def position_success(model, tokenizer, trajectories: Path, n: int = SKILL_TRAJECTORIES,

@@ -16,7 +16,8 @@ they are what the build would make from this config and data:
   worlds, experts or OOD tasks changes the data, hence the tokenizer, hence the shipped base is
   not used).
 
-Otherwise the build pretrains as usual. The same rule lets a build reuse the weights another
+Otherwise the build continues from the longest prefix of its stages that a shipped base is
+(`shipped_s2/` holds the default's first stages, S2), or pretrains from scratch. The same rule lets a build reuse the weights another
 build made for its config (`--base-from DIR`, DIR a finished build or a copy of its `base/` and
 `build.json`): a candidate base that took hours to pretrain is kept that way across machines,
 and a build asked to reuse weights that are not its own stops with the reason. `--no-shipped-base` forces pretraining; CI checks that the
@@ -34,6 +35,9 @@ from pathlib import Path
 from typing import Any
 
 SHIPPED = Path(__file__).with_name("shipped_base")
+# The base the default's last stage continues from (candidate S2, the default before Z): a build
+# whose later stages differ from the default's trains only those, from these weights.
+SHIPPED_S2 = Path(__file__).with_name("shipped_s2")
 # What a base directory holds that the shipped copy needs (the model, its config, the tokenizer).
 BASE_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
               "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
