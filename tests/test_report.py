@@ -348,3 +348,30 @@ def test_only_the_arms_chosen_by_the_profile_are_charged_its_samples(tmp_path):
                  "train_seconds": 1.0}]
         got = compute_block(rows, {method: side(method)}, {"w": stats})["arms"][method]
         assert got["profiling_samples"] == 1000 * charged, method
+
+
+def test_the_report_names_its_choice_rules_and_marks_a_one_seed_ablation(tmp_path):
+    """results.json and report.md name the checkpoint rule and where each headline arm's lr came
+    from (the committed tuning run when the config trains the tuned values, else its own grid);
+    in a multi-seed run, a verdict against an ablation trained on one seed is marked indicative,
+    and a headline verdict is not."""
+    from pivotrl_testbed.demo_config import TUNED_LEARNING_RATES, TUNED_LR_SOURCE
+    from pivotrl_testbed.report_md import ONE_SEED_SIDE
+    from pivotrl_testbed.stats import CHECKPOINT_RULE
+
+    spec = {"base": {(0.0, 0): (0.30, 0.30)}, "pivotrl": {(1e-4, 5): (0.6, 0.6)},
+            "sft": {(1e-4, 5): (0.5, 0.5)}}
+    rows, items = make(spec, seeds=(0, 1))
+    abl_rows, abl_items = make({"pivotrl_random": {(1e-4, 5): (0.55, 0.55)}}, seeds=(0,))
+    config = {"learning_rates": {"sft": [TUNED_LEARNING_RATES["sft"]], "pivotrl": [3e-5, 1e-4]}}
+    res = write_report(rows + abl_rows, items + abl_items, tmp_path, seeds=[0, 1], select_on="turn",
+                       wall_seconds=1.0, theory={}, pivot_stats={}, config=config)
+    rules = res["choice_rules"]
+    assert rules["checkpoint"] == CHECKPOINT_RULE and TUNED_LR_SOURCE in rules["lr sft"]
+    assert TUNED_LR_SOURCE not in rules["lr pivotrl"] and "3e-05 / 0.0001" in rules["lr pivotrl"]
+    marked = {v["b"]["method"] for v in res["verdicts"] if v.get("note") == ONE_SEED_SIDE}
+    assert marked == {"pivotrl_random"}
+    md = (tmp_path / "report.md").read_text()
+    assert "## How the arms were chosen" in md and CHECKPOINT_RULE in md
+    assert md.index("## How the arms were chosen") < md.index("## The paper's claims")
+    assert f"({ONE_SEED_SIDE}) |" in md

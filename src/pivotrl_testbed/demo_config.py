@@ -33,6 +33,10 @@ HEADLINE_ARMS = ("sft", "pivotrl", "e2e_rl")  # the paper's comparison; the rest
 # docs/RESULTS.md "The lr-tuning run on Z"). Every arm's pooled dev episode success peaked at the
 # grid's middle, 1e-4 (no edge, no chosen checkpoint at its cap). The ablations take PivotRL's lr.
 TUNED_LEARNING_RATES = {"sft": 1e-4, "pivotrl": 1e-4, "e2e_rl": 1e-4}
+# Where those values come from, as results.json and the report name it.
+TUNED_LR_SOURCE = ("the lr-tuning run on dev (configs/demo_lr_tuning.yaml, 1 seed, grid 3e-5 / 1e-4 / "
+                   "3e-4, run at commit acf5244; docs/results/z_lr_tuning/lr_choice.json), written into "
+                   "TUNED_LEARNING_RATES by commit 293113f")
 
 
 class DemoConfig(BaseModel):

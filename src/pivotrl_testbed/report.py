@@ -21,9 +21,10 @@ from pivotrl_testbed.budget import capped_flags
 from pivotrl_testbed.checkpoint_eval import DECODINGS, decoded
 from pivotrl_testbed.compute import compute_block
 from pivotrl_testbed.decoding import DEV_BEST, DecodingRule, at_dev_best, decoding_results
+from pivotrl_testbed.demo_config import HEADLINE_ARMS, TUNED_LEARNING_RATES, TUNED_LR_SOURCE
 from pivotrl_testbed.frontier import FrontierConfig
 from pivotrl_testbed.joint_report import joint_markdown, joint_results
-from pivotrl_testbed.report_md import PAPER, render_markdown
+from pivotrl_testbed.report_md import ONE_SEED_SIDE, PAPER, one_seed, render_markdown
 from pivotrl_testbed.testbed.agentic_ood import mean_by_kind, split_kinds
 
 METHODS = ("base", "sft", "pivotrl", "pivotrl_no_filter", "pivotrl_random", "pivotrl_exact",
@@ -240,6 +241,21 @@ def rollout_match(rows: list[dict[str, Any]], items: list[dict[str, Any]], chose
             "by_measure": out}
 
 
+def choice_rules(config: dict[str, Any]) -> dict[str, str]:
+    """The rules that chose what the report reads (results.json's `choice_rules`): the checkpoint
+    and lr rule, and where each headline arm's lr came from: the committed tuning run when the
+    config trains the tuned values, else the config's own grid, chosen among by the rule."""
+    grid = config.get("learning_rates") or {}
+    lrs = {}
+    for m in HEADLINE_ARMS:
+        if m not in grid:
+            continue
+        tuned = [TUNED_LEARNING_RATES.get(m)] == [float(x) for x in grid[m]]
+        lrs[m] = (f"{grid[m][0]:g}: {TUNED_LR_SOURCE}" if tuned else
+                  f"the grid {' / '.join(f'{x:g}' for x in grid[m])} of this run's config, chosen among by the rule")
+    return {"checkpoint": stats.CHECKPOINT_RULE, **{f"lr {m}": v for m, v in lrs.items()}}
+
+
 def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds: list[int],
               select_on: str, wall_seconds: float, theory: dict[str, Any], pivot_stats: dict[str, Any],
               config: dict[str, Any], power: list[dict[str, Any]] | None = None,
@@ -264,9 +280,10 @@ def aggregate(rows: list[dict[str, Any]], items: list[dict[str, Any]], *, seeds:
               "ood_rank_corr": {m: v.get("rank_corr") for m, v in methods.items()}}
     return {"wall_seconds": wall_seconds, "invocations": invocations or [], "seeds": seeds,
             "select_on": select_on, "select_decoding": frontier.decoding, "config": config,
-            "methods": methods,
+            "choice_rules": choice_rules(config), "methods": methods,
             "decoding": dec, "health": health or [],
-            "verdicts": [{**v, **({"note": ONE_SEED} if len(seeds) == 1 else {})}
+            "verdicts": [{**v, **({"note": ONE_SEED} if len(seeds) == 1 else
+                                  {"note": ONE_SEED_SIDE} if one_seed(v) else {})}
                          for v in verdicts(items, chosen, dec["best"], train_temperature)],
             "note": ONE_SEED if len(seeds) == 1 else None,
             "power": power or [],

@@ -240,6 +240,15 @@ def compute_section(results: dict[str, Any]) -> list[str]:
     return L + ["", *([f"Not in the table: {block['note']}.", ""] if block.get("note") else [])]
 
 
+ONE_SEED_SIDE = "1 seed: indicative"
+
+
+def one_seed(verdict: dict[str, Any]) -> bool:
+    """Whether either side of a verdict was trained on one seed (the ablations in --full)."""
+    return any(len({str(s) for by_seed in (side.get("steps") or {}).values() for s in by_seed}) == 1
+               for side in (verdict.get("a"), verdict.get("b")) if isinstance(side, dict) and side.get("method") != "base")
+
+
 def verdict_section(results: dict[str, Any]) -> list[str]:
     L = ["## The paper's claims against ours (paired, eval split)", "", RULE, "",
          "| claim | measure | a | b | a vs b | Δ [95% CI] | verdict |", "|---|---|---|---|---|---|---|"]
@@ -247,14 +256,15 @@ def verdict_section(results: dict[str, Any]) -> list[str]:
     if note:  # a one-seed run: every verdict below is indicative
         L[4:4] = [f"**{note}**: every verdict below comes from one training seed.", ""]
     for v in results.get("verdicts", []):
+        label = note or (ONE_SEED_SIDE if one_seed(v) else None)
         if v["diff"] is None:
             L.append(f"| {v['claim']} | {verdict_measure(v)} | {_side(v['a'])} | "
-                     f"{_side(v['b'])} | — | — | {_verdict(v['verdict'], note)} |")
+                     f"{_side(v['b'])} | — | — | {_verdict(v['verdict'], label)} |")
             continue
         L.append(f"| {v['claim']} | {verdict_measure(v)} | {_side(v['a'])} | {_side(v['b'])} | "
                  f"{v['a_mean']:.3f} vs {v['b_mean']:.3f} ({v['pairs']} pairs, {v['clusters']} clusters"
                  f"{'; ' + ', '.join(v['worlds']) if v.get('worlds') else ''}) | "
-                 f"{v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | {_verdict(v['verdict'], note)} |")
+                 f"{v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | {_verdict(v['verdict'], label)} |")
     tm = (results.get("turns_to_match_e2e") or {}).get("by_measure", {})
     for measure, r in tm.items():
         wo = r.get("without_profiling") or {}
@@ -324,12 +334,25 @@ def theory_section(results: dict[str, Any], plots: list[str]) -> list[str]:
     return L + [""]
 
 
+def choice_section(results: dict[str, Any]) -> list[str]:
+    """The rules that chose every checkpoint, lr and temperature below, named before any number."""
+    rules = results.get("choice_rules")
+    if not rules:  # a results.json written before the rules were recorded
+        return []
+    L = ["## How the arms were chosen", ""]
+    L += [f"- {name}: {text}" for name, text in rules.items()]
+    L += ["- decoding: each arm at its dev-best temperature (the decoding section below gives the rule).",
+          "- ablations: trained on fewer seeds and worlds than the headline arms where the config says "
+          "so (`ablation_seeds`, `ablation_worlds`); a verdict on a one-seed side is marked indicative.", ""]
+    return L
+
+
 def render_markdown(results: dict[str, Any], plots: list[str]) -> str:
     L = ["# pivotrl demo report", "",
          f"{wall_time_line(results)} Seeds {results['seeds']}; every number below was measured by the "
          "runs that built this folder. Checkpoints and learning rates are chosen on the dev split; "
          "results and verdicts are on the disjoint eval split.", ""]
-    L += health_section(results)
+    L += health_section(results) + choice_section(results)
     L += data_section(results) + power_section(results) + results_section(results)
     L += decoding_section(results) + verdict_section(results) + compute_section(results)
     L += ["## Every checkpoint (descriptive)", "", "Dev split, every lr and step (the eval split is "

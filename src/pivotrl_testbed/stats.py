@@ -58,6 +58,14 @@ from pivotrl.evaluate.compare import (
 Row = dict[str, Any]
 
 
+# The checkpoint and lr choice in one sentence, as results.json and the report name it.
+CHECKPOINT_RULE = ("Checkpoint and lr choice (pivotrl_testbed/stats.py, dev split only): each world's run "
+                   "keeps its earliest checkpoint whose dev score is within δ of its best (ties and "
+                   "near-ties go to the earlier step); each method keeps its smallest lr whose kept "
+                   "checkpoints' score, pooled over worlds and seeds, is within δ of the best lr's; δ is "
+                   "one binomial standard error of the best score, √(p(1 − p)/n) over its dev items.")
+
+
 def step_of(side: dict[str, Any], world: str, seed: int) -> int | None:
     """The step of `side`'s checkpoint for its run in `world` at `seed`; None: no such run."""
     by_seed = side["steps"].get(world) or {}
