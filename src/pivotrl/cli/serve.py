@@ -16,7 +16,8 @@ def serve(
     batch_size: int = typer.Option(64, help="Sequences per generate call."),
     served_model_name: Optional[str] = typer.Option(None, help="Name in /v1/models (default: the --model value)."),
     max_tokens_limit: Optional[int] = typer.Option(None, help="Largest max_tokens (default: the context)."),
-    max_request_tokens: int = typer.Option(65536, help="Largest n x max_tokens x prompts of one request."),
+    max_request_tokens: int = typer.Option(65536, help="Largest n x (prompt + max_tokens) over the "
+                                           "prompts of one request; bounds its body's size too."),
 ) -> None:
     """An OpenAI-compatible endpoint around a local HF model (/health, /v1/models, /v1/completions,
     /v1/chat/completions, streaming too), e.g. for `pivotrl profile --backend openai` or a judge on a CPU."""

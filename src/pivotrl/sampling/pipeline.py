@@ -21,6 +21,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+from pivotrl.formats.length_bound import length_bound
+
 T = TypeVar("T")
 R = TypeVar("R")
 _END = object()
@@ -31,6 +33,22 @@ def prompt_limit(sampler: Any) -> int | None:
     limit = getattr(sampler, "max_prompt_tokens", None)
     value = limit() if callable(limit) else None
     return value if isinstance(value, int) and value > 0 else None
+
+
+def longer_context_fix(sampler: Any) -> str:
+    """What lets `sampler` take longer prompts, for the backend in use: the fix a message about
+    prompts set aside as too long names. Only vLLM's context is a pivotrl flag; the hf backend
+    takes the model's own context, and a server's is set where the server starts."""
+    name = getattr(sampler, "name", "")
+    if name == "vllm":
+        return ("raise --max-model-len (the vllm backend's context; at most the model's own, "
+                "max_position_embeddings in its config.json)")
+    if name == "openai":
+        return ("start the server with a longer context (its max_model_len, e.g. `vllm serve "
+                "--max-model-len`); the openai backend takes the server's")
+    return ("the hf backend takes the model's own context (max_position_embeddings in its "
+            "config.json), which no flag raises (--max-model-len is the vllm backend's): use a "
+            "model whose context holds these prompts, or turns with shorter contexts")
 
 
 # transformers writes a huge sentinel (int(1e30)) as model_max_length when the tokenizer states none.
@@ -73,11 +91,18 @@ def check_budget(budget: int, context: int | None, flag: str) -> int | None:
 
 def split_too_long(prompts: list[str], tokenizer: Any, limit: int | None) -> tuple[list[int], dict[int, int]]:
     """(indices of prompts that fit, {index: token count} of those longer than `limit`).
-    Counted as the engines tokenize them: no special tokens added (pivotrl.formats.chat)."""
+    Counted as the engines tokenize them: no special tokens added (pivotrl.formats.chat). A
+    prompt too long to fit by its length alone (`pivotrl.formats.length_bound`) is not
+    tokenized, which could take minutes: its count is the fewest tokens it can be."""
     if limit is None:
         return list(range(len(prompts))), {}
+    bound = length_bound(tokenizer)
     fits, too_long = [], {}
     for i, prompt in enumerate(prompts):
+        fewest = bound.fewest_tokens(prompt) if bound is not None else 0
+        if fewest > limit:
+            too_long[i] = fewest
+            continue
         n = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
         if n > limit:
             too_long[i] = n

@@ -19,8 +19,13 @@ completion together, `n x sum over prompts of (prompt tokens + max_tokens)` <=
 `MAX_STOP_STRINGS` stop strings of at most `MAX_STOP_CHARS` characters (OpenAI allows 4; every
 decoding step scans each stop string, so unbounded lists made one request's steps, and the
 requests queued behind it, arbitrarily slow). Every limit is checked before the request waits
-for the model. A request whose client disconnects is cancelled, waiting or generating
-(generation stops at the next token); SIGTERM cancels the running generation and shuts down.
+for the model. Nothing is tokenized that no prompt could be: a body larger than the most text
+the context and `max_request_tokens` can hold (`serve_limits`) and a prompt longer than the
+context can hold (`pivotrl.formats.length_bound`, from the tokenizer's longest token) are 400s
+before any tokenizing, as tokenizing a long run of one letter can take minutes. Templating and
+tokenizing run in worker threads, so /health and other requests are answered meanwhile. A
+request whose client disconnects is cancelled, waiting or generating (generation stops at the
+next token); SIGTERM cancels the running generation and shuts down.
 
 Generation goes through the `hf` sampler, one request at a time, in arrival order (the lock is
 FIFO), so a request waits at most for the bounded work of those ahead of it, and no request can
@@ -55,6 +60,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from pivotrl.formats.length_bound import length_bound
 from pivotrl.io.records import Message
 from pivotrl.sampling.serve_stream import (
     ChatChunks,
@@ -64,6 +70,7 @@ from pivotrl.sampling.serve_stream import (
     completion_choices,
     usage,
 )
+from pivotrl.sampling.serve_limits import BodyLimit, error_body, max_body_bytes
 
 DEFAULT_MAX_TOKENS = 256
 MAX_N = 128
@@ -154,14 +161,6 @@ class APIError(Exception):
         self.status, self.message, self.param = status, message, param
 
 
-_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 499: "ClientClosedRequest",
-                500: "InternalServerError", 503: "ServiceUnavailableError"}
-
-
-def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": _ERROR_TYPES.get(status, "APIError"),
-                      "param": param, "code": status}}
-
 
 def _sse(data: Any) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
@@ -189,6 +188,11 @@ class Engine:
         self.max_model_len = context_length(self.sampler.model.config, self.tokenizer)
         self.max_tokens_limit = max_tokens_limit or self.max_model_len or 32768
         self.max_request_tokens = max_request_tokens
+        # No prompt can hold more tokens than this, whatever n and max_tokens are: a text the
+        # tokenizer's LengthBound says cannot fit in it is refused without being tokenized.
+        self.context_tokens = min(self.max_model_len or max_request_tokens, max_request_tokens)
+        self.bound = length_bound(self.tokenizer)
+        self.max_body_bytes = max_body_bytes(self.bound, max_request_tokens)
         self.lock = asyncio.Lock()
         self.shutdown = threading.Event()
         self.cancel = threading.local()  # the running request's event, in the generating thread
@@ -207,11 +211,23 @@ class Engine:
             raise APIError(400, f"max_tokens={max_tokens} is above this server's limit "
                            f"{self.max_tokens_limit}", "max_tokens")
 
-    def check_tokens(self, prompts: list[str], n: int, max_tokens: int) -> None:
+    def check_tokens(self, prompts: list[str], n: int, max_tokens: int,
+                     param: str = "prompt") -> None:
         """Prompt + max_tokens must fit the model's context (vLLM's rule), and n x the sum over
-        prompts of (prompt tokens + max_tokens) must fit this server's request budget (400s)."""
+        prompts of (prompt tokens + max_tokens) must fit this server's request budget (400s).
+        Prompts are measured by their length first (`pivotrl.formats.length_bound`): one longer
+        than any prompt can be is refused untokenized. Blocking: call it off the event loop."""
         if max_tokens * n * len(prompts) > self.max_request_tokens:  # no prompt need be read
             self._over_budget(max_tokens * n * len(prompts))
+        if self.bound is not None:
+            fewest = 0
+            for i, prompt in enumerate(prompts):
+                what = "the prompt" if param == "messages" else f"prompt {i}"
+                if why := self.bound.refusal(prompt, self.context_tokens, what):
+                    raise APIError(400, why, param)
+                fewest += (self.bound.fewest_tokens(prompt) + max_tokens) * n
+            if fewest > self.max_request_tokens:  # at least this many, not one tokenized
+                self._over_budget(fewest)
         total = 0
         for prompt in prompts:
             used = len(self.tokenizer(prompt, add_special_tokens=False)["input_ids"]) + max_tokens
@@ -343,6 +359,7 @@ def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = N
     app = FastAPI(title="pivotrl serve", version="1")
     app.state.engine = engine
     _openai_errors(app)
+    app.add_middleware(BodyLimit, limit=engine.max_body_bytes)
 
     def check(req: _Common, max_tokens: int) -> None:
         if req.model is not None and req.model != name:
@@ -382,7 +399,8 @@ def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = N
             raise APIError(400, "prompt is empty", "prompt")
         max_tokens = req.max_tokens or DEFAULT_MAX_TOKENS
         check(req, max_tokens)
-        engine.check_tokens(prompts, req.n, max_tokens)
+        # Tokenized in a worker thread: the event loop answers /health and the others meanwhile.
+        await asyncio.to_thread(engine.check_tokens, prompts, req.n, max_tokens)
         obs = engine.observer(req, len(prompts))
         head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
                 "created": int(time.time()), "model": name}
@@ -394,10 +412,10 @@ def create_app(model_dir: str, batch_size: int = 64, served_name: str | None = N
         max_tokens = req.max_completion_tokens or req.max_tokens or DEFAULT_MAX_TOKENS
         check(req, max_tokens)
         try:
-            prompt = prompt_text(engine.tokenizer, req.messages, req.tools)
+            prompt = await asyncio.to_thread(prompt_text, engine.tokenizer, req.messages, req.tools)
         except Exception as exc:  # noqa: BLE001 - a template error is the client's input
             raise APIError(400, f"chat template failed: {exc}", "messages") from None
-        engine.check_tokens([prompt], req.n, max_tokens)
+        await asyncio.to_thread(engine.check_tokens, [prompt], req.n, max_tokens, "messages")
         obs = engine.observer(req, 1, tools_active=req.tool_choice != "none")
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
                 "created": int(time.time()), "model": name}
