@@ -22,7 +22,9 @@ from test_export import _semantic, sample_turns
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "nemo_gym"
-GYM_FILES = sorted(FIXTURES.glob("*.jsonl"))
+# terminus_judge rows hold `expected_answer`, not `expected_action`, and are not exported back
+# (tests/test_terminus_import.py).
+GYM_FILES = sorted(p for p in FIXTURES.glob("*.jsonl") if p.stem != "terminus_judge")
 
 
 def _rows(path: Path) -> list[dict]:

@@ -17,9 +17,12 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from pivotrl.formats.terminus import (ACTION_FORMAT_KEY, TERMINUS_2, as_terminus_message,
+                                     reads_as_terminus)
 from pivotrl.io.compact_rows import MAX_CONTEXT_MESSAGES
 from pivotrl.io.empty import ALLOW_EMPTY, TooManyRejectsError, check_input, require_some
 from pivotrl.io.outputs import check_outputs
@@ -39,7 +42,14 @@ class ExtractOptions(BaseModel):
         None, description="Skip turns whose expected text content matches this regex "
         "(e.g. canned apologies); the trajectory's later turns are still extracted.")
     only_tool_calls: bool = Field(
-        False, description="Keep only turns whose expected action calls a tool.")
+        False, description="Keep only turns whose expected action calls a tool (or is a "
+        "Terminus-2 action: the harness runs it).")
+    action_format: Literal["auto", "chat", "terminus_2"] = Field(
+        "auto", description="How assistant turns are read: 'auto' (a trajectory is Terminus-2 "
+        "when its metadata says `action_format` or `harness` 'terminus_2', or when it offers no "
+        "tools, calls none, and an assistant turn is a Terminus-2 JSON action: "
+        "pivotrl.formats.terminus), 'chat' (messages and tool calls), 'terminus_2' (every "
+        "trajectory's assistant turns are Terminus-2 actions).")
     min_context_messages: int = Field(
         1, description="Skip turns with fewer context messages (1: a turn needs at least a prompt).")
     eval_fraction: float = Field(
@@ -99,12 +109,21 @@ def iter_turns(traj: Trajectory, opts: ExtractOptions, skipped: Counter | None =
     skip_re = re.compile(opts.skip_content_regex) if opts.skip_content_regex else None
     # A trajectory's own top-level fields (not in the schema) travel in each turn's metadata.
     metadata = {**(traj.model_extra or {}), **traj.metadata}
+    terminus = reads_as_terminus(traj.messages, metadata, traj.tools, opts.action_format)
+    if terminus:  # how verifiers and exports tell the turn's action from a chat message
+        metadata[ACTION_FORMAT_KEY] = TERMINUS_2
     context: list = []
     ordinal = 0
     for i, msg in enumerate(traj.messages):
         if msg.role == "assistant":
             reason = ""
-            if opts.only_tool_calls and not msg.tool_calls:
+            # An expert turn the harness could not read is no action to learn or match: it is
+            # skipped, and the later turns keep it in their context as the harness saw it.
+            action, unreadable = as_terminus_message(msg) if terminus else (msg, "")
+            msg = action or msg
+            if unreadable:
+                reason = "not a Terminus-2 action"
+            elif opts.only_tool_calls and not msg.tool_calls and not terminus:
                 reason = "not a tool call"
             elif skip_re and skip_re.search(message_text(msg)):
                 reason = "content matched skip regex"

@@ -9,7 +9,10 @@ of rules holds everywhere:
   but a broken environment (no sandbox, a workspace removed from outside) is raised: it says
   nothing of the action, and scoring every later action 0 would hide it;
 - a reward that is not a finite number becomes 0 (NaN would poison the group's advantage);
-- every reward is clamped to [0, 1] (the range the pivot statistics and GRPO groups assume).
+- every reward is clamped to [0, 1] (the range the pivot statistics and GRPO groups assume);
+- a Terminus-2 turn (JSON keystrokes in the message text) is scored by identity of the parsed
+  action unless the verifier reads that format itself (`pivotrl.verifiers.terminus_identity`):
+  read as a chat message, text rules would pay it.
 
 An action repeated on the same turn object is verified once (a verifier is a function of the
 turn and the action). Valid actions reach the verifier in one `score_batch` call, so judges and sandboxed verifiers can
@@ -25,6 +28,7 @@ from pivotrl.formats.actions import ParsedAction, parse_completion
 from pivotrl.io.records import Message, Turn
 from pivotrl.sandbox.bwrap import BROKEN_ENVIRONMENT
 from pivotrl.verifiers.base import Score, Verifier
+from pivotrl.verifiers.terminus_identity import score_identity, scored_by_identity
 
 Parser = Callable[[str], ParsedAction]
 
@@ -81,8 +85,11 @@ def score_actions(verifier: Verifier, turns: Sequence[Turn], actions: Sequence[M
         if a is not None:
             source[i] = first.setdefault((id(turns[i]), a.model_dump_json()), i)
     todo = sorted(set(source.values()))
+    by_identity = {i for i in todo if scored_by_identity(verifier, turns[i])}
+    todo = [i for i in todo if i not in by_identity]
     scored = _verify(verifier, [turns[i] for i in todo], [actions[i] for i in todo]) if todo else []
     by_index = dict(zip(todo, scored))
+    by_index.update((i, score_identity(turns[i], actions[i])) for i in by_identity)
     out = []
     for i in range(len(actions)):
         if i in source:

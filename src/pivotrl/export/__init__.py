@@ -24,6 +24,7 @@ from pivotrl.export.verl import (DEFAULT_AGENT_LOOP, ToolUnion, tool_config_path
                                  verl_schema, verl_to_turn, write_tool_config)
 from pivotrl.io.empty import check_input, require_some
 from pivotrl.export.pass_rates import imported_profile, profiled_by
+from pivotrl.export.terminus_judge import is_terminus_row, terminus_row_to_turn
 from pivotrl.io.records import (Profile, Record, Reject, Trajectory, Turn, atomic_path,
                                 check_trajectory, read_records, rejects_path, sidecar_path,
                                 stats_path, write_atomic, write_text_atomic)
@@ -180,7 +181,9 @@ def _write_parquet(out: Path, rows: Iterator[dict[str, Any]], batch_rows: int) -
 
 class NemoGymRow(Record):
     responses_create_params: dict[str, Any]
-    expected_action: dict[str, Any]
+    # None: a `terminus_judge` row, whose `expected_answer` holds the action
+    # (pivotrl.export.terminus_judge); any other row without one is refused by `row_to_turn`.
+    expected_action: dict[str, Any] | None = None
 
 
 def _turn_or_problem(build, row: dict[str, Any], fallback_id: str | None) -> Turn | tuple[str, str]:
@@ -198,8 +201,10 @@ def _turn_or_problem(build, row: dict[str, Any], fallback_id: str | None) -> Tur
 
 
 def row_to_turn(row: dict[str, Any], fallback_id: str | None = None) -> Turn | tuple[str, str]:
-    """A NeMo-Gym row as a valid Turn, or (field, reason) saying why not; never raises on bad data."""
-    return _turn_or_problem(nemo_gym_to_turn, row, fallback_id)
+    """A NeMo-Gym row (argument-comparison or `terminus_judge`) as a valid Turn, or (field,
+    reason) saying why not; never raises on bad data."""
+    build = terminus_row_to_turn if is_terminus_row(row) else nemo_gym_to_turn
+    return _turn_or_problem(build, row, fallback_id)
 
 
 def _import_turns(src: Path, out: Path, convert, *, eval_fraction: float = 0.0,

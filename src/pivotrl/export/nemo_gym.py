@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pivotrl.formats.terminus import ACTION_FORMAT_KEY, TERMINUS_2
 from pivotrl.io.records import Message, Turn, message_text, parse_arguments
 
 AGENT_REF_TYPE = "responses_api_agents"
@@ -457,6 +458,11 @@ def row_problem(turn: Turn, parallel_calls: str = "batch") -> tuple[str, str] | 
     """Why NeMo-Gym would refuse the row of `turn` (field, reason), or None."""
     if not turn.context:
         return "context", "empty context (NeMo-Gym needs a non-empty responses_create_params.input)"
+    if turn.metadata.get(ACTION_FORMAT_KEY) == TERMINUS_2:
+        # As a message row, the argument-comparison server would pay any chat message.
+        return f"metadata.{ACTION_FORMAT_KEY}", ("a Terminus-2 action: the argument-comparison "
+                                                 "server would score it as a chat message "
+                                                 "(any message scores 1); no row is written")
     calls = turn.expected.tool_calls or []
     if len(calls) > 1 and parallel_calls == "reject":
         return "expected.tool_calls", (f"{len(calls)} parallel tool calls (--parallel-calls reject; "

@@ -85,7 +85,10 @@ class Turn(Record):
     context: list[Message] = Field(..., description="Every message before the expected one.")
     expected: Message = Field(..., description="The expert's assistant message at this turn.")
     metadata: dict[str, Any] = Field(
-        default_factory=dict, description="The trajectory's metadata plus `message_index`.")
+        default_factory=dict, description="The trajectory's metadata plus `message_index`, and "
+        "`action_format` when the expected action is not a chat message or tool calls: "
+        "'terminus_2', JSON keystrokes in the text (pivotrl.formats.terminus; scored by "
+        "pivotrl.verifiers.terminus_identity).")
 
 
 class Sample(Record):
