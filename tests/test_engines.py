@@ -166,4 +166,5 @@ def test_profile_cli_passes_engine_options_and_reports_long_prompts(tmp_path, mo
     assert again.exit_code == 0, again.output
     bad = CliRunner().invoke(app, [*args[:6], "--out", str(tmp_path / "q.jsonl"), "--backend",
                                    "hf", "--header", "X: y"])
-    assert bad.exit_code == 1 and "do not apply to --backend hf" in " ".join(bad.output.split())
+    # refused before anything loads, as a misused flag (exit 2): the hf backend would ignore it
+    assert bad.exit_code == 2 and "do not apply to --backend hf" in " ".join(bad.output.split())

@@ -33,12 +33,14 @@ class Launch:
     """How a run starts: `dry_run` prints the plan and stops before anything is written; `strict`
     turns the plan's warnings (a chat-template variable the template never reads) into an error;
     `stream` is where the plan is printed (stderr); `quiet` prints nothing (a caller that runs many
-    segments, as the demo does, and says itself what runs): the plan is still saved."""
+    segments, as the demo does, and says itself what runs): the plan is still saved; `command` is
+    the command line that started the run, as the run folder's model card names it (None: unknown)."""
 
     dry_run: bool = False
     strict: bool = False
     stream: TextIO | None = None
     quiet: bool = False
+    command: str | None = None
 
 
 @dataclass

@@ -277,6 +277,21 @@ def profile_settings(profile_path: str | Path) -> dict[str, Any] | None:
     return {k: settings.get(k) for k in ("model", "chat_template_kwargs", "response_format", "max_new_tokens")}
 
 
+def unprofiled_reason(profile_path: str | Path) -> str:
+    """Why an empty profile file is empty, read off its stats (PROFILE.stats.json): its run set
+    every prompt aside as longer than the engine takes. "" when the stats say nothing of it."""
+    try:
+        runs = json.loads(stats_path(profile_path).read_text()).get("runs") or []
+    except (OSError, ValueError, AttributeError):
+        return ""
+    too_long = sum(len(r.get("too_long") or {}) for r in runs if isinstance(r, dict))
+    if not too_long:
+        return ""
+    return (f"the profile run that wrote it set all {too_long} turns aside as longer than the engine "
+            f"takes (see {rejects_path(profile_path)} and the error `pivotrl profile` printed: it names "
+            "the fix for the backend it used)")
+
+
 def other_profiler(model: str | Path, settings: dict[str, Any] | None) -> str | None:
     """A warning when the pivots were profiled by another model than `model`, the policy about to
     be trained (None when the same or unknown). PivotRL keeps the turns the trained policy finds
@@ -320,7 +335,7 @@ def select_file(profile_path: str | Path, out_path: str | Path, cfg: SelectConfi
                 selection.add(scored)
                 tally.add(scored)
     require_some(tally.turns, "profiles", profile_path, rejected=rejected, first_reject=first,
-                 expects="profiles")
+                 expects="profiles", reason="" if rejected else unprofiled_reason(profile_path))
     with AtomicWriter(out_path) as writer:
         for _, rec in read_records(profile_path, Profile):
             if not isinstance(rec, Reject):

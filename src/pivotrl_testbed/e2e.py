@@ -44,6 +44,7 @@ from pivotrl.io.seeds import derive_seed
 from pivotrl.io.split import HeldOut, resolve_split, split_file
 from pivotrl.run_plan import Launch, RunPlan
 from pivotrl.train.plan import begin_training
+from pivotrl.train.run_report import RL_REPORT, run_facts, write_run_report
 from pivotrl_testbed.e2e_config import E2ERunConfig
 
 
@@ -245,6 +246,13 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
         metrics_path.write_text("")
     progress = ProgressLog("step", cfg.max_steps, every_s=cfg.progress_seconds, log_file=out / "train.log",
                            start=done)
+    facts = run_facts("e2e", cfg, data={"tasks": ", ".join(map(str, files)) if read else "handed in by the caller",
+                                        "split": split_file(cfg.split, files) if read else None},
+                      held_out=f"{dropped.get('held_out_records', 0)} records of eval trajectories dropped",
+                      items=f"{len(tasks)} tasks", command=launch.command if launch else None,
+                      settings={"episodes per task (num_generations)": G, "tasks per step": cfg.tasks_per_step,
+                                "max_turns": cfg.max_turns, "max_completion_length": cfg.max_completion_length,
+                                "temperature": cfg.temperature})
 
     for step in range(done + 1, cfg.max_steps + 1):
         t0 = time.perf_counter()
@@ -333,12 +341,14 @@ def train_e2e(cfg: E2ERunConfig, tasks: list[Trajectory] | None = None,
             ckpt = out / f"checkpoint-{step}"
             model.save_pretrained(ckpt)
             tokenizer.save_pretrained(ckpt)
+            write_run_report(facts.model_copy(update={"steps": step, "finished": False}), RL_REPORT)
             torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                         "rng": rng.getstate(), "torch_rng": torch.get_rng_state(), "order": order,
                         "rollout_turns": rollout_turns, **tokens}, ckpt / RESUME_STATE)
 
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    report = write_run_report(facts.model_copy(update={"steps": cfg.max_steps}), RL_REPORT)
     finish_run(out)
     return {"steps": cfg.max_steps, "resumed_from": done, "tasks": len(tasks), **dropped, "rollout_turns": rollout_turns,
-            **tokens, "output_dir": str(out), "metrics": str(metrics_path)}
+            **tokens, "output_dir": str(out), "metrics": str(metrics_path), **report}

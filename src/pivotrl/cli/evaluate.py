@@ -81,6 +81,7 @@ def check_inputs(models: Sequence[Path], turns: Path, config: Path | None, optio
     input exits 2 naming it."""
     from pivotrl.io.inputs import check_input_file, check_model
     from pivotrl.io.yaml_config import build_model
+    from pivotrl.sampling.options import check_backend_flags
 
     try:
         for m in models:
@@ -93,6 +94,7 @@ def check_inputs(models: Sequence[Path], turns: Path, config: Path | None, optio
                          for key in RECORDED_SETTINGS}
         cfg = build_model(TurnEvalConfig, {**(recorded or {}), **from_config, **options},
                           config if config is not None else "options")
+        check_backend_flags(cfg.backend, {**options, "engine": cfg.engine})
         return cfg, cfg.build_verifier(), settings_from
     except (KeyError, ValueError, TypeError, OSError) as exc:  # unknown verifier, bad options
         raise fail(f"pivotrl evaluate: {exc}", 2) from None

@@ -82,10 +82,13 @@ def profile(
 
     Shards: run `pivotrl profile TURNS --shard I/N --out p.I.jsonl …` for I in 0..N-1 (in parallel),
     then `pivotrl profile TURNS --merge --out profile.jsonl p.0.jsonl … p.N-1.jsonl`."""
+    from pivotrl.io.empty import EmptyResultError
     from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
+    from pivotrl.io.records import rejects_path
     from pivotrl.profile.runs import profile_file
     from pivotrl.sampling import SamplerError
-    from pivotrl.sampling.options import build_sampler, engine_flags
+    from pivotrl.sampling.options import build_sampler, check_backend_flags, engine_flags
+    from pivotrl.sampling.pipeline import longer_context_fix
 
     if merge or shard_files:
         return _merge_shards(turns, shard_files, out, merge)
@@ -102,6 +105,10 @@ def profile(
         raise fail(str(exc), 2) from None
     cfg = load_run_config(console, ProfileConfig, config, **overrides)
     cfg = cfg.model_copy(update={"engine": {**cfg.engine, **engine}})
+    try:
+        check_backend_flags(cfg.backend, {**overrides, "engine": cfg.engine})
+    except ValueError as exc:
+        raise fail(str(exc), 2) from None
     try:
         ver = cfg.build_verifier()
         if dry_run:  # the plan needs the tokenizer only: no model is loaded, nothing written
@@ -122,6 +129,10 @@ def profile(
         with progress_bar(progress) as on_progress:
             doc = profile_file(turns, out, sampler, ver, tokenizer, cfg, model_name=model,
                                progress=progress, on_progress=on_progress)
+    except EmptyResultError as exc:  # every prompt set aside: the counts, then the cause and its fix
+        if isinstance(exc.result, dict):
+            console.print(profile_table(exc.result, out))
+        raise fail(f"pivotrl profile: {exc}", 1) from None
     except (SamplerError, ValueError, OSError) as exc:  # unreachable server or Hub; other settings
         raise fail(str(exc), 1) from None
     except KeyboardInterrupt:
@@ -130,6 +141,9 @@ def profile(
                       f"with:\n  {escape(again)}[/yellow]")
         raise typer.Exit(130) from None
     console.print(profile_table(doc, out))
+    if too_long := doc["runs"][-1].get("too_long"):
+        console.print(f"[yellow]{len(too_long)} prompts longer than the engine takes set aside "
+                      f"({escape(str(rejects_path(out)))}): {escape(longer_context_fix(sampler))}[/yellow]")
 
 
 def start_profile(turns: Path, out: Path, cfg: ProfileConfig, tokenizer, model: str, launch) -> None:

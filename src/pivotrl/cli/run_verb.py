@@ -106,7 +106,7 @@ def run_training_verb(verb: str, config_model: type, config: Path | None, overri
         warning = split_warning(verb, cfg.split, raw_data(cfg))
         if warning:
             console.print(f"[yellow]warning: {escape(warning)}[/yellow]")
-    launch = Launch(dry_run=dry_run, strict=strict)
+    launch = Launch(dry_run=dry_run, strict=strict, command=given_command(ctx) if ctx is not None else None)
     print_summary(verb, run_job(console, verb, lambda: run(cfg, launch=launch), lambda: interrupted(cfg, ctx)))
     leave_process_group()
 

@@ -43,7 +43,7 @@ from pivotrl.io.turn_files import read_turns
 from pivotrl.io.yaml_config import field_like
 from pivotrl.profile.loop import TurnSampling, sample_and_score
 from pivotrl.sampling.options import SamplingOptions
-from pivotrl.sampling.pipeline import prompt_limit
+from pivotrl.sampling.pipeline import longer_context_fix, prompt_limit
 from pivotrl.select import SUCCESS_THRESHOLD
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
@@ -197,7 +197,8 @@ def evaluate_turns_file(turns_path: str | Path, out_path: str | Path, sampler, v
             progress(len(items) + len(too_long), len(chosen))
     if not items:
         raise ValueError(f"{turns_path}: every prompt is longer than the engine takes "
-                         f"({prompt_limit(sampler)} tokens; {len(too_long)} turns)")
+                         f"({prompt_limit(sampler)} tokens; {len(too_long)} turns): "
+                         f"{longer_context_fix(sampler)}")
     # The budget as used (None in the config means the model's own): a result says how it was scored.
     settings = {**cfg.model_dump(), "max_new_tokens": cfg.sampling(tokenizer).max_new_tokens}
     trained = recorded_template_settings(model_name) if model_name else None

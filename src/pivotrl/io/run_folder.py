@@ -31,10 +31,11 @@ from pivotrl.io.outputs import CONFIG_FILE, PLAN_FILE, OutputExistsError, check_
 from pivotrl.io.records import write_text_atomic
 
 RECORD = "pivotrl_run.json"
-# What a run writes before it ends (a crashed run leaves these; `runs` is the tensorboard log):
+# What a run writes before it ends (a crashed run leaves these; `runs` is the tensorboard log,
+# `curves.png` the learning curves redrawn at each checkpoint):
 # `--overwrite` deletes them even when the record does not list them yet.
 RUN_FILES = ("checkpoint-*", "metrics.jsonl", "train.log", "prompts.rank*.jsonl", ".prompt_cache",
-             "*.rejects.jsonl", "runs", PLAN_FILE, CONFIG_FILE, RECORD)
+             "*.rejects.jsonl", "runs", "curves.png", PLAN_FILE, CONFIG_FILE, RECORD)
 # What a run writes before its first result: a folder holding only these is a start that failed,
 # and a new run takes it over without --overwrite.
 RUN_CACHES = ("prompts.rank*.jsonl", ".prompt_cache", PLAN_FILE, CONFIG_FILE, RECORD)

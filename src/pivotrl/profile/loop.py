@@ -145,7 +145,8 @@ class RunStats(BaseModel):
     rejected_lines: int = Field(0, description="Bad lines of the Turn file (see the rejects file).")
     too_long: dict[str, int] = Field(default_factory=dict, description="Turns skipped because "
                                      "their prompt is longer than the engine takes (id: prompt "
-                                     "tokens); in the rejects file, and skipped again on resume.")
+                                     "tokens, or the fewest it can be for a prompt too long to "
+                                     "tokenize); in the rejects file, and skipped again on resume.")
     wall_seconds: float = 0.0
     samples_per_second: float = 0.0
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pivotrl.io.empty import check_input, require_some
+from pivotrl.io.empty import EmptyResultError, check_input, require_some
 from pivotrl.io.outputs import claim_output, output_lock
 from pivotrl.io.progress import ProgressLog, TokenCount
 from pivotrl.io.records import (AppendWriter, Profile, Reject, Turn, done_ids, is_blank, iter_lines,
@@ -24,7 +24,7 @@ from pivotrl.io.records import (AppendWriter, Profile, Reject, Turn, done_ids, i
                                 write_text_atomic)
 from pivotrl.io.turn_files import RowAccess, index_rows, parse_shard, scan_turns
 from pivotrl.profile.loop import ProfileConfig, RunStats, profile_stream
-from pivotrl.sampling.pipeline import prompt_limit
+from pivotrl.sampling.pipeline import longer_context_fix, prompt_limit
 from pivotrl.select import SUCCESS_THRESHOLD, outcome
 
 
@@ -165,9 +165,18 @@ def _profile_locked(turns_path: str | Path, out_path: str | Path, sampler, verif
         doc = save(final=True)
     if stats.too_long:  # nothing lost: what the engine cannot take is listed with the reason
         write_atomic(rejects_path(out_path), [r.to_json() for r in rejects] + [
-            Reject(str(turns_path), lines.get(tid, 0), f"prompt of {n} tokens is longer than the "
-                   f"engine takes ({prompt_limit(sampler)}); raise max_model_len", "context").to_json()
+            # n: the count, or the fewest tokens of a prompt too long to tokenize (split_too_long)
+            Reject(str(turns_path), lines.get(tid, 0), f"prompt of at least {n} tokens is longer "
+                   f"than the engine takes ({prompt_limit(sampler)}); {longer_context_fix(sampler)}",
+                   "context").to_json()
             for tid, n in stats.too_long.items()])
+    # Turns to profile and none profiled, by this run or before: every prompt was set aside as too
+    # long (a shard that drew no turn of a small file profiles nothing, rightly, and passes).
+    if lines and not doc["outcomes"]["turns"] and stats.too_long:
+        raise EmptyResultError(out_path, f"0 turns profiled: all {len(stats.too_long)} turns' prompts "
+                               f"are longer than the engine takes ({prompt_limit(sampler)} tokens; the "
+                               f"shortest has at least {min(stats.too_long.values())}; listed in "
+                               f"{rejects_path(out_path)}); {longer_context_fix(sampler)}", result=doc)
     return doc
 
 

@@ -48,8 +48,29 @@ def backend_options(backend: str, engine: dict[str, Any]) -> dict[str, Any]:
     else:
         wrong = sorted(set(engine) & set(OPENAI_ENGINE_KEYS))
     if wrong:
-        raise ValueError(f"engine options {wrong} do not apply to --backend {backend}")
+        takes = {"hf": "none: its context is the model's own", "openai": ", ".join(OPENAI_ENGINE_KEYS)}
+        raise ValueError(f"engine options {wrong} do not apply to --backend {backend} (it takes "
+                         f"{takes.get(backend, 'the vllm options: pivotrl.sampling.vllm.VLLMOptions')}): "
+                         "drop them, or choose the backend they belong to")
     return dict(engine)
+
+
+# EngineConfig fields only one backend reads: given for another, the run would ignore them.
+BACKEND_OF_FIELD = {"batch_size": "hf", "concurrency": "openai", "base_url": "openai",
+                    "served_model_name": "openai"}
+
+
+def check_backend_flags(backend: str, given: dict[str, Any]) -> None:
+    """Refuse a flag `backend` would ignore (`given`: the flags on the command line, by field;
+    `engine`: the engine options): --batch-size off hf, --concurrency / --base-url /
+    --served-model-name off openai, an engine option of another backend (`backend_options`).
+    Checked before anything loads, so a dry run refuses them too. ValueError naming the flag."""
+    for name in sorted(set(given) & set(BACKEND_OF_FIELD)):
+        owner = BACKEND_OF_FIELD[name]
+        if given[name] is not None and owner != backend:
+            raise ValueError(f"--{name.replace('_', '-')} is an option of --backend {owner}, and "
+                             f"--backend {backend} ignores it: drop it, or use --backend {owner}")
+    backend_options(backend, given.get("engine") or {})
 
 
 def build_sampler(backend: str, model: str, engine: dict[str, Any], *, base_url: str,

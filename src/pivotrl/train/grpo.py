@@ -23,6 +23,7 @@ from typing import Any
 from transformers.trainer_utils import get_last_checkpoint
 
 from pivotrl.formats.chat import load_tokenizer, prompt_text, prompt_token_ids
+from pivotrl.formats.length_bound import length_bound
 from pivotrl.formats.options import template_mismatch, write_template_settings
 from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
 from pivotrl.io.run_folder import claim_run_folder, finish_run, start_run
@@ -31,12 +32,15 @@ from pivotrl.sampling.pipeline import check_budget, context_length
 from pivotrl.io.split import HeldOut, resolve_split, split_file
 from pivotrl.io.turn_files import iter_pivots
 from pivotrl.train.config import GRPORunConfig, trl_common_kwargs, with_trl_overrides
-from pivotrl.train.metrics import MetricsJSONL, ProgressLines, quiet_trainer
+from pivotrl.train.learning_signal import NoMixedOutcomesWarning, learning_signal
+from pivotrl.train.metrics import (MetricsJSONL, ProgressLines, TrackerLogPath, final_and_best, final_and_best_text,
+                                   quiet_trainer, read_metric_rows, say_and_log)
 from pivotrl.profile.loop import ProfileConfig
 from pivotrl.run_plan import Launch, NothingToRun
 from pivotrl.train.plan import begin_training, grpo_plan
 from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
 from pivotrl.train.reward import PivotReward
+from pivotrl.train.run_report import RL_REPORT, RunReport, grpo_card_facts, write_run_report
 from pivotrl.train.saved_config import base_settings
 from pivotrl.train.trainer import PivotGRPOTrainer
 
@@ -132,6 +136,11 @@ def _prompt_row(turn: Turn, tokenizer: Any, max_prompt_length: int | None, chat_
         dropped.append((turn.id, f"chat template failed: {type(exc).__name__}: {exc}"))
         return None
     if max_prompt_length is not None:
+        # By its length first: a prompt long enough to take minutes to tokenize is not tokenized.
+        bound = length_bound(tokenizer)
+        if bound is not None and (why := bound.refusal(text, max_prompt_length, "the prompt")):
+            dropped.append((turn.id, f"{why} (max_prompt_length {max_prompt_length})"))
+            return None
         n = len(prompt_token_ids(tokenizer, text))
         if n > max_prompt_length:
             dropped.append((turn.id, f"prompt has {n} tokens > max_prompt_length {max_prompt_length}"))
@@ -342,11 +351,14 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None, launch: Launch | None = None
                              profile=reprofile_config(cfg))
     reprofiles = 0
     progress = ProgressLines(output_dir / "train.log", cfg.progress_seconds, "reward")
+    facts = grpo_card_facts(cfg, n_rows, len(prompts.dropped), held_out.summary(), launch)
+    watchers = [NoMixedOutcomesWarning(output_dir / "train.log"), RunReport(facts, RL_REPORT)]
     while True:
         callback = ReprofileCallback(hook) if hook else None
         trainer = build_trainer(cfg, turns, total_steps=total, reward_funcs=reward_funcs,
-                                callbacks=[progress] + ([callback] if callback else []),
+                                callbacks=[progress, *watchers] + ([callback] if callback else []),
                                 tokenizer=tokenizer, prompts=prompts)
+        trainer.add_callback(TrackerLogPath(trainer, say_and_log(output_dir / "train.log")))
         try:
             trainer.train(resume_from_checkpoint=resume)
         finally:
@@ -364,11 +376,17 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None, launch: Launch | None = None
     if trainer.state.global_step == 0:  # never save the base model as the trained one
         raise NothingToRun(f"0 optimizer steps trained on {n_rows} pivots: nothing saved")
     save_final(trainer, tokenizer, output_dir, base_model=cfg.model)
+    report: dict[str, Any] = {}
     if trainer.accelerator.is_main_process:
         write_template_settings(output_dir, {**cfg.format_options(), "max_new_tokens": cfg.max_completion_length,
                                              "settings_from": settings_from})
+        # After the final save, in place of the stock card TRL wrote at the last checkpoint.
+        report = write_run_report(facts.model_copy(update={"steps": trainer.state.global_step}), RL_REPORT)
         finish_run(output_dir)
+    rows = read_metric_rows(output_dir / "metrics.jsonl")
     return {"steps": trainer.state.global_step, "pivots": len(turns), "rows": n_rows,
+            "reward_mean": final_and_best_text(final_and_best(rows, {"reward_mean": "max"}).get("reward_mean")),
+            "learning_signal": learning_signal(rows), **report,
             "max_completion_length": cfg.max_completion_length, "settings_from": settings_from,
             "held_out": held_out.summary(), "dropped": trainer.pivot_dropped, "rollout_turns": trainer.rollout_turns,
             "reprofiles": reprofiles, "output_dir": str(output_dir),

@@ -148,3 +148,87 @@ def quiet_trainer(trainer, log_file: str | Path) -> None:
     """Send `trainer`'s printed log dicts to `log_file` (LogDicts) instead of the console."""
     trainer.remove_callback(PrinterCallback)
     trainer.add_callback(LogDicts(log_file))
+
+
+def read_metric_rows(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a run's metrics.jsonl in step order (a torn last line of a killed run is
+    skipped); [] when the run logged nothing yet."""
+    rows = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int):
+            rows.append(row)
+    return rows
+
+
+def final_and_best(rows: list[dict[str, Any]], better: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """{metric: {"final", "best", "best_step"}} for each metric of `better` (metric → "max" or
+    "min": which way is better) that some row logged; a metric no row logged is left out."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, way in better.items():
+        logged = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+        if not logged:
+            continue
+        pick = max if way == "max" else min
+        best_step, best = pick(logged, key=lambda sv: sv[1])
+        out[key] = {"final": logged[-1][1], "best": best, "best_step": best_step}
+    return out
+
+
+class TrackerLogPath(TrainerCallback):
+    """Says at the start of a run where its experiment tracker writes (`report_to`): the
+    tensorboard log folder, the wandb run's page and folder. Added after the trackers'
+    callbacks, so theirs have set those by the time this one runs."""
+
+    def __init__(self, trainer, say):
+        self.trainer, self.say = trainer, say
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            for line in tracker_lines(self.trainer.callback_handler.callbacks):
+                self.say(line)
+
+
+def tracker_lines(callbacks: list) -> list[str]:
+    """Where each tracker among `callbacks` (a trainer's callback list) logs, once it started."""
+    lines = []
+    for cb in callbacks:
+        name = type(cb).__name__
+        if name == "TensorBoardCallback" and getattr(cb, "logging_dir", None):
+            lines.append(f"tensorboard: logging to {cb.logging_dir} (view: tensorboard --logdir {cb.logging_dir})")
+        elif name == "WandbCallback":
+            run = getattr(getattr(cb, "_wandb", None), "run", None)
+            if run is not None:
+                lines.append(f"wandb: logging to {getattr(run, 'url', None) or 'an offline run'} "
+                             f"(files: {getattr(run, 'dir', '?')})")
+    return lines
+
+
+def say_and_log(log_file: str | Path):
+    """A `say(line)` that prints a line on stderr and appends it to the run's log file (the
+    lines a run says once, beside its progress lines)."""
+    import sys
+
+    def say(line: str) -> None:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+        log = Path(log_file)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as f:
+            f.write(line + "\n")
+    return say
+
+
+def final_and_best_text(entry: dict[str, Any] | None) -> str:
+    """One entry of `final_and_best` as a summary reads it: `0.75 at the last logged step (best
+    0.81 at step 12)`; "not logged" for None."""
+    if not entry:
+        return "not logged"
+    return f"{entry['final']:.4g} at the last logged step (best {entry['best']:.4g} at step {entry['best_step']})"

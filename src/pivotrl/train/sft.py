@@ -25,6 +25,7 @@ from trl import SFTTrainer
 
 from pivotrl.formats.chat import apply_template, load_tokenizer, template_messages
 from pivotrl.formats.families import training_chat_template
+from pivotrl.formats.length_bound import length_bound
 from pivotrl.formats.options import write_template_settings
 from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
 from pivotrl.io.run_folder import claim_run_folder, finish_run, start_run
@@ -32,10 +33,11 @@ from pivotrl.io.records import Reject, Trajectory, read_records, rejects_path
 from pivotrl.io.split import HeldOut, resolve_split, split_file
 from pivotrl.train.config import SFTRunConfig, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.grpo import save_final, world_size
-from pivotrl.train.metrics import MetricsJSONL, ProgressLines, quiet_trainer
+from pivotrl.train.metrics import MetricsJSONL, ProgressLines, TrackerLogPath, quiet_trainer, say_and_log
 from pivotrl.run_plan import Launch, NothingToRun
 from pivotrl.train.plan import begin_training, sft_plan
 from pivotrl.train.resume import Resumable
+from pivotrl.train.run_report import SFT_REPORT, RunReport, sft_card_facts, write_run_report
 from pivotrl.train.saved_config import SavesBaseSettings
 from pivotrl.train.tokens import CountsTokens, batch_tokens
 
@@ -127,6 +129,21 @@ def tokenize_trajectory(tokenizer: Any, traj: Trajectory, assistant_only: bool =
     return {"input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, mask, strict=True)]}
 
 
+def _too_long_to_tokenize(tokenizer: Any, traj: Trajectory, chat_template: Any,
+                          chat_kwargs: dict[str, Any] | None, max_length: int | None) -> str | None:
+    """Why `traj`'s text cannot fit in `max_length` tokens by its length alone
+    (`pivotrl.formats.length_bound`), or None: then it is tokenized and counted as before. A
+    long enough text takes minutes to tokenize; rendering it (what the check reads) is linear."""
+    bound = length_bound(tokenizer)
+    if max_length is None or bound is None:
+        return None
+    template = {} if chat_template in (PREFIX_MASK, None) else {"chat_template": chat_template}
+    text = apply_template(tokenizer, template_messages(traj.messages), traj.tools, **template,
+                          **(chat_kwargs or {}))
+    why = bound.refusal(text, max_length, "the rendered trajectory")
+    return f"{why} (max_length {max_length})" if why else None
+
+
 def build_rows(paths: str | Path | list, tokenizer: Any, max_length: int | None = None,
                assistant_only: bool = True, chat_kwargs: dict[str, Any] | None = None,
                held_out: HeldOut | None = None) -> SFTRows:
@@ -143,6 +160,9 @@ def build_rows(paths: str | Path | list, tokenizer: Any, max_length: int | None 
         if held_out is not None and not held_out.keep(rec.id):
             continue
         try:
+            if (why := _too_long_to_tokenize(tokenizer, rec, template, chat_kwargs, max_length)):
+                out.dropped.append((rec.id, why))
+                continue
             row = tokenize_trajectory(tokenizer, rec, assistant_only, template, chat_kwargs)
         except Exception as exc:  # noqa: BLE001 - one bad trajectory is reported, not fatal
             out.dropped.append((rec.id, f"{type(exc).__name__}: {exc}"))
@@ -216,6 +236,9 @@ def train_sft(cfg: SFTRunConfig, *, launch: Launch | None = None) -> dict[str, A
     trainer = build_sft_trainer(cfg, data.rows, tokenizer, total)
     progress = ProgressLines(output_dir / "train.log", cfg.progress_seconds, "loss")
     trainer.add_callback(progress)
+    facts = sft_card_facts(cfg, len(data.rows), len(data.dropped), held_out.summary(), launch)
+    trainer.add_callback(RunReport(facts, SFT_REPORT))
+    trainer.add_callback(TrackerLogPath(trainer, say_and_log(output_dir / "train.log")))
     try:
         result = trainer.train(resume_from_checkpoint=resume)
     finally:
@@ -223,9 +246,12 @@ def train_sft(cfg: SFTRunConfig, *, launch: Launch | None = None) -> dict[str, A
     if trainer.state.global_step == 0:  # never save the base model as the trained one
         raise NothingToRun(f"0 optimizer steps trained on {len(data.rows)} trajectories: nothing saved")
     save_final(trainer, tokenizer, output_dir, base_model=cfg.model)
+    report: dict[str, Any] = {}
     if trainer.accelerator.is_main_process:
         write_template_settings(output_dir, {"chat_template_kwargs": cfg.chat_template_kwargs})
+        # After the final save, in place of the stock card TRL wrote at the last checkpoint.
+        report = write_run_report(facts.model_copy(update={"steps": trainer.state.global_step}), SFT_REPORT)
         finish_run(output_dir)
     return {"steps": trainer.state.global_step, "trajectories": len(data.rows),
             "held_out": held_out.summary(), "dropped": data.dropped, "train_loss": round(result.training_loss, 4),
-            "output_dir": str(output_dir), "metrics": str(output_dir / "metrics.jsonl")}
+            "output_dir": str(output_dir), "metrics": str(output_dir / "metrics.jsonl"), **report}
