@@ -22,7 +22,7 @@ from pivotrl.train.curves import SFT_CURVES, plot_curves
 from pivotrl.train.learning_signal import NO_MIXED_OUTCOMES, NoMixedOutcomesWarning, learning_signal
 from pivotrl.train.metrics import tracker_lines
 from pivotrl.train.model_card import CardFacts
-from pivotrl.train.run_report import RL_REPORT, RunReport
+from pivotrl.train.run_card import RL_REPORT, RunReport
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "trajectories.jsonl"

@@ -44,7 +44,7 @@ from pivotrl.io.seeds import derive_seed
 from pivotrl.io.split import HeldOut, resolve_split, split_file
 from pivotrl.run_plan import Launch, RunPlan
 from pivotrl.train.plan import begin_training
-from pivotrl.train.run_report import RL_REPORT, run_facts, write_run_report
+from pivotrl.train.run_card import RL_REPORT, run_facts, write_run_report
 from pivotrl_testbed.e2e_config import E2ERunConfig
 
 

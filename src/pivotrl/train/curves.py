@@ -1,6 +1,6 @@
 """`curves.png` in a run folder: the learning curves of its metrics.jsonl, one panel per metric
 by optimizer step, so a run shows at a glance whether it learned (redrawn at each checkpoint and
-at the end: `pivotrl.train.run_report`).
+at the end: `pivotrl.train.run_card`).
 
 A metric a run did not log (TRL logs KL only when beta > 0; a testbed E2E run logs no entropy)
 gets an empty panel that says so, never an error: the figure is a report, and a report must not

@@ -40,7 +40,7 @@ from pivotrl.run_plan import Launch, NothingToRun
 from pivotrl.train.plan import begin_training, grpo_plan
 from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
 from pivotrl.train.reward import PivotReward
-from pivotrl.train.run_report import RL_REPORT, RunReport, grpo_card_facts, write_run_report
+from pivotrl.train.run_card import RL_REPORT, RunReport, grpo_card_facts, write_run_report
 from pivotrl.train.saved_config import base_settings
 from pivotrl.train.trainer import PivotGRPOTrainer
 

@@ -2,7 +2,7 @@
 no base model, `[None](https://huggingface.co/None)`, and says nothing of PivotRL). It says what
 made the model: the method, the base model, the data and its split, the pivots and how they were
 selected, the steps and learning rate, the final and best metrics, how to load it and the command
-that made it. Pure text from `CardFacts`; the verbs gather the facts (`pivotrl.train.run_report`)."""
+that made it. Pure text from `CardFacts`; the verbs gather the facts (`pivotrl.train.run_card`)."""
 
 from __future__ import annotations
 

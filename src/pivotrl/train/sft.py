@@ -37,7 +37,7 @@ from pivotrl.train.metrics import MetricsJSONL, ProgressLines, TrackerLogPath, q
 from pivotrl.run_plan import Launch, NothingToRun
 from pivotrl.train.plan import begin_training, sft_plan
 from pivotrl.train.resume import Resumable
-from pivotrl.train.run_report import SFT_REPORT, RunReport, sft_card_facts, write_run_report
+from pivotrl.train.run_card import SFT_REPORT, RunReport, sft_card_facts, write_run_report
 from pivotrl.train.saved_config import SavesBaseSettings
 from pivotrl.train.tokens import CountsTokens, batch_tokens
 
