@@ -270,8 +270,9 @@ def trl_common_kwargs(cfg: _RunCommon, total_steps: int) -> dict[str, Any]:
         logging_steps=cfg.logging_steps, report_to=[] if cfg.report_to == "none" else [cfg.report_to],
         seed=cfg.seed, bf16=cfg.bf16(), gradient_checkpointing=cfg.gradient_checkpointing,
         use_cpu=not torch.cuda.is_available(), disable_tqdm=True,
-        # A dataset swapped by the re-profiling hook must not be fast-forwarded on resume.
-        ignore_data_skip=True,
+        # A resume skips the batches its epoch already trained (train/resume.py); the re-profiling
+        # loop turns this on for the pivots it swapped in, which no step has trained yet.
+        ignore_data_skip=False,
     )
     return kwargs
 

@@ -359,6 +359,8 @@ def train(cfg: GRPORunConfig, *, reward_funcs=None, launch: Launch | None = None
                                 callbacks=[progress, *watchers] + ([callback] if callback else []),
                                 tokenizer=tokenizer, prompts=prompts)
         trainer.add_callback(TrackerLogPath(trainer, say_and_log(output_dir / "train.log")))
+        if reprofiles:  # the re-profiled pivots are new: no step of this epoch trained them
+            trainer.args.ignore_data_skip = True
         try:
             trainer.train(resume_from_checkpoint=resume)
         finally:

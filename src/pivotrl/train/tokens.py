@@ -67,3 +67,8 @@ class RestoreTokenCounts(TrainerCallback):
         for key in self.trainer.counted:
             at = [e[key] for e in state.log_history if key in e and e.get("step") == state.global_step]
             self.trainer.token_counts[key] = int(at[-1]) if at else (0 if state.global_step == 0 else None)
+        # TRL's SFTTrainer counts its own `num_tokens` in the process and never checkpoints it.
+        tokens_seen = [e["num_tokens"] for e in state.log_history
+                       if "num_tokens" in e and e.get("step") == state.global_step]
+        if tokens_seen and hasattr(self.trainer, "_total_train_tokens"):
+            self.trainer._total_train_tokens = int(tokens_seen[-1])

@@ -27,7 +27,7 @@ SET_BY_PIVOTRL = {
     "save_strategy": "checkpoints are written every save_steps",
     "use_cpu": "the device is the machine's (a GPU when there is one)",
     "disable_tqdm": "progress lines (progress_seconds) replace the bar",
-    "ignore_data_skip": "a resumed run must not fast-forward a dataset the re-profiling hook swapped",
+    "ignore_data_skip": "a resumed run skips the batches it trained (the uninterrupted run's order)",
     "log_completions": "metrics.jsonl holds the run's metrics",
     "packing": "SFT rows arrive tokenized, one trajectory per row",
     "completion_only_loss": "SFT rows arrive with their labels masked (assistant_only_loss)",
