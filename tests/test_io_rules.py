@@ -272,3 +272,18 @@ def test_a_start_that_failed_before_any_result_does_not_block_the_next(tmp_path)
     (run / "prompts.rank0.jsonl").write_text("{}\n")
     (run / "pivotrl_run.json").write_text("{}")
     claim_run_folder(run, model="m", inputs=[], resume=False, overwrite=False)
+
+
+def test_another_process_writing_the_record_does_not_block_a_start(tmp_path):
+    """Under several processes one claims the folder while the main process writes the record:
+    the record's temporary (io.atomic, before its rename) is part of the start, not a run."""
+    from pivotrl.io.outputs import OutputExistsError
+    from pivotrl.io.run_folder import claim_run_folder
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".pivotrl_run.json.hj2rv66s.tmp").write_text("{")
+    claim_run_folder(run, model="m", inputs=[], resume=False, overwrite=False)
+    (run / ".metrics.jsonl.x1.tmp").write_text("{")  # not a start's file: something is there
+    with pytest.raises(OutputExistsError):
+        claim_run_folder(run, model="m", inputs=[], resume=False, overwrite=False)

@@ -62,6 +62,126 @@ def test_accelerate_configs_load(name):
         assert cfg.fsdp_config["fsdp_version"] == 2
 
 
+def _fsdp2_worker(rank: int, world: int, out_dir: str) -> None:
+    """One FSDP2 rank (gloo, CPU mesh): the GRPO loss of this rank's fixed batch through a model
+    whose layers and root are `fully_shard`ed, on TRL's path and on the shared-prefix path, with
+    the gathered gradients (or the error a path raised)."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from test_shared_prefix import grpo_batch, prepared, tiny_llama, trl_logps
+    from pivotrl.train.shared_prefix import shared_prefix_logps
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=120))
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        model = prepared(tiny_llama(3))
+        for layer in model.model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        ids, mask, n_completion = grpo_batch(seed=10 + rank)
+        paths = {"trl": lambda: trl_logps(model, ids, mask, n_completion),
+                 "shared_prefix": lambda: shared_prefix_logps(model, ids, mask, n_completion, compute_entropy=True)[:2]}
+        result = {}
+        for name, logps in paths.items():
+            try:
+                lp, ent = logps()
+                loss = grpo_like_loss(lp, ent, mask, n_completion)
+                loss.backward()  # FSDP2 reduce-scatters: each rank keeps its shard of the mean gradient
+                result[name] = {"loss": loss.detach(),
+                                "grads": {n: p.grad.full_tensor() for n, p in model.named_parameters()}}
+            except RuntimeError as exc:  # both ranks fail alike (the same layers, the same step)
+                result[name] = {"error": str(exc)}
+            model.zero_grad(set_to_none=True)
+        torch.save(result, f"{out_dir}/fsdp_rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def grpo_like_loss(logps, entropies, mask, n_completion):
+    """A GRPO-shaped loss: fixed per-row advantages times log-probs, an entropy term, masked."""
+    import torch
+
+    weights = torch.linspace(-1.0, 1.0, logps.size(0))[:, None]
+    return ((logps * weights + 0.1 * entropies) * mask[:, -n_completion:].float()).sum()
+
+
+@pytest.fixture(scope="module")
+def fsdp2_ranks(tmp_path_factory):
+    """Each rank's result of `_fsdp2_worker`, two gloo processes; then the same batches' losses and
+    gradients in one unsharded process (TRL's path), as `(sharded, one_process)`."""
+    import torch
+
+    from test_shared_prefix import prepared, tiny_llama, trl_logps, grpo_batch
+
+    out = tmp_path_factory.mktemp("fsdp2")
+    script = (f"import os, sys; from test_train_distributed import _fsdp2_worker; "
+              f"_fsdp2_worker({{}}, 2, {str(out)!r}); sys.stdout.flush(); os._exit(0)")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    ranks = [subprocess.Popen([sys.executable, "-c", script.format(rank)], cwd=ROOT / "tests", env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
+    try:
+        logs = [p.communicate(timeout=240)[0] for p in ranks]
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in ranks] == [0, 0], "\n".join(log[-3000:] for log in logs)
+    model = prepared(tiny_llama(3))
+    one_process = []
+    for rank in range(2):
+        ids, mask, n_completion = grpo_batch(seed=10 + rank)
+        lp, ent = trl_logps(model, ids, mask, n_completion)
+        loss = grpo_like_loss(lp, ent, mask, n_completion)
+        loss.backward()
+        one_process.append({"loss": loss.item(), "grads": {n: p.grad.clone() for n, p in model.named_parameters()}})
+        model.zero_grad(set_to_none=True)
+    assert one_process[0]["loss"] != pytest.approx(one_process[1]["loss"])  # the batches really differ
+    return [torch.load(out / f"fsdp_rank{r}.pt") for r in range(2)], one_process
+
+
+def assert_fsdp2_matches_one_process(sharded, one_process, path: str) -> None:
+    """Each rank's loss equals its batch's one-process loss; each rank's gathered gradient equals
+    the mean of the two one-process gradients."""
+    for rank in sharded:
+        if "error" in rank[path]:
+            raise RuntimeError(rank[path]["error"])
+    for rank in range(2):
+        assert sharded[rank][path]["loss"].item() == pytest.approx(one_process[rank]["loss"], rel=1e-5, abs=1e-6)
+    for name, g0 in one_process[0]["grads"].items():
+        expected = (g0 + one_process[1]["grads"][name]) / 2
+        assert expected.abs().max() > 0, name
+        for rank in sharded:
+            assert (rank[path]["grads"][name] - expected).abs().max() <= 1e-4 * expected.abs().max(), name
+
+
+@pytest.mark.slow
+def test_fsdp2_loss_on_a_fixed_batch_equals_one_process(fsdp2_ranks):
+    """FSDP2 on CPU (2 gloo processes, each its own fixed batch of prompts and completions, no
+    generation), on TRL's loss path, the one pivotrl's trainer takes under FSDP. accelerate does not
+    turn FSDP on for CPU processes (train.config.check_launcher_sharding), so this drives torch's
+    `fully_shard` directly."""
+    assert_fsdp2_matches_one_process(*fsdp2_ranks, "trl")
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=(
+    "FSDP2 frees a layer's gathered weights after the completion stage's backward through it; the "
+    "prompt stage's gradient reaches the same weights later, through the cache: 'RuntimeError: "
+    "setStorage: ... out of bounds for storage of size 0'. The trainer keeps TRL's loss under FSDP "
+    "(train.shared_prefix.sharding_reason)"))
+def test_fsdp2_shared_prefix_loss_equals_one_process(fsdp2_ranks):
+    assert_fsdp2_matches_one_process(*fsdp2_ranks, "shared_prefix")
+
+
 def lora_reference(model_dir):
     from dist_scaleout_worker import lora_model
 
@@ -144,3 +264,61 @@ def test_save_final_writes_the_gathered_weights_not_the_local_partition(tmp_path
                    base_model=str(tiny_model_dir))
         assert asked == [engine]
         assert same_weights(AutoModelForCausalLM.from_pretrained(tmp_path / name), reference)
+
+
+def test_sharded_trainers_keep_trls_loss_path(tiny_model_dir, tmp_path, monkeypatch):
+    """FSDP (either version) and ZeRO-3 keep TRL's loss (see the xfail above); DDP and ZeRO-2 take
+    the shared-prefix loss. The trainer asks at construction and never enables the two stages."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from pivotrl.train import trainer as trainer_module
+    from pivotrl.train.grpo import build_trainer, load_pivot_set
+    from pivotrl.train.shared_prefix import has_shared_prefix_forward, sharding_reason
+    from test_train_grpo import small_config
+
+    def run(fsdp=False, zero=None):
+        state = SimpleNamespace(deepspeed_plugin=SimpleNamespace(zero_stage=zero) if zero else None)
+        return SimpleNamespace(is_fsdp_enabled=fsdp, is_deepspeed_enabled=zero is not None,
+                               accelerator=SimpleNamespace(state=state))
+
+    assert "FSDP" in sharding_reason(run(fsdp=True))
+    assert "ZeRO-3" in sharding_reason(run(zero=3))
+    assert sharding_reason(run(zero=2)) is None and sharding_reason(run()) is None
+
+    monkeypatch.setattr(trainer_module, "sharding_reason", lambda trainer: "FSDP (test)")
+    cfg = small_config(tmp_path, tiny_model_dir, shared_prefix_loss=True)
+    trainer = build_trainer(cfg, load_pivot_set(cfg), reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+                            tokenizer=AutoTokenizer.from_pretrained(tiny_model_dir))
+    assert trainer.shared_prefix is False
+    assert not has_shared_prefix_forward(trainer._causal_lm(trainer.model))
+
+
+def test_fsdp_or_deepspeed_launch_on_a_cpu_machine_is_refused(tmp_path, tiny_model_dir, monkeypatch):
+    """accelerate would run the FSDP config's processes as plain DDP on CPU, with no word said;
+    `pivotrl train` and `sft` refuse before writing anything."""
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+    from pivotrl.train.config import LauncherError, check_launcher_sharding
+
+    for env in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"):
+        monkeypatch.setenv(env, "true")
+        with pytest.raises(LauncherError, match="cpu_2proc.yaml"):
+            check_launcher_sharding(cuda_available=False)
+        check_launcher_sharding(cuda_available=True)  # on GPUs accelerate shards: nothing to refuse
+        monkeypatch.delenv(env)
+    check_launcher_sharding(cuda_available=False)
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # this machine, as on a GPU one
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    pivots = write_pivots(tmp_path / "pivots.jsonl", 4)
+    for verb, data in (("train", ["--pivots", str(pivots)]), ("sft", ["--data", str(pivots)])):
+        out = tmp_path / verb
+        result = CliRunner().invoke(app, [verb, "--model", str(tiny_model_dir), *data, "--output-dir", str(out)])
+        assert result.exit_code == 1, result.output
+        assert "FSDP" in result.output and "cpu_2proc.yaml" in result.output
+        assert not out.exists()

@@ -38,7 +38,10 @@ RUN_FILES = ("checkpoint-*", "metrics.jsonl", "train.log", "prompts.rank*.jsonl"
              "*.rejects.jsonl", "runs", "curves.png", PLAN_FILE, CONFIG_FILE, RECORD)
 # What a run writes before its first result: a folder holding only these is a start that failed,
 # and a new run takes it over without --overwrite.
-RUN_CACHES = ("prompts.rank*.jsonl", ".prompt_cache", PLAN_FILE, CONFIG_FILE, RECORD)
+# Their temporaries count too: under several processes, one checks the folder while the main
+# process writes the record (io.atomic's `.NAME.*.tmp` before its rename).
+RUN_CACHES = ("prompts.rank*.jsonl", ".prompt_cache", PLAN_FILE, CONFIG_FILE, RECORD,
+              *(f".{name}.*.tmp" for name in (PLAN_FILE, CONFIG_FILE, RECORD)))
 # The files by which a run folder written before the record existed is known.
 LEGACY_MARKERS = ("metrics.jsonl", "train.log", "checkpoint-*")
 

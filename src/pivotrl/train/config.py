@@ -277,6 +277,30 @@ def trl_common_kwargs(cfg: _RunCommon, total_steps: int) -> dict[str, Any]:
     return kwargs
 
 
+class LauncherError(ValueError):
+    """A launcher's sharding that this machine would not run (the run would silently not shard)."""
+
+
+def check_launcher_sharding(cuda_available: bool | None = None) -> None:
+    """Refuse an FSDP or DeepSpeed launch (`accelerate launch --config_file fsdp.yaml`, ...) on a
+    machine without CUDA. Why: accelerate 1.16 turns FSDP on only for accelerator process groups
+    and DeepSpeed only off CPU; on CPU both become plain data parallelism (every process holds the
+    whole model) with no word said, which is not the run that was asked for."""
+    import os
+
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    asked = [name for name, env in (("FSDP", "ACCELERATE_USE_FSDP"), ("DeepSpeed", "ACCELERATE_USE_DEEPSPEED"))
+             if os.environ.get(env, "false").lower() == "true"]
+    if asked and not cuda_available:
+        raise LauncherError(
+            f"the launcher asks for {asked[0]}, which accelerate runs only on GPUs: on this machine (no CUDA) "
+            "it would train every process on the whole model as plain data parallelism. For several CPU "
+            "processes use configs/accelerate/cpu_2proc.yaml (the same run, unsharded)")
+
+
 def with_trl_overrides(kwargs: dict[str, Any], overrides: dict[str, Any], trl_config: type) -> dict[str, Any]:
     """`kwargs` (what pivotrl derives) with the run's `trl_overrides` added: TRL fields pivotrl does
     not model (pivotrl.train.trl_overrides). One door for each setting: an override of a field

@@ -31,7 +31,7 @@ from pivotrl.io.records import Turn, stats_path
 from pivotrl.sampling.pipeline import check_budget, context_length
 from pivotrl.io.split import HeldOut, resolve_split, split_file
 from pivotrl.io.turn_files import iter_pivots
-from pivotrl.train.config import GRPORunConfig, trl_common_kwargs, with_trl_overrides
+from pivotrl.train.config import GRPORunConfig, check_launcher_sharding, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.learning_signal import NoMixedOutcomesWarning, learning_signal
 from pivotrl.train.metrics import (MetricsJSONL, ProgressLines, TrackerLogPath, final_and_best, final_and_best_text,
                                    quiet_trainer, read_metric_rows, say_and_log)
@@ -311,6 +311,7 @@ def with_profile_settings(cfg: GRPORunConfig, profiled: dict[str, Any]) -> tuple
 def train(cfg: GRPORunConfig, *, reward_funcs=None, launch: Launch | None = None) -> dict[str, Any]:
     """Run (or resume) GRPO on the configured pivot set. Returns a summary dict. The plan is
     printed and saved first (pivotrl.run_plan); `launch.dry_run` stops there, writing nothing."""
+    check_launcher_sharding()
     output_dir = Path(cfg.output_dir)
     dry_run = bool(launch and launch.dry_run)
     claim_run_folder(output_dir, model=cfg.model, inputs=[cfg.pivots, cfg.split], resume=cfg.resume,

@@ -31,7 +31,7 @@ from pivotrl.io.inputs import check_chat_template, check_input_file, check_model
 from pivotrl.io.run_folder import claim_run_folder, finish_run, start_run
 from pivotrl.io.records import Reject, Trajectory, read_records, rejects_path
 from pivotrl.io.split import HeldOut, resolve_split, split_file
-from pivotrl.train.config import SFTRunConfig, trl_common_kwargs, with_trl_overrides
+from pivotrl.train.config import SFTRunConfig, check_launcher_sharding, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.grpo import save_final, world_size
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines, TrackerLogPath, quiet_trainer, say_and_log
 from pivotrl.run_plan import Launch, NothingToRun
@@ -202,6 +202,7 @@ def build_sft_trainer(cfg: SFTRunConfig, rows: list[dict[str, Any]], tokenizer, 
 def train_sft(cfg: SFTRunConfig, *, launch: Launch | None = None) -> dict[str, Any]:
     """Run (or resume) SFT on the configured trajectories. Returns a summary dict. The plan is
     printed and saved first (pivotrl.run_plan); `launch.dry_run` stops there, writing nothing."""
+    check_launcher_sharding()
     output_dir = Path(cfg.output_dir)
     dry_run = bool(launch and launch.dry_run)
     files = cfg.data if isinstance(cfg.data, list) else [cfg.data]

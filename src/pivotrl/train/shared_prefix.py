@@ -106,6 +106,21 @@ def unsupported_reason(model) -> str | None:
     return None
 
 
+def sharding_reason(trainer) -> str | None:
+    """Why a trainer whose parameters are sharded over processes must keep TRL's loss path, or None.
+    The two stages call every layer twice in one forward; FSDP2 frees a layer's gathered weights
+    after the completion stage's backward through it, and the prompt stage's gradient reaches the
+    same weights later, through the cache ("setStorage: ... storage of size 0",
+    tests/test_train_distributed.py). ZeRO-3 gathers and releases each module's weights by the
+    same kind of hooks; it cannot run here (no DeepSpeed on a CPU), so it keeps TRL's path too."""
+    if getattr(trainer, "is_fsdp_enabled", False):
+        return "FSDP (a layer's weights are freed before the prompt stage's gradient reaches them)"
+    plugin = getattr(getattr(getattr(trainer, "accelerator", None), "state", None), "deepspeed_plugin", None)
+    if getattr(trainer, "is_deepspeed_enabled", False) and getattr(plugin, "zero_stage", 0) == 3:
+        return "DeepSpeed ZeRO-3 (its weights are gathered per module call, as FSDP's)"
+    return None
+
+
 def shared_prefix_status(model, wanted: bool = True) -> tuple[bool, str]:
     """Whether the shared-prefix loss applies to `model` and one line saying so (why not, when
     not), for the trainer to log once at start. `wanted`: the run config's switch."""

@@ -5,6 +5,8 @@ once per group instead of once per completion (train/shared_prefix.py)."""
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from trl import GRPOTrainer
 
@@ -15,8 +17,11 @@ from pivotrl.train.reward import group_stats
 from pivotrl.train.saved_config import SavesBaseSettings
 from pivotrl.train.shared_prefix import (enable_shared_prefix_forward, has_shared_prefix_forward,
                                          rollout_fallback_reason, shared_prefill_rollouts,
-                                         shared_prefix_logps, shared_prefix_tokens, unsupported_reason)
+                                         shared_prefix_logps, shared_prefix_tokens, sharding_reason,
+                                         unsupported_reason)
 from pivotrl.train.tokens import TOKEN_COUNTERS, CountsTokens
+
+logger = logging.getLogger(__name__)
 
 
 def score_only_completions_on_cpu(enabled: bool = True) -> bool:
@@ -60,7 +65,10 @@ class PivotGRPOTrainer(Resumable, SavesBaseSettings, CountsTokens, GRPOTrainer):
         # Rollouts through pivotrl's generation loop (one prefill per prompt for its G samples).
         self.shared_rollouts = shared_rollouts and rollout_fallback_reason(self) is None
         # After TRL added its fused LM head to the same (PEFT base) model, and before any wrapping.
-        self.shared_prefix = shared_prefix and enable_shared_prefix_forward(self._causal_lm(self.model))
+        sharded = sharding_reason(self)
+        if shared_prefix and sharded:
+            logger.warning("shared-prefix loss falls back to TRL's repeated-prompt path: %s", sharded)
+        self.shared_prefix = shared_prefix and not sharded and enable_shared_prefix_forward(self._causal_lm(self.model))
         if self.shared_prefix and self.ref_model is not None:  # beta > 0: the KL reference's log-probs
             enable_shared_prefix_forward(self._causal_lm(self.ref_model))
 
