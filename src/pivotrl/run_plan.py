@@ -24,6 +24,9 @@ from pivotrl.io.records import write_text_atomic
 
 
 
+DROP_WARNING = 0.05  # a plan that sets aside more of its train turns than this says so
+
+
 class NothingToRun(InputError):
     """A run whose plan does nothing (no items, no steps, less than one step's items)."""
 
@@ -62,6 +65,21 @@ class RunPlan:
     eta: str | None = None         # None: unknown until the first progress line
     details: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    turns: int | None = None       # train turns (assistant turns, PivotRL's states) the run trains on
+    turns_dropped: int = 0         # train turns set aside with what was dropped
+    max_dropped_fraction: float = 1.0  # more of the train turns dropped than this: the run refuses
+
+    def __post_init__(self) -> None:
+        share = self.dropped_share()
+        if share is not None and share > DROP_WARNING:
+            self.warnings.append(
+                f"{self.turns_dropped} of {self.turns + self.turns_dropped} train turns ({share:.0%}) are "
+                f"set aside ({self.dropped} {self.unit} dropped, the reasons in the run's rejects): this run "
+                "trains on other turns than an arm that keeps them (raise the length cap, or fix the data)")
+
+    def dropped_share(self) -> float | None:
+        total = (self.turns or 0) + self.turns_dropped
+        return self.turns_dropped / total if self.turns is not None and total else None
 
     def problem(self) -> str | None:
         """Why this run would do nothing; None when it does something."""
@@ -70,6 +88,12 @@ class RunPlan:
             return f"no {self.unit} to run on{seen}"
         if self.steps == 0:
             return "the plan has 0 steps"
+        share = self.dropped_share()
+        if share is not None and share > self.max_dropped_fraction:
+            return (f"{share:.0%} of the train turns would be set aside ({self.turns_dropped} of "
+                    f"{self.turns + self.turns_dropped}; {self.dropped} {self.unit} dropped), more than "
+                    f"max_dropped_fraction {self.max_dropped_fraction:g}: raise the length cap, fix the data, "
+                    "or set --max-dropped-fraction 1 to train on what is left")
         if 0 < self.items < self.min_items:
             return (f"{self.items} {self.unit}, fewer than one step takes ({self.min_items} {self.unit} per "
                     f"step, and an incomplete step is dropped): the run would train 0 steps and save the "
@@ -80,6 +104,9 @@ class RunPlan:
         read = f" (of {self.read} read" + (f", {self.dropped} dropped" if self.dropped else "") + \
             (f", {self.held_out} held out" if self.held_out else "") + ")" if self.read is not None else ""
         out = [f"{self.unit}: {self.items}{read}"]
+        if self.turns is not None and self.unit != "turns":
+            dropped = f" ({self.turns_dropped} set aside)" if self.turns_dropped else ""
+            out.append(f"train turns: {self.turns} of {self.turns + self.turns_dropped}{dropped}")
         if self.steps is not None:
             resuming = f" (resuming from {self.resume_from})" if self.resume_from else ""
             out.append(f"steps: {self.steps}{resuming}")

@@ -131,6 +131,10 @@ class _RunCommon(RunBasics):
     max_steps: int | None = Field(None, ge=1, description="Optimizer steps; when set it wins over num_epochs.")
     num_epochs: float = Field(1.0, gt=0, description="Passes over the data (GRPO: over PIVOTS, see module doc).")
     save_total_limit: int | None = Field(None, description="Keep at most N checkpoints (None: all; TRL).")
+    max_dropped_fraction: float = Field(0.5, ge=0, le=1, description="Refuse a run that would set aside more "
+                                        "than this fraction of its train turns (too long, unreadable) before "
+                                        "training; above 5% the plan warns (ours: past half, the run trains "
+                                        "on other data than the one it was given; 1 allows any).")
     report_to: Literal["none", "tensorboard", "wandb"] = Field("none", description="Experiment tracker "
                                                               "(ours: none; metrics.jsonl is always written).")
     precision: Literal["auto", "bf16", "fp32"] = Field("auto", description="auto: bf16 on GPUs that support it, "
@@ -240,8 +244,10 @@ class SFTRunConfig(_RunCommon):
                                    "usual SFT schedule).")
     per_device_train_batch_size: int = Field(8, description="Trajectories per device per micro-step (TRL: 8).")
     chat_template_kwargs: dict[str, Any] = field_like(FormatOptions, "chat_template_kwargs")
-    max_length: int | None = Field(4096, description="Tokens per trajectory; longer ones are dropped and "
-                                   "counted (cutting would leave half an action in the loss; ours).")
+    max_length: int | None = Field(None, ge=1, description="Tokens per trajectory; longer ones are dropped "
+                                   "and counted (cutting would leave half an action in the loss). Default: "
+                                   "the model's context, the rule `train`'s prompt cap follows, so that SFT "
+                                   "and PivotRL train on the same turns (ours).")
     assistant_only_loss: bool = Field(True, description="Loss on assistant tokens only (paper's SFT "
                                       "baseline). Marked by the template's {% generation %} markers, TRL's "
                                       "training template of a known family, or (Llama 3.1/3.2) rendered "

@@ -20,7 +20,8 @@ def _epochs(steps: int, per_step: float, items: int) -> float | None:
 def grpo_plan(cfg: GRPORunConfig, tokenizer: Any, items: int, dropped: int, held_out: int, steps: int,
               world: int = 1, resume_from: str | None = None) -> RunPlan:
     """GRPO's plan: `items` trainable pivots (after `dropped` and `held_out`), `steps` optimizer
-    steps of `cfg.pivots_per_step(world)` pivots with num_generations completions each."""
+    steps of `cfg.pivots_per_step(world)` pivots with num_generations completions each. Each pivot
+    is one train turn."""
     per_step = cfg.pivots_per_step(world)
     warning = unread_kwargs_warning(tokenizer, cfg.chat_template_kwargs, cfg.model)
     return RunPlan(
@@ -31,19 +32,23 @@ def grpo_plan(cfg: GRPORunConfig, tokenizer: Any, items: int, dropped: int, held
                       "max_prompt_length": cfg.max_prompt_length},
         epochs=_epochs(steps, per_step, items), resume_from=resume_from,
         details={"completions_per_pivot": cfg.num_generations, "processes": world},
-        warnings=[warning] if warning else [])
+        warnings=[warning] if warning else [], turns=items, turns_dropped=dropped,
+        max_dropped_fraction=cfg.max_dropped_fraction)
 
 
 def sft_plan(cfg: SFTRunConfig, tokenizer: Any, items: int, dropped: int, held_out: int, steps: int,
-             world: int = 1, resume_from: str | None = None) -> RunPlan:
-    """SFT's plan: `items` trajectories, `steps` optimizer steps (a smaller last batch trains)."""
+             world: int = 1, resume_from: str | None = None, turns: tuple[int, int] | None = None) -> RunPlan:
+    """SFT's plan: `items` trajectories, `steps` optimizer steps (a smaller last batch trains);
+    `turns`: the assistant turns of the kept and of the dropped trajectories."""
     per_step = cfg.per_device_train_batch_size * world * cfg.gradient_accumulation_steps
     warning = unread_kwargs_warning(tokenizer, cfg.chat_template_kwargs, cfg.model)
     return RunPlan(
         verb="sft", unit="trajectories", items=items, read=items + dropped + held_out, dropped=dropped,
         held_out=held_out, steps=steps, per_step=per_step, token_budget={"max_length": cfg.max_length},
         epochs=_epochs(steps, per_step, items), resume_from=resume_from,
-        details={"processes": world}, warnings=[warning] if warning else [])
+        details={"processes": world}, warnings=[warning] if warning else [],
+        turns=turns[0] if turns else None, turns_dropped=turns[1] if turns else 0,
+        max_dropped_fraction=cfg.max_dropped_fraction)
 
 
 def resumed_eta(metrics: Path, steps_left: int) -> str | None:

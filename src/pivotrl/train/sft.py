@@ -63,6 +63,12 @@ class PivotSFTTrainer(Resumable, SavesBaseSettings, CountsTokens, SFTTrainer):
 class SFTRows:
     rows: list[dict[str, Any]]
     dropped: list[tuple[str, str]] = field(default_factory=list)  # (trajectory id or file:line, reason)
+    turns: int = 0  # assistant turns of the kept trajectories (what PivotRL would count as states)
+    turns_dropped: int = 0  # assistant turns of the trajectories dropped
+
+
+def assistant_turns(traj: Trajectory) -> int:
+    return sum(m.role == "assistant" for m in traj.messages)
 
 
 _MODEL_TEMPLATE = object()  # `chat_template` not given: look it up (`sft_template`)
@@ -159,19 +165,35 @@ def build_rows(paths: str | Path | list, tokenizer: Any, max_length: int | None 
             continue
         if held_out is not None and not held_out.keep(rec.id):
             continue
+        why, row = None, None
         try:
-            if (why := _too_long_to_tokenize(tokenizer, rec, template, chat_kwargs, max_length)):
-                out.dropped.append((rec.id, why))
-                continue
-            row = tokenize_trajectory(tokenizer, rec, assistant_only, template, chat_kwargs)
+            why = _too_long_to_tokenize(tokenizer, rec, template, chat_kwargs, max_length)
+            row = None if why else tokenize_trajectory(tokenizer, rec, assistant_only, template, chat_kwargs)
         except Exception as exc:  # noqa: BLE001 - one bad trajectory is reported, not fatal
-            out.dropped.append((rec.id, f"{type(exc).__name__}: {exc}"))
-            continue
-        if max_length is not None and len(row["input_ids"]) > max_length:
-            out.dropped.append((rec.id, f"{len(row['input_ids'])} tokens > max_length {max_length}"))
-            continue
-        out.rows.append(row)
+            why = f"{type(exc).__name__}: {exc}"
+        if row is not None and max_length is not None and len(row["input_ids"]) > max_length:
+            why = f"{len(row['input_ids'])} tokens > max_length {max_length}"
+        if why:
+            out.dropped.append((rec.id, why))
+            out.turns_dropped += assistant_turns(rec)
+        else:
+            out.rows.append(row)
+            out.turns += assistant_turns(rec)
     return out
+
+
+def with_length_cap(cfg: SFTRunConfig, tokenizer: Any) -> SFTRunConfig:
+    """`cfg` with max_length filled in when unset: the model's context
+    (sampling.pipeline.context_length), the bound `train`'s prompt cap derives from; unchanged
+    when the model states none."""
+    if cfg.max_length is not None:
+        return cfg
+    from transformers import AutoConfig
+
+    from pivotrl.sampling.pipeline import context_length
+
+    context = context_length(AutoConfig.from_pretrained(cfg.model), tokenizer)
+    return cfg if context is None else cfg.model_copy(update={"max_length": context})
 
 
 def sft_config(cfg: SFTRunConfig, total_steps: int):
@@ -216,6 +238,7 @@ def train_sft(cfg: SFTRunConfig, *, launch: Launch | None = None) -> dict[str, A
               dry_run=dry_run)
     tokenizer = load_tokenizer(cfg.model)
     check_chat_template(tokenizer, cfg.model)
+    cfg = with_length_cap(cfg, tokenizer)
     data = build_rows(cfg.data, tokenizer, cfg.max_length, cfg.assistant_only_loss, cfg.chat_template_kwargs,
                       held_out)
     if data.dropped and os.environ.get("RANK", "0") == "0" and not dry_run:
@@ -231,7 +254,7 @@ def train_sft(cfg: SFTRunConfig, *, launch: Launch | None = None) -> dict[str, A
     if cfg.resume and resume is None:
         raise FileNotFoundError(f"--resume: no checkpoint-* folder in {output_dir}")
     plan = sft_plan(cfg, tokenizer, len(data.rows), len(data.dropped), held_out.dropped, total, world_size(),
-                    resume_from=resume and Path(resume).name)
+                    resume_from=resume and Path(resume).name, turns=(data.turns, data.turns_dropped))
     if not begin_training(plan, cfg, launch):
         return {"dry_run": True, "plan": plan.as_dict()}
     trainer = build_sft_trainer(cfg, data.rows, tokenizer, total)
