@@ -163,3 +163,28 @@ def test_pivotrl_to_nemo_gym_to_pivotrl_is_identity(tmp_path):
     assert _rows(rows)[1]["agent_ref"]["name"] == "a"
     import_nemo_gym(rows, back)
     assert [_semantic(t) for t in iter_valid(back, Turn)] == [_semantic(t) for t in turns]
+
+
+def test_empty_assistant_text_survives_the_round_trip(tmp_path):
+    """An assistant message with `content: ""` beside its calls (what OpenAI clients write) comes
+    back as "", not null, in the context and in the expert's action; no content stays None."""
+    from pivotrl.io.records import Turn
+
+    call = {"id": "c1", "type": "function", "function": {"name": "get_order", "arguments": '{"order_id": "O-1"}'}}
+    turn = Turn.model_validate({
+        "id": "e/3", "trajectory_id": "e", "turn": 3, "tools": sample_turns()[0].tools,
+        "context": [{"role": "user", "content": "O-1?"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": "c1", "content": "{}"}, {"role": "user", "content": "again"},
+                    {"role": "assistant", "tool_calls": [dict(call, id="c2")]},
+                    {"role": "tool", "tool_call_id": "c2", "content": "{}"}],
+        "expected": {"role": "assistant", "content": "", "tool_calls": [dict(call, id="c3")]}})
+    src, rows, back = tmp_path / "t.jsonl", tmp_path / "r.jsonl", tmp_path / "b.jsonl"
+    write_atomic(src, [turn])
+    export_file(src, rows, "nemo-gym")
+    row = _rows(rows)[0]
+    assert model_errors(row) == [] and validator_problem(row) is None
+    import_nemo_gym(rows, back)
+    (again,) = iter_valid(back, Turn)
+    assert again.context[1].content == "" and again.context[4].content is None
+    assert again.expected.content == ""
+    assert _semantic(again) == _semantic(turn)

@@ -206,9 +206,10 @@ def test_a_run_folder_is_refused_unless_resumed_or_overwritten_and_overwrite_cle
     mine = tmp_path / "mine"  # no run's folder (a model folder has config.json too): never cleared
     (mine / "notes").mkdir(parents=True)
     (mine / "config.json").write_text("{}")
-    for resume in (False, True):
-        with pytest.raises(OutputExistsError, match="only what a run wrote"):
-            claim_run_folder(mine, **claim, resume=resume, overwrite=not resume)
+    for resume, overwrite in ((False, True), (True, False), (False, False)):
+        # no flag is suggested that would be refused next
+        with pytest.raises(OutputExistsError, match="but no run.*only what a run wrote; choose another output$"):
+            claim_run_folder(mine, **claim, resume=resume, overwrite=overwrite)
     assert (mine / "notes").is_dir() and (mine / "config.json").is_file()
     out = write(tmp_path / "profile.jsonl", ['{"id": "a"}'])
     stats = write(tmp_path / "profile.stats.json", ["{}"])

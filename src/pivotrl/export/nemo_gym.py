@@ -111,7 +111,8 @@ def message_items(message: Message, index: int) -> list[dict[str, Any]]:
     if message.reasoning_content:
         items.append({"type": "reasoning", "id": f"rs_{index}",
                       "summary": [{"type": "summary_text", "text": message.reasoning_content}]})
-    if message.content not in (None, "", []):
+    # An empty text ("") is an item too: without it the import could not tell "" from no content.
+    if message.content is not None and message.content != []:
         items.append({"type": "message", "role": "assistant",
                       "content": _content_to_responses(message.content)})
     for j, call in enumerate(message.tool_calls or []):
@@ -188,7 +189,7 @@ def _expected_extra(message: Message) -> dict[str, Any]:
     if message.reasoning_content:
         extra["reasoning_content"] = message.reasoning_content
     if message.tool_calls:
-        if message.content not in (None, "", []):
+        if message.content is not None:  # "" kept: the import rebuilds the message as it was
             extra["content"] = message.content
         extra["call_ids"] = [c.id for c in message.tool_calls]
     elif isinstance(message.content, list):  # the action holds the joined text only

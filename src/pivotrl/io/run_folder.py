@@ -67,13 +67,15 @@ def claim_run_folder(path: str | Path, *, model: str | Path, inputs: Iterable[st
     held = holding(path, ignore=RUN_CACHES)
     if held is None:
         return
-    if not (resume or overwrite):
-        raise OutputExistsError(f"{path} already holds {held}: pass --resume to continue that run, "
-                                "--overwrite to replace it, or choose another output")
+    # A folder holding no run is refused alike with or without the flags, so the message never
+    # suggests a flag that would be refused next.
     if path.is_file() or not (_record(path) is not None or any(any(path.glob(m)) for m in LEGACY_MARKERS)):
         raise OutputExistsError(f"{path} holds {held} but no run (no {RECORD}, metrics.jsonl, train.log "
                                 "or checkpoint-*): --resume continues and --overwrite deletes only what a "
                                 "run wrote; choose another output")
+    if not (resume or overwrite):
+        raise OutputExistsError(f"{path} already holds {held}: pass --resume to continue that run, "
+                                "--overwrite to replace it, or choose another output")
     if resume or dry_run:
         return
     if os.environ.get("RANK", "0") == "0":
