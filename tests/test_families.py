@@ -235,9 +235,15 @@ def test_tokenizer_only_dir_is_enough_for_verify_model(family, tmp_path):
     assert [json.loads(line)["reward"] for line in out.read_text().splitlines()] == [1.0, 0.0]
 
 
+# A template with no known marker that writes a call as bare JSON: the hermes reader reads it,
+# once told to.
+BARE_JSON_CALLS = ("{% for m in messages %}{{ m.role }}: {{ m.content }}{% for c in m.tool_calls or [] %}"
+                   "{{ c.function | tojson }}{% endfor %}\n{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}")
+
+
 def test_unknown_template_is_an_error_that_names_the_fix():
     tok = make_tokenizer("qwen3")
-    tok.chat_template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    tok.chat_template = BARE_JSON_CALLS
     with pytest.raises(UnknownFormatError, match="response_format"):
         parser_for(tok)
     assert parser_for(tok, response_format="hermes").name == "hermes"
@@ -249,7 +255,7 @@ def test_verify_with_an_unknown_family_stops_with_the_fix(tmp_path):
     from pivotrl.cli import app
 
     tok = make_tokenizer("qwen3")
-    tok.chat_template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    tok.chat_template = BARE_JSON_CALLS
     tok.save_pretrained(tmp_path / "tok")
     cases = tmp_path / "cases.jsonl"
     cases.write_text(json.dumps({**TURN.model_dump(mode="json", exclude_none=True), "completion": "hi"}) + "\n")

@@ -129,7 +129,9 @@ def test_empty_results_are_errors_on_the_command_line(tmp_path, tiny_model_dir):
 
 
 def test_a_mistyped_verifier_is_one_line_naming_the_known_ones(pivots, tiny_model_dir, tmp_path):
-    for args in (("train", "--pivots", pivots, "--model", tiny_model_dir, "--output-dir", tmp_path / "o"),
+    # (every example turn as a pivot: most are longer than the tiny model's context allows)
+    for args in (("train", "--pivots", pivots, "--model", tiny_model_dir, "--output-dir", tmp_path / "o",
+                  "--max-dropped-fraction", "1"),
                  ("profile", pivots, "--model", tiny_model_dir, "--out", tmp_path / "p.jsonl")):
         result = run(*args, "--verifier", "toolcal")
         one_line_error(result, 1, "unknown verifier 'toolcal'", "toolcall")

@@ -78,6 +78,24 @@ def apply_template(tokenizer: Any, messages: list[dict[str, Any]], tools: list |
         return tokenizer.apply_chat_template(_string_arguments(messages), tools=tools or None, **kwargs)
 
 
+def assistant_turn_text(tokenizer: Any, context: list[dict[str, Any]], tools: list | None,
+                        message: dict[str, Any], **kwargs: Any) -> str | None:
+    """`message` as the model writes it after the generation prompt of `context`: the template's
+    render of context + message, less that prompt. Where the prompt ends inside an open <think>
+    that the render of a finished turn writes otherwise (Nemotron 3's `<think></think>`,
+    DeepSeek-V3's none), the text goes on inside the open block and closes it. None when the
+    render does not extend the prompt, so the model's own part of it cannot be cut out."""
+    prompt = apply_template(tokenizer, context, tools, add_generation_prompt=True, **kwargs)
+    full = apply_template(tokenizer, context + [message], tools, **kwargs)
+    if full.startswith(prompt):
+        return full[len(prompt):]
+    opened = prompt.rfind("<think>")
+    if opened == -1 or prompt[opened + len("<think>"):].strip() or not full.startswith(prompt[:opened]):
+        return None
+    turn = full[opened:]
+    return turn[len("<think>"):] if turn.startswith("<think>") else f"</think>\n\n{turn}"
+
+
 def prompt_text(tokenizer: Any, context: list[Message], tools: list[dict[str, Any]] | None,
                 chat_kwargs: dict[str, Any] | None = None) -> str:
     """The generation prompt for the next assistant turn after `context`. `chat_kwargs` go to the

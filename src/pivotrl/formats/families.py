@@ -13,6 +13,16 @@ LFM2.5, Gemma 4, ...), is read with `tokenizer.parse_response`, under the same s
 A template that matches nothing is an error that names the fix (`response_format`), never a
 parser that silently scores every call 0.
 
+Whatever found the format (a TRL template, a marker, the response template, or the user's own
+`response_format`), it is kept only when it reads the template's own writing: a probe call (one
+tool, a string and an integer argument) rendered by the tokenizer's template, cut from its
+prompt, must parse back as the same call (`_round_trip_failure`, once per template). A marker
+can match text that is no call (Muse Glimmer prints its tool *definitions* as JSON with
+"parameters" keys and writes calls in its own syntax), and a template that renders no tool calls
+or results (Cohere2's default) cannot carry a tool-calling run under any format; both are
+refused, saying which. A template set is read as transformers renders prompts with tools: its
+"tool_use" template when it has one (`chat_template_of`).
+
 Known families are read by pivotrl's own strict readers (`actions`, `callformats`) rather than by
 `tokenizer.parse_response`: the response templates are built for chat front-ends and accept an
 unclosed call, text after the last call, or a broken call as content, each of which would be a
@@ -23,8 +33,9 @@ from __future__ import annotations
 
 import copy as copy_module
 import functools
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pivotrl.formats.actions import (END_MARKERS, FOREIGN_CALL_MARKERS, InvalidAction, ParsedAction,
@@ -112,14 +123,45 @@ def _trl_templates() -> dict[str, str]:
 
 
 def chat_template_of(tokenizer: Any) -> str | None:
+    """The template text `apply_chat_template` renders a prompt with tools with. A template set
+    (a dict of named templates, as Cohere tokenizers ship) is read as transformers reads it
+    (`get_chat_template`): "tool_use" when tools are passed and the set has one, else "default".
+    pivotrl's prompts carry the turn's tools, so that is the template detection must read."""
     template = getattr(tokenizer, "chat_template", None)
-    if isinstance(template, dict):  # named variants: "default" is the one apply_chat_template uses
-        template = template.get("default")
+    if isinstance(template, dict):
+        template = template.get("tool_use", template.get("default"))
     return template if isinstance(template, str) else None
 
 
-def detect(tokenizer: Any, response_format: str | None = None) -> Family:
-    """The family of `tokenizer`'s chat template (see the module docstring for the order)."""
+def detect(tokenizer: Any, response_format: str | None = None,
+           chat_kwargs: dict[str, Any] | None = None) -> Family:
+    """The family of `tokenizer`'s chat template (see the module docstring for the order), kept
+    only when the template's own render of a probe call reads back as that call in the family's
+    format (`_round_trip_failure`); otherwise UnknownFormatError naming the template, what failed
+    and the fix. `chat_kwargs`: the template variables the prompts are rendered with."""
+    render = _render_key(tokenizer, chat_kwargs)
+    try:
+        family = _family(tokenizer, response_format)
+    except UnknownFormatError:  # no format found: say so, or that no format could serve
+        unusable = _probe_turn(render)[1] if render is not None and not response_format else None
+        if unusable is None:
+            raise
+        raise UnknownFormatError(_refusal(tokenizer, None, unusable, cannot_render=True)) from None
+    if render is None:
+        return family
+    unusable = _probe_turn(render)[1]
+    why = unusable or _round_trip_failure(render, family.format,
+                                          _key(getattr(tokenizer, "response_template", None)))
+    if why is not None:
+        how = "given as response_format" if response_format else "detected"
+        raise UnknownFormatError(_refusal(tokenizer, family, why, cannot_render=unusable is not None,
+                                          how=how))
+    return family
+
+
+def _family(tokenizer: Any, response_format: str | None) -> Family:
+    """The family the template names: a TRL template it is, the given format, the tokenizer's
+    response template, or the call markers it renders (in that order)."""
     template = chat_template_of(tokenizer)
     for name, text in _trl_templates().items():
         if template == text:
@@ -247,12 +289,16 @@ def parser_for(tokenizer: Any, *, chat_kwargs: dict[str, Any] | None = None,
                response_format: str | None = None) -> FormatParser:
     """The parser of `tokenizer`'s own response format (`response_format` overrides detection).
     Raises UnknownFormatError (naming the fix) when the format cannot be told."""
-    family = detect(tokenizer, response_format)
-    if family.format == "response-template":
+    return _parser(tokenizer, detect(tokenizer, response_format, chat_kwargs).format, chat_kwargs)
+
+
+def _parser(tokenizer: Any, name: str, chat_kwargs: dict[str, Any] | None) -> FormatParser:
+    """The parser of format `name` for `tokenizer`, with no check that its template writes it."""
+    if name == "response-template":
         split, markers = response_template_reader(_with_response_template(tokenizer) or tokenizer)
         fmt = ResponseFormat("response-template", split, markers, think=False)
     else:
-        fmt = FORMATS[family.format]
+        fmt = FORMATS[name]
     opens = generation_prompt_opens_think(tokenizer, chat_kwargs)
     return FormatParser(fmt, think_opens_in_prompt=opens, tokenizer=tokenizer)
 
@@ -265,6 +311,128 @@ def parser_for_model(model: str | None, response_format: str | None = None) -> F
 
         tokenizer = AutoTokenizer.from_pretrained(model)
     return parser_for(tokenizer, response_format=response_format)
+
+
+# The round-trip probe: one tool with a string and an integer parameter, a user turn, the
+# assistant's call to it, and the tool's result.
+_PROBE_NAME, _PROBE_ARGS = "get_weather", {"city": "Paris", "days": 3}
+_PROBE_RESULT_TEXT = "Sunny, 21 C"
+_PROBE_TOOLS = [{"type": "function", "function": {
+    "name": _PROBE_NAME, "description": "The weather forecast for a city.", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city", "days"]}}}]
+_PROBE_USER = {"role": "user", "content": "What is the weather in Paris for the next 3 days?"}
+_PROBE_CALL = {"role": "assistant", "content": "", "tool_calls": [
+    {"id": "call_0", "type": "function", "function": {"name": _PROBE_NAME, "arguments": _PROBE_ARGS}}]}
+_PROBE_RESULT = {"role": "tool", "tool_call_id": "call_0", "name": _PROBE_NAME, "content": _PROBE_RESULT_TEXT}
+
+
+@dataclass(frozen=True)
+class _Render:
+    """The cache key of one probe render (template text, chat kwargs as JSON), carrying the
+    tokenizer that renders it (left out of the key: the verdict is the template's)."""
+
+    template: str
+    chat_kwargs: str
+    tokenizer: Any = field(compare=False, hash=False, repr=False)
+
+
+def _render_key(tokenizer: Any, chat_kwargs: dict[str, Any] | None) -> _Render | None:
+    template = chat_template_of(tokenizer)
+    return None if template is None else _Render(template, _key(chat_kwargs or {}), tokenizer)
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+@functools.lru_cache(maxsize=64)
+def _probe_turn(render: _Render) -> tuple[str, str | None]:
+    """(the probe call as the model writes it, why the template cannot carry tool calls or None).
+    The turn is the template's render of [user, call] less its prompt for [user]
+    (`chat.assistant_turn_text`); the template must also render the call's tool result."""
+    from pivotrl.formats.chat import apply_template, assistant_turn_text
+
+    tokenizer, kwargs = render.tokenizer, json.loads(render.chat_kwargs)
+    try:
+        turn = assistant_turn_text(tokenizer, [_PROBE_USER], _PROBE_TOOLS, _PROBE_CALL, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - any template error: it cannot render a call
+        return "", f"cannot render tool calls: {_first_line(exc)}"
+    if turn is None:
+        return "", "re-renders the conversation when an assistant turn is added (the model's turn cannot be cut out)"
+    if _PROBE_NAME not in turn:
+        return turn, f"renders no tool calls (the probe's assistant turn comes out as {turn!r})"
+    try:
+        after = apply_template(tokenizer, [_PROBE_USER, _PROBE_CALL, _PROBE_RESULT], _PROBE_TOOLS,
+                               add_generation_prompt=True, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - any template error: it cannot render a result
+        return turn, f"cannot render tool results: {_first_line(exc)}"
+    return turn, None if _PROBE_RESULT_TEXT in after else "renders no tool results"
+
+
+@functools.lru_cache(maxsize=64)
+def _round_trip_failure(render: _Render, fmt: str, response_template: str) -> str | None:
+    """Why format `fmt`'s parser does not read the template's render of the probe call back as
+    that call (or why the template cannot carry calls at all), else None. A format that fails
+    here would score every correct call 0. `response_template` is only part of the cache key."""
+    turn, unusable = _probe_turn(render)
+    if unusable is not None:
+        return unusable
+    try:
+        parsed = _parser(render.tokenizer, fmt, json.loads(render.chat_kwargs))(turn, _PROBE_TOOLS)
+    except (ValueError, KeyError) as exc:
+        return f"has no {fmt} reader: {_first_line(exc)}"
+    read = _read_as(parsed)
+    if read is None:
+        return None
+    probe = _show(_PROBE_NAME, _PROBE_ARGS)
+    return f"renders the probe call {probe} as {turn!r}, which the {fmt} reader reads as {read}"
+
+
+def _read_as(parsed: ParsedAction) -> str | None:
+    """What a parse of the probe's turn holds when it is not the probe call alone, else None."""
+    from pivotrl.formats.actions import call_arguments
+
+    if not parsed.valid:
+        return f"an invalid action ({parsed.reason})"
+    message = parsed.message
+    calls = [(c.function.name, call_arguments(c.function.arguments)) for c in message.tool_calls or []]
+    content = (message.content or "").strip()
+    if calls == [(_PROBE_NAME, _PROBE_ARGS)] and not content:
+        return None
+    if not calls:
+        return f"a message with no call ({content[:120]!r})"
+    shown = ", ".join(_show(name, args) for name, args in calls)
+    return shown + (f" with the text {content[:120]!r}" if content else "")
+
+
+def _show(name: str, args: dict[str, Any]) -> str:
+    return f"{name}({json.dumps(args, ensure_ascii=False)})"
+
+
+def _first_line(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def _refusal(tokenizer: Any, family: Family | None, why: str, *, cannot_render: bool, how: str = "") -> str:
+    """The UnknownFormatError text: which template, what failed, what it would cost, the fix
+    (`cannot_render`: the template cannot carry tool calls, so no format setting can help)."""
+    where = getattr(tokenizer, "name_or_path", "") or "the tokenizer"
+    which = f"TRL's {family.template} template" if family and family.template else "its chat template"
+    if isinstance(getattr(tokenizer, "chat_template", None), dict):
+        which += " (the one of its template set that renders tools)"
+    cost = f"; read in the {family.format} format ({how}) every correct call would score 0" if family else ""
+    if cannot_render:
+        fix = ("Fix: give the model a chat template that renders tools, tool calls and tool results "
+               "(in a template set, a \"tool_use\" one); setting `response_format:` in the config (or "
+               "--response-format) only says how completions are read and cannot put the calls in "
+               "the prompts.")
+    else:
+        fix = ("Fix: set `response_format:` in the config (or --response-format) to the format the "
+               f"model writes its calls in ({', '.join(FORMATS)}), or give the tokenizer a "
+               "`response_template` (transformers response parsing) in tokenizer_config.json.")
+    return f"{where}: {which} {why}{cost}. {fix}"
 
 
 def training_chat_template(tokenizer: Any) -> str | None:
