@@ -288,3 +288,20 @@ def test_another_process_writing_the_record_does_not_block_a_start(tmp_path):
     (run / ".metrics.jsonl.x1.tmp").write_text("{")  # not a start's file: something is there
     with pytest.raises(OutputExistsError):
         claim_run_folder(run, model="m", inputs=[], resume=False, overwrite=False)
+
+
+def test_a_misspelt_yaml_key_names_the_field_it_is_closest_to(tmp_path):
+    """As a mistyped flag does: the run file's `learnin_rate` and `lora.alhpa` name their fields;
+    a key close to nothing is refused without a guess."""
+    from typer.testing import CliRunner
+
+    from pivotrl.cli import app
+
+    run_yaml = tmp_path / "run.yaml"
+    run_yaml.write_text("pivots: p.jsonl\nmodel: m\nlearnin_rate: 1.0e-4\nlora: {alhpa: 8}\nzzzz: 1\n")
+    result = CliRunner().invoke(app, ["train", "--config", str(run_yaml), "--dry-run"], env={"COLUMNS": "400"})
+    assert result.exit_code == 2, result.output
+    out = " ".join(result.output.split())
+    assert "learnin_rate: Extra inputs are not permitted (did you mean 'learning_rate'?)" in out
+    assert "lora.alhpa: Extra inputs are not permitted (did you mean 'alpha'?)" in out
+    assert "zzzz: Extra inputs are not permitted;" in out or out.rstrip().endswith("zzzz: Extra inputs are not permitted")

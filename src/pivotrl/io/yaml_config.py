@@ -26,8 +26,26 @@ def read_mapping(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def validation_message(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}" for e in exc.errors())
+def validation_message(exc: ValidationError, cls: type[BaseModel] | None = None) -> str:
+    """Each bad field as `field.sub: message`; a misspelt key of `cls` (or of a nested config)
+    with the field it is closest to, as the command line's flags do."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}"
+                     f"{_did_you_mean(cls, e['loc']) if e['type'] == 'extra_forbidden' else ''}"
+                     for e in exc.errors())
+
+
+def _did_you_mean(cls: type[BaseModel] | None, loc: tuple[Any, ...]) -> str:
+    import difflib
+
+    model = cls
+    for part in loc[:-1]:  # down to the config block that holds the misspelt key
+        info = model.model_fields.get(str(part)) if model is not None else None
+        annotation = getattr(info, "annotation", None)
+        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    if model is None:
+        return ""
+    close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def build_model(cls: type[ModelT], data: dict[str, Any], source: str | Path) -> ModelT:
@@ -35,7 +53,7 @@ def build_model(cls: type[ModelT], data: dict[str, Any], source: str | Path) -> 
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
-        raise ValueError(f"{source}: {validation_message(exc)}") from None
+        raise ValueError(f"{source}: {validation_message(exc, cls)}") from None
 
 
 def load_model(cls: type[ModelT], path: str | Path, **overrides: Any) -> ModelT:
