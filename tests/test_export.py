@@ -325,3 +325,27 @@ def test_import_verl_through_the_cli(tmp_path):
     assert turn.expected.tool_calls[0].function.name == "get_order"
     (reject,) = [json.loads(line) for line in rejects_path(out).read_text().splitlines()]
     assert (reject["line"], reject["field"]) == (2, "reward_model.ground_truth")
+
+
+def test_verl_warnings_are_one_line_a_problem(tmp_path):
+    """Forty tools whose schemas verl would trim alike, defined two ways by two rows: two warning
+    lines naming a few tools and the count, not eighty near-identical ones."""
+    def tool(i, desc):
+        return {"type": "function", "function": {"name": f"tool_{i:02d}", "description": desc, "parameters": {
+            "type": "object", "properties": {"ids": {"type": "array", "items": {"type": "string"}}}}}}
+
+    turns = []
+    for k, desc in enumerate(("first", "second")):
+        turns.append(Turn.model_validate({
+            "id": f"r{k}/1", "trajectory_id": f"r{k}", "turn": 1, "tools": [tool(i, desc) for i in range(40)],
+            "context": [{"role": "user", "content": "go"}],
+            "expected": {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {
+                "name": "tool_00", "arguments": '{"ids": ["a"]}'}}]}}))
+    src, out = tmp_path / "t.jsonl", tmp_path / "rows.parquet"
+    write_atomic(src, turns)
+    summary = export_file(src, out, "verl")
+    assert sorted(summary.warnings) == [
+        "40 tools ('tool_00', 'tool_01', 'tool_02', … (37 more)) defined differently by different rows; "
+        "the tool config keeps the first definition",
+        "40 tools ('tool_00', 'tool_01', 'tool_02', … (37 more)): property 'ids': verl keeps only "
+        "type/description/enum (drops ['items'])"]

@@ -147,13 +147,24 @@ class ToolUnion:
         if len(self.tool_sets) > 1:
             out.append(f"rows have {len(self.tool_sets)} different tool sets; verl shows all "
                        f"{len(self.tools)} tools of the tool config to every row")
-        for name in sorted(self.conflicts):
-            out.append(f"tool {name!r} is defined differently by different rows; the tool "
-                       "config keeps the first definition")
+        if self.conflicts:
+            out.append(f"{_tools(sorted(self.conflicts))} defined differently by different rows; the "
+                       "tool config keeps the first definition")
+        # One line a problem, naming the tools that have it: forty tools with one kind of schema
+        # are one thing to fix, not forty lines to read.
+        having: dict[str, list[str]] = {}
         for name, tool in self.tools.items():
             for problem in verl_tool_problems(tool):
-                out.append(f"tool {name!r}: {problem}")
+                having.setdefault(problem, []).append(name)
+        out += [f"{_tools(names)}: {problem}" for problem, names in having.items()]
         return out
+
+
+def _tools(names: list[str], shown: int = 3) -> str:
+    if len(names) == 1:
+        return f"tool {names[0]!r}"
+    more = f", … ({len(names) - shown} more)" if len(names) > shown else ""
+    return f"{len(names)} tools ({', '.join(repr(n) for n in names[:shown])}{more})"
 
 
 def write_tool_config(path: Path, union: ToolUnion) -> None:
