@@ -6,7 +6,7 @@ name the first that meets every criterion.
 
 Reads each candidate's `docs/results/candidates/<c>/build.json` and `criteria.json` (every
 criterion but `pivots` is taken from the record as judged; nothing is re-measured) and its config
-(`configs/testbed_candidate_<c>.yaml`), from which the planted-steps table is computed
+(`docs/results/candidates/<c>/config.yaml`), from which the planted-steps table is computed
 (`testbed/planted.py`: the demo's expert data depends only on the config).
 """
 
@@ -23,7 +23,7 @@ RECORDS = Path("docs/results/candidates")
 
 
 def rejudge(candidate: str) -> dict:
-    cfg = load_testbed_config(f"configs/testbed_candidate_{candidate}.yaml")
+    cfg = load_testbed_config(f"docs/results/candidates/{candidate}/config.yaml")
     build = json.loads((RECORDS / candidate / "build.json").read_text())
     if build["config_hash"] != cfg.digest():
         raise SystemExit(f"{candidate}: build.json's config hash {build['config_hash']} is not its "

@@ -327,8 +327,8 @@ def test_ood_fraction_keeps_each_familys_first_tasks_and_the_older_hashes():
     assert TestbedConfig(ood_fraction=0.1).digest() != TestbedConfig().digest()
     with pytest.raises(ValueError):
         TestbedConfig(ood_fraction=0.0)
-    configs = Path(__file__).parent.parent / "configs"
-    assert load_testbed_config(configs / "testbed_candidate_w.yaml").digest() == "f98409f68428b105"
-    assert load_testbed_config(configs / "testbed_candidate_x.yaml").digest() == "3f32ea123b58e5d5"
-    assert load_testbed_config(configs / "testbed_candidate_y.yaml").digest() == "efdc315362a9f520"
-    assert load_testbed_config(configs / "testbed_candidate_z.yaml").digest() == "d5244677a1d2ff2b"
+    candidates = Path(__file__).parent.parent / "docs" / "results" / "candidates"
+    assert load_testbed_config(candidates / "w" / "config.yaml").digest() == "f98409f68428b105"
+    assert load_testbed_config(candidates / "x" / "config.yaml").digest() == "3f32ea123b58e5d5"
+    assert load_testbed_config(candidates / "y" / "config.yaml").digest() == "efdc315362a9f520"
+    assert load_testbed_config(candidates / "z" / "config.yaml").digest() == "d5244677a1d2ff2b"

@@ -8,7 +8,7 @@ from pivotrl_testbed.testbed.mixture import trajectories
 from pivotrl_testbed.testbed.planted import plant_kinds, planted_at, planted_by_position
 from pivotrl_testbed.testbed.slips import grounding_slip
 
-Z = "configs/testbed_candidate_z.yaml"
+Z = "docs/results/candidates/z/config.yaml"
 
 
 def test_a_recipe_without_slips_plants_nothing():

@@ -55,7 +55,7 @@ def test_a_stage_changes_the_mixture_and_nothing_else():
 
 def test_the_candidate_configs_with_stages_start_from_their_kept_builds():
     for name, kept in (("s", "r3"), ("s2", "r3"), ("t", "r3")):
-        cfg = load_testbed_config(f"configs/testbed_candidate_{name}.yaml")
+        cfg = load_testbed_config(f"docs/results/candidates/{name}/config.yaml")
         assert cfg.pretrain_stages, name
         record = json.loads(open(f"docs/results/candidates/{kept}/build.json").read())
         assert cfg.with_stages(0).digest() == record["config_hash"], name
