@@ -34,6 +34,11 @@ case or Unicode rule unless the user declares an environment that normalises (`n
   `canonical_message` the world reads both (`same_answer`): answers it reads as the same score
   1, answers it reads as different 0; any other text scores 0 or, with `message_rule: judge`,
   goes to the judge (`pivotrl.verifiers.messages`). A message is never a free pass.
+- An editor call (str_replace_editor family) whose arguments differ from the expert's is
+  decided by its effect where `pivotrl.verifiers.edits` can apply both edits to a file the
+  context shows whole: the same resulting file scores 1, a failing edit or another file 0 (a
+  proven difference, never a judge's question); elsewhere the rules above decide. A turn whose
+  expert edits with an editor schema it does not know is `unverifiable`.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from pivotrl.io.records import Message, Turn
 from pivotrl.formats.actions import call_arguments
 from pivotrl.verifiers.arguments import ArgumentComparer, is_unproven
 from pivotrl.verifiers.base import Score
+from pivotrl.verifiers.edits import EditRule
 from pivotrl.verifiers.judge import JudgeVerifier
 from pivotrl.verifiers.messages import compare_messages, plain_text
 from pivotrl.verifiers.schema import build_index, not_offered, schema_index  # noqa: F401
@@ -182,6 +188,11 @@ class ToolcallVerifier:
                                      cfg.free_text)
         self._expected_cache: dict[int, tuple[Message, list[tuple[str, dict, str]]]] = {}
         self._judge = None
+        self._edits = EditRule()
+
+    def unverifiable(self, turn: Turn) -> str:
+        """Why no rule here can verify `turn` ('' when one can): an editor of unknown schema."""
+        return self._edits.unverifiable(turn)
 
     def _expected(self, turn: Turn) -> list[tuple[str, dict, str]]:
         hit = self._expected_cache.get(id(turn.expected))
@@ -245,6 +256,11 @@ class ToolcallVerifier:
                   for cn, ca, cr in cand] for en, ea, er in expected]
         if len(expected) == 1 and len(cand) == 1:
             score = Score(0.0 if diffs[0][0] else 1.0, True, diffs[0][0])
+            # SWE edits by their effect on the file (pivotrl.verifiers.edits), where it decides
+            by_effect = self._edits.score(turn, expected[0][:2], cand[0][:2]) if (
+                diffs[0][0] and rule is None) else None
+            if by_effect is not None:
+                return by_effect
         else:
             score = self._matched(diffs, len(expected), len(cand))
         if score.reward < 1.0 and self.config.unproven_rule == "judge" and len(cand) == len(
