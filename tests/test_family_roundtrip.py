@@ -27,6 +27,7 @@ from pivotrl.formats.families import KNOWN_TEMPLATES, UnknownFormatError, detect
 from pivotrl.io.records import Message, Turn
 from pivotrl.scoring import score_completions
 from pivotrl.verifiers import get_verifier
+from test_families import CONTEXT, TOOLS
 
 TEMPLATE_DIR = Path(os.path.dirname(trl.__file__)) / "chat_templates"
 TEMPLATE_FILES = sorted(TEMPLATE_DIR.glob("*.jinja"))
@@ -44,15 +45,6 @@ def make_tokenizer(template: str | dict) -> PreTrainedTokenizerFast:
     return fast
 
 
-def _fn(name: str) -> dict:
-    return {"type": "function", "function": {"name": name, "description": f"{name} an order.", "parameters": {
-        "type": "object", "properties": {"order_id": {"type": "string"}, "quantity": {"type": "integer"}},
-        "required": ["order_id", "quantity"]}}}
-
-
-TOOLS = [_fn("get_order"), _fn("cancel_order")]
-CONTEXT = [Message(role="system", content="You help with orders."),
-           Message(role="user", content="Cancel 3 items of order 75001.")]
 EXPERT = Message.model_validate({"role": "assistant", "content": "", "tool_calls": [{
     "id": "c0", "type": "function", "function": {
         "name": "cancel_order", "arguments": json.dumps({"order_id": "75001", "quantity": 3})}}]})

@@ -477,21 +477,21 @@ def _ddp_worker(rank: int, world: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def test_ddp_syncs_shared_prefix_gradients(tmp_path):
-    """Under DDP (2 gloo processes, different batches) the shared-prefix forward is ONE call of
-    the wrapped model: the all-reduced gradients equal the mean of TRL's per-rank gradients, with
-    and without find_unused_parameters."""
-    # Each rank is a fresh interpreter, not a fork of this one: a fork of a process with threads
-    # (torch's pools, pytest plugins) can deadlock, and a rank that hangs is killed at the deadline
-    # instead of outliving the test.
-    # os._exit after the worker returns: at interpreter teardown gloo's threads sometimes abort
-    # ("terminate called without an active exception", exit -6) after all the work is saved.
-    script = (f"import os, sys; from test_shared_prefix import _ddp_worker; "
-              f"_ddp_worker({{}}, 2, {str(tmp_path)!r}); sys.stdout.flush(); os._exit(0)")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    ranks = [subprocess.Popen([sys.executable, "-c", script.format(rank)], cwd=Path(__file__).parent,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for rank in range(2)]
+def run_two_ranks(module: str, worker: str, out_dir: Path) -> None:
+    """`module.worker(rank, 2, out_dir)` in two fresh interpreters (gloo ranks), each killed at a
+    deadline; both must exit 0.
+    Each rank is a fresh interpreter, not a fork of this one: a fork of a process with threads
+    (torch's pools, pytest plugins) can deadlock, and a rank that hangs is killed at the deadline
+    instead of outliving the test. os._exit after the worker returns: at interpreter teardown
+    gloo's threads sometimes abort ("terminate called without an active exception", exit -6)
+    after all the work is saved."""
+    tests = Path(__file__).resolve().parent
+    script = (f"import os, sys; from {module} import {worker}; "
+              f"{worker}({{}}, 2, {str(out_dir)!r}); sys.stdout.flush(); os._exit(0)")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
+           "PYTHONPATH": os.pathsep.join([str(tests.parent / "src"), str(tests), os.environ.get("PYTHONPATH", "")])}
+    ranks = [subprocess.Popen([sys.executable, "-c", script.format(rank)], cwd=tests, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
     try:
         logs = [p.communicate(timeout=240)[0] for p in ranks]
     finally:
@@ -500,6 +500,13 @@ def test_ddp_syncs_shared_prefix_gradients(tmp_path):
                 p.kill()
                 p.wait()
     assert [p.returncode for p in ranks] == [0, 0], "\n".join(log[-3000:] for log in logs)
+
+
+def test_ddp_syncs_shared_prefix_gradients(tmp_path):
+    """Under DDP (2 gloo processes, different batches) the shared-prefix forward is ONE call of
+    the wrapped model: the all-reduced gradients equal the mean of TRL's per-rank gradients, with
+    and without find_unused_parameters."""
+    run_two_ranks("test_shared_prefix", "_ddp_worker", tmp_path)
     model = prepared(tiny_llama(3))
     per_rank = []
     for rank in range(2):

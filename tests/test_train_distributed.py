@@ -118,23 +118,10 @@ def fsdp2_ranks(tmp_path_factory):
     gradients in one unsharded process (TRL's path), as `(sharded, one_process)`."""
     import torch
 
-    from test_shared_prefix import prepared, tiny_llama, trl_logps, grpo_batch
+    from test_shared_prefix import grpo_batch, prepared, run_two_ranks, tiny_llama, trl_logps
 
     out = tmp_path_factory.mktemp("fsdp2")
-    script = (f"import os, sys; from test_train_distributed import _fsdp2_worker; "
-              f"_fsdp2_worker({{}}, 2, {str(out)!r}); sys.stdout.flush(); os._exit(0)")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
-    ranks = [subprocess.Popen([sys.executable, "-c", script.format(rank)], cwd=ROOT / "tests", env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
-    try:
-        logs = [p.communicate(timeout=240)[0] for p in ranks]
-    finally:
-        for p in ranks:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    assert [p.returncode for p in ranks] == [0, 0], "\n".join(log[-3000:] for log in logs)
+    run_two_ranks("test_train_distributed", "_fsdp2_worker", out)
     model = prepared(tiny_llama(3))
     one_process = []
     for rank in range(2):
