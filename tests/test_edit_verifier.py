@@ -236,6 +236,16 @@ def test_two_calls_that_together_make_the_edit_are_not_decided_here():
     assert V.score(turn(EXPERT, viewed()), two).reward == 0  # one call each, or the argument rules
 
 
+def test_the_right_edit_plus_a_surplus_one_is_not_paid():
+    """The expert's edit and then another (a view, an edit of another file, the same edit again):
+    the call count differs from the expert's, a proven difference whatever the first call does."""
+    for extra in ({"command": "view", "path": "/repo/util.py"}, sr("x", "y", path="/repo/other.py"), EXPERT):
+        both = Message(role="assistant", tool_calls=[
+            ToolCall(id="a", function=FunctionCall(name=ED, arguments=json.dumps(EXPERT))),
+            ToolCall(id="b", function=FunctionCall(name=ED, arguments=json.dumps(extra)))])
+        assert V.score(turn(EXPERT, viewed()), both).reward == 0, extra
+
+
 def test_hostile_python_is_bounded():
     deep = "(" * 5000 + "1" + ")" * 5000
     ctx = viewed("/repo/m.py", "x = 1\n")

@@ -107,6 +107,30 @@ def test_parallel_calls_are_a_multiset(toolcall):
     assert reward(toolcall, turn, hermes(a)) == 0.0
 
 
+def test_a_right_call_plus_a_surplus_one_is_not_paid():
+    """NeMo-Gym's comparator never penalises surplus calls; here a right call with an extra one
+    (another tool, the same call again, a second argument set) scores 0 under every setting,
+    partial credit and a judge that answers YES to everything included (the count differs: a
+    proven difference, never asked)."""
+    from fake_judge import FakeJudge
+
+    right = ("search_flights", BASE)
+    turn = call_turn(right)
+    assert reward(get_verifier("toolcall"), turn, hermes(right)) == 1.0
+    surplus = [hermes(right, ("get_user", {"user_id": "u1"})), hermes(right, right),
+               hermes(("get_user", {"user_id": "u1"}), right),
+               hermes(right, ("search_flights", {**BASE, "date": "2026-12-02"}))]
+    srv = FakeJudge(lambda a, b: "YES")
+    try:
+        for verifier in (get_verifier("toolcall"), get_verifier("toolcall", partial_credit=True),
+                         get_verifier("toolcall", unproven_rule="judge", judge={"base_url": srv.url})):
+            for text in surplus:
+                assert reward(verifier, turn, text) == 0.0, text
+        assert srv.requests == 0
+    finally:
+        srv.close()
+
+
 def test_partial_credit_is_opt_in_and_never_pays_a_wrong_call():
     turn = call_turn(("get_user", {"user_id": "u1"}), ("get_user", {"user_id": "u2"}))
     half = hermes(("get_user", {"user_id": "u1"}))
