@@ -100,7 +100,7 @@ def test_dict_flags_take_yaml_json_or_a_file(verb, turns, tiny_model_dir, tmp_pa
 
 
 def test_a_long_inline_mapping_is_not_taken_for_a_file_name():
-    from pivotrl.run_config import mapping_value
+    from pivotrl.io.run_config import mapping_value
 
     value = {f"key_{i}": i for i in range(60)}  # about 700 characters, no slash
     assert mapping_value("--trl-overrides", json.dumps(value)) == value

@@ -129,7 +129,7 @@ def test_no_core_file_over_500_lines():
 # verifiers; the one scoring path (parse, then verify); the method's steps; the command line. An
 # import goes down or sideways, never up, so each floor can be read (and tested) without the ones
 # above it: a verifier never reaches for the scoring path that calls it.
-FLOORS = {"io": 0, "formats": 1, "sandbox": 1, "verifiers": 2, "sampling": 2, "scoring": 3, "run_config": 3, "run_plan": 3,
+FLOORS = {"io": 0, "formats": 1, "sandbox": 1, "verifiers": 2, "sampling": 2, "scoring": 3,
           "extract": 4, "profile": 4, "select": 4, "evaluate": 4, "train": 4, "export": 4,
           "cli": 5}
 TESTBED_FLOOR = 6  # the experiment stands on the library's public API, the CLI's helpers included

@@ -279,7 +279,7 @@ def test_a_quiet_launch_saves_the_plan_without_printing_it(tmp_path):
     each run folder, not printed (a plan block per segment buried its progress lines)."""
     import io
 
-    from pivotrl.run_plan import Launch, RunPlan, start_run
+    from pivotrl.io.run_plan import Launch, RunPlan, start_run
     from pivotrl.select import SelectConfig
 
     plan = RunPlan(verb="train", unit="pivots", items=8, steps=2, per_step=4)

@@ -1,8 +1,8 @@
 """Command-line options from config models: each default and description is written once, on the
 pydantic field, and the CLI cannot drift from it. `config_fields` gives a verb one `--field value`
 option per field of its config (TRL's `TrlParser` and Hydra's overrides do the same; the flags
-come from `pivotrl.run_config.flag_specs`), collected into an `overrides` dict; `load_run_config`
-assembles the run config (`pivotrl.run_config`: defaults < YAML < command line)."""
+come from `pivotrl.io.run_config.flag_specs`), collected into an `overrides` dict; `load_run_config`
+assembles the run config (`pivotrl.io.run_config`: defaults < YAML < command line)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
-from pivotrl.run_config import assemble_run_config, default_of, field_default, flag_specs, flag_value
+from pivotrl.io.run_config import assemble_run_config, default_of, field_default, flag_specs, flag_value
 
 CONFIG_PANEL = "Config fields (each overrides the --config YAML)"
 
@@ -38,7 +38,7 @@ def engine_option(model: type[BaseModel], field: str, *decls: str):
 
 def config_fields(model: type[BaseModel], *, skip: tuple[str, ...] = ()):
     """Decorate a verb that takes `overrides: dict`: every field of `model` that is not already one
-    of the verb's parameters (nor in `skip`) becomes an option (`pivotrl.run_config.flag_specs`),
+    of the verb's parameters (nor in `skip`) becomes an option (`pivotrl.io.run_config.flag_specs`),
     default None (not given). Only given options reach `overrides`."""
     def wrap(fn):
         sig = inspect.signature(fn)
@@ -68,7 +68,7 @@ def config_fields(model: type[BaseModel], *, skip: tuple[str, ...] = ()):
 
 
 def load_run_config(console: Console, config_model: type[BaseModel], config: Path | None, /, **overrides: Any):
-    """The run config (`pivotrl.run_config.assemble_run_config`: defaults < YAML < flags); a bad
+    """The run config (`pivotrl.io.run_config.assemble_run_config`: defaults < YAML < flags); a bad
     file or field is a one-line error naming it (exit 2), never a traceback. Positional-only, so
     that fields named `model` or `config` reach the overrides."""
     try:

@@ -16,7 +16,7 @@ from pivotrl.cli.guard import guarded
 from pivotrl.cli.options import config_fields, engine_option, load_run_config
 from pivotrl.cli.run_verb import DRY_RUN, STRICT, given_command
 from pivotrl.profile.loop import ProfileConfig, budget_notes
-from pivotrl.run_plan import Launch
+from pivotrl.io.run_plan import Launch
 from pivotrl.sampling.vllm import VLLMOptions
 
 
@@ -152,7 +152,7 @@ def start_profile(turns: Path, out: Path, cfg: ProfileConfig, tokenizer, model: 
     from pivotrl.io.outputs import claim_output
     from pivotrl.io.records import rejects_path, sidecar_path, stats_path
     from pivotrl.profile.plan import profile_plan
-    from pivotrl.run_plan import PLAN_ENDING, check_plan, write_plan
+    from pivotrl.io.run_plan import PLAN_ENDING, check_plan, write_plan
 
     plan = profile_plan(turns, out, cfg, tokenizer, model)
     check_plan(plan, launch)

@@ -1,7 +1,7 @@
 """The verb of a training run: `pivotrl train`, `pivotrl sft`, and the testbed's `pivotrl e2e` are
 each one `training_verb` over their run config and their library function (a plugin mounts its own
-the same way, from its entry point). A run config in (pivotrl.run_config: defaults < YAML < flags), the
-plan printed and saved (pivotrl.run_plan; `--dry-run` stops there), errors as one line, Ctrl-C as
+the same way, from its entry point). A run config in (pivotrl.io.run_config: defaults < YAML < flags), the
+plan printed and saved (pivotrl.io.run_plan; `--dry-run` stops there), errors as one line, Ctrl-C as
 the exact command that continues or restarts the run (exit 130), a summary out."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from rich.table import Table
 
 from pivotrl.cli.console import console
 from pivotrl.cli.options import config_fields, leave_process_group, load_run_config, run_job
-from pivotrl.run_config import split_warning
-from pivotrl.run_plan import Launch
+from pivotrl.io.run_config import split_warning
+from pivotrl.io.run_plan import Launch
 
 __all__ = ["DRY_RUN", "STRICT", "given_command", "interrupted", "run_training_verb", "training_verb"]
 

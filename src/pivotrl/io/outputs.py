@@ -33,7 +33,7 @@ class OutputExistsError(ValueError):
     """An output that holds an earlier run's results, given without --resume or --overwrite."""
 
 
-# The plan and the config as used, written before a run's first step (pivotrl.run_plan): in a run
+# The plan and the config as used, written before a run's first step (pivotrl.io.run_plan): in a run
 # folder, or beside a file output.
 PLAN_FILE, CONFIG_FILE, PLAN_ENDING = "run_plan.json", "run_config.yaml", ".plan.json"
 

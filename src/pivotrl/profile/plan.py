@@ -1,4 +1,4 @@
-"""The plan of `pivotrl profile` (pivotrl.run_plan): turns to profile, samples, token budget; read
+"""The plan of `pivotrl profile` (pivotrl.io.run_plan): turns to profile, samples, token budget; read
 without writing anything (a dry run may look at an output it must not touch)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pivotrl.io.empty import require_some
 from pivotrl.io.records import Reject, is_blank, iter_lines
 from pivotrl.io.turn_files import parse_shard, scan_turns
 from pivotrl.profile.loop import ProfileConfig
-from pivotrl.run_plan import RunPlan
+from pivotrl.io.run_plan import RunPlan
 
 
 def written_ids(path: str | Path) -> set[str]:

@@ -36,7 +36,7 @@ from pivotrl.train.learning_signal import NoMixedOutcomesWarning, learning_signa
 from pivotrl.train.metrics import (MetricsJSONL, ProgressLines, TrackerLogPath, final_and_best, final_and_best_text,
                                    quiet_trainer, read_metric_rows, say_and_log)
 from pivotrl.profile.loop import ProfileConfig
-from pivotrl.run_plan import Launch, NothingToRun
+from pivotrl.io.run_plan import Launch, NothingToRun
 from pivotrl.train.plan import begin_training, grpo_plan
 from pivotrl.train.reprofile import ReprofileCallback, ReprofileHook
 from pivotrl.train.reward import PivotReward
@@ -310,7 +310,7 @@ def with_profile_settings(cfg: GRPORunConfig, profiled: dict[str, Any]) -> tuple
 
 def train(cfg: GRPORunConfig, *, reward_funcs=None, launch: Launch | None = None) -> dict[str, Any]:
     """Run (or resume) GRPO on the configured pivot set. Returns a summary dict. The plan is
-    printed and saved first (pivotrl.run_plan); `launch.dry_run` stops there, writing nothing."""
+    printed and saved first (pivotrl.io.run_plan); `launch.dry_run` stops there, writing nothing."""
     check_launcher_sharding()
     output_dir = Path(cfg.output_dir)
     dry_run = bool(launch and launch.dry_run)

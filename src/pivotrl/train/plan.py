@@ -1,4 +1,4 @@
-"""The plans of `pivotrl train` and `pivotrl sft` (pivotrl.run_plan): what a run will train on,
+"""The plans of `pivotrl train` and `pivotrl sft` (pivotrl.io.run_plan): what a run will train on,
 in how many steps of how many items, read off the run config once its model-derived values
 (token budget, prompt cap, batch) are filled in."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pivotrl.formats.template_vars import unread_kwargs_warning
-from pivotrl.run_plan import CONFIG_FILE, PLAN_FILE, Launch, RunPlan, start_run
+from pivotrl.io.run_plan import CONFIG_FILE, PLAN_FILE, Launch, RunPlan, start_run
 from pivotrl.train.config import GRPORunConfig, SFTRunConfig
 
 
@@ -70,7 +70,7 @@ def resumed_eta(metrics: Path, steps_left: int) -> str | None:
 
 
 def begin_training(plan: RunPlan, cfg: Any, launch: Launch | None) -> bool:
-    """`pivotrl.run_plan.start_run` for a run folder (the plan and config in OUTPUT_DIR); a resumed
+    """`pivotrl.io.run_plan.start_run` for a run folder (the plan and config in OUTPUT_DIR); a resumed
     run's ETA from the step times it has recorded."""
     out = Path(cfg.output_dir)
     if plan.resume_from and plan.steps is not None and plan.eta is None:

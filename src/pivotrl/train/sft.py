@@ -34,7 +34,7 @@ from pivotrl.io.split import HeldOut, resolve_split, split_file
 from pivotrl.train.config import SFTRunConfig, check_launcher_sharding, trl_common_kwargs, with_trl_overrides
 from pivotrl.train.grpo import save_final, world_size
 from pivotrl.train.metrics import MetricsJSONL, ProgressLines, TrackerLogPath, quiet_trainer, say_and_log
-from pivotrl.run_plan import Launch, NothingToRun
+from pivotrl.io.run_plan import Launch, NothingToRun
 from pivotrl.train.plan import begin_training, sft_plan
 from pivotrl.train.resume import Resumable
 from pivotrl.train.run_card import SFT_REPORT, RunReport, sft_card_facts, write_run_report
@@ -223,7 +223,7 @@ def build_sft_trainer(cfg: SFTRunConfig, rows: list[dict[str, Any]], tokenizer, 
 
 def train_sft(cfg: SFTRunConfig, *, launch: Launch | None = None) -> dict[str, Any]:
     """Run (or resume) SFT on the configured trajectories. Returns a summary dict. The plan is
-    printed and saved first (pivotrl.run_plan); `launch.dry_run` stops there, writing nothing."""
+    printed and saved first (pivotrl.io.run_plan); `launch.dry_run` stops there, writing nothing."""
     check_launcher_sharding()
     output_dir = Path(cfg.output_dir)
     dry_run = bool(launch and launch.dry_run)
