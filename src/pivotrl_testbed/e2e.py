@@ -42,7 +42,7 @@ from pivotrl.io.progress import ProgressLog
 from pivotrl.io.records import Message, Reject, Trajectory, read_records, rejects_path, write_atomic
 from pivotrl.io.seeds import derive_seed
 from pivotrl.io.split import HeldOut, resolve_split, split_file
-from pivotrl.run_plan import Launch, RunPlan
+from pivotrl.io.run_plan import Launch, RunPlan
 from pivotrl.train.plan import begin_training
 from pivotrl.train.run_card import RL_REPORT, run_facts, write_run_report
 from pivotrl_testbed.e2e_config import E2ERunConfig

@@ -60,7 +60,7 @@ def train_job(job: Job, testbed: Path, out: Path, cfg: Any, until: int | None = 
                   seed=job.seed, logging_steps=1, warmup_steps=0, resume=resume, overwrite=not resume)
     trl_only = dict(precision="fp32", lr_scheduler_type="constant_with_warmup")
     # The demo says what it trains; each segment's plan is saved in its folder, not printed.
-    from pivotrl.run_plan import Launch
+    from pivotrl.io.run_plan import Launch
 
     quiet = Launch(quiet=True)
     if job.method == "sft":

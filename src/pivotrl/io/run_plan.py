@@ -6,7 +6,9 @@ stops before anything is written.
 
 It is also where a run that would do nothing stops: 0 items, 0 steps, or fewer items than one
 step takes (TRL's GRPO sampler drops an incomplete batch, so such a run trains 0 steps and would
-save the base model as the trained one). Such a run is an error naming why, never an exit 0.
+save the base model as the trained one). Such a run is an error naming why, never an exit 0;
+so is one that would set aside more of its train turns than `max_dropped_fraction` (too long,
+unreadable): it would train on other data than it was given.
 """
 
 from __future__ import annotations
@@ -21,8 +23,6 @@ from typing import Any, TextIO
 from pivotrl.io.inputs import InputError
 from pivotrl.io.outputs import CONFIG_FILE, PLAN_ENDING, PLAN_FILE  # noqa: F401 - the names a run's files have
 from pivotrl.io.records import write_text_atomic
-
-
 
 DROP_WARNING = 0.05  # a plan that sets aside more of its train turns than this says so
 
