@@ -12,7 +12,7 @@ from rich.table import Table
 from pivotrl.cli.console import console, fail
 from pivotrl.cli.guard import guarded
 from pivotrl.cli.options import option
-from pivotrl.export import FORMATS, ExportSummary
+from pivotrl.export import FORMATS, REJECTED, ExportSummary
 from pivotrl.extract import ExtractOptions
 
 
@@ -27,6 +27,8 @@ def export_table(summary: ExportSummary, title: str) -> Table:
         table.add_row(f"  {reason}", str(n))
     for note, n in summary.notes.most_common():
         table.add_row(note, str(n))
+    for (kind, verifier), n in sorted(summary.by_kind.items()):
+        table.add_row(f"kind {kind}: " + (verifier if verifier == REJECTED else f"verified by {verifier}"), str(n))
     for domain, n in sorted(summary.by_domain.items()):
         table.add_row(f"domain {domain}", str(n))
     for warning, n in summary.warnings.most_common():

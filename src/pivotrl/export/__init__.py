@@ -22,7 +22,7 @@ from pivotrl.export.nemo_gym import (DEFAULT_AGENT_NAME, PARALLEL_CALLS, missing
                                      row_problem, turn_to_nemo_gym)
 from pivotrl.export.verl import (DEFAULT_AGENT_LOOP, ToolUnion, tool_config_path, turn_to_verl,
                                  verl_schema, verl_to_turn, write_tool_config)
-from pivotrl.io.empty import check_input, require_some
+from pivotrl.io.empty import EmptyResultError, check_input, require_some
 from pivotrl.export.pass_rates import imported_profile, profiled_by
 from pivotrl.export.terminus_judge import is_terminus_row, terminus_row_to_turn
 from pivotrl.io.records import (Profile, Record, Reject, Trajectory, Turn, atomic_path,
@@ -45,6 +45,8 @@ class ExportSummary:
     by_domain: Counter = field(default_factory=Counter)
     warnings: Counter = field(default_factory=Counter)  # kept rows another engine may object to
     files: list[Path] = field(default_factory=list)  # written besides the output (tool config)
+    # import: turns read per (row kind, the verifier rule that scores them: `row_kind`)
+    by_kind: Counter = field(default_factory=Counter)
 
     def reasons(self) -> Counter:
         return Counter(r.reason.split(":")[0] for r in self.rejects)
@@ -65,6 +67,41 @@ def check_turn(turn: Turn) -> tuple[str, str] | None:
     if where.startswith(f"messages[{n}]"):
         return "expected" + where[len(f"messages[{n}]"):], reason
     return where.replace("messages", "context", 1), reason
+
+
+REJECTED = "rejected"  # the verifier slot of `ExportSummary.by_kind` for rows refused
+
+
+def row_kind(turn: Turn) -> tuple[str, str]:
+    """(kind of the expert's action, what scores it under the default verifier `toolcall`): a
+    Terminus-2 action goes to `terminus_identity` whatever the verifier (`pivotrl.scoring`); an
+    editor call to the edit rule (`pivotrl.verifiers.edits`), unverifiable where the editor's
+    schema is not one it knows; other calls and messages to toolcall's argument and message rules."""
+    from pivotrl.verifiers.edits import EDITOR_TOOLS, OTHER_EDITORS
+    from pivotrl.verifiers.terminus_identity import is_terminus_turn
+
+    if is_terminus_turn(turn):
+        return "terminus_2", "terminus_identity"
+    names = [c.function.name for c in turn.expected.tool_calls or []]
+    if not names:
+        return "message", "toolcall: message rules"
+    if any(n in OTHER_EDITORS for n in names):
+        return "editor call", "toolcall: unverifiable (editor schema unknown)"
+    if any(n in EDITOR_TOOLS for n in names):
+        return "editor call", "toolcall: edits by effect"
+    if len(names) > 1:
+        return "parallel tool calls", "toolcall: calls as a multiset"
+    return "tool call", "toolcall: argument rules"
+
+
+def raw_row_kind(row: dict[str, Any]) -> str:
+    """What a refused NeMo-Gym row was, from its own fields (it never became a Turn)."""
+    if is_terminus_row(row):
+        meta = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
+        return f"terminus_judge ({meta.get('harness')})"
+    action = row.get("expected_action")
+    kind = action.get("type") if isinstance(action, dict) else None
+    return f"expected_action {kind}" if isinstance(kind, str) else "unknown"
 
 
 # ---------------------------------------------------------------- files
@@ -240,6 +277,7 @@ def _import_turns(src: Path, out: Path, convert, *, eval_fraction: float = 0.0,
             elif (result.trajectory_id in held) == held_out:
                 summary.read += 1
                 summary.by_domain[result.domain or "-"] += 1
+                summary.by_kind[row_kind(result)] += 1
                 (split.eval if held_out else split.train).append(result.trajectory_id)
                 if isinstance(result, Profile):
                     models[result.metadata["imported_profile"]["model"]] += 1
@@ -274,18 +312,30 @@ def import_nemo_gym(rows: str | Path, out: str | Path, *, eval_fraction: float =
     uuid get `<file stem>:<line>`; a row's own `trajectory_id` and `meta_info` place it in its
     trajectory, and its pass rates make it a Profile record (`pivotrl.export.pass_rates`)."""
     rows, out = Path(rows), Path(out)
+    kinds: Counter = Counter()  # the refused rows' kinds (each pass counts them again)
 
     def convert(notes: Counter) -> Iterator[Turn | Reject]:
+        kinds.clear()
         for lineno, rec in read_records(rows, NemoGymRow):
             if isinstance(rec, Reject):
+                kinds["unreadable line", REJECTED] += 1
                 yield rec
                 continue
             row = rec.model_dump()
             result = row_to_turn(row, f"{rows.stem}:{lineno}")
+            if not isinstance(result, Turn):
+                kinds[raw_row_kind(row), REJECTED] += 1
             yield (imported_profile(result, row, notes) if isinstance(result, Turn) else
                    Reject(str(rows), lineno, result[1], result[0], json.dumps(row)[:2000]))
 
-    return _import_turns(rows, out, convert, eval_fraction=eval_fraction, seed=seed)
+    try:
+        summary = _import_turns(rows, out, convert, eval_fraction=eval_fraction, seed=seed)
+    except EmptyResultError as exc:
+        if isinstance(exc.result, ExportSummary):
+            exc.result.by_kind.update(kinds)
+        raise
+    summary.by_kind.update(kinds)
+    return summary
 
 
 PARQUET_MAGIC = b"PAR1"  # a parquet file's first bytes

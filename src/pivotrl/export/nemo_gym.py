@@ -391,8 +391,13 @@ def _foreign(row: dict[str, Any], params: dict[str, Any], action: dict[str, Any]
 
 def row_position(row: dict[str, Any]) -> tuple[str | None, int | None]:
     """The row's own trajectory id and assistant ordinal (0-based: `meta_info.assistant_depth`,
-    else `info.depth`), where it names them; NeMo-Gym's own rows name neither."""
+    else `info.depth`), where it names them; NeMo-Gym's own rows name neither. A row with no
+    trajectory id but a `metadata.instance_id` (SWE pivots: the task it was cut from) takes the
+    instance as its trajectory: pivots of one task then stay on one side of a split, which can
+    only keep more together than the trajectories would."""
     traj = row.get("trajectory_id")
+    if traj is None and isinstance(row.get("metadata"), dict):
+        traj = row["metadata"].get("instance_id")
     traj_id = str(traj) if isinstance(traj, (str, int)) and not isinstance(traj, bool) and str(traj) else None
     depth = None
     for key, field in (("meta_info", "assistant_depth"), ("info", "depth")):
