@@ -146,3 +146,22 @@ def test_the_summary_keeps_the_agentic_format_families_apart():
     s = summary(result)
     assert s["ood"] == pytest.approx(0.9) and s["agentic_ood"] == pytest.approx(0.2)
     assert "agentic_ood" not in summary({"ood": {"next": {"accuracy": 1.0}}})
+
+
+def test_an_earlier_result_as_config_scores_the_next_model_the_same_way(tmp_path):
+    """`evaluate --config A.json` takes A's scoring settings (budget, verifier, template kwargs,
+    samples, seed), so `compare` pairs the two; compare's refusal names that fix."""
+    from pivotrl.cli.evaluate import run_settings
+    from pivotrl.evaluate.compare import SCORING_SETTINGS, compare_results
+
+    settings = {"verifier": "toolcall", "verifier_config": {}, "samples": 1, "temperature": 0.0, "top_p": 1.0,
+                "max_new_tokens": 48, "seed": 0, "chat_template_kwargs": {"enable_thinking": False},
+                "response_format": None, "success_threshold": 1.0, "backend": "hf", "limit": None}
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps({"model": "m", "turns_file": "t.jsonl", "settings": settings}))
+    taken = run_settings(a)
+    assert taken == {k: settings[k] for k in SCORING_SETTINGS} and "backend" not in taken
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps({"model": "n", "turns_file": "t.jsonl", "settings": {**settings, "max_new_tokens": 256}}))
+    with pytest.raises(ValueError, match=rf"--max-new-tokens 256 vs 48.*--config {a}"):
+        compare_results([a, b], tmp_path / "c.json")

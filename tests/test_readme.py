@@ -23,9 +23,8 @@ FAST = {  # verb -> flags appended to every README line of that verb
     "train": ["--num-generations", "4", "--max-completion-length", "48", "--save-steps", "1",
               "--progress-seconds", "0"],
     "sft": ["--save-steps", "1", "--progress-seconds", "0"],
-    # The PivotRL model is scored with the budget it trained with (its template_settings.json);
-    # the SFT model, which records none, needs the same one for `compare` to pair them.
-    "evaluate": ["--max-new-tokens", "48"],
+    # No evaluate flags: the PivotRL model is scored with the budget it trained with (48, its
+    # template_settings.json) and the README scores the SFT model, which records none, as it was.
     "e2e": ["--num-generations", "2", "--tasks-per-step", "1", "--max-turns", "3", "--save-steps", "1",
             "--progress-seconds", "0"],
 }

@@ -48,6 +48,11 @@ def run_settings(config: Path | None) -> dict[str, Any]:
     if config is None:
         return {}
     data = read_mapping(config)
+    if isinstance(data.get("settings"), dict) and "turns_file" in data:
+        # An evaluate RESULT.json: score this model as that one was, so `compare` pairs the two.
+        from pivotrl.evaluate.compare import SCORING_SETTINGS
+
+        return {k: v for k, v in data["settings"].items() if k in SCORING_SETTINGS}
     if set(data) <= set(TurnEvalConfig.model_fields):
         return data
     known = set().union(*(m.model_fields for m in (TurnEvalConfig, ProfileConfig, GRPORunConfig, SFTRunConfig)))
@@ -102,7 +107,8 @@ def check_inputs(models: Sequence[Path], turns: Path, config: Path | None, optio
 
 CONFIG_HELP = ("YAML of TurnEvalConfig fields, or the run config of `pivotrl profile` / `train`: its "
                "chat-template kwargs, response format, verifier and token budget are used, so the model "
-               "is scored as it was trained. Flags override it.")
+               "is scored as it was trained; or an earlier RESULT.json: its scoring settings are used, so "
+               "`compare` pairs the two. Flags override it.")
 
 
 def result_files(out: Path) -> list[Path]:

@@ -193,7 +193,8 @@ def compare_results(results: Sequence[str | Path], out: str | Path,
             # whose run recorded none (SFT) needs them given, so the pair names each value.
             raise ValueError(f"{path} was scored differently from {docs[0][0]} ({'; '.join(differ)}): "
                              "score every model on the same turns with the same settings (rerun "
-                             "`pivotrl evaluate` on the other with those flags)")
+                             f"`pivotrl evaluate` on the other with `--config {docs[0][0]}`, which takes "
+                             "its settings, or with those flags)")
     models, named_items = [], []
     for path, doc in docs:
         name = str(doc.get("model") or path.stem)
