@@ -2,7 +2,7 @@
 `testbed/task_criteria.py`) to the committed records of candidates U–Z, in registration order, and
 name the first that meets every criterion.
 
-    python3 scripts/rejudge_candidates.py --out docs/results/candidates/amended_criteria.json
+    python3 docs/results/candidates/rejudge_candidates.py --out docs/results/candidates/amended_criteria.json
 
 Reads each candidate's `docs/results/candidates/<c>/build.json` and `criteria.json` (every
 criterion but `pivots` is taken from the record as judged; nothing is re-measured) and its config

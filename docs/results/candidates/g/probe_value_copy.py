@@ -4,7 +4,7 @@ variants build's toolshop pretraining data (the whole call the target), scored g
 held-out variant first turns and on toolshop's own first turns: the call's name, keys and
 values each right; prints one JSON line per tokenizer.
 
-    python3 scripts/probe_value_copy.py BUILD_DIR STEPS LAYERS   # e.g. runs/g 800 2
+    python3 docs/results/candidates/g/probe_value_copy.py BUILD_DIR STEPS LAYERS   # e.g. runs/g 800 2
 
 Tokenizers: the build's own, and one trained on the same pretraining text with
 `spell_values=True` (and the build's `isolate_names`).

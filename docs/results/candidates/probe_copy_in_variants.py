@@ -2,7 +2,7 @@
 world, as the world itself and translated into held-out `shared` variants (indices 9000+, never
 in pretraining): is the call's name, its set of keys, its values each the expert's?
 
-    python3 scripts/probe_copy_in_variants.py BUILD_DIR N [OWN_SHARE]   # e.g. runs/g 60 0.3
+    python3 docs/results/candidates/probe_copy_in_variants.py BUILD_DIR N [OWN_SHARE]   # e.g. runs/g 60 0.3
 """
 import json, sys
 from pathlib import Path

@@ -3,7 +3,7 @@ A fresh model per depth trained on the first turns of a variants build's pretrai
 call's name the target), then scored greedily on 200 held-out variant first turns and on the
 worlds' own first turns (names it never saw); prints one JSON line per depth.
 
-    python3 scripts/probe_name_copy.py BUILD_DIR STEPS LAYERS [CONFIG]   # e.g. runs/b 600 2,4
+    python3 docs/results/candidates/probe_name_copy.py BUILD_DIR STEPS LAYERS [CONFIG]   # e.g. runs/b 600 2,4
 
 With CONFIG, a BUILD_DIR without pretraining data gets it first (the build's data and tokenizer
 steps only, no base), so a candidate's names can be probed before its build.

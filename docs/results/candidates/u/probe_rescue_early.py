@@ -1,7 +1,7 @@
 """Early look at a candidate base mid-stage: the rescue test (testbed/rescue.py) on the first N dev
 tasks per world, greedy, with the weights of the build's resumable stage-2 state (pretrain/state_stage2.pt).
 
-    python3 scripts/probe_rescue_early.py BUILD_DIR CONFIG.yaml N
+    python3 docs/results/candidates/u/probe_rescue_early.py BUILD_DIR CONFIG.yaml N
 """
 import sys
 from pathlib import Path

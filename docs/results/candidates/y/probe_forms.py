@@ -3,7 +3,7 @@ file: T = 1 samples on the contexts of the demo's expert trajectories (8 per con
 by task kind and form (file names written F, values V); a completion the project's parser
 (`parse_completion`) reads no `run` command from counts as "(no command)".
 
-    python3 scripts/probe_forms.py TRAJECTORIES.jsonl MODEL_DIR [MODEL_DIR ...]
+    python3 docs/results/candidates/y/probe_forms.py TRAJECTORIES.jsonl MODEL_DIR [MODEL_DIR ...]
 """
 import collections
 import re

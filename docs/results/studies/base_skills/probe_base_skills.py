@@ -1,7 +1,7 @@
 """Can the tiny base learn the OOD skills at all? Pretrain a fresh model on OOD tasks only and
 print eval accuracy per family after each chunk of steps (issue #4's open problem).
 
-    python3 scripts/probe_base_skills.py --testbed runs/testbed --steps 1200 --examples 4000 \
+    python3 docs/results/studies/base_skills/probe_base_skills.py --testbed runs/testbed --steps 1200 --examples 4000 \
         --families upper,recall [--layers 2] [--overfit]
 
 --overfit trains on 16 examples of the first family and checks them (the loop itself works).

@@ -4,7 +4,7 @@ recorded. Nothing is re-measured or re-chosen: every number comes from results.j
 wrote it, and the rules added are the ones that run's code applied (its config's learning rates
 name their source).
 
-    python3 scripts/rerender_report.py RUN
+    python3 docs/results/z_default/rerender_report.py RUN
 """
 
 import argparse

@@ -6,7 +6,7 @@ two reward rules, each statistic beside its shuffled-reward null (pivotrl_testbe
 - action rewards: 1 when the first sampled token id is below the state's median (a third of the
   states get all 0, so zero-std states exist too). There is structure to learn.
 
-    python3 scripts/theory_null_controls.py --states 48
+    python3 docs/results/studies/theory_null_controls/theory_null_controls.py --states 48
 """
 
 import argparse

@@ -3,7 +3,7 @@ its per-sample success by turn position on the demo's data? Reads the build's pr
 checkpoint (`BUILD/pretrain/state.pt`, written every 200 steps), so a build that will take hours
 can be judged early; prints JSON.
 
-    python3 scripts/probe_candidate.py BUILD_DIR CONFIG.yaml N_TRAJECTORIES
+    python3 docs/results/candidates/probe_candidate.py BUILD_DIR CONFIG.yaml N_TRAJECTORIES
 
 For each world: the greedy action on every tool-call turn of the first N train trajectories,
 counted by whether its tool name is among those offered, and `build.position_success` (K = 8 at

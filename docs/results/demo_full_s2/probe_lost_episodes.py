@@ -3,7 +3,7 @@ finished `pivotrl demo` folder solved and another failed (greedy, from its items
 again by both, with a tally of the first call in which the loser leaves the expert's action
 (the tool, and the arguments whose values differ) and the transcripts.
 
-    python3 scripts/probe_lost_episodes.py DEMO_DIR WORLD METHOD:SEED:STEP [REF:SEED:STEP] [N]
+    python3 docs/results/demo_full_s2/probe_lost_episodes.py DEMO_DIR WORLD METHOD:SEED:STEP [REF:SEED:STEP] [N]
     # e.g. DEMO_DIR toolshop sft:0:40 base:0:0 12   (REF default base:0:0, N default 12)
 
 The testbed is DEMO_DIR/testbed, the checkpoints DEMO_DIR/runs/WORLD/METHOD/lr*-seedSEED/

@@ -4,7 +4,7 @@ on N short drills (1–10 open-named tools of toolshop or terminal, the user's m
 description, the call's name the target), then scored greedily on 200 held-out drills, on the
 same drills over the worlds' own tool lists, and on the worlds' own first turns.
 
-    python3 scripts/probe_copy_drill.py BUILD_DIR STEPS LAYERS N   # e.g. runs/c 800 2 20000
+    python3 docs/results/candidates/open/probe_copy_drill.py BUILD_DIR STEPS LAYERS N   # e.g. runs/c 800 2 20000
 
 BUILD_DIR: a build (or `probe_name_copy.py`'s data) with its tokenizer and train files.
 """

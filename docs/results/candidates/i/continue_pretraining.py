@@ -3,7 +3,7 @@ base for STEPS more steps on its own mixture (a warm restart of the build's sche
 shuffle seed) and write a copy of the build with the continued base into OUT_DIR (the data
 linked, not copied), to probe it as any build.
 
-    python3 scripts/continue_pretraining.py BUILD_DIR STEPS OUT_DIR
+    python3 docs/results/candidates/i/continue_pretraining.py BUILD_DIR STEPS OUT_DIR
 """
 import json, shutil, sys
 from pathlib import Path

@@ -1,7 +1,7 @@
 """The base's greedy first action beside the expert's, on the first N train trajectories of
 each world of a finished build: what a base gets wrong where its q is 0.
 
-    python3 scripts/probe_first_turns.py BUILD_DIR [N]   # default N = 4
+    python3 docs/results/candidates/e/probe_first_turns.py BUILD_DIR [N]   # default N = 4
 """
 import sys
 from pathlib import Path
