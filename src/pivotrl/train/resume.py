@@ -13,8 +13,9 @@
   from a generator that lives in the process, so a resumed process's epoch e was shuffled as if it
   were the first epoch, and each resumed run trained on other prompts than the uninterrupted one.
   Here each epoch's order is a function of (seed, epoch) alone (the Trainer calls `set_epoch`
-  before each epoch; GRPO's is TRL's own order, SFT's a seeded shuffle per epoch), and a resume fast-forwards past the batches its epoch already trained
-  (`ignore_data_skip` off): 2 steps + resume to 4 trains the prompts of 4 straight steps.
+  before each epoch; GRPO's is TRL's own order, SFT's a seeded shuffle per epoch), and a resume
+  fast-forwards past the batches its epoch already trained (`ignore_data_skip` off): 2 steps +
+  resume to 4 trains the prompts of 4 straight steps.
 """
 
 from __future__ import annotations

@@ -25,11 +25,12 @@ left-padded [prompt | completion] batch 0..P+C-1 (left padding included). Both s
 same column numbers explicitly (prefix 0..P-2, then P-1..P+C-1), so absolute-position models see
 what TRL feeds them too; RoPE models depend only on differences, so padding never shifts a result.
 
-Distributed training: both stages run inside ONE call of the (DDP/DeepSpeed/FSDP-wrapped) model:
+Distributed training: both stages run inside ONE call of the (DDP- or ZeRO-1/2-wrapped) model:
 `enable_shared_prefix_forward` wraps the model's own `forward` (the fused-LM-head forward TRL
 installed), and the prefix tensors travel as keyword arguments of that call. DDP's reducer
 therefore sees one forward and one backward per micro-step, exactly as in TRL's path; parameters
 used in both stages get one summed gradient before any all-reduce hook fires (2-process test).
+Sharded parameters (FSDP, ZeRO-3) keep TRL's path (`sharding_reason`).
 
 Architectures: stage 1 fills a cache with one layer of the model's own kind per layer
 (`DynamicCache(config=...)`): keys/values for attention, the window for sliding-window attention,
